@@ -1,0 +1,352 @@
+"""Matrix-expression vocabulary: the SymPy nodes the derivations are written in.
+
+SymPy has products, sums and transposes of matrix symbols, but no spectral sign, no PSD
+root of a Gram matrix and no polar factor. Those are added here as ``MatrixExpr``
+subclasses, together with the scalar nodes of an optimization problem (Frobenius inner
+product, operator and nuclear norms). Matrices carry their structural facts as data
+(:class:`FactMatrix`), and the lemmas consult those facts before they rewrite anything.
+
+Conventions (MATH.md):
+
+* ``msign(A) = U Vᵀ`` over the nonzero singular values of ``A = U Σ Vᵀ`` (a partial
+  isometry: zero singular values map to zero).
+* ``GramSqrt(W, λ, "right") = (WᵀW + λI)^{1/2}`` for a tall ``W`` (the ``C_W`` of the
+  polar decomposition ``W = U_W C_W``); ``side="left"`` is ``(WWᵀ + λI)^{1/2}`` for a wide
+  ``W`` (``W = C_W U_W``).
+* ``PolarFactor(W, λ, side)``: ``W C_W⁻¹`` (right) or ``C_W⁻¹ W`` (left); it has orthonormal
+  columns (rows) when ``λ = 0`` and ``W`` has full column (row) rank.
+"""
+
+from __future__ import annotations
+
+from sympy import Basic, Expr, S, Symbol, Tuple, sympify
+from sympy.core.sympify import _sympify
+from sympy.core.symbol import Str
+from sympy.matrices.expressions import MatrixExpr, MatrixSymbol, Transpose
+
+# Structural facts a matrix can carry.
+FULL_COLUMN_RANK = "full_column_rank"
+FULL_ROW_RANK = "full_row_rank"
+ORTHONORMAL_COLUMNS = "orthonormal_columns"
+ORTHONORMAL_ROWS = "orthonormal_rows"
+SYMMETRIC = "symmetric"
+SPD = "symmetric_positive_definite"
+ISOTROPIC_COLUMNS = "isotropic_columns"  # WᵀW = c² I for a scalar c > 0
+KNOWN_FACTS = frozenset(
+    {FULL_COLUMN_RANK, FULL_ROW_RANK, ORTHONORMAL_COLUMNS, ORTHONORMAL_ROWS, SYMMETRIC, SPD,
+     ISOTROPIC_COLUMNS}
+)
+SIDES = ("right", "left")
+
+
+def facts_of(expr: Basic) -> frozenset:
+    """Structural facts that hold for ``expr`` (empty for an expression with no known facts)."""
+    getter = getattr(expr, "facts", None)
+    if getter is not None:
+        return frozenset(getter)
+    if isinstance(expr, Transpose):
+        swap = {ORTHONORMAL_COLUMNS: ORTHONORMAL_ROWS, ORTHONORMAL_ROWS: ORTHONORMAL_COLUMNS,
+                FULL_COLUMN_RANK: FULL_ROW_RANK, FULL_ROW_RANK: FULL_COLUMN_RANK}
+        return frozenset(swap.get(f, f) for f in facts_of(expr.arg))
+    return frozenset()
+
+
+def short_name(matrix: Basic) -> str:
+    """``W_K`` → ``K``; the label used for the derived objects ``C_K``, ``U_K``, ``P_K``."""
+    name = str(getattr(matrix, "name", matrix))
+    return name[2:] if name.startswith("W_") else name
+
+
+class FactMatrix(MatrixSymbol):
+    """A matrix symbol that carries its structural facts as data.
+
+    ``FactMatrix("W_K", d, d_h, facts=[FULL_COLUMN_RANK])``. The facts are part of the
+    node's arguments, so they survive every SymPy rebuild and take part in equality.
+    """
+
+    def __new__(cls, name, n, m, facts=()):
+        n, m = _sympify(n), _sympify(m)
+        cls._check_dim(n)
+        cls._check_dim(m)
+        if isinstance(name, str):
+            name = Str(name)
+        if isinstance(facts, Tuple):
+            facts = [str(f) for f in facts]
+        unknown = set(facts) - KNOWN_FACTS
+        if unknown:
+            raise ValueError(f"unknown structural fact(s) {sorted(unknown)}; known: {sorted(KNOWN_FACTS)}")
+        return Basic.__new__(cls, name, n, m, Tuple(*[Str(f) for f in sorted(set(facts))]))
+
+    @property
+    def facts(self) -> frozenset:
+        return frozenset(f.name for f in self.args[3])
+
+    def _eval_transpose(self):
+        if SYMMETRIC in self.facts or SPD in self.facts:
+            return self
+        return Transpose(self)
+
+
+class _Derived(MatrixExpr):
+    """Base of the nodes defined as a function of a base matrix (opaque to substitution)."""
+
+    opaque = True  # substitutions of the base matrix do not reach inside
+
+
+def _check_side(side) -> Str:
+    side = str(side)
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
+    return Str(side)
+
+
+class Msign(MatrixExpr):
+    """Spectral sign ``msign(A) = U Vᵀ`` over the nonzero singular values of ``A``."""
+
+    def __new__(cls, arg):
+        arg = _sympify(arg)
+        if not getattr(arg, "is_Matrix", False):
+            raise TypeError(f"msign takes a matrix expression, got {arg!r}")
+        return Basic.__new__(cls, arg)
+
+    @property
+    def arg(self):
+        return self.args[0]
+
+    @property
+    def shape(self):
+        return self.arg.shape
+
+    def _sympystr(self, printer):
+        return f"msign({printer._print(self.arg)})"
+
+    def _latex(self, printer):
+        return rf"\operatorname{{msign}}\left({printer._print(self.arg)}\right)"
+
+
+class _GramNode(_Derived):
+    """Common part of the Gram-root nodes: base matrix ``W``, damping ``λ``, side."""
+
+    exponent = S.Half
+
+    def __new__(cls, base, damping=S.Zero, side="right"):
+        base = _sympify(base)
+        return Basic.__new__(cls, base, sympify(damping), _check_side(side))
+
+    @property
+    def base(self):
+        return self.args[0]
+
+    @property
+    def damping(self):
+        return self.args[1]
+
+    @property
+    def side(self) -> str:
+        return self.args[2].name
+
+    @property
+    def size(self):
+        return self.base.shape[1] if self.side == "right" else self.base.shape[0]
+
+    @property
+    def shape(self):
+        return (self.size, self.size)
+
+    @property
+    def facts(self):
+        return frozenset({SYMMETRIC, SPD})
+
+    def gram(self) -> MatrixExpr:
+        """The Gram matrix ``WᵀW`` (right) or ``WWᵀ`` (left), without damping."""
+        w = self.base
+        return w.T * w if self.side == "right" else w * w.T
+
+    def _eval_transpose(self):
+        return self  # a PSD root of a symmetric matrix is symmetric
+
+    def label(self) -> str:
+        return f"C_{short_name(self.base)}"
+
+
+class GramSqrt(_GramNode):
+    """``C_W = (WᵀW + λI)^{1/2}`` (right) or ``(WWᵀ + λI)^{1/2}`` (left), symmetric PSD."""
+
+    exponent = S.Half
+
+    def _sympystr(self, printer):
+        return self.label()
+
+    def _latex(self, printer):
+        return f"C_{{{short_name(self.base)}}}"
+
+
+class GramInvSqrt(_GramNode):
+    """``C_W⁻¹ = (WᵀW + λI)^{-1/2}``: exists when ``λ > 0`` or ``W`` has full rank on its side."""
+
+    exponent = -S.Half
+
+    def _sympystr(self, printer):
+        return f"{self.label()}^-1"
+
+    def _latex(self, printer):
+        return f"C_{{{short_name(self.base)}}}^{{-1}}"
+
+
+class PolarFactor(_Derived):
+    """``U_W = W C_W⁻¹`` (right) or ``C_W⁻¹ W`` (left): the isometric polar factor of ``W``."""
+
+    def __new__(cls, base, damping=S.Zero, side="right"):
+        return Basic.__new__(cls, _sympify(base), sympify(damping), _check_side(side))
+
+    base = _GramNode.base
+    damping = _GramNode.damping
+    side = _GramNode.side
+
+    @property
+    def shape(self):
+        return self.base.shape
+
+    @property
+    def facts(self):
+        if self.damping != 0:
+            return frozenset()
+        needed = FULL_COLUMN_RANK if self.side == "right" else FULL_ROW_RANK
+        if needed not in facts_of(self.base):
+            return frozenset()
+        return frozenset({ORTHONORMAL_COLUMNS if self.side == "right" else ORTHONORMAL_ROWS})
+
+    def gram_sqrt(self) -> GramSqrt:
+        return GramSqrt(self.base, self.damping, self.side)
+
+    def gram_inv_sqrt(self) -> GramInvSqrt:
+        return GramInvSqrt(self.base, self.damping, self.side)
+
+    def _sympystr(self, printer):
+        return f"U_{short_name(self.base)}"
+
+    def _latex(self, printer):
+        return f"U_{{{short_name(self.base)}}}"
+
+
+class Projector(_Derived):
+    """``P_W = U_W U_Wᵀ``: the orthogonal projector onto the column space of a tall ``W``."""
+
+    def __new__(cls, base):
+        return Basic.__new__(cls, _sympify(base))
+
+    @property
+    def base(self):
+        return self.args[0]
+
+    @property
+    def shape(self):
+        return (self.base.shape[0], self.base.shape[0])
+
+    @property
+    def facts(self):
+        return frozenset({SYMMETRIC})
+
+    def _eval_transpose(self):
+        return self
+
+    def _sympystr(self, printer):
+        return f"P_{short_name(self.base)}"
+
+    def _latex(self, printer):
+        return f"P_{{{short_name(self.base)}}}"
+
+
+class _MatrixScalar(Expr):
+    """A real scalar computed from matrices (inner products and norms)."""
+
+    is_commutative = True
+    is_real = True
+
+    def __new__(cls, *args):
+        args = [_sympify(a) for a in args]
+        for a in args:
+            if not getattr(a, "is_Matrix", False):
+                raise TypeError(f"{cls.__name__} takes matrix expressions, got {a!r}")
+        return Basic.__new__(cls, *args)
+
+
+class Inner(_MatrixScalar):
+    """Frobenius inner product ``⟨A, B⟩ = tr(AᵀB)``."""
+
+    def __new__(cls, a, b):
+        obj = super().__new__(cls, a, b)
+        if obj.args[0].shape != obj.args[1].shape:
+            raise ValueError(f"⟨A, B⟩ needs equal shapes, got {obj.args[0].shape} and {obj.args[1].shape}")
+        return obj
+
+    def _sympystr(self, printer):
+        return f"<{printer._print(self.args[0])}, {printer._print(self.args[1])}>"
+
+    def _latex(self, printer):
+        return rf"\left\langle {printer._print(self.args[0])},\, {printer._print(self.args[1])} \right\rangle"
+
+
+class OpNorm(_MatrixScalar):
+    """Spectral norm ``‖A‖_op`` (largest singular value)."""
+
+    is_nonnegative = True
+
+    def _sympystr(self, printer):
+        return f"||{printer._print(self.args[0])}||_op"
+
+    def _latex(self, printer):
+        return rf"\left\| {printer._print(self.args[0])} \right\|_{{\mathrm{{op}}}}"
+
+
+class NuclearNorm(_MatrixScalar):
+    """Nuclear norm ``‖A‖_*`` (sum of singular values)."""
+
+    is_nonnegative = True
+
+    def _sympystr(self, printer):
+        return f"||{printer._print(self.args[0])}||_*"
+
+    def _latex(self, printer):
+        return rf"\left\| {printer._print(self.args[0])} \right\|_{{*}}"
+
+
+class IsotropicScale(_MatrixScalar):
+    """Trace-matched scale ``c_W = (‖W‖_F² / d_h + λ)^{1/2}`` of a tall ``W`` (``d_h`` columns)."""
+
+    is_positive = True
+
+    def __new__(cls, base, damping=S.Zero):
+        base = _sympify(base)
+        if not getattr(base, "is_Matrix", False):
+            raise TypeError(f"IsotropicScale takes a matrix, got {base!r}")
+        return Basic.__new__(cls, base, sympify(damping))
+
+    @property
+    def base(self):
+        return self.args[0]
+
+    @property
+    def damping(self):
+        return self.args[1]
+
+    def _sympystr(self, printer):
+        return f"c_{short_name(self.base)}"
+
+    def _latex(self, printer):
+        return f"c_{{{short_name(self.base)}}}"
+
+
+def positive_symbol(name: str, latex: str | None = None) -> Symbol:
+    """A positive real scalar symbol (step budgets, norms)."""
+    return Symbol(name, positive=True)
+
+
+def nonnegative_symbol(name: str) -> Symbol:
+    """A nonnegative real scalar symbol (damping)."""
+    return Symbol(name, nonnegative=True)
+
+
+def dimension(name: str) -> Symbol:
+    """A matrix dimension."""
+    return Symbol(name, integer=True, positive=True)

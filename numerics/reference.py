@@ -1,0 +1,155 @@
+"""Float64 NumPy and arbitrary-precision mpmath references of the workbench's operations.
+
+Both backends expose the same functions, so an expression can be evaluated either way
+(:func:`derivations.evaluate.evaluate`). mpmath code scopes its precision with ``workdps``.
+"""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+
+
+def msign_tolerance(shape, sigma_max, eps=np.finfo(np.float64).eps):
+    """Singular values at or below ``max(m, n)·eps·σ_max`` count as zero (LAPACK's rank rule)."""
+    return max(shape[-2:]) * eps * sigma_max
+
+
+class NumpyBackend:
+    """Float64 NumPy kernels (batched over leading axes where that is free)."""
+
+    name = "float64"
+
+    @staticmethod
+    def asarray(x):
+        return np.asarray(x, dtype=np.float64)
+
+    @staticmethod
+    def eye(n):
+        return np.eye(n)
+
+    @staticmethod
+    def zeros(shape):
+        return np.zeros(shape)
+
+    @staticmethod
+    def scalar(x):
+        return float(x)
+
+    @staticmethod
+    def transpose(a):
+        return np.swapaxes(a, -1, -2)
+
+    @staticmethod
+    def matmul(a, b):
+        return a @ b
+
+    @staticmethod
+    def msign(a):
+        """``U Vᵀ`` over the singular values above the numerical-rank tolerance."""
+        u, s, vt = np.linalg.svd(a, full_matrices=False)
+        keep = s > msign_tolerance(a.shape, s[..., :1])
+        return (u * keep[..., None, :]) @ vt
+
+    @staticmethod
+    def psd_power(a, p):
+        """``A^p`` for symmetric PSD ``A`` by eigh; negative powers need ``A`` positive definite."""
+        w, v = np.linalg.eigh(a)
+        if p < 0 and np.any(w <= 0):
+            raise np.linalg.LinAlgError("negative power of a singular PSD matrix")
+        w = np.clip(w, 0.0, None)
+        return (v * w[..., None, :] ** p) @ np.swapaxes(v, -1, -2)
+
+    @staticmethod
+    def inner(a, b):
+        return float(np.sum(a * b))
+
+    @staticmethod
+    def op_norm(a):
+        return float(np.linalg.norm(a, 2))
+
+    @staticmethod
+    def nuclear_norm(a):
+        return float(np.linalg.norm(a, "nuc"))
+
+    @staticmethod
+    def max_abs(a):
+        return float(np.max(np.abs(a))) if np.size(a) else 0.0
+
+
+class MpmathBackend:
+    """mpmath kernels at ``dps`` decimal digits (the caller scopes precision with ``workdps``)."""
+
+    name = "mpmath"
+
+    def __init__(self, dps: int = 50):
+        self.dps = dps
+
+    def asarray(self, x):
+        if isinstance(x, mpmath.matrix):
+            return x
+        x = np.asarray(x, dtype=np.float64)
+        return mpmath.matrix([[mpmath.mpf(float(v)) for v in row] for row in x])
+
+    @staticmethod
+    def eye(n):
+        return mpmath.eye(n)
+
+    @staticmethod
+    def zeros(shape):
+        return mpmath.zeros(*shape)
+
+    @staticmethod
+    def scalar(x):
+        return mpmath.mpf(x)
+
+    @staticmethod
+    def transpose(a):
+        return a.T
+
+    @staticmethod
+    def matmul(a, b):
+        return a * b
+
+    def msign(self, a):
+        m, n = a.rows, a.cols
+        if m < n:
+            return self.msign(a.T).T
+        u, s, v = mpmath.svd_r(a, full_matrices=False, compute_uv=True)
+        smax = max(s) if len(s) else mpmath.mpf(0)
+        tol = max(m, n) * mpmath.mpf(10) ** (-self.dps + 5) * smax
+        out = mpmath.zeros(m, n)
+        for k in range(len(s)):
+            if s[k] > tol:
+                out += u[:, k] * v[k, :]
+        return out
+
+    @staticmethod
+    def psd_power(a, p):
+        w, q = mpmath.eigsy(a)
+        n = a.rows
+        d = mpmath.zeros(n, n)
+        for i in range(n):
+            if p < 0 and w[i] <= 0:
+                raise ZeroDivisionError("negative power of a singular PSD matrix")
+            d[i, i] = mpmath.power(max(w[i], 0), p)
+        return q * d * q.T
+
+    @staticmethod
+    def inner(a, b):
+        return mpmath.fsum(a[i, j] * b[i, j] for i in range(a.rows) for j in range(a.cols))
+
+    @staticmethod
+    def op_norm(a):
+        s = mpmath.svd_r(a, compute_uv=False)
+        return max(s)
+
+    @staticmethod
+    def nuclear_norm(a):
+        return mpmath.fsum(mpmath.svd_r(a, compute_uv=False))
+
+    @staticmethod
+    def max_abs(a):
+        if isinstance(a, mpmath.matrix):
+            return max((abs(a[i, j]) for i in range(a.rows) for j in range(a.cols)), default=mpmath.mpf(0))
+        return abs(a)
