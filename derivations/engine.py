@@ -220,6 +220,11 @@ class Derivation:
     def result(self):
         return self.state
 
+    @property
+    def formula(self) -> Expr:
+        """The derived expression: the argmin of a solved problem, or the end of an identity chain."""
+        return self.state.argmin if isinstance(self.state, Solution) else self.state.expr
+
     def lemmas_used(self):
         return list(dict.fromkeys(s.lemma for s in self.steps))
 

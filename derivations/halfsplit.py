@@ -155,3 +155,63 @@ def derivations() -> list[Derivation]:
 
 
 _ = FULL_ROW_RANK  # the V-side partner is tall; wide partners appear in the O side (hybrid_ov)
+
+
+# ---- emission ------------------------------------------------------------------------------
+def emitted_functions():
+    """The public functions of the emitted modules."""
+    from .printing.codegen import EmittedFunction
+    return [
+        EmittedFunction("halfsplit_qk", "Half-split QK update of Compositional Muon",
+                        [W_Q, W_K, G_Q, G_K], [("dW_Q", query_side()), ("dW_K", key_side())],
+                        ["Each half of ΔM gets budget ε/2: ‖ΔW_Q W_Kᵀ‖_op = ‖W_Q ΔW_Kᵀ‖_op = ε/2."]),
+        EmittedFunction("halfsplit_v", "Head-local V update of the hybrid OV rule (partner W_O on the left)",
+                        [W_O, G_V], [("dW_V", value_side())],
+                        ["W_O is one head's (d, d_h) block of the output projection; ‖W_O ΔW_V‖_op = ε/2."]),
+        EmittedFunction("isotropic_qk", "Isotropic approximation of the half-split QK update",
+                        [W_Q, W_K, G_Q, G_K], [("dW_Q", isotropic_query()), ("dW_K", isotropic_key())],
+                        ["Exact when the partner has orthogonal columns of equal norm; c_W = "
+                         "(‖W‖_F²/d_h + λ)^(1/2)."]),
+    ]
+
+
+def measurements(rng):
+    """How far the isotropic approximation is from the exact rule, by partner condition number."""
+    import numpy as np
+
+    from numerics.numpy_kernels import gram_eigh, isotropic_scale, msign_svd, psd_power
+    from numerics.spectra import log_spaced_spectrum, with_singular_values
+    out = []
+    for cond in (1.0, 2.0, 10.0, 100.0):
+        worst = 0.0
+        for _ in range(5):
+            wk = with_singular_values(rng, 64, 8, log_spaced_spectrum(rng, 8, cond))
+            gq = rng.standard_normal((64, 8))
+            c_inv = psd_power(gram_eigh(wk, 0.0, "right"), -0.5)
+            exact = msign_svd(gq @ c_inv) @ c_inv
+            iso = msign_svd(gq) / isotropic_scale(wk, 0.0)
+            worst = max(worst, np.linalg.norm(iso - exact) / np.linalg.norm(exact))
+        out.append((f"isotropic vs exact dW_Q, relative Frobenius error, partner condition {cond:g}", worst))
+    return out
+
+
+RULE = None
+
+
+def rule_module():
+    from .cli import RuleModule
+    return RuleModule(
+        name="halfsplit", title="Half-split QK rule of Compositional Muon",
+        derivations=derivations, functions=emitted_functions, scalars={eps: "eps"},
+        measurements=measurements,
+        description=__doc__.split("\n\n")[0],
+        examples=["python -m derivations.halfsplit --emit jax > halfsplit_jax.py",
+                  "python -m derivations.halfsplit --emit text",
+                  "python -m derivations.halfsplit --check"])
+
+
+if __name__ == "__main__":
+    import sys
+
+    from .cli import main
+    sys.exit(main(rule_module()))

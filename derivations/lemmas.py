@@ -421,7 +421,7 @@ def _polar_ids():
 
 
 POLAR_SUBSTITUTION = Lemma(
-    key="polar_substitution", number="6", title="Polar substitution",
+    key="polar_substitution", number="6a", title="Polar substitution",
     statement=(r"W = U_W C_W,\ C_W = (W^{\top}W)^{1/2},\ U_W^{\top}U_W = I"),
     conditions=(r"W \text{ has full column rank}",),
     rewrite=_polar_sub_rewrite, identities=_polar_ids,
@@ -449,7 +449,7 @@ def _polar_inverse_rewrite(expr, *, matrix, damping=S.Zero, side="right", revers
 
 
 POLAR_INVERSE = Lemma(
-    key="polar_inverse", number="6", title="Polar factor from the Gram root",
+    key="polar_inverse", number="6b", title="Polar factor from the Gram root",
     statement=r"U_W = W C_W^{-1},\quad C_W^{-1} W^{\top} = U_W^{\top}",
     conditions=(r"C_W \text{ invertible}",),
     rewrite=_polar_inverse_rewrite, identities=_polar_ids,

@@ -9,10 +9,7 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-
-def msign_tolerance(shape, sigma_max, eps=np.finfo(np.float64).eps):
-    """Singular values at or below ``max(m, n)·eps·σ_max`` count as zero (LAPACK's rank rule)."""
-    return max(shape[-2:]) * eps * sigma_max
+from . import numpy_kernels
 
 
 class NumpyBackend:
@@ -44,12 +41,7 @@ class NumpyBackend:
     def matmul(a, b):
         return a @ b
 
-    @staticmethod
-    def msign(a):
-        """``U Vᵀ`` over the singular values above the numerical-rank tolerance."""
-        u, s, vt = np.linalg.svd(a, full_matrices=False)
-        keep = s > msign_tolerance(a.shape, s[..., :1])
-        return (u * keep[..., None, :]) @ vt
+    msign = staticmethod(numpy_kernels.msign_svd)
 
     @staticmethod
     def psd_power(a, p):
@@ -57,8 +49,7 @@ class NumpyBackend:
         w, v = np.linalg.eigh(a)
         if p < 0 and np.any(w <= 0):
             raise np.linalg.LinAlgError("negative power of a singular PSD matrix")
-        w = np.clip(w, 0.0, None)
-        return (v * w[..., None, :] ** p) @ np.swapaxes(v, -1, -2)
+        return numpy_kernels.psd_power((w, v), p)
 
     @staticmethod
     def inner(a, b):

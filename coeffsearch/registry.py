@@ -1,0 +1,90 @@
+"""Registry of published Newton–Schulz coefficient schedules, with their sources.
+
+A schedule is a tuple of steps; a step ``(c_0, c_1, …, c_k)`` is the odd polynomial
+``p(σ) = c_0 σ + c_1 σ³ + … + c_k σ^{2k+1}`` applied to every singular value of the
+Frobenius-normalized input. Coefficients are kept as the decimal strings they were published
+with, so nothing is lost before the interval arithmetic of the certifier reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A named schedule: its steps (decimal strings), where it comes from, what it was made for."""
+
+    name: str
+    steps: tuple
+    source: str
+    lower: float | None = None  # the smallest normalized singular value it was designed for
+
+    def as_floats(self) -> tuple:
+        """The steps as a tuple of float tuples (the static argument of the emitted code)."""
+        return tuple(tuple(float(c) for c in step) for step in self.steps)
+
+    @property
+    def matmuls(self) -> int:
+        """Matrix products per application: ``k + 1`` for a step of degree ``2k + 1``."""
+        return sum(len(step) for step in self.steps)
+
+
+def _scaled(rows, unit):
+    return tuple(tuple(str(c / unit) if isinstance(c, int) else c for c in row) for row in rows)
+
+
+_REGISTRY = {}
+
+
+def register(schedule: Schedule) -> Schedule:
+    """Add ``schedule`` to the registry (names are unique)."""
+    if schedule.name in _REGISTRY:
+        raise ValueError(f"schedule {schedule.name!r} is already registered")
+    _REGISTRY[schedule.name] = schedule
+    return schedule
+
+
+def get(name: str) -> Schedule:
+    """The registered schedule called ``name``; the error lists the known names."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown schedule {name!r}; known: {', '.join(names())}") from None
+
+
+def names() -> list:
+    return sorted(_REGISTRY)
+
+
+register(Schedule(
+    "muon", (("3.4445", "-4.7750", "2.0315"),) * 5,
+    "Jordan et al. 2024, Muon reference implementation (github.com/KellerJordan/Muon): "
+    "one quintic, 5 steps, bf16"))
+register(Schedule(
+    "cubic", (("1.5", "-0.5"),) * 12,
+    "classical Newton–Schulz cubic (Higham, Functions of Matrices, 2008, §8.3); 12 steps"))
+register(Schedule(
+    "quintic", (("1.875", "-1.25", "0.375"),) * 8,
+    "fixed-point quintic (15/8, -10/8, 3/8), the last step of Polar Express; 8 steps"))
+register(Schedule(
+    "polar-express-5", (
+        ("8.156554524902461", "-22.48329292557795", "15.878769915207462"),
+        ("4.042929935166739", "-2.808917465908714", "0.5000178451051316"),
+        ("3.8916678022926607", "-2.772484153217685", "0.5060648178503393"),
+        ("3.285753657755655", "-2.3681294933425376", "0.46449024233003106"),
+        ("2.3465413258596377", "-1.7097828382687081", "0.42323551169305323"),
+    ),
+    "Amsel, Persson, Musco, Gower 2025 (Polar Express), 5 steps as shipped by modded-nanogpt: "
+    "l = 1e-3, cushion 0.02, safety 1.02", lower=1e-3))
+register(Schedule(
+    "you", _scaled(((3955, -8306, 5008), (3735, -6681, 3463), (3799, -6499, 3211),
+                    (4019, -6385, 2906), (2677, -3029, 1162), (2172, -1833, 682)), 1024),
+    "You Jiacheng 2025, 6 steps published in units of 1/1024"))
+register(Schedule(
+    "cesista", (("4.0848", "-6.8946", "2.9270"), ("3.9505", "-6.3029", "2.6377"),
+                ("3.7418", "-5.5913", "2.3037"), ("2.8769", "-3.1427", "1.2046"),
+                ("2.8366", "-3.0525", "1.2012")),
+    "Cesista 2025, 5 steps tuned by gradient descent"))
+
+DEFAULT = "polar-express-5"

@@ -1,0 +1,162 @@
+"""The command line shared by every rule module: ``python -m derivations.<rule> --emit … | --check``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+import coeffsearch
+
+from .engine import StepCheckFailed
+from .lemmas import ALL_LEMMAS
+from .printing.jax_printer import emit_jax
+from .printing.latex import document_latex
+from .printing.numpy_printer import emit_numpy
+from .printing.text import derivation_text, lemma_text
+
+EMIT_TARGETS = ("jax", "numpy", "latex", "text")
+
+
+@dataclass
+class RuleModule:
+    """What a rule module hands to the command line."""
+
+    name: str
+    title: str
+    derivations: Callable  # () -> list[Derivation]
+    functions: Callable  # () -> list[EmittedFunction]
+    scalars: dict
+    measurements: Callable | None = None  # (rng) -> list[(label, value)]
+    description: str = ""
+    examples: list = field(default_factory=list)
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported on one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse prints the usage block otherwise)
+        raise UsageError(message)
+
+
+def _parser(rule: RuleModule) -> argparse.ArgumentParser:
+    p = _Parser(prog=f"python -m derivations.{rule.name}", description=rule.description or rule.title,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="examples:\n" + "\n".join(f"  {e}" for e in rule.examples) if rule.examples else None)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--emit", choices=EMIT_TARGETS, help="print the result as code or the derivation as text/LaTeX")
+    what.add_argument("--check", action="store_true", help="re-check every step numerically and print a table")
+    p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("--msign", choices=("newton_schulz", "svd"), default="newton_schulz",
+                   help="default msign method of the emitted JAX code (default: newton_schulz)")
+    p.add_argument("--schedule", default=coeffsearch.DEFAULT, metavar="NAME",
+                   help=f"default Newton–Schulz schedule of the emitted JAX code: one of "
+                        f"{', '.join(coeffsearch.names())} (default: {coeffsearch.DEFAULT})")
+    p.add_argument("--trials", type=int, default=5, help="--check: random instances per size (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="--check: random seed (default 0)")
+    p.add_argument("--json", action="store_true", help="--check: print the table as JSON")
+    return p
+
+
+def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
+           schedule_name: str = coeffsearch.DEFAULT) -> str:
+    """The text ``--emit target`` prints."""
+    command = f"python -m derivations.{rule.name} --emit {target}"
+    functions = rule.functions()
+    if target == "jax":
+        if schedule_name != coeffsearch.DEFAULT:
+            command += f" --schedule {schedule_name}"
+        if msign != "newton_schulz":
+            command += f" --msign {msign}"
+        sched = coeffsearch.get(schedule_name)
+        return emit_jax(rule.title, command, functions, sched.name, sched.as_floats(), sched.source,
+                        msign, rule.scalars)
+    if target == "numpy":
+        return emit_numpy(rule.title, command, functions, rule.scalars)
+    ders = rule.derivations()
+    from .printing.codegen import lemmas_used
+    lemmas = lemmas_used(functions) or ALL_LEMMAS
+    if target == "latex":
+        return document_latex(rule.title, ders, lemmas)
+    return "\n".join(derivation_text(d) for d in ders) + "\n" + lemma_text(lemmas)
+
+
+def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
+    """Re-check every step and every lemma; returns rows and measurements."""
+    rows = []
+    for der in rule.derivations():
+        der.check(trials=trials, seed=seed)
+        for s in der.steps:
+            rows.append({"derivation": der.name, "step": s.index, "lemma": s.lemma.number,
+                         "rule": s.lemma.title, "kind": s.kind,
+                         "float64_error": s.check.float64_error, "mpmath_error": s.check.mpmath_error,
+                         "symbolic": s.check.symbolic, "instances": s.check.trials,
+                         "status": "ok" if s.check.passed else "FAIL"})
+    rng = np.random.default_rng(seed)
+    lemmas = [{"lemma": lem.number, "rule": lem.title, "self_check_error": lem.self_check(rng)}
+              for lem in ALL_LEMMAS]
+    measurements = [{"measurement": k, "value": v} for k, v in (rule.measurements(rng) if rule.measurements else [])]
+    return {"steps": rows, "lemmas": lemmas, "measurements": measurements}
+
+
+def format_table(table: dict) -> str:
+    head = f"{'derivation':<28} {'step':>4} {'lemma':>5} {'kind':<19} {'float64':>9} {'mpmath50':>9} {'symbolic':<12} status"
+    out = [head, "-" * len(head)]
+    for r in table["steps"]:
+        mp = "" if r["mpmath_error"] is None else f"{r['mpmath_error']:.1e}"
+        out.append(f"{r['derivation']:<28} {r['step']:>4} {r['lemma']:>5} {r['kind']:<19} "
+                   f"{r['float64_error']:>9.1e} {mp:>9} {r['symbolic']:<12} {r['status']}")
+    out += ["", f"{'lemma self-check':<48} {'max error':>10}"]
+    for r in table["lemmas"]:
+        out.append(f"{'Lemma ' + r['lemma'] + ': ' + r['rule']:<48} {r['self_check_error']:>10.1e}")
+    if table["measurements"]:
+        out += ["", "measurements"]
+        out += [f"  {m['measurement']}: {m['value']:.3e}" for m in table["measurements"]]
+    n = len(table["steps"])
+    bad = sum(r["status"] != "ok" for r in table["steps"])
+    out += ["", f"{n - bad}/{n} steps passed"]
+    return "\n".join(out) + "\n"
+
+
+def _write(text: str, out: str | None):
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write --out {out}: {exc.strerror}") from None
+
+
+def main(rule: RuleModule, argv=None) -> int:
+    prog = f"derivations.{rule.name}"
+    try:
+        args = _parser(rule).parse_args(argv)
+        if args.schedule not in coeffsearch.names():
+            raise UsageError(f"argument --schedule: unknown schedule {args.schedule!r}; "
+                             f"known: {', '.join(coeffsearch.names())}")
+        if args.trials < 1:
+            raise UsageError(f"argument --trials: must be >= 1, got {args.trials}")
+        if args.out and os.path.isdir(args.out):
+            raise UsageError(f"argument --out: {args.out} is a directory")
+        if args.check:
+            try:
+                table = check_table(rule, args.trials, args.seed)
+            except StepCheckFailed as exc:
+                sys.stderr.write(f"{prog}: check failed: {exc}\n")
+                return 1
+            _write(json.dumps(table, indent=2) + "\n" if args.json else format_table(table), args.out)
+            return 0
+        _write(render(rule, args.emit, args.msign, args.schedule), args.out)
+        return 0
+    except UsageError as exc:
+        sys.stderr.write(f"{prog}: error: {exc}\n")
+        return 2

@@ -1,0 +1,1 @@
+"""Printers: one class per target (text, LaTeX, NumPy, JAX), one ``_print_<Node>`` per node."""

@@ -1,0 +1,195 @@
+"""Shared machinery of the code printers: emission specs, common subexpressions, dispatch.
+
+A :class:`MatrixCodePrinter` turns the derived expressions of an :class:`EmittedFunction`
+into straight-line array code. Common subexpressions are computed once: every spectral sign,
+Gram root and isotropic scale gets a named temporary, and so does any other product or sum that
+occurs more than once; the Gram roots of one partner share a single eigendecomposition. Nodes
+without a ``_print_<Node>`` method are an error (the printer is strict), never broken code.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+from sympy import Add, Basic, Integer, Mul, Pow, Rational, Symbol
+from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol, Transpose
+
+from ..engine import Derivation
+from ..vocabulary import GramInvSqrt, GramSqrt, IsotropicScale, Msign, short_name
+
+
+class UnsupportedNode(TypeError):
+    """The printer has no rule for a node of the expression."""
+
+
+@dataclass
+class EmittedFunction:
+    """One public function of an emitted module: inputs, outputs and the derivations behind them."""
+
+    name: str
+    summary: str
+    inputs: list  # MatrixSymbols, in argument order
+    outputs: list  # (output name, Derivation)
+    notes: list = field(default_factory=list)
+
+    @property
+    def argument_names(self):
+        return [m.name for m in self.inputs]
+
+    def shapes(self) -> dict:
+        """Argument name → the names of its two trailing dimensions."""
+        return {m.name: (str(m.rows), str(m.cols)) for m in self.inputs}
+
+    def derivations(self) -> list:
+        return [der for _, der in self.outputs]
+
+
+def lemmas_used(functions) -> list:
+    """Every lemma used by the derivations behind ``functions``, in first-use order."""
+    seen = {}
+    for fn in functions:
+        for der in fn.derivations():
+            for lemma in der.lemmas_used():
+                seen.setdefault(lemma.key, lemma)
+    return list(seen.values())
+
+
+def derivation_list(functions) -> list[Derivation]:
+    out = {}
+    for fn in functions:
+        for der in fn.derivations():
+            out.setdefault(der.name, der)
+    return list(out.values())
+
+
+def kernel_source(functions) -> str:
+    """Source text of kernel functions, to be inlined into an emitted module."""
+    return "\n\n".join(inspect.getsource(f).rstrip() for f in functions)
+
+
+class MatrixCodePrinter:
+    """Straight-line array code for matrix expressions, with common subexpressions named once."""
+
+    cse_always = (Msign, GramSqrt, GramInvSqrt, IsotropicScale)
+
+    def __init__(self, arguments: dict, scalars: dict):
+        self.arguments = arguments  # matrix name → code name
+        self.scalars = scalars  # Symbol → code name
+        self.lines: list[str] = []
+        self.temps: dict = {}
+        self.counts: dict = {}
+        self.counter = 0
+
+    # ---- driver ---------------------------------------------------------------------------
+    def body(self, outputs: list) -> list[str]:
+        """Lines computing every ``(name, expr)`` of ``outputs``."""
+        for _, expr in outputs:
+            self._count(expr)
+        for name, expr in outputs:
+            code = self._print(expr)
+            self.lines.append(f"{name} = {code}")
+        return self.lines
+
+    def _count(self, expr):
+        self.counts[expr] = self.counts.get(expr, 0) + 1
+        if self.counts[expr] > 1 or isinstance(expr, (GramSqrt, GramInvSqrt, IsotropicScale)):
+            return
+        for a in expr.args:
+            if isinstance(a, Basic) and (getattr(a, "is_Matrix", False) or a.has(MatrixSymbol)):
+                self._count(a)
+
+    def _print(self, expr) -> str:
+        if expr in self.temps:
+            return self.temps[expr]
+        for cls in type(expr).__mro__:
+            method = getattr(self, f"_print_{cls.__name__}", None)
+            if method is not None:
+                break
+        else:
+            raise UnsupportedNode(f"{type(self).__name__} has no rule for {type(expr).__name__}: {expr}")
+        code = method(expr)
+        is_compound = isinstance(expr, (MatMul, MatAdd, Transpose)) and self.counts.get(expr, 0) > 1
+        if isinstance(expr, self.cse_always) or is_compound:
+            name = self._temp_name(expr)
+            self.lines.append(f"{name} = {code}")
+            self.temps[expr] = name
+            return name
+        return code
+
+    def _temp_name(self, expr) -> str:
+        if isinstance(expr, GramInvSqrt):
+            return f"C_{short_name(expr.base)}_inv"
+        if isinstance(expr, GramSqrt):
+            return f"C_{short_name(expr.base)}"
+        if isinstance(expr, IsotropicScale):
+            return f"c_{short_name(expr.base)}"
+        self.counter += 1
+        return f"{'msign' if isinstance(expr, Msign) else 't'}_{self.counter}"
+
+    def _eigh(self, node) -> str:
+        key = ("eigh", node.base, node.side)
+        if key not in self.temps:
+            name = f"eig_{short_name(node.base)}"
+            self.lines.append(f"{name} = gram_eigh({self._print(node.base)}, damping, {node.side!r})")
+            self.temps[key] = name
+        return self.temps[key]
+
+    # ---- matrices -------------------------------------------------------------------------
+    def _print_MatrixSymbol(self, expr):
+        if expr.name not in self.arguments:
+            raise UnsupportedNode(f"matrix {expr.name} is not an argument of the emitted function")
+        return self.arguments[expr.name]
+
+    def _print_MatMul(self, expr):
+        coeff, mats = expr.as_coeff_matrices()
+        prod = " @ ".join(self._atom(m) for m in mats)
+        if coeff == 1:
+            return prod
+        return f"{self._scalar(coeff)} * {'(' + prod + ')' if len(mats) > 1 else prod}"
+
+    def _print_MatAdd(self, expr):
+        return " + ".join(self._print(t) for t in expr.args)
+
+    def _print_Transpose(self, expr):
+        return f"{self._atom(expr.arg)}.mT"
+
+    def _atom(self, expr) -> str:
+        code = self._print(expr)
+        return f"({code})" if isinstance(expr, (MatAdd, MatMul)) and code not in self.temps.values() else code
+
+    # ---- scalars --------------------------------------------------------------------------
+    def _scalar(self, expr) -> str:
+        if isinstance(expr, Symbol):
+            if expr not in self.scalars:
+                raise UnsupportedNode(f"scalar {expr} is not an argument of the emitted function")
+            return self.scalars[expr]
+        if isinstance(expr, IsotropicScale):
+            return self._print(expr)
+        if isinstance(expr, (Integer, Rational)) and expr.q == 1:
+            return str(int(expr))
+        if isinstance(expr, Rational):
+            return f"({expr.p} / {expr.q})"
+        if isinstance(expr, Mul):
+            num, den, sign = [], [], ""
+            for f in expr.args:
+                if isinstance(f, Rational):
+                    if f < 0:
+                        sign, f = "-", -f
+                    if f.p != 1:
+                        num.append(str(f.p))
+                    if f.q != 1:
+                        den.append(str(f.q))
+                elif isinstance(f, Pow) and f.exp == -1:
+                    den.append(self._scalar(f.base))
+                else:
+                    num.append(self._scalar(f))
+            text = " * ".join(num) or "1"
+            if den:
+                text = f"{text} / {den[0] if len(den) == 1 else '(' + ' * '.join(den) + ')'}"
+            return f"{sign}({text})" if sign else f"({text})"
+        if isinstance(expr, Pow):
+            return f"({self._scalar(expr.base)} ** {self._scalar(expr.exp)})"
+        if isinstance(expr, Add):
+            return "(" + " + ".join(self._scalar(a) for a in expr.args) + ")"
+        raise UnsupportedNode(f"no scalar rule for {type(expr).__name__}: {expr}")

@@ -1,0 +1,74 @@
+"""JAX printer: a jitted, batched module that imports only ``jax`` and ``functools``."""
+
+from __future__ import annotations
+
+from numerics import jax_kernels as K
+
+from .array_module import docstring, header
+from .codegen import EmittedFunction, MatrixCodePrinter, kernel_source
+
+KERNELS = (K.compute_dtype, K.gram_eigh, K.psd_power, K.isotropic_scale, K.msign_svd,
+           K.newton_schulz, K.spectral_sign, K._all_finite, K.validate_inputs)
+
+
+class JaxPrinter(MatrixCodePrinter):
+    """``_print_<Node>`` rules that call the inlined JAX kernels."""
+
+    def _print_Msign(self, expr):
+        return f"spectral_sign({self._print(expr.arg)}, msign, schedule)"
+
+    def _print_GramInvSqrt(self, expr):
+        return f"psd_power({self._eigh(expr)}, -0.5, {self._print(expr.base)}.dtype)"
+
+    def _print_GramSqrt(self, expr):
+        return f"psd_power({self._eigh(expr)}, 0.5, {self._print(expr.base)}.dtype)"
+
+    def _print_IsotropicScale(self, expr):
+        return f"isotropic_scale({self._print(expr.base)}, damping)"
+
+
+ARG_DOC = """Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"
+    or "svd"), schedule (Newton–Schulz steps, a tuple of coefficient tuples), check_finite
+    (raise on NaN/Inf inputs; skipped under an outer jit). Returns the update(s) to add, in the
+    input dtype."""
+
+
+def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedule_name: str,
+             schedule: tuple, schedule_source: str, msign_default: str, scalars: dict) -> str:
+    """The module text (deterministic byte for byte)."""
+    extra = ["", f"Newton–Schulz schedule: {schedule_name} ({schedule_source}).",
+             f"Default msign method: {msign_default}."]
+    parts = [header(title, command, functions, extra),
+             "import functools\n\nimport jax\nimport jax.numpy as jnp\n",
+             f"__all__ = {[fn.name for fn in functions]!r}\n",
+             f"MSIGN_METHODS = {K.MSIGN_METHODS!r}\n",
+             "NS_SCHEDULE = (\n" + "".join(f"    {tuple(step)!r},\n" for step in schedule) + ")\n",
+             "\n" + kernel_source(KERNELS) + "\n"]
+    for fn in functions:
+        parts.append(_function(fn, scalars, msign_default))
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
+    args = fn.argument_names
+    printer = JaxPrinter({a: a for a in args}, scalars)
+    body = printer.body([(out, der.formula) for out, der in fn.outputs])
+    dtype_of = args[0]
+    outs = ", ".join(f"{out}.astype({dtype_of}.dtype)" for out, _ in fn.outputs)
+    core = [
+        "",
+        '@functools.partial(jax.jit, static_argnames=("msign", "schedule"))',
+        f"def _{fn.name}({', '.join(args)}, eps, damping, msign, schedule):",
+        *[f"    {line}" for line in body],
+        f"    return {outs}",
+        "",
+        "",
+        f"def {fn.name}({', '.join(args)}, *, eps, damping=0.0, msign={msign_default!r}, "
+        "schedule=NS_SCHEDULE, check_finite=True):",
+        docstring(fn, ARG_DOC),
+        f"    validate_inputs({fn.name!r}, {fn.shapes()!r},",
+        f"                    {{{', '.join(f'{a!r}: {a}' for a in args)}}},",
+        "                    eps, damping, msign, schedule, check_finite)",
+        f"    return _{fn.name}({', '.join(args)}, eps, damping, msign, schedule)",
+    ]
+    return "\n".join(core) + "\n"

@@ -1,0 +1,87 @@
+"""LaTeX printer of expressions and derivations (``\\top`` for transposes, ``\\Delta W`` names)."""
+
+from __future__ import annotations
+
+from sympy.printing.latex import LatexPrinter
+
+from ..engine import Claim, Derivation, Problem, Solution
+
+
+class WorkbenchLatexPrinter(LatexPrinter):
+    """SymPy's LaTeX printer with the workbench's notation."""
+
+    def _print_Transpose(self, expr):
+        arg = self._print(expr.arg)
+        if not (expr.arg.is_Symbol or getattr(expr.arg, "is_MatrixSymbol", False)) and " " in arg:
+            arg = rf"\left({arg}\right)"
+        return rf"{arg}^{{\top}}"
+
+    def _print_MatrixSymbol(self, expr):
+        name = expr.name
+        delta = name.startswith("dW_")
+        if delta:
+            name = name[1:]
+        base, _, sub = name.partition("_")
+        text = f"{base}_{{{sub}}}" if sub else base
+        return rf"\Delta {text}" if delta else text
+
+    _print_FactMatrix = _print_MatrixSymbol
+
+
+def latex(expr) -> str:
+    return WorkbenchLatexPrinter().doprint(expr)
+
+
+def state_latex(state) -> str:
+    if isinstance(state, Problem):
+        return (rf"\min_{{{latex(state.variable)}}}\ {latex(state.objective)}"
+                rf"\quad \text{{s.t.}}\quad {latex(state.constraint)} \le {latex(state.budget)}")
+    if isinstance(state, Solution):
+        return rf"{latex(state.variable)}^{{\star}} = {latex(state.argmin)},\quad \text{{value }} {latex(state.value)}"
+    if isinstance(state, Claim):
+        return latex(state.expr)
+    raise TypeError(f"unknown state {state!r}")
+
+
+def _escape(text: str) -> str:
+    return text.replace("_", r"\_").replace("&", r"\&").replace("%", r"\%").replace("#", r"\#")
+
+
+def derivation_latex(der: Derivation) -> str:
+    """A ``\\subsection`` with one display per step, its lemma, side conditions and check."""
+    out = [rf"\subsection*{{{_escape(der.title)}}}", rf"\texttt{{{_escape(der.name)}}}: "
+           rf"{_escape(der.statement)}", r"\begin{align*}", rf"&{state_latex(der.start)} \\"]
+    for s in der.steps:
+        tag = rf"\text{{Lemma {s.lemma.number}}}"
+        out.append(rf"\Rightarrow\ &{state_latex(s.after)} && {tag} \\")
+    out.append(r"\end{align*}")
+    out.append(r"\begin{enumerate}")
+    for s in der.steps:
+        conds = "; ".join(_escape(c) for c in s.conditions) or "none"
+        chk = s.check
+        evidence = "" if chk is None else (f" Checked: float64 error {chk.float64_error:.1e}"
+                                           + ("" if chk.mpmath_error is None else
+                                              f", mpmath error {chk.mpmath_error:.1e}")
+                                           + f", symbolic: {chk.symbolic}.")
+        note = f" ({_escape(s.note)})" if s.note else ""
+        out.append(rf"\item Lemma {s.lemma.number}, {_escape(s.lemma.title)}{note}. "
+                   rf"Side conditions: {conds}.{evidence}")
+    out.append(r"\end{enumerate}")
+    return "\n".join(out) + "\n"
+
+
+def lemmas_latex(lemmas) -> str:
+    out = [r"\subsection*{Lemmas used}", r"\begin{description}"]
+    for lem in lemmas:
+        conds = ", ".join(rf"${c}$" for c in lem.conditions)
+        out.append(rf"\item[Lemma {lem.number}] {_escape(lem.title)}: ${lem.statement}$"
+                   + (f" (if {conds})" if conds else ""))
+    out.append(r"\end{description}")
+    return "\n".join(out) + "\n"
+
+
+def document_latex(title: str, derivations, lemmas) -> str:
+    body = "\n".join(derivation_latex(d) for d in derivations)
+    return (r"\documentclass{article}" "\n" r"\usepackage{amsmath,amssymb}" "\n"
+            rf"\title{{{_escape(title)}}}" "\n" r"\begin{document}" "\n" r"\maketitle" "\n"
+            + body + "\n" + lemmas_latex(lemmas) + r"\end{document}" "\n")

@@ -1,0 +1,147 @@
+"""JAX kernels: the one Newton–Schulz, damped Gram roots by eigh, SVD msign, input validation.
+
+The emitted modules inline these functions verbatim (they import nothing but ``jax`` and
+``jax.numpy``), so generated code and the validators run the same algorithms. Every kernel
+batches over leading axes and keeps the input dtype; eigh and SVD run in at least float32.
+"""
+
+import jax
+import jax.numpy as jnp
+
+MSIGN_METHODS = ("newton_schulz", "svd")
+
+
+def compute_dtype(dtype):
+    """Float32 for 16-bit inputs (eigh and SVD have no 16-bit kernels), else the dtype itself."""
+    return jnp.float32 if jnp.dtype(dtype).itemsize < 4 else dtype
+
+
+def gram_eigh(w, damping, side):
+    """Eigenpairs of ``WᵀW + λI`` (``side="right"``) or ``WWᵀ + λI`` (``"left"``), ascending."""
+    wc = w.astype(compute_dtype(w.dtype))
+    g = wc.mT @ wc if side == "right" else wc @ wc.mT
+    g = 0.5 * (g + g.mT) + damping * jnp.eye(g.shape[-1], dtype=g.dtype)
+    evals, evecs = jnp.linalg.eigh(g)
+    return evals, evecs
+
+
+def psd_power(eig, p, dtype):
+    """``V diag(w)^p Vᵀ`` from :func:`gram_eigh`; eigenvalues are floored at ``n·eps·max(w)``.
+
+    The floor keeps inverse roots finite for rank-deficient undamped partners; with
+    ``λ > 0`` it is never active.
+    """
+    evals, evecs = eig
+    n = evals.shape[-1]
+    tiny = jnp.finfo(evals.dtype).tiny
+    floor = jnp.maximum(n * jnp.finfo(evals.dtype).eps * evals[..., -1:], tiny)
+    powered = jnp.maximum(evals, floor) ** p
+    return ((evecs * powered[..., None, :]) @ evecs.mT).astype(dtype)
+
+
+def isotropic_scale(w, damping):
+    """``c_W = (‖W‖_F² / d_h + λ)^{1/2}`` per matrix, shape ``(..., 1, 1)``."""
+    wc = w.astype(compute_dtype(w.dtype))
+    sq = jnp.sum(wc * wc, axis=(-2, -1), keepdims=True)
+    return jnp.sqrt(sq / w.shape[-1] + damping).astype(w.dtype)
+
+
+def msign_svd(a):
+    """``U Vᵀ`` over the singular values above ``max(m, n)·eps·σ_max`` (zero ones map to 0)."""
+    ac = a.astype(compute_dtype(a.dtype))
+    u, s, vt = jnp.linalg.svd(ac, full_matrices=False)
+    tol = max(a.shape[-2:]) * jnp.finfo(ac.dtype).eps * s[..., :1]
+    keep = (s > tol).astype(ac.dtype)
+    return ((u * keep[..., None, :]) @ vt).astype(a.dtype)
+
+
+def newton_schulz(x, schedule, norm_eps=1e-7):
+    """msign by odd-polynomial iterations, one polynomial per entry of ``schedule``.
+
+    Step ``(c_0, c_1, …, c_k)`` maps ``X ← c_0 X + (c_1 A + c_2 A² + … + c_k A^k) X`` with
+    ``A = X Xᵀ`` formed on the short side, i.e. each singular value goes to
+    ``p(σ) = c_0 σ + c_1 σ³ + … + c_k σ^{2k+1}``. The input is first divided by
+    ``‖X‖_F + norm_eps`` so that ``σ ≤ 1``. Runs in the input dtype.
+    """
+    tall = x.shape[-2] > x.shape[-1]
+    if tall:
+        x = x.mT
+    x = x / (jnp.linalg.norm(x.astype(compute_dtype(x.dtype)), axis=(-2, -1), keepdims=True)
+             + norm_eps).astype(x.dtype)
+    eye = jnp.eye(x.shape[-2], dtype=x.dtype)
+    for coeffs in schedule:
+        a = x @ x.mT
+        b = coeffs[-1] * a
+        for c in reversed(coeffs[1:-1]):
+            b = (b + c * eye) @ a
+        x = coeffs[0] * x + b @ x
+    return x.mT if tall else x
+
+
+def spectral_sign(a, method, schedule):
+    """``msign(A)`` by ``"newton_schulz"`` (with ``schedule``) or ``"svd"``."""
+    if method == "svd":
+        return msign_svd(a)
+    return newton_schulz(a, schedule)
+
+
+@jax.jit
+def _all_finite(arrays):
+    return [jnp.all(jnp.isfinite(a)) for a in arrays]
+
+
+def validate_inputs(function, shapes, arrays, eps, damping, method, schedule, check_finite):
+    """Check arguments before tracing; raise ``ValueError``/``TypeError`` naming the argument.
+
+    ``shapes`` maps each argument name to its two trailing dimension names, e.g.
+    ``{"W_Q": ("d", "d_h")}``; every dimension name must get one size, every argument the same
+    leading (batch) shape and the same floating dtype, and ``d_h ≤ d``.
+    """
+    sizes, batch, dtype = {}, None, None
+    for name, dims in shapes.items():
+        x = arrays[name]
+        if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+            raise TypeError(f"{function}: {name} must be an array, got {type(x).__name__}")
+        if x.ndim < 2:
+            raise ValueError(f"{function}: {name} must have shape (..., {', '.join(dims)}), got {tuple(x.shape)}")
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise TypeError(f"{function}: {name} must be floating point, got dtype {x.dtype}")
+        if dtype is None:
+            dtype = x.dtype
+        elif x.dtype != dtype:
+            raise TypeError(f"{function}: {name} has dtype {x.dtype} but earlier arguments have {dtype}; "
+                            f"cast all inputs to one dtype")
+        lead = tuple(x.shape[:-2])
+        if batch is None:
+            batch = lead
+        elif lead != batch:
+            raise ValueError(f"{function}: {name} has leading (batch) shape {lead}, expected {batch}")
+        for dim, size in zip(dims, x.shape[-2:]):
+            if sizes.setdefault(dim, size) != size:
+                raise ValueError(f"{function}: {name} has {dim} = {size} but an earlier argument has "
+                                 f"{dim} = {sizes[dim]}; expected shape (..., {', '.join(dims)})")
+    if "d" in sizes and "d_h" in sizes and sizes["d_h"] > sizes["d"]:
+        raise ValueError(f"{function}: head dimension d_h = {sizes['d_h']} exceeds model width d = "
+                         f"{sizes['d']}; are the weights transposed? expected W of shape (..., d, d_h)")
+    for name, value in (("eps", eps), ("damping", damping)):
+        if isinstance(value, jax.core.Tracer):
+            continue
+        v = float(value)
+        if not v >= 0.0 or v == float("inf"):
+            raise ValueError(f"{function}: {name} must be finite and >= 0, got {value}")
+    if method not in MSIGN_METHODS:
+        raise ValueError(f"{function}: msign must be one of {MSIGN_METHODS}, got {method!r}")
+    if method == "newton_schulz":
+        if not isinstance(schedule, tuple) or not schedule:
+            raise TypeError(f"{function}: schedule must be a non-empty tuple of coefficient tuples "
+                            f"(it is a static argument), got {type(schedule).__name__}")
+        for step in schedule:
+            if not isinstance(step, tuple) or not step or not all(
+                    isinstance(c, float) and abs(c) < float("inf") for c in step):
+                raise ValueError(f"{function}: each schedule step must be a tuple of finite floats "
+                                 f"(c_0, c_1, ...), got {step!r}")
+    if check_finite and not any(isinstance(arrays[n], jax.core.Tracer) for n in shapes):
+        finite = _all_finite([arrays[n] for n in shapes])
+        for name, ok in zip(shapes, finite):
+            if not bool(ok):
+                raise ValueError(f"{function}: {name} contains NaN or Inf")
