@@ -113,9 +113,9 @@ def format_table(table: dict) -> str:
         mp = "" if r["mpmath_error"] is None else f"{r['mpmath_error']:.1e}"
         out.append(f"{r['derivation']:<28} {r['step']:>4} {r['lemma']:>5} {r['kind']:<19} "
                    f"{r['float64_error']:>9.1e} {mp:>9} {r['symbolic']:<12} {r['status']}")
-    out += ["", f"{'lemma self-check':<48} {'max error':>10}"]
+    out += ["", f"{'lemma self-check':<56} {'max error':>10}"]
     for r in table["lemmas"]:
-        out.append(f"{'Lemma ' + r['lemma'] + ': ' + r['rule']:<48} {r['self_check_error']:>10.1e}")
+        out.append(f"{'Lemma ' + r['lemma'] + ': ' + r['rule']:<56} {r['self_check_error']:>10.1e}")
     if table["measurements"]:
         out += ["", "measurements"]
         out += [f"  {m['measurement']}: {m['value']:.3e}" for m in table["measurements"]]

@@ -158,6 +158,20 @@ class InstanceSampler:
             return (u * np.clip(s, 0.3 * s.max(), None)) @ vt
         return rng.standard_normal((rows, cols))
 
+    @staticmethod
+    def _exact_facts(sym, value, backend):
+        """Re-impose isometry facts at the backend's precision (float64 QR is not exact in mpmath)."""
+        orth = getattr(backend, "orthonormalize", None)
+        facts = facts_of(sym)
+        if orth is None or not facts & {ORTHONORMAL_COLUMNS, ORTHONORMAL_ROWS, ISOTROPIC_COLUMNS}:
+            return value
+        if ORTHONORMAL_ROWS in facts:
+            return orth(value.T).T
+        if ISOTROPIC_COLUMNS in facts:
+            scale = backend.op_norm(value)
+            return orth(value) * scale
+        return orth(value)
+
     def sample(self, rng: np.random.Generator, symbols, backend=None) -> dict:
         """Values for ``symbols`` (matrices and scalars) and every definition that uses them."""
         backend = backend or NumpyBackend()
@@ -166,7 +180,7 @@ class InstanceSampler:
         env = {}
         for sym in sorted(base, key=str):
             if isinstance(sym, MatrixSymbol):
-                env[sym] = backend.asarray(self.matrix(rng, sym))
+                env[sym] = self._exact_facts(sym, backend.asarray(self.matrix(rng, sym)), backend)
             elif sym in self.scalars:
                 env[sym] = self.scalars[sym]
             else:

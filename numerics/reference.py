@@ -87,6 +87,12 @@ class MpmathBackend:
         return mpmath.eye(n)
 
     @staticmethod
+    def orthonormalize(a):
+        """Columns of ``a`` made orthonormal to the working precision (skinny QR)."""
+        q, _ = mpmath.qr(a, mode="skinny")
+        return q
+
+    @staticmethod
     def zeros(shape):
         return mpmath.zeros(*shape)
 

@@ -1,0 +1,66 @@
+"""``python -m derivations.halfsplit`` as a user runs it."""
+
+import subprocess
+import sys
+
+import pytest
+
+from derivations import halfsplit
+from derivations.cli import main
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "derivations.halfsplit", *args], capture_output=True, text=True)
+
+
+def test_help():
+    r = run("--help")
+    assert r.returncode == 0 and "--emit" in r.stdout and "--schedule" in r.stdout
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--emit", "text"], "Step 3. Lemma 2 (Isometries leave the operator norm)"),
+    (["--emit", "latex"], r"\begin{align*}"),
+    (["--emit", "numpy"], "def halfsplit_qk(W_Q, W_K, G_Q, G_K, *, eps, damping=0.0):"),
+    (["--emit", "jax", "--msign", "svd", "--schedule", "muon"], "(3.4445, -4.775, 2.0315)"),
+])
+def test_emit_targets(capsys, argv, needle):
+    assert main(halfsplit.rule_module(), argv) == 0
+    assert needle in capsys.readouterr().out
+
+
+def test_text_names_side_conditions_and_result(capsys):
+    main(halfsplit.rule_module(), ["--emit", "text"])
+    out = capsys.readouterr().out
+    assert "side condition: U_K has orthonormal columns" in out
+    assert "msign(G_M*P_K)" in out and "msign(P_Q*G_M)" in out
+    assert "(-epsilon/(2*c_K))*msign(G_Q)" in out
+
+
+def test_check_table(capsys):
+    assert main(halfsplit.rule_module(), ["--check", "--trials", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "halfsplit.product_step" in out and "steps passed" in out and "FAIL" not in out
+    assert "isotropic vs exact" in out
+
+
+def test_out_file(tmp_path):
+    target = tmp_path / "h.py"
+    assert main(halfsplit.rule_module(), ["--emit", "jax", "--out", str(target)]) == 0
+    assert "def halfsplit_qk(" in target.read_text()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    ([], "one of the arguments --emit --check is required"),
+    (["--emit", "fortran"], "invalid choice: 'fortran'"),
+    (["--emit", "jax", "--schedule", "nope"], "unknown schedule 'nope'"),
+    (["--check", "--trials", "0"], "--trials: must be >= 1"),
+    (["--emit", "jax", "--out", "/"], "is a directory"),
+    (["--emit", "jax", "--check"], "not allowed with argument"),
+])
+def test_bad_usage_is_one_line_and_exit_2(argv, needle):
+    r = run(*argv)
+    assert r.returncode == 2
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr
