@@ -20,9 +20,22 @@ def gram_eigh(w, damping, side):
     """Eigenpairs of ``WᵀW + λI`` (``side="right"``) or ``WWᵀ + λI`` (``"left"``), ascending."""
     wc = w.astype(compute_dtype(w.dtype))
     g = wc.mT @ wc if side == "right" else wc @ wc.mT
+    # exact symmetry matters: jax 0.10's CPU eigh never returned on a float32 Gram matrix
+    # formed as Wᵀ W without it (seen in benchmarks/halfsplit.py)
     g = 0.5 * (g + g.mT) + damping * jnp.eye(g.shape[-1], dtype=g.dtype)
     evals, evecs = jnp.linalg.eigh(g)
     return evals, evecs
+
+
+def gram_eigh_stacked(ws, damping, side):
+    """:func:`gram_eigh` of several same-shape matrices in one batched call.
+
+    One LAPACK call instead of several: on the CPU, jaxlib 0.10 runs independent eigh/SVD
+    kernels concurrently, each blocking a worker of the intra-op pool while it waits for its
+    own batch tasks; with two workers that deadlocks (seen with gdb on a 2-core machine).
+    """
+    evals, evecs = gram_eigh(jnp.stack(ws), damping, side)
+    return tuple((evals[i], evecs[i]) for i in range(len(ws)))
 
 
 def psd_power(eig, p, dtype):
@@ -85,12 +98,32 @@ def spectral_sign(a, method, schedule):
     return newton_schulz(a, schedule)
 
 
-@jax.jit
-def _all_finite(arrays):
-    return [jnp.all(jnp.isfinite(a)) for a in arrays]
+def spectral_sign_stacked(arrays, method, schedule):
+    """:func:`spectral_sign` of several same-shape matrices in one batched call."""
+    out = spectral_sign(jnp.stack(arrays), method, schedule)
+    return tuple(out[i] for i in range(len(arrays)))
 
 
-def validate_inputs(function, shapes, arrays, eps, damping, method, schedule, check_finite):
+def all_finite(arrays):
+    """One boolean: every entry of every array is finite (fuses with the producers under jit)."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in arrays]))
+
+
+def raise_if_not_finite(function, finite, arrays):
+    """After a call: raise ``ValueError`` naming the non-finite input, or the overflow.
+
+    Skipped when ``finite`` is a tracer (the caller is inside an outer ``jit``).
+    """
+    if isinstance(finite, jax.core.Tracer) or bool(finite):
+        return
+    for name, x in arrays.items():
+        if not bool(jnp.all(jnp.isfinite(x))):
+            raise ValueError(f"{function}: {name} contains NaN or Inf")
+    raise ValueError(f"{function}: the update overflowed to NaN/Inf in {next(iter(arrays.values())).dtype} "
+                     f"although every input is finite; use a wider dtype or a larger damping")
+
+
+def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
     """Check arguments before tracing; raise ``ValueError``/``TypeError`` naming the argument.
 
     ``shapes`` maps each argument name to its two trailing dimension names, e.g.
@@ -140,8 +173,3 @@ def validate_inputs(function, shapes, arrays, eps, damping, method, schedule, ch
                     isinstance(c, float) and abs(c) < float("inf") for c in step):
                 raise ValueError(f"{function}: each schedule step must be a tuple of finite floats "
                                  f"(c_0, c_1, ...), got {step!r}")
-    if check_finite and not any(isinstance(arrays[n], jax.core.Tracer) for n in shapes):
-        finite = _all_finite([arrays[n] for n in shapes])
-        for name, ok in zip(shapes, finite):
-            if not bool(ok):
-                raise ValueError(f"{function}: {name} contains NaN or Inf")

@@ -72,6 +72,8 @@ class MatrixCodePrinter:
     """Straight-line array code for matrix expressions, with common subexpressions named once."""
 
     cse_always = (Msign, GramSqrt, GramInvSqrt, IsotropicScale)
+    #: stack same-shape eigendecompositions and spectral signs into one batched call
+    stack_heavy = False
 
     def __init__(self, arguments: dict, scalars: dict):
         self.arguments = arguments  # matrix name → code name
@@ -80,16 +82,36 @@ class MatrixCodePrinter:
         self.temps: dict = {}
         self.counts: dict = {}
         self.counter = 0
+        self.groups: dict = {}  # eigh key or Msign node -> the keys/nodes computed with it
 
     # ---- driver ---------------------------------------------------------------------------
     def body(self, outputs: list) -> list[str]:
         """Lines computing every ``(name, expr)`` of ``outputs``."""
         for _, expr in outputs:
             self._count(expr)
+        if self.stack_heavy:
+            self._plan_groups([expr for _, expr in outputs])
         for name, expr in outputs:
             code = self._print(expr)
             self.lines.append(f"{name} = {code}")
         return self.lines
+
+    def _plan_groups(self, exprs):
+        """Group Gram eigendecompositions and msign nodes of equal shape (first-use order)."""
+        from sympy import preorder_traversal
+        grams, signs = {}, {}
+        for e in exprs:
+            for node in preorder_traversal(e):
+                if isinstance(node, (GramSqrt, GramInvSqrt)) and isinstance(node.base, MatrixSymbol):
+                    key = ("eigh", node.base, node.side)
+                    grams.setdefault((node.side, node.base.shape), {}).setdefault(key, None)
+                elif isinstance(node, Msign) and not node.arg.has(Msign):
+                    signs.setdefault(node.arg.shape, {}).setdefault(node, None)
+        for group in list(grams.values()) + list(signs.values()):
+            members = list(group)
+            if len(members) > 1:
+                for m in members:
+                    self.groups[m] = members
 
     def _count(self, expr):
         self.counts[expr] = self.counts.get(expr, 0) + 1
@@ -102,6 +124,8 @@ class MatrixCodePrinter:
     def _print(self, expr) -> str:
         if expr in self.temps:
             return self.temps[expr]
+        if expr in self.groups:
+            return self._print_group(expr)
         for cls in type(expr).__mro__:
             method = getattr(self, f"_print_{cls.__name__}", None)
             if method is not None:
@@ -127,8 +151,26 @@ class MatrixCodePrinter:
         self.counter += 1
         return f"{'msign' if isinstance(expr, Msign) else 't'}_{self.counter}"
 
+    def _print_group(self, expr) -> str:
+        """One stacked spectral-sign call for every msign of the group (arguments printed first)."""
+        members = self.groups[expr]
+        args = [self._print(m.arg) for m in members]
+        names = [self._temp_name(m) for m in members]
+        self.lines.append(f"{', '.join(names)} = {self._stacked_msign(args)}")
+        self.temps.update(zip(members, names))
+        return self.temps[expr]
+
+    def _stacked_msign(self, args) -> str:
+        raise UnsupportedNode(f"{type(self).__name__} cannot stack msign calls")
+
     def _eigh(self, node) -> str:
         key = ("eigh", node.base, node.side)
+        if key not in self.temps and key in self.groups:
+            members = self.groups[key]
+            names = [f"eig_{short_name(k[1])}" for k in members]
+            bases = ", ".join(self._print(k[1]) for k in members)
+            self.lines.append(f"{', '.join(names)} = gram_eigh_stacked(({bases}), damping, {node.side!r})")
+            self.temps.update(zip(members, names))
         if key not in self.temps:
             name = f"eig_{short_name(node.base)}"
             self.lines.append(f"{name} = gram_eigh({self._print(node.base)}, damping, {node.side!r})")

@@ -7,12 +7,23 @@ from numerics import jax_kernels as K
 from .array_module import docstring, header
 from .codegen import EmittedFunction, MatrixCodePrinter, kernel_source
 
-KERNELS = (K.compute_dtype, K.gram_eigh, K.psd_power, K.isotropic_scale, K.msign_svd,
-           K.newton_schulz, K.spectral_sign, K._all_finite, K.validate_inputs)
+KERNELS = (K.compute_dtype, K.gram_eigh, K.gram_eigh_stacked, K.psd_power, K.isotropic_scale, K.msign_svd,
+           K.newton_schulz, K.spectral_sign, K.spectral_sign_stacked, K.all_finite, K.raise_if_not_finite,
+           K.validate_inputs)
 
 
 class JaxPrinter(MatrixCodePrinter):
-    """``_print_<Node>`` rules that call the inlined JAX kernels."""
+    """``_print_<Node>`` rules that call the inlined JAX kernels.
+
+    Same-shape eigendecompositions and spectral signs are stacked into one batched call: fewer
+    kernel launches, and on the CPU it avoids running two LAPACK kernels at once, which
+    deadlocks jaxlib 0.10's thread pool on small machines (see ``gram_eigh_stacked``).
+    """
+
+    stack_heavy = True
+
+    def _stacked_msign(self, args):
+        return f"spectral_sign_stacked(({', '.join(args)}), msign, schedule)"
 
     def _print_Msign(self, expr):
         return f"spectral_sign({self._print(expr.arg)}, msign, schedule)"
@@ -29,7 +40,7 @@ class JaxPrinter(MatrixCodePrinter):
 
 ARG_DOC = """Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"
     or "svd"), schedule (Newton–Schulz steps, a tuple of coefficient tuples), check_finite
-    (raise on NaN/Inf inputs; skipped under an outer jit). Returns the update(s) to add, in the
+    (raise if an input or the update is NaN/Inf; skipped under an outer jit). Returns the update(s) to add, in the
     input dtype."""
 
 
@@ -54,13 +65,16 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
     printer = JaxPrinter({a: a for a in args}, scalars)
     body = printer.body([(out, der.formula) for out, der in fn.outputs])
     dtype_of = args[0]
-    outs = ", ".join(f"{out}.astype({dtype_of}.dtype)" for out, _ in fn.outputs)
+    names = [out for out, _ in fn.outputs]
+    casts = "".join(f"    {out} = {out}.astype({dtype_of}.dtype)\n" for out in names)
+    outs = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
     core = [
         "",
         '@functools.partial(jax.jit, static_argnames=("msign", "schedule"))',
         f"def _{fn.name}({', '.join(args)}, eps, damping, msign, schedule):",
         *[f"    {line}" for line in body],
-        f"    return {outs}",
+        casts.rstrip("\n"),
+        f"    return {outs}, all_finite({outs})",
         "",
         "",
         f"def {fn.name}({', '.join(args)}, *, eps, damping=0.0, msign={msign_default!r}, "
@@ -68,7 +82,10 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
         docstring(fn, ARG_DOC),
         f"    validate_inputs({fn.name!r}, {fn.shapes()!r},",
         f"                    {{{', '.join(f'{a!r}: {a}' for a in args)}}},",
-        "                    eps, damping, msign, schedule, check_finite)",
-        f"    return _{fn.name}({', '.join(args)}, eps, damping, msign, schedule)",
+        "                    eps, damping, msign, schedule)",
+        f"    outputs, finite = _{fn.name}({', '.join(args)}, eps, damping, msign, schedule)",
+        "    if check_finite:",
+        f"        raise_if_not_finite({fn.name!r}, finite, {{{', '.join(f'{a!r}: {a}' for a in args)}}})",
+        "    return outputs" + ("[0]" if len(fn.outputs) == 1 else ""),
     ]
     return "\n".join(core) + "\n"

@@ -1,0 +1,117 @@
+"""Benchmark: emitted half-split update vs the same algorithm written by hand in JAX.
+
+    python -m benchmarks.halfsplit [--repeats N] [--dtype float32|bfloat16]
+
+Times, in one run and interleaved, (1) the emitted jitted ``halfsplit_qk`` (the public function,
+input validation included) against a hand-written JAX version of the same algorithm (eigh
+inverse roots, the same Newton–Schulz schedule), and (2) Newton–Schulz msign against SVD msign
+inside the emitted function, for 12 heads of ``d = 768, d_h = 64`` and for ``d = 4096, d_h = 128``.
+The last line is ``emitted/handwritten median time ratio: R`` (the worst configuration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import coeffsearch
+from derivations import halfsplit
+from derivations.cli import render
+
+
+@functools.partial(jax.jit, static_argnames=("coeffs",))
+def handwritten_halfsplit(W_Q, W_K, G_Q, G_K, eps, damping, coeffs):
+    """The half-split rule typed by hand from MATH.md, for timing only.
+
+    Both Gram roots come from one stacked eigh and both signs from one stacked Newton–Schulz,
+    as in the emitted code: two concurrent eigh calls deadlock jaxlib 0.10 on a 2-core CPU.
+    """
+    W = jnp.stack([W_K, W_Q])
+    g = W.mT @ W
+    g = 0.5 * (g + g.mT) + damping * jnp.eye(W.shape[-1], dtype=W.dtype)
+    w, v = jnp.linalg.eigh(g)
+    C_inv = (v * w[..., None, :] ** -0.5) @ v.mT
+    X = (jnp.stack([G_Q, G_K]) @ C_inv).mT
+    X = X / (jnp.linalg.norm(X, axis=(-2, -1), keepdims=True) + 1e-7)
+    for a, b, c in coeffs:
+        S = X @ X.mT
+        X = a * X + (b * S + c * S @ S) @ X
+    step = -(eps / 2) * X.mT @ C_inv
+    return step[0], step[1]
+
+
+def _load_emitted():
+    src = render(halfsplit.rule_module(), "jax")
+    path = Path(tempfile.mkdtemp()) / "halfsplit_jax_bench.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("halfsplit_jax_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _warm(fn):
+    jax.block_until_ready(fn())  # compile
+    jax.block_until_ready(fn())
+
+
+def _time_once(fn) -> float:
+    t = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - t
+
+
+def run(repeats: int, dtype, configs) -> float:
+    mod = _load_emitted()
+    sched = coeffsearch.get(coeffsearch.DEFAULT).as_floats()
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    print(f"{'config':<26} {'emitted ms':>11} {'hand ms':>9} {'ratio':>7} {'NS ms':>9} {'SVD ms':>9} {'SVD/NS':>7}")
+    for heads, d, d_h in configs:
+        args = [jnp.asarray(rng.standard_normal((heads, d, d_h)), dtype) for _ in range(4)]
+        emitted = lambda: mod.halfsplit_qk(*args, eps=0.02, damping=1e-4, schedule=sched)  # noqa: E731
+        hand = lambda: handwritten_halfsplit(*args, 0.02, 1e-4, sched)  # noqa: E731
+        svd = lambda: mod.halfsplit_qk(*args, eps=0.02, damping=1e-4, msign="svd")  # noqa: E731
+        for fn in (emitted, hand, svd):
+            _warm(fn)
+        e_times, h_times = [], []
+        for _ in range(repeats):  # interleave to share machine noise
+            e_times.append(_time_once(emitted))
+            h_times.append(_time_once(hand))
+        s_times = [_time_once(svd) for _ in range(max(3, repeats // 4))]
+        e, h, s = (statistics.median(x) * 1e3 for x in (e_times, h_times, s_times))
+        ratio = e / h
+        worst = max(worst, ratio)
+        print(f"{heads:>3} x ({d}, {d_h}) {jnp.dtype(dtype).name:<9} {e:>11.2f} {h:>9.2f} {ratio:>7.3f} "
+              f"{e:>9.2f} {s:>9.2f} {s / e:>7.2f}")
+    return worst
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.halfsplit", description=__doc__.split("\n\n")[0])
+    p.add_argument("--repeats", type=int, default=30, help="timed calls per implementation (default 30)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    p.add_argument("--heads-4096", type=int, default=1, help="heads in the d = 4096 configuration (default 1)")
+    args = p.parse_args(argv)
+    if args.repeats < 1 or args.heads_4096 < 1:
+        p.error("--repeats and --heads-4096 must be >= 1")
+    dtype = jnp.float32 if args.dtype == "float32" else jnp.bfloat16
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}; schedule {coeffsearch.DEFAULT}; "
+          f"median of {args.repeats} interleaved calls")
+    worst = run(args.repeats, dtype, [(12, 768, 64), (args.heads_4096, 4096, 128)])
+    print(f"emitted/handwritten median time ratio: {worst:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
