@@ -1,0 +1,143 @@
+"""Greedy per-step minimax schedules (Polar Express's objective) by a Remez exchange in mpmath.
+
+Each step is the odd polynomial of degree ``2k+1`` minimising ``max_{x∈[l,u]} |1 − p(x)|``. By
+the alternation theorem the optimum equioscillates at ``k+2`` points: both ends and the ``k``
+interior critical points of ``p``. The exchange solves the levelled system on a reference, moves
+the reference to the new interior critical points (roots of ``p'`` as a polynomial in ``x²``),
+and stops when the levelled error matches the true maximum error (relative gap below ``tol``).
+
+The greedy composition (Amsel, Persson, Musco, Gower 2025) then maps ``l ← p(l)``, ``u ← 2 − l``.
+Options, as MATH.md defines them: a *cushion* (solve on ``[max(l, cushion·u), u]``, then rescale
+so ``p(l) + p(u) = 2``) and a *safety factor* ``s = 1 + δ`` (divide coefficient ``j`` of every step
+but the last by ``s^{2j+1}``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import mpmath
+
+from .polynomial import DEFAULT_DPS, ScheduleDoc, odd_derivative, odd_eval, to_decimal
+
+#: above this l/u the levelled system is singular to working precision; PE uses the limit polynomial
+NEAR_ONE = mpmath.mpf("5e-6")
+
+
+class RemezNotConverged(UserWarning):
+    """The exchange hit its iteration cap or lost alternation; the best iterate is returned."""
+
+
+@dataclass
+class StepResult:
+    """One minimax solve: coefficients, levelled error, reference, iterations, success flag."""
+
+    coeffs: list
+    error: object
+    reference: list
+    iterations: int
+    converged: bool
+
+
+def limit_polynomial(k: int, u=1):
+    """``x Σ_{j≤k} binom(2j, j) 4^{-j} (1 − x²)^j`` rescaled to ``[.., u]``: the ``l → u`` limit.
+
+    ``k = 1`` gives ``(3/2, −1/2)``, ``k = 2`` gives ``(15/8, −10/8, 3/8)``.
+    """
+    coeffs = [mpmath.mpf(0)] * (k + 1)
+    for j in range(k + 1):
+        w = mpmath.binomial(2 * j, j) / mpmath.mpf(4) ** j
+        for i in range(j + 1):  # (1 − x²)^j = Σ_i binom(j, i) (−x²)^i
+            coeffs[i] += w * mpmath.binomial(j, i) * (-1) ** i
+    u = mpmath.mpf(u)
+    return [c / u ** (2 * i + 1) for i, c in enumerate(coeffs)]
+
+
+def cubic_closed_form(l, u):
+    """Degree-3 minimax of 1 on ``[l, u]``: equal values at ``l`` and ``u``, peak at ``x*² = (u²+ul+l²)/3``."""
+    l, u = mpmath.mpf(l), mpmath.mpf(u)
+    xs = mpmath.sqrt((u * u + u * l + l * l) / 3)
+    a = 2 / (l - l ** 3 / (3 * xs * xs) + 2 * xs / 3)
+    b = -a / (3 * xs * xs)
+    return [a, b]
+
+
+def _critical_points(coeffs, l, u):
+    d = odd_derivative(coeffs)  # p'(x) = Σ d_j y^j with y = x²
+    if len(d) == 1:
+        return []
+    roots = mpmath.polyroots(list(reversed(d)), maxsteps=200, extraprec=2 * mpmath.mp.prec)
+    xs = []
+    for y in roots:
+        if abs(mpmath.im(y)) <= mpmath.mpf(10) ** (-mpmath.mp.dps // 2) * (1 + abs(y)):
+            y = mpmath.re(y)
+            if y > 0:
+                x = mpmath.sqrt(y)
+                if l < x < u:
+                    xs.append(x)
+    return sorted(xs)
+
+
+def remez_step(l, u, degree: int = 5, tol=None, max_iter: int = 100) -> StepResult:
+    """Minimax odd polynomial of ``degree`` for ``1`` on ``[l, u]`` (``0 < l < u``)."""
+    if degree < 1 or degree % 2 == 0:
+        raise ValueError(f"degree must be odd and >= 1, got {degree}")
+    k = (degree - 1) // 2
+    l, u = mpmath.mpf(l), mpmath.mpf(u)
+    if not 0 < l < u:
+        raise ValueError(f"need 0 < l < u, got l = {l}, u = {u}")
+    tol = tol or mpmath.mpf(10) ** (-(mpmath.mp.dps - 5))
+    if l / u >= 1 - NEAR_ONE:  # limit of the minimax polynomial as l/u → 1: full contact at the midpoint
+        coeffs = limit_polynomial(k, (l + u) / 2)
+        return StepResult(coeffs, max(abs(1 - odd_eval(coeffs, l)), abs(1 - odd_eval(coeffs, u))), [l, u], 0, True)
+    n = k + 1
+    ref = [(l + u) / 2 - (u - l) / 2 * mpmath.cos(mpmath.pi * i / n) for i in range(n + 1)]
+    best = None
+    for it in range(1, max_iter + 1):
+        rows = [[x ** (2 * j + 1) for j in range(n)] + [(-1) ** i] for i, x in enumerate(ref)]
+        sol = mpmath.lu_solve(mpmath.matrix(rows), mpmath.matrix([1] * (n + 1)))
+        coeffs, lev = [sol[j] for j in range(n)], sol[n]
+        crit = _critical_points(coeffs, l, u)
+        cand = [l] + crit + [u]
+        errs = [abs(1 - odd_eval(coeffs, x)) for x in cand]
+        emax = max(errs)
+        if best is None or emax < best.error:
+            best = StepResult(coeffs, emax, cand, it, False)
+        if emax - abs(lev) <= tol * emax:
+            return StepResult(coeffs, emax, cand, it, True)
+        if len(crit) != k:
+            break
+        ref = cand
+    warnings.warn(f"Remez on [{mpmath.nstr(l, 8)}, {mpmath.nstr(u, 8)}] degree {degree} did not converge "
+                  f"(max error {mpmath.nstr(best.error, 8)}); returning the best iterate", RemezNotConverged)
+    return best
+
+
+def greedy_schedule(lower, steps: int, degree: int = 5, cushion=0, safety=0, upper=1,
+                    dps: int = DEFAULT_DPS, progress=None) -> ScheduleDoc:
+    """Polar Express's greedy composition; returns the schedule with a per-step report."""
+    with mpmath.workdps(dps):
+        l, u = mpmath.mpf(lower), mpmath.mpf(upper)
+        cushion, s = mpmath.mpf(cushion), 1 + mpmath.mpf(safety)
+        out, report = [], []
+        for i in range(steps):
+            lo = max(l, cushion * u)
+            res = remez_step(lo, u, degree)
+            coeffs = res.coeffs
+            if cushion > 0 or lo != l:
+                scale = 2 / (odd_eval(coeffs, l) + odd_eval(coeffs, u))
+                coeffs = [c * scale for c in coeffs]
+            if safety and i < steps - 1:
+                coeffs = [c / s ** (2 * j + 1) for j, c in enumerate(coeffs)]
+            new_l = odd_eval(coeffs, l)
+            out.append([to_decimal(c, dps) for c in coeffs])
+            report.append({"step": i + 1, "interval": [to_decimal(lo, dps), to_decimal(u, dps)],
+                           "true_lower": to_decimal(l, dps), "error": to_decimal(res.error, 12),
+                           "iterations": res.iterations, "converged": res.converged})
+            l, u = new_l, 2 - new_l
+            if progress is not None:
+                progress.update(1)
+        params = {"method": "minimax", "lower": str(lower), "steps": steps, "degree": degree,
+                  "cushion": str(cushion), "safety": str(safety), "upper": str(upper), "dps": dps}
+        return ScheduleDoc(out, "schedule", f"minimax-d{degree}-k{steps}", params, report)
