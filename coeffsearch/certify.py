@@ -151,10 +151,13 @@ def overshoot_limit(coeffs_list, lower, start, iterations: int = 40):
 
 def certify(steps, lower, upper=1, name: str = "", prec: int = DEFAULT_PREC, digits: int = 20) -> dict:
     """A re-checkable certificate for ``steps`` on ``[lower, upper]`` (decimal strings, outward)."""
-    lower, upper = mpmath.mpf(str(lower)), mpmath.mpf(str(upper))
-    if not 0 < lower < upper:
-        raise CertificateError(f"need 0 < lower < upper, got lower = {lower}, upper = {upper}")
+    lower_text, upper_text = str(lower), str(upper)
+    with mpmath.workprec(prec):
+        if not 0 < mpmath.mpf(lower_text) < mpmath.mpf(upper_text):
+            raise CertificateError(f"need 0 < lower < upper, got lower = {lower_text}, upper = {upper_text}")
     with iv_precision(prec):
+        lower = _exact(iv.mpf(lower_text).a)  # outward: the decimal interval's enclosure
+        upper = _exact(iv.mpf(upper_text).b)
         cs = _iv_coeffs(steps)
         rows = propagate(cs, lower, upper)
         below = propagate(cs, mpmath.mpf(0), lower)
@@ -166,7 +169,7 @@ def certify(steps, lower, upper=1, name: str = "", prec: int = DEFAULT_PREC, dig
             "kind": "certificate",
             "name": name,
             "schedule": [[str(c) for c in s] for s in steps],
-            "interval": [str(lower), str(upper)],
+            "interval": [lower_text, upper_text],
             "precision_bits": prec,
             "method": "outward-rounded interval arithmetic (mpmath iv): endpoints and critical points per step",
             "steps": [{"step": r["step"], "input": fmt(r["input"]),
@@ -174,7 +177,7 @@ def certify(steps, lower, upper=1, name: str = "", prec: int = DEFAULT_PREC, dig
                        "output": fmt(r["output"])} for r in rows],
             "band": fmt(band),
             "worst_error": decimal_up(worst, digits),
-            "below_lower": {"input": ["0", str(lower)], "output": fmt(below[-1]["output"])},
+            "below_lower": {"input": ["0", lower_text], "output": fmt(below[-1]["output"])},
             "overshoot": {"criterion": f"final image of [lower, u] inside (0, {BOUNDED}]",
                           "u_max": None if u_max is None else decimal_down(u_max, 8)},
         }

@@ -80,14 +80,25 @@ def _critical_points(coeffs, l, u):
 
 
 def remez_step(l, u, degree: int = 5, tol=None, max_iter: int = 100) -> StepResult:
-    """Minimax odd polynomial of ``degree`` for ``1`` on ``[l, u]`` (``0 < l < u``)."""
+    """Minimax odd polynomial of ``degree`` for ``1`` on ``[l, u]`` (``0 < l < u``).
+
+    Runs at twice the working precision: on short intervals the monomial levelled system is
+    ill-conditioned, and the stopping test needs the error to ``tol`` relative accuracy.
+    """
+    tol = tol or mpmath.mpf(10) ** (-(mpmath.mp.dps - 5))
+    with mpmath.workdps(2 * mpmath.mp.dps):
+        res = _remez(l, u, degree, tol, max_iter)
+    res.coeffs = [+c for c in res.coeffs]
+    return res
+
+
+def _remez(l, u, degree, tol, max_iter):
     if degree < 1 or degree % 2 == 0:
         raise ValueError(f"degree must be odd and >= 1, got {degree}")
     k = (degree - 1) // 2
     l, u = mpmath.mpf(l), mpmath.mpf(u)
     if not 0 < l < u:
         raise ValueError(f"need 0 < l < u, got l = {l}, u = {u}")
-    tol = tol or mpmath.mpf(10) ** (-(mpmath.mp.dps - 5))
     if l / u >= 1 - NEAR_ONE:  # limit of the minimax polynomial as l/u → 1: full contact at the midpoint
         coeffs = limit_polynomial(k, (l + u) / 2)
         return StepResult(coeffs, max(abs(1 - odd_eval(coeffs, l)), abs(1 - odd_eval(coeffs, u))), [l, u], 0, True)

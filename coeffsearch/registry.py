@@ -8,17 +8,30 @@ with, so nothing is lost before the interval arithmetic of the certifier reads t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """A named schedule: its steps (decimal strings), where it comes from, what it was made for."""
+    """A named schedule: its steps (decimal strings), where it comes from, what it was made for.
+
+    A schedule published as a recipe rather than a full list (``recipe`` = keyword arguments of
+    :func:`coeffsearch.minimax.greedy_schedule`) is computed on first use.
+    """
 
     name: str
-    steps: tuple
+    published: tuple | None
     source: str
     lower: float | None = None  # the smallest normalized singular value it was designed for
+    recipe: dict = field(default_factory=dict)
+
+    @cached_property
+    def steps(self) -> tuple:
+        if self.published is not None:
+            return self.published
+        from .minimax import greedy_schedule
+        return tuple(tuple(step) for step in greedy_schedule(**self.recipe).steps)
 
     def as_floats(self) -> tuple:
         """The steps as a tuple of float tuples (the static argument of the emitted code)."""
@@ -86,5 +99,15 @@ register(Schedule(
                 ("3.7418", "-5.5913", "2.3037"), ("2.8769", "-3.1427", "1.2046"),
                 ("2.8366", "-3.0525", "1.2012")),
     "Cesista 2025, 5 steps tuned by gradient descent"))
+register(Schedule(
+    "polar-express", None,
+    "Amsel, Persson, Musco, Gower 2025 (Polar Express), greedy minimax: l = 1e-3, 8 steps, "
+    "cushion 0.02407327424182761, no safety factor (computed here; first and last tuples published)",
+    lower=1e-3, recipe=dict(lower="1e-3", steps=8, cushion="0.02407327424182761")))
+register(Schedule(
+    "cans", None,
+    "Grishina, Smirnov, Rakhuba 2025 (CANS), greedy minimax with no cushion or safety: l = 1e-3, "
+    "5 steps (computed here; first tuple published as about (8.4703, -25.1081, 18.6293))",
+    lower=1e-3, recipe=dict(lower="1e-3", steps=5)))
 
 DEFAULT = "polar-express-5"

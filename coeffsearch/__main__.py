@@ -1,0 +1,292 @@
+"""Command line: ``python -m coeffsearch {minimax,band,certify,validate,compare} …``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import mpmath
+
+from . import registry
+from .polynomial import ScheduleDoc, ScheduleError
+
+
+class UsageError(Exception):
+    """Reported on one line with exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
+
+
+def _positive(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return text
+
+
+def _nonneg(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return text
+
+
+def _count(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _progress(total, desc):
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, delay=1.0, file=sys.stderr, leave=False)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m coeffsearch", description="Newton–Schulz coefficient search, certification "
+                "and validation in arbitrary precision.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    m = sub.add_parser("minimax", help="greedy per-step minimax schedule (Polar Express objective, Remez)")
+    m.add_argument("--degree", type=_count, default=5, help="odd polynomial degree (default 5)")
+    m.add_argument("--steps", type=_count, required=True)
+    m.add_argument("--lower", type=_positive, required=True, help="smallest normalized singular value l")
+    m.add_argument("--upper", type=_positive, default="1", help="largest normalized singular value (default 1)")
+    m.add_argument("--cushion", type=_nonneg, default="0", help="solve on [max(l, cushion·u), u] (default 0)")
+    m.add_argument("--safety", type=_nonneg, default="0", help="δ of the safety factor s = 1 + δ (default 0)")
+    m.add_argument("--dps", type=_count, default=30, help="decimal digits of working precision (default 30)")
+    m.add_argument("--json", metavar="FILE", help="write the schedule and its report as JSON")
+
+    b = sub.add_parser("band", help="one fixed polynomial at every step: max slope into a band, or narrowest band")
+    b.add_argument("--steps", type=_count, required=True)
+    b.add_argument("--lower", type=_positive, required=True)
+    b.add_argument("--upper", type=_positive, default="1")
+    b.add_argument("--band", type=_positive, nargs=2, metavar=("LO", "HI"), help="target band (max-slope objective)")
+    b.add_argument("--slope", type=_positive, help="fix a and find the narrowest band containing 1 instead")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--json", metavar="FILE")
+
+    c = sub.add_parser("certify", help="rigorous per-step images by interval arithmetic, or re-check a certificate")
+    c.add_argument("schedule", help=f"a registered name ({', '.join(registry.names())}), a schedule JSON, "
+                                    "or a certificate JSON to re-check")
+    c.add_argument("--steps", type=_count, help="use this many steps (a one-polynomial schedule repeats)")
+    c.add_argument("--lower", type=_positive, help="default: the schedule's design l, else 1e-3")
+    c.add_argument("--upper", type=_positive, default=None, help="default 1")
+    c.add_argument("--json", metavar="FILE", help="write the certificate")
+
+    v = sub.add_parser("validate", help="run the schedule (JAX Newton–Schulz) on matrices with prescribed spectra")
+    v.add_argument("schedule")
+    v.add_argument("--dtype", choices=("float64", "float32", "bfloat16", "all"), default="all")
+    v.add_argument("--shape", default="256x512", help="MxN (default 256x512)")
+    v.add_argument("--lower", type=_positive, default="1e-3")
+    v.add_argument("--batch", type=_count, default=3, help="test matrices (condition numbers 1 … max)")
+    v.add_argument("--json", metavar="FILE")
+
+    k = sub.add_parser("compare", help="table of schedules (and --plot PNG of the composed polynomials)")
+    k.add_argument("schedules", nargs="+")
+    k.add_argument("--lower", type=_positive, default="1e-3")
+    k.add_argument("--upper", type=_positive, default="1")
+    k.add_argument("--plot", metavar="PNG")
+    k.add_argument("--json", metavar="FILE")
+    return p
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def resolve(spec: str):
+    """``(name, steps as decimal strings, design lower, raw JSON or None)`` for a name or a file."""
+    if spec in registry.names():
+        s = registry.get(spec)
+        return spec, [list(step) for step in s.steps], s.lower, None
+    if spec.endswith(".json") or os.path.exists(spec):
+        text = _read(spec)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{spec}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        if isinstance(data, dict) and data.get("kind") == "certificate":
+            ScheduleDoc.from_json(json.dumps({"steps": data.get("schedule")}), spec)
+            return data.get("name") or spec, data["schedule"], float(data["interval"][0]), data
+        doc = ScheduleDoc.from_json(text, spec)
+        lower = doc.parameters.get("lower")
+        return doc.name or spec, doc.steps, float(lower) if lower else None, None
+    raise UsageError(f"unknown schedule {spec!r}: not a registered name ({', '.join(registry.names())}) "
+                     f"and not a file")
+
+
+def _write_json(path, payload):
+    if path is None:
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(payload if isinstance(payload, str) else json.dumps(payload, indent=2) + "\n")
+    except OSError as exc:
+        raise UsageError(f"cannot write --json {path}: {exc.strerror}") from None
+
+
+def _check_interval(lower, upper):
+    if mpmath.mpf(lower) >= mpmath.mpf(upper):
+        raise UsageError(f"--lower must be < --upper, got {lower} >= {upper}")
+
+
+def cmd_minimax(a):
+    if a.degree % 2 == 0:
+        raise UsageError(f"argument --degree: must be odd, got {a.degree}")
+    _check_interval(a.lower, a.upper)
+    from .minimax import greedy_schedule
+    with _progress(a.steps, "minimax") as bar:
+        doc = greedy_schedule(a.lower, a.steps, a.degree, a.cushion, a.safety, a.upper, a.dps, progress=bar)
+    print(f"greedy minimax, degree {a.degree}, {a.steps} steps, l = {a.lower}, u = {a.upper}, cushion {a.cushion}, "
+          f"safety {a.safety}, {a.dps} digits")
+    print(f"{'step':>4}  {'solved on':<33} {'max |1-p|':>12}  coefficients")
+    for r, step in zip(doc.report, doc.steps):
+        iv_ = f"[{float(r['interval'][0]):.6g}, {float(r['interval'][1]):.6g}]"
+        flag = "" if r["converged"] else "  (not converged)"
+        print(f"{r['step']:>4}  {iv_:<33} {float(r['error']):>12.4e}  ({', '.join(step)}){flag}")
+    _write_json(a.json, doc.to_json())
+
+
+def cmd_band(a):
+    from .band import max_slope, narrowest_band
+    _check_interval(a.lower, a.upper)
+    if (a.band is None) == (a.slope is None):
+        raise UsageError("give exactly one of --band LO HI (maximize the slope) or --slope A (narrowest band)")
+    muon = (3.4445, -4.7750, 2.0315)
+    from .band import image
+    m_lo, m_hi = image(muon, float(a.lower), float(a.upper), a.steps)
+    with _progress(None, "band search") as bar:
+        if a.band is not None:
+            lo, hi = (float(x) for x in a.band)
+            if not lo < 1 < hi:
+                raise UsageError(f"argument --band: the band must contain 1 strictly inside, got [{lo}, {hi}]")
+            res = max_slope(a.lower, a.upper, a.steps, (lo, hi), seed=a.seed, progress=bar)
+        else:
+            res = narrowest_band(a.slope, a.lower, a.upper, a.steps, seed=a.seed, progress=bar)
+    coeffs = tuple(float(c) for c in res.coeffs)
+    out = {"objective": res.objective, "feasible": res.feasible, "steps": a.steps, "lower": a.lower,
+           "upper": a.upper, "band_target": a.band, "slope": a.slope, "coefficients": [repr(c) for c in coeffs],
+           "image": list(res.band) if res.band else None, "violation": res.violation,
+           "feasible_from_lower": res.feasible_from_lower, "notes": res.notes,
+           "muon": {"coefficients": list(muon), "image": [m_lo, m_hi]}}
+    if res.objective == "max_slope" and not res.feasible:
+        print(f"INFEASIBLE: no fixed quintic maps [{a.lower}, {a.upper}] into [{lo}, {hi}] in {a.steps} steps")
+        print(f"  best violation found: {res.violation:.6g} with (a, b, c) = {coeffs}, image "
+              f"[{res.band[0]:.6f}, {res.band[1]:.6f}]")
+        fl = res.feasible_from_lower
+        print(f"  smallest l for which the search is feasible: {fl:.6g}" if fl else
+              "  no feasible l found below u")
+    else:
+        print(f"{res.objective}: (a, b, c) = {coeffs}")
+        print(f"  certified image of [{a.lower}, {a.upper}] after {a.steps} steps: [{res.band[0]:.10f}, {res.band[1]:.10f}]")
+    print(f"  Muon (3.4445, -4.7750, 2.0315): slope a = 3.4445, image [{m_lo:.6f}, {m_hi:.6f}]")
+    if res.certificate is not None:
+        out["certificate"] = res.certificate
+    _write_json(a.json, out)
+
+
+def _steps_for(steps, n):
+    if n is None or n == len(steps):
+        return steps
+    if n < len(steps):
+        return steps[:n]
+    if all(s == steps[0] for s in steps):
+        return [steps[0]] * n
+    raise UsageError(f"argument --steps: the schedule has {len(steps)} different steps; cannot use {n}")
+
+
+def cmd_certify(a):
+    from .certify import CertificateError, certify, recheck
+    name, steps, design_lower, raw = resolve(a.schedule)
+    if raw is not None and a.lower is None and a.steps is None:
+        try:
+            fresh = recheck(raw)
+        except CertificateError as exc:
+            print(f"certificate {a.schedule}: FAILED: {exc}")
+            return 1
+        print(f"certificate {a.schedule}: re-checked, every stated step image contains the recomputed enclosure; "
+              f"band {fresh['band']}")
+        return 0
+    lower = a.lower or (repr(design_lower) if design_lower else "1e-3")
+    upper = a.upper or "1"
+    _check_interval(lower, upper)
+    steps = _steps_for(steps, a.steps)
+    try:
+        cert = certify(steps, lower, upper, name)
+    except CertificateError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"{name}: {len(steps)} steps on [{lower}, {upper}] ({cert['precision_bits']}-bit interval arithmetic)")
+    for r in cert["steps"]:
+        print(f"  step {r['step']}: [{r['input'][0]}, {r['input'][1]}] -> [{r['output'][0]}, {r['output'][1]}]"
+              f"  ({len(r['critical_points'])} interior critical point(s))")
+    print(f"  certified band: [{cert['band'][0]}, {cert['band'][1]}], worst |1 - p| <= {cert['worst_error']}")
+    print(f"  (0, l] maps into [{cert['below_lower']['output'][0]}, {cert['below_lower']['output'][1]}]")
+    print(f"  overshoot: largest u with {cert['overshoot']['criterion']}: {cert['overshoot']['u_max']}")
+    _write_json(a.json, cert)
+    return 0
+
+
+def cmd_validate(a):
+    from .validate import DTYPES, format_rows, parse_shape, validate
+    try:
+        shape = parse_shape(a.shape)
+    except ValueError as exc:
+        raise UsageError(f"argument --shape: {exc}") from None
+    name, steps, _, _ = resolve(a.schedule)
+    dtypes = DTYPES if a.dtype == "all" else (a.dtype,)
+    rows = validate(steps, dtypes, shape, float(a.lower), a.batch)
+    sys.stdout.write(format_rows(name, rows))
+    print(f"slack = 8 eps(dtype) for rounding; 'inside' means observed within certified ± slack")
+    _write_json(a.json, [r.__dict__ | {"inside": r.inside} for r in rows])
+    return 0 if all(r.inside for r in rows) else 1
+
+
+def cmd_compare(a):
+    from .compare import compare_rows, format_compare, plot
+    _check_interval(a.lower, a.upper)
+    named = [(n, s) for n, s, _, _ in (resolve(x) for x in a.schedules)]
+    rows = compare_rows(named, float(a.lower), float(a.upper))
+    sys.stdout.write(format_compare(rows, float(a.lower), float(a.upper)))
+    if a.plot:
+        try:
+            plot(named, a.plot, float(a.lower))
+        except OSError as exc:
+            raise UsageError(f"cannot write --plot {a.plot}: {exc.strerror}") from None
+        print(f"plot written to {a.plot}")
+    _write_json(a.json, rows)
+    return 0
+
+
+def main(argv=None) -> int:
+    try:
+        args = parser().parse_args(argv)
+        handler = {"minimax": cmd_minimax, "band": cmd_band, "certify": cmd_certify,
+                   "validate": cmd_validate, "compare": cmd_compare}[args.command]
+        return handler(args) or 0
+    except (UsageError, ScheduleError) as exc:
+        sys.stderr.write(f"coeffsearch: error: {exc}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

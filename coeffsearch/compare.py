@@ -1,0 +1,60 @@
+"""Side-by-side comparison of schedules: a table and a plot of ``p^{∘k}(σ)`` on a log axis."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .certify import certify
+from .validate import validate
+
+
+def compare_rows(named, lower: float = 1e-3, upper: float = 1.0, shape=(128, 256), seed: int = 0):
+    """Per schedule: steps, matmuls, certified band and worst error on ``[l, u]``, observed bf16 band."""
+    rows = []
+    for name, steps in named:
+        cert = certify(steps, repr(lower), repr(upper), name)
+        bf16 = validate(steps, dtypes=("bfloat16",), shape=shape, lower=lower, seed=seed)[0]
+        rows.append({"schedule": name, "steps": len(steps), "matmuls": sum(len(s) for s in steps),
+                     "certified_band": [float(cert["band"][0]), float(cert["band"][1])],
+                     "worst_error": float(cert["worst_error"]),
+                     "bf16_observed_band": list(bf16.observed), "u_max": cert["overshoot"]["u_max"]})
+    return rows
+
+
+def format_compare(rows, lower, upper) -> str:
+    head = (f"{'schedule':<18} {'steps':>5} {'matmuls':>7} {'certified band on [l, u]':>28} {'worst |1-p|':>11} "
+            f"{'bf16 observed band':>22} {'u_max':>9}")
+    out = [f"l = {lower:g}, u = {upper:g}", head, "-" * len(head)]
+    for r in rows:
+        cb, ob = r["certified_band"], r["bf16_observed_band"]
+        out.append(f"{r['schedule']:<18} {r['steps']:>5} {r['matmuls']:>7} {f'[{cb[0]:.6f}, {cb[1]:.6f}]':>28} "
+                   f"{r['worst_error']:>11.3e} {f'[{ob[0]:.4f}, {ob[1]:.4f}]':>22} {str(r['u_max']):>9}")
+    return "\n".join(out) + "\n"
+
+
+def plot(named, path: str, lower: float = 1e-3):
+    """PNG of ``p^{∘k}(σ)`` against ``σ ∈ [lower/10, 1.2]`` (log axis), one curve per schedule."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = np.geomspace(lower / 10, 1.2, 2000)
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    for name, steps in named:
+        y = x.copy()
+        with np.errstate(over="ignore", invalid="ignore"):
+            for s in steps:
+                c = [float(v) for v in s]
+                y = np.clip(sum(cj * y ** (2 * j + 1) for j, cj in enumerate(c)), -10.0, 10.0)
+        ax.plot(x, y, label=f"{name} ({len(steps)} steps)")
+    ax.axhline(1.0, color="k", lw=0.6)
+    ax.axvline(lower, color="grey", ls=":", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_ylim(-0.05, 1.6)
+    ax.set_xlabel("normalized singular value σ")
+    ax.set_ylabel("p∘…∘p(σ)")
+    ax.set_title("Newton–Schulz schedules: composed polynomial")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
