@@ -1,5 +1,14 @@
-"""Newton–Schulz coefficient schedules: the registry of published ones (more to come)."""
+"""Newton–Schulz coefficient schedules in arbitrary precision.
 
-from .registry import DEFAULT, Schedule, get, names, register
+* :mod:`coeffsearch.registry` — published schedules with sources; :func:`resolve` also reads JSON;
+* :mod:`coeffsearch.minimax` — greedy per-step minimax (Remez) with cushion and safety factor;
+* :mod:`coeffsearch.band` — one fixed polynomial into a band (global search, certified);
+* :mod:`coeffsearch.certify` — outward-rounded interval certificates, re-checkable JSON;
+* :mod:`coeffsearch.validate`, :mod:`coeffsearch.compare` — runs on real matrices, tables, plots.
 
-__all__ = ["DEFAULT", "Schedule", "get", "names", "register"]
+Command line: ``python -m coeffsearch --help``.
+"""
+
+from .registry import DEFAULT, Schedule, get, names, register, resolve
+
+__all__ = ["DEFAULT", "Schedule", "get", "names", "register", "resolve"]

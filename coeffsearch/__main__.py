@@ -115,24 +115,16 @@ def _read(path):
 
 
 def resolve(spec: str):
-    """``(name, steps as decimal strings, design lower, raw JSON or None)`` for a name or a file."""
-    if spec in registry.names():
-        s = registry.get(spec)
-        return spec, [list(step) for step in s.steps], s.lower, None
-    if spec.endswith(".json") or os.path.exists(spec):
-        text = _read(spec)
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{spec}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-        if isinstance(data, dict) and data.get("kind") == "certificate":
-            ScheduleDoc.from_json(json.dumps({"steps": data.get("schedule")}), spec)
-            return data.get("name") or spec, data["schedule"], float(data["interval"][0]), data
-        doc = ScheduleDoc.from_json(text, spec)
-        lower = doc.parameters.get("lower")
-        return doc.name or spec, doc.steps, float(lower) if lower else None, None
-    raise UsageError(f"unknown schedule {spec!r}: not a registered name ({', '.join(registry.names())}) "
-                     f"and not a file")
+    """``(name, steps as decimal strings, design lower, certificate JSON or None)``."""
+    try:
+        sched = registry.resolve(spec)
+    except KeyError as exc:
+        raise UsageError(exc.args[0]) from None
+    raw = None
+    if sched.source.startswith("file "):
+        data = json.loads(_read(spec))
+        raw = data if isinstance(data, dict) and data.get("kind") == "certificate" else None
+    return sched.name, [list(step) for step in sched.steps], sched.lower, raw
 
 
 def _write_json(path, payload):

@@ -70,6 +70,39 @@ def names() -> list:
     return sorted(_REGISTRY)
 
 
+def resolve(spec: str) -> Schedule:
+    """A registered name, or a schedule / certificate JSON file, as a :class:`Schedule`.
+
+    Raises ``KeyError`` for an unknown name that is not a file, and
+    :class:`coeffsearch.polynomial.ScheduleError` for a malformed file.
+    """
+    import json
+    import os
+
+    from .polynomial import ScheduleDoc, ScheduleError
+    if spec in _REGISTRY:
+        return _REGISTRY[spec]
+    if not os.path.isfile(spec):
+        raise KeyError(f"unknown schedule {spec!r}: not a registered name ({', '.join(names())}) and not a file")
+    try:
+        with open(spec, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ScheduleError(f"cannot read {spec}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ScheduleError(f"{spec}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if isinstance(data, dict) and data.get("kind") == "certificate":
+        doc = ScheduleDoc.from_json(json.dumps({"steps": data.get("schedule"), "name": data.get("name")}), spec)
+        lower = data.get("interval", [None])[0]
+    else:
+        doc = ScheduleDoc.from_json(text, spec)
+        lower = doc.parameters.get("lower")
+    return Schedule(doc.name or spec, tuple(tuple(st) for st in doc.steps), f"file {spec}",
+                    float(lower) if lower else None)
+
+
 register(Schedule(
     "muon", (("3.4445", "-4.7750", "2.0315"),) * 5,
     "Jordan et al. 2024, Muon reference implementation (github.com/KellerJordan/Muon): "

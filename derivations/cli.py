@@ -56,9 +56,10 @@ def _parser(rule: RuleModule) -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     p.add_argument("--msign", choices=("newton_schulz", "svd"), default="newton_schulz",
                    help="default msign method of the emitted JAX code (default: newton_schulz)")
-    p.add_argument("--schedule", default=coeffsearch.DEFAULT, metavar="NAME",
+    p.add_argument("--schedule", default=coeffsearch.DEFAULT, metavar="NAME|FILE",
                    help=f"default Newton–Schulz schedule of the emitted JAX code: one of "
-                        f"{', '.join(coeffsearch.names())} (default: {coeffsearch.DEFAULT})")
+                        f"{', '.join(coeffsearch.names())}, or a JSON file from python -m coeffsearch "
+                        f"(default: {coeffsearch.DEFAULT})")
     p.add_argument("--trials", type=int, default=5, help="--check: random instances per size (default 5)")
     p.add_argument("--seed", type=int, default=0, help="--check: random seed (default 0)")
     p.add_argument("--json", action="store_true", help="--check: print the table as JSON")
@@ -75,7 +76,7 @@ def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
             command += f" --schedule {schedule_name}"
         if msign != "newton_schulz":
             command += f" --msign {msign}"
-        sched = coeffsearch.get(schedule_name)
+        sched = coeffsearch.resolve(schedule_name)
         return emit_jax(rule.title, command, functions, sched.name, sched.as_floats(), sched.source,
                         msign, rule.scalars)
     if target == "numpy":
@@ -140,9 +141,12 @@ def main(rule: RuleModule, argv=None) -> int:
     prog = f"derivations.{rule.name}"
     try:
         args = _parser(rule).parse_args(argv)
-        if args.schedule not in coeffsearch.names():
-            raise UsageError(f"argument --schedule: unknown schedule {args.schedule!r}; "
-                             f"known: {', '.join(coeffsearch.names())}")
+        try:
+            coeffsearch.resolve(args.schedule)
+        except KeyError as exc:
+            raise UsageError(f"argument --schedule: {exc.args[0]}") from None
+        except ValueError as exc:
+            raise UsageError(f"argument --schedule: {exc}") from None
         if args.trials < 1:
             raise UsageError(f"argument --trials: must be >= 1, got {args.trials}")
         if args.out and os.path.isdir(args.out):

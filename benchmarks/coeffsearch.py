@@ -1,0 +1,46 @@
+"""Benchmark: a full 8-step degree-5 greedy minimax schedule with its certificate, at 30 and 60 digits.
+
+    python -m benchmarks.coeffsearch [--repeats N]
+
+Polar Express's parameters (l = 1e-3, cushion 0.02407327424182761). The last line is the ratio of
+the 60-digit time to the 30-digit time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from coeffsearch.certify import certify
+from coeffsearch.minimax import greedy_schedule
+
+
+def one(dps: int) -> tuple:
+    t0 = time.perf_counter()
+    doc = greedy_schedule("1e-3", 8, degree=5, cushion="0.02407327424182761", dps=dps)
+    t1 = time.perf_counter()
+    certify(doc.steps, "1e-3", "1", prec=int(dps * 3.33) + 20)
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.coeffsearch", description=__doc__.split("\n\n")[0])
+    p.add_argument("--repeats", type=int, default=5)
+    args = p.parse_args(argv)
+    print(f"{'digits':>6} {'minimax s':>10} {'certify s':>10} {'total s':>9}  (median of {args.repeats})")
+    totals = {}
+    for dps in (30, 60):
+        runs = [one(dps) for _ in range(args.repeats)]
+        m = statistics.median(r[0] for r in runs)
+        c = statistics.median(r[1] for r in runs)
+        totals[dps] = m + c
+        print(f"{dps:>6} {m:>10.3f} {c:>10.3f} {m + c:>9.3f}")
+    print(f"60-digit/30-digit time ratio: {totals[60] / totals[30]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
