@@ -22,7 +22,7 @@ from numerics.spectra import random_orthonormal
 from .vocabulary import (
     FULL_COLUMN_RANK, FULL_ROW_RANK, ISOTROPIC_COLUMNS, ORTHONORMAL_COLUMNS, ORTHONORMAL_ROWS,
     SPD, SYMMETRIC, GramInvSqrt, GramSqrt, Inner, IsotropicScale, Msign, NuclearNorm, OpNorm, PolarFactor,
-    Projector, facts_of,
+    Projector, RegularizedSylvester, facts_of,
 )
 
 
@@ -92,6 +92,8 @@ def _evaluate(expr, env, backend, dims, memo):
     if isinstance(expr, Projector):
         u = rec(PolarFactor(expr.base))
         return backend.matmul(u, backend.transpose(u))
+    if isinstance(expr, RegularizedSylvester):
+        return backend.sylvester(rec(expr.left), rec(expr.right), rec(expr.damping), rec(expr.rhs))
     if isinstance(expr, IsotropicScale):
         w = rec(expr.base)
         cols = _size(expr.base.shape[1], dims)

@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-from sympy import Basic, S, Symbol
-from sympy.matrices.expressions import Identity, MatMul, MatrixExpr, MatrixSymbol, Transpose
+from sympy import Add, Basic, S, Symbol
+from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixExpr, MatrixSymbol, Transpose
 
-from .algebra import map_bottom_up, product, replace_free, rewrite_adjacent, tidy, transpose
+from .algebra import map_bottom_up, product, replace_free, rewrite_adjacent, tidy, total, transpose
 from .evaluate import InstanceSampler, evaluate, free_symbols, relative_error
 from .vocabulary import (
     FULL_COLUMN_RANK, FULL_ROW_RANK, ISOTROPIC_COLUMNS, ORTHONORMAL_COLUMNS, ORTHONORMAL_ROWS,
     FactMatrix, GramInvSqrt, GramSqrt, Inner, IsotropicScale, Msign, NuclearNorm, OpNorm,
-    PolarFactor, Projector, dimension, facts_of, nonnegative_symbol, positive_symbol,
+    PolarFactor, Projector, RegularizedSylvester, dimension, facts_of, nonnegative_symbol, positive_symbol,
 )
 
 
@@ -562,6 +562,76 @@ ISOTROPIC_PARTNER = Lemma(
 )
 
 
+# ---- linearity of the inner product ---------------------------------------------------------
+def _linearity_rewrite(expr, **_):
+    hits = []
+
+    def visit(e):
+        if isinstance(e, Inner) and isinstance(e.args[1], MatAdd):
+            hits.append(e)
+            return Add(*[Inner(e.args[0], t) for t in e.args[1].args])
+        return e
+
+    new = map_bottom_up(expr, visit)
+    if not hits:
+        raise NotApplicable("no inner product with a sum to split")
+    return new, []
+
+
+def _linearity_ids():
+    a, b, c = _fresh("A", _k, _n), _fresh("B", _k, _n), _fresh("C", _k, _n)
+    return [(Inner(a, MatAdd(b, c)), Inner(a, b) + Inner(a, c))], InstanceSampler(_SMALL)
+
+
+INNER_LINEARITY = Lemma(
+    key="inner_linearity", number="L", title="Linearity of the inner product",
+    statement=r"\langle A, B + C\rangle = \langle A, B\rangle + \langle A, C\rangle",
+    rewrite=_linearity_rewrite, identities=_linearity_ids,
+)
+
+
+# ---- regularized Sylvester equation -------------------------------------------------------
+def _sylvester_rewrite(expr, **_):
+    """``A Aᵀ H + H B Bᵀ → D − 2λH`` for ``H`` the regularized Sylvester solution."""
+    conditions = []
+
+    def visit(e):
+        if not isinstance(e, MatAdd):
+            return e
+        terms = list(e.args)
+        for h in {a for t in terms for a in t.atoms(RegularizedSylvester)}:
+            left = product(h.left, transpose(h.left), h)
+            right = product(h, h.right, transpose(h.right))
+            if left in terms and right in terms:
+                terms.remove(left)
+                terms.remove(right)
+                terms += [h.rhs, product(-2 * h.damping, h)]
+                conditions.append(f"H solves (A Aᵀ + λI) H + H (B Bᵀ + λI) = D with A = {h.left}, "
+                                  f"B = {h.right}, λ = {h.damping} > 0")
+        return total(*terms) if conditions else e
+
+    new = map_bottom_up(expr, visit)
+    if not conditions:
+        raise NotApplicable("no A Aᵀ H + H B Bᵀ with H a regularized Sylvester solution")
+    return new, conditions
+
+
+def _sylvester_ids():
+    a, b, dd = _tall("A"), _tall("B"), _fresh("D", _m, _m)
+    lam = positive_symbol("lambda")
+    h = RegularizedSylvester(a, b, lam, dd)
+    return ([(total(product(a, a.T, h), product(h, b, b.T)), total(dd, product(-2 * lam, h)))],
+            InstanceSampler(_SMALL))
+
+
+SYLVESTER_EQUATION = Lemma(
+    key="sylvester_equation", number="S", title="Regularized Sylvester equation",
+    statement=(r"(AA^{\top} + \lambda I) H + H (BB^{\top} + \lambda I) = D \;\Rightarrow\;"
+               r" AA^{\top} H + H BB^{\top} = D - 2\lambda H"),
+    conditions=(r"\lambda > 0",), rewrite=_sylvester_rewrite, identities=_sylvester_ids,
+)
+
+
 ALL_LEMMAS = (LINEAR_STEEPEST_DESCENT, ORTHONORMAL_INVARIANCE, ADJOINT_MOVE, TRANSPOSITION, CHANGE_OF_VARIABLES,
               MSIGN_ISOMETRY, MSIGN_SCALE, MSIGN_TRANSPOSE, POLAR_SUBSTITUTION, POLAR_INVERSE,
-              CHAIN_RULE, PROJECTOR, ISOTROPIC_PARTNER)
+              CHAIN_RULE, PROJECTOR, ISOTROPIC_PARTNER, INNER_LINEARITY, SYLVESTER_EQUATION)

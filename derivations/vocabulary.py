@@ -257,6 +257,34 @@ class Projector(_Derived):
         return f"P_{{{short_name(self.base)}}}"
 
 
+class RegularizedSylvester(_Derived):
+    """``H`` solving ``(A A ᵀ + λI) H + H (B Bᵀ + λI) = D`` for tall factors ``A, B`` (``d × d_h``).
+
+    Unique when ``λ > 0`` (the operator's eigenvalues are ``α_i + β_j + 2λ > 0``).
+    """
+
+    def __new__(cls, left, right, damping, rhs):
+        left, right, rhs = _sympify(left), _sympify(right), _sympify(rhs)
+        if rhs.shape != (left.shape[0], right.shape[0]):
+            raise ValueError(f"Sylvester right-hand side must be {left.shape[0]} x {right.shape[0]}, got {rhs.shape}")
+        return Basic.__new__(cls, left, right, sympify(damping), rhs)
+
+    left = property(lambda self: self.args[0])
+    right = property(lambda self: self.args[1])
+    damping = property(lambda self: self.args[2])
+    rhs = property(lambda self: self.args[3])
+
+    @property
+    def shape(self):
+        return self.rhs.shape
+
+    def _sympystr(self, printer):
+        return "H"
+
+    def _latex(self, printer):
+        return r"H_{\lambda}"
+
+
 class _MatrixScalar(Expr):
     """A real scalar computed from matrices (inner products and norms)."""
 

@@ -173,3 +173,51 @@ def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
                     isinstance(c, float) and abs(c) < float("inf") for c in step):
                 raise ValueError(f"{function}: each schedule step must be a tuple of finite floats "
                                  f"(c_0, c_1, ...), got {step!r}")
+
+
+SYLVESTER_SOLVERS = ("structured", "dense")
+
+
+def sylvester_lowrank(w_q, w_k, damping, d):
+    """``H`` with ``(W_Q W_Qᵀ + λI) H + H (W_K W_Kᵀ + λI) = D`` in ``O(d² d_h)``, ``λ > 0``.
+
+    With thin SVDs ``W_Q = U_Q S_Q ·``, ``W_K = U_K S_K ·`` the operator is diagonal in the bases
+    ``[U_Q, U_Q⊥]`` and ``[U_K, U_K⊥]``: eigenvalues ``s_Q,i² + s_K,j² + 2λ`` (zero ``s`` on the
+    complements). ``D`` is split by the projectors ``P_Q = U_Q U_Qᵀ``, ``P_K = U_K U_Kᵀ`` into four
+    blocks, each divided by its eigenvalues; no ``d × d`` factorization is ever formed.
+    """
+    ct = compute_dtype(d.dtype)
+    dc = d.astype(ct)
+    # one stacked SVD, made to wait for D: on the CPU two LAPACK kernels running at once can
+    # deadlock jaxlib's pool (see gram_eigh_stacked); 0·D adds the data dependency
+    w = jnp.stack([w_q, w_k]).astype(ct) + 0 * dc[..., :1, :1]
+    u, s, _ = jnp.linalg.svd(w, full_matrices=False)
+    uq, uk, sq, sk = u[0], u[1], s[0], s[1]
+    aq, ak = sq * sq, sk * sk
+    lam2 = 2 * damping
+    dq = uq.mT @ dc  # d_h × d
+    dk = dc @ uk  # d × d_h
+    core = uq.mT @ dk  # d_h × d_h
+    h_core = core / (aq[..., :, None] + ak[..., None, :] + lam2)
+    row = (dq - core @ uk.mT) / (aq[..., :, None] + lam2)  # U_Qᵀ D (I − P_K)
+    col = (dk - uq @ core) / (ak[..., None, :] + lam2)  # (I − P_Q) D U_K
+    rest = dc - uq @ dq - dk @ uk.mT + uq @ core @ uk.mT  # (I − P_Q) D (I − P_K)
+    h = uq @ (h_core @ uk.mT + row) + col @ uk.mT + rest / lam2
+    return h.astype(d.dtype)
+
+
+def sylvester_dense(w_q, w_k, damping, d):
+    """The same ``H`` by Bartels–Stewart (``jax.scipy.linalg.solve_sylvester``), ``O(d³)``."""
+    ct = compute_dtype(d.dtype)
+    wq, wk = w_q.astype(ct), w_k.astype(ct)
+    eye = jnp.eye(d.shape[-1], dtype=ct)
+    a = wq @ wq.mT + damping * eye
+    b = wk @ wk.mT + damping * eye
+    return jax.scipy.linalg.solve_sylvester(a, b, d.astype(ct)).astype(d.dtype)
+
+
+def sylvester_solve(w_q, w_k, damping, d, solver):
+    """Regularized Sylvester solve by ``"structured"`` (rank-``d_h``) or ``"dense"``."""
+    if solver == "dense":
+        return sylvester_dense(w_q, w_k, damping, d)
+    return sylvester_lowrank(w_q, w_k, damping, d)

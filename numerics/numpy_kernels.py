@@ -29,3 +29,10 @@ def msign_svd(a):
     u, s, vt = np.linalg.svd(a, full_matrices=False)
     keep = s > max(a.shape[-2:]) * np.finfo(np.float64).eps * s[..., :1]
     return (u * keep[..., None, :]) @ vt
+
+
+def sylvester_dense(w_q, w_k, damping, d):
+    """``H`` with ``(W_Q W_Qᵀ + λI) H + H (W_K W_Kᵀ + λI) = D`` by SciPy's Bartels–Stewart."""
+    import scipy.linalg
+    eye = np.eye(d.shape[-1])
+    return scipy.linalg.solve_sylvester(w_q @ w_q.T + damping * eye, w_k @ w_k.T + damping * eye, d)

@@ -51,6 +51,8 @@ class NumpyBackend:
             raise np.linalg.LinAlgError("negative power of a singular PSD matrix")
         return numpy_kernels.psd_power((w, v), p)
 
+    sylvester = staticmethod(numpy_kernels.sylvester_dense)
+
     @staticmethod
     def inner(a, b):
         return float(np.sum(a * b))
@@ -131,6 +133,23 @@ class MpmathBackend:
                 raise ZeroDivisionError("negative power of a singular PSD matrix")
             d[i, i] = mpmath.power(max(w[i], 0), p)
         return q * d * q.T
+
+    @staticmethod
+    def sylvester(w_q, w_k, damping, d):
+        """Solve the regularized Sylvester equation as a Kronecker linear system (small sizes)."""
+        n, m = d.rows, d.cols
+        a = w_q * w_q.T + mpmath.eye(n) * damping
+        b = w_k * w_k.T + mpmath.eye(m) * damping
+        big = mpmath.zeros(n * m, n * m)
+        for i in range(n):
+            for j in range(m):
+                row = i * m + j
+                for k in range(n):
+                    big[row, k * m + j] += a[i, k]
+                for k in range(m):
+                    big[row, i * m + k] += b[k, j]
+        x = mpmath.lu_solve(big, mpmath.matrix([d[i, j] for i in range(n) for j in range(m)]))
+        return mpmath.matrix([[x[i * m + j] for j in range(m)] for i in range(n)])
 
     @staticmethod
     def inner(a, b):

@@ -16,7 +16,7 @@ from sympy import Add, Basic, Integer, Mul, Pow, Rational, Symbol
 from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol, Transpose
 
 from ..engine import Derivation
-from ..vocabulary import GramInvSqrt, GramSqrt, IsotropicScale, Msign, short_name
+from ..vocabulary import GramInvSqrt, GramSqrt, IsotropicScale, Msign, RegularizedSylvester, short_name
 
 
 class UnsupportedNode(TypeError):
@@ -32,6 +32,10 @@ class EmittedFunction:
     inputs: list  # MatrixSymbols, in argument order
     outputs: list  # (output name, Derivation)
     notes: list = field(default_factory=list)
+    #: extra static keyword options: name -> (default, allowed values)
+    options: dict = field(default_factory=dict)
+    #: the rule needs λ > 0 (e.g. a regularized Sylvester solve)
+    positive_damping: bool = False
 
     @property
     def argument_names(self):
@@ -71,7 +75,7 @@ def kernel_source(functions) -> str:
 class MatrixCodePrinter:
     """Straight-line array code for matrix expressions, with common subexpressions named once."""
 
-    cse_always = (Msign, GramSqrt, GramInvSqrt, IsotropicScale)
+    cse_always = (Msign, GramSqrt, GramInvSqrt, IsotropicScale, RegularizedSylvester)
     #: stack same-shape eigendecompositions and spectral signs into one batched call
     stack_heavy = False
 
@@ -148,6 +152,8 @@ class MatrixCodePrinter:
             return f"C_{short_name(expr.base)}"
         if isinstance(expr, IsotropicScale):
             return f"c_{short_name(expr.base)}"
+        if isinstance(expr, RegularizedSylvester):
+            return "H"
         self.counter += 1
         return f"{'msign' if isinstance(expr, Msign) else 't'}_{self.counter}"
 

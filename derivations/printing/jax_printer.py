@@ -9,7 +9,7 @@ from .codegen import EmittedFunction, MatrixCodePrinter, kernel_source
 
 KERNELS = (K.compute_dtype, K.gram_eigh, K.gram_eigh_stacked, K.psd_power, K.isotropic_scale, K.msign_svd,
            K.newton_schulz, K.spectral_sign, K.spectral_sign_stacked, K.all_finite, K.raise_if_not_finite,
-           K.validate_inputs)
+           K.validate_inputs, K.sylvester_lowrank, K.sylvester_dense, K.sylvester_solve)
 
 
 class JaxPrinter(MatrixCodePrinter):
@@ -33,6 +33,10 @@ class JaxPrinter(MatrixCodePrinter):
 
     def _print_GramSqrt(self, expr):
         return f"psd_power({self._eigh(expr)}, 0.5, {self._print(expr.base)}.dtype)"
+
+    def _print_RegularizedSylvester(self, expr):
+        return (f"sylvester_solve({self._print(expr.left)}, {self._print(expr.right)}, "
+                f"{self._scalar(expr.damping)}, {self._print(expr.rhs)}, solver)")
 
     def _print_IsotropicScale(self, expr):
         return f"isotropic_scale({self._print(expr.base)}, damping)"
@@ -65,25 +69,39 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
     printer = JaxPrinter({a: a for a in args}, scalars)
     body = printer.body([(out, der.formula) for out, der in fn.outputs])
     dtype_of = args[0]
+    opts = list(fn.options)
+    static = ", ".join(f'"{o}"' for o in ["msign", "schedule", *opts])
+    opt_params = "".join(f", {o}" for o in opts)
+    opt_kw = "".join(f", {o}={d!r}" for o, (d, _) in fn.options.items())
+    opt_checks = []
+    for o, (_, allowed) in fn.options.items():
+        opt_checks += [f"    if {o} not in {tuple(allowed)!r}:",
+                       f"        raise ValueError(f\"{fn.name}: {o} must be one of {tuple(allowed)!r}, got {{{o}!r}}\")"]
+    if fn.positive_damping:
+        opt_checks += ["    if not isinstance(damping, jax.core.Tracer) and not float(damping) > 0:",
+                       f"        raise ValueError(f\"{fn.name}: damping must be > 0 (the regularized solve divides by "
+                       f"2·damping), got {{damping}}\")"]
     names = [out for out, _ in fn.outputs]
     casts = "".join(f"    {out} = {out}.astype({dtype_of}.dtype)\n" for out in names)
     outs = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
     core = [
         "",
-        '@functools.partial(jax.jit, static_argnames=("msign", "schedule"))',
-        f"def _{fn.name}({', '.join(args)}, eps, damping, msign, schedule):",
+        f'@functools.partial(jax.jit, static_argnames=({static},))',
+        f"def _{fn.name}({', '.join(args)}, eps, damping, msign, schedule{opt_params}):",
         *[f"    {line}" for line in body],
         casts.rstrip("\n"),
         f"    return {outs}, all_finite({outs})",
         "",
         "",
-        f"def {fn.name}({', '.join(args)}, *, eps, damping=0.0, msign={msign_default!r}, "
-        "schedule=NS_SCHEDULE, check_finite=True):",
+        f"def {fn.name}({', '.join(args)}, *, eps, {'damping' if fn.positive_damping else 'damping=0.0'}, "
+        f"msign={msign_default!r}, "
+        f"schedule=NS_SCHEDULE{opt_kw}, check_finite=True):",
         docstring(fn, ARG_DOC),
         f"    validate_inputs({fn.name!r}, {fn.shapes()!r},",
         f"                    {{{', '.join(f'{a!r}: {a}' for a in args)}}},",
         "                    eps, damping, msign, schedule)",
-        f"    outputs, finite = _{fn.name}({', '.join(args)}, eps, damping, msign, schedule)",
+        *opt_checks,
+        f"    outputs, finite = _{fn.name}({', '.join(args)}, eps, damping, msign, schedule{opt_params})",
         "    if check_finite:",
         f"        raise_if_not_finite({fn.name!r}, finite, {{{', '.join(f'{a!r}: {a}' for a in args)}}})",
         "    return outputs" + ("[0]" if len(fn.outputs) == 1 else ""),

@@ -7,7 +7,7 @@ from numerics import numpy_kernels as K
 from .array_module import docstring, header
 from .codegen import EmittedFunction, MatrixCodePrinter, kernel_source
 
-KERNELS = (K.gram_eigh, K.psd_power, K.isotropic_scale, K.msign_svd)
+KERNELS = (K.gram_eigh, K.psd_power, K.isotropic_scale, K.msign_svd, K.sylvester_dense)
 
 
 class NumpyPrinter(MatrixCodePrinter):
@@ -21,6 +21,10 @@ class NumpyPrinter(MatrixCodePrinter):
 
     def _print_GramSqrt(self, expr):
         return f"psd_power({self._eigh(expr)}, 0.5)"
+
+    def _print_RegularizedSylvester(self, expr):
+        return (f"sylvester_dense({self._print(expr.left)}, {self._print(expr.right)}, "
+                f"{self._scalar(expr.damping)}, {self._print(expr.rhs)})")
 
     def _print_IsotropicScale(self, expr):
         return f"isotropic_scale({self._print(expr.base)}, damping)"
