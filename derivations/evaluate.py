@@ -93,7 +93,10 @@ def _evaluate(expr, env, backend, dims, memo):
         u = rec(PolarFactor(expr.base))
         return backend.matmul(u, backend.transpose(u))
     if isinstance(expr, RegularizedSylvester):
-        return backend.sylvester(rec(expr.left), rec(expr.right), rec(expr.damping), rec(expr.rhs))
+        a, b = expr.left, expr.right
+        if expr.side == "inner":
+            return backend.sylvester(rec(Transpose(a)), rec(Transpose(b)), rec(expr.damping), rec(expr.rhs))
+        return backend.sylvester(rec(a), rec(b), rec(expr.damping), rec(expr.rhs))
     if isinstance(expr, IsotropicScale):
         w = rec(expr.base)
         cols = _size(expr.base.shape[1], dims)

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 from sympy import Add, Basic, S, Symbol
-from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixExpr, MatrixSymbol, Transpose
+from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixExpr, MatrixSymbol, Transpose, ZeroMatrix
 
 from .algebra import map_bottom_up, product, replace_free, rewrite_adjacent, tidy, total, transpose
 from .evaluate import InstanceSampler, evaluate, free_symbols, relative_error
@@ -599,15 +599,15 @@ def _sylvester_rewrite(expr, **_):
         if not isinstance(e, MatAdd):
             return e
         terms = list(e.args)
-        for h in {a for t in terms for a in t.atoms(RegularizedSylvester)}:
-            left = product(h.left, transpose(h.left), h)
-            right = product(h, h.right, transpose(h.right))
+        for h in sorted({a for t in terms for a in t.atoms(RegularizedSylvester)}, key=str):
+            ga, gb = (product(m.args[0], m.args[1]) for m in h.grams())
+            left, right = product(ga, h), product(h, gb)
             if left in terms and right in terms:
                 terms.remove(left)
                 terms.remove(right)
-                terms += [h.rhs, product(-2 * h.damping, h)]
-                conditions.append(f"H solves (A Aᵀ + λI) H + H (B Bᵀ + λI) = D with A = {h.left}, "
-                                  f"B = {h.right}, λ = {h.damping} > 0")
+                terms += [h.rhs] + ([product(-2 * h.damping, h)] if h.damping != 0 else [])
+                conditions.append(f"{h} solves ({ga} + λI) {h} + {h} ({gb} + λI) = {h.rhs}, λ = {h.damping}"
+                                  + (" > 0" if h.side == "outer" else " (SPD Grams: full column rank)"))
         return total(*terms) if conditions else e
 
     new = map_bottom_up(expr, visit)
@@ -620,18 +620,84 @@ def _sylvester_ids():
     a, b, dd = _tall("A"), _tall("B"), _fresh("D", _m, _m)
     lam = positive_symbol("lambda")
     h = RegularizedSylvester(a, b, lam, dd)
-    return ([(total(product(a, a.T, h), product(h, b, b.T)), total(dd, product(-2 * lam, h)))],
+    inner = RegularizedSylvester(_tall("A", FULL_COLUMN_RANK), _tall("B", FULL_COLUMN_RANK), 0,
+                                 _fresh("R", _n, _n), "inner")
+    ia, ib = inner.left, inner.right
+    return ([(total(product(a, a.T, h), product(h, b, b.T)), total(dd, product(-2 * lam, h))),
+             (total(product(ia.T, ia, inner), product(inner, ib.T, ib)), inner.rhs)],
             InstanceSampler(_SMALL))
 
 
 SYLVESTER_EQUATION = Lemma(
     key="sylvester_equation", number="S", title="Regularized Sylvester equation",
-    statement=(r"(AA^{\top} + \lambda I) H + H (BB^{\top} + \lambda I) = D \;\Rightarrow\;"
-               r" AA^{\top} H + H BB^{\top} = D - 2\lambda H"),
-    conditions=(r"\lambda > 0",), rewrite=_sylvester_rewrite, identities=_sylvester_ids,
+    statement=(r"(\mathcal{A} + \lambda I) H + H (\mathcal{B} + \lambda I) = D \;\Rightarrow\;"
+               r" \mathcal{A} H + H \mathcal{B} = D - 2\lambda H,\ "
+               r"\mathcal{A} = AA^{\top} \text{ or } A^{\top}A"),
+    conditions=(r"\lambda > 0 \text{ (outer) or full-rank factors (inner)}",), rewrite=_sylvester_rewrite, identities=_sylvester_ids,
+)
+
+
+# ---- ring axioms: distribute and collect -------------------------------------------------------
+def _split_coeff(term):
+    if isinstance(term, MatMul):
+        coeff, mats = term.as_coeff_matrices()
+        return coeff, product(*mats)
+    return S.One, term
+
+
+def _distribute(e):
+    """``(A + B) C → A C + B C`` and ``C (A + B) → C A + C B`` inside products."""
+    if not isinstance(e, MatMul):
+        return e
+    coeff, mats = e.as_coeff_matrices()
+    for i, m in enumerate(mats):
+        if isinstance(m, MatAdd):
+            pre, post = mats[:i], mats[i + 1:]
+            return total(*[_distribute(product(coeff, *pre, t, *post)) for t in m.args])
+    return e
+
+
+def _collect_rewrite(expr, **_):
+    changed = []
+
+    def visit(e):
+        e2 = _distribute(e)
+        if not isinstance(e2, MatAdd):
+            if e2 != e:
+                changed.append(e)
+            return e2
+        groups = {}
+        for t in e2.args:
+            c, m = _split_coeff(t)
+            groups[m] = groups.get(m, S.Zero) + c
+        terms = [product(c, m) for m, c in groups.items() if c != 0]
+        if not terms:
+            out = ZeroMatrix(*e2.shape)
+        else:
+            out = total(*terms)
+        if out != e:
+            changed.append(e)
+        return out
+
+    new = tidy(map_bottom_up(expr, visit))
+    if not changed:
+        raise NotApplicable("nothing to distribute or collect")
+    return new, []
+
+
+def _collect_ids():
+    a, b, c = _fresh("A", _k, _n), _fresh("B", _k, _n), _fresh("C", _n, _n)
+    return ([(product(total(a, b), c), total(product(a, c), product(b, c))),
+             (total(a, product(-1, a), b), b)], InstanceSampler(_SMALL))
+
+
+RING = Lemma(
+    key="ring", number="R", title="Distributivity and collection of like terms",
+    statement=r"(A + B) C = AC + BC,\quad \alpha X + \beta X = (\alpha + \beta) X",
+    rewrite=_collect_rewrite, identities=_collect_ids,
 )
 
 
 ALL_LEMMAS = (LINEAR_STEEPEST_DESCENT, ORTHONORMAL_INVARIANCE, ADJOINT_MOVE, TRANSPOSITION, CHANGE_OF_VARIABLES,
               MSIGN_ISOMETRY, MSIGN_SCALE, MSIGN_TRANSPOSE, POLAR_SUBSTITUTION, POLAR_INVERSE,
-              CHAIN_RULE, PROJECTOR, ISOTROPIC_PARTNER, INNER_LINEARITY, SYLVESTER_EQUATION)
+              CHAIN_RULE, PROJECTOR, ISOTROPIC_PARTNER, INNER_LINEARITY, SYLVESTER_EQUATION, RING)

@@ -258,31 +258,44 @@ class Projector(_Derived):
 
 
 class RegularizedSylvester(_Derived):
-    """``H`` solving ``(A A ᵀ + λI) H + H (B Bᵀ + λI) = D`` for tall factors ``A, B`` (``d × d_h``).
+    """``H`` solving ``(𝒜 + λI) H + H (ℬ + λI) = D`` for two tall factors ``A, B`` (``d × d_h``).
 
-    Unique when ``λ > 0`` (the operator's eigenvalues are ``α_i + β_j + 2λ > 0``).
+    ``side="outer"``: ``𝒜 = A Aᵀ``, ``ℬ = B Bᵀ`` (``d × d``, rank ``d_h``; unique when ``λ > 0``).
+    ``side="inner"``: ``𝒜 = AᵀA``, ``ℬ = BᵀB`` (``d_h × d_h``, SPD for full-rank factors).
     """
 
-    def __new__(cls, left, right, damping, rhs):
+    def __new__(cls, left, right, damping, rhs, side="outer"):
         left, right, rhs = _sympify(left), _sympify(right), _sympify(rhs)
-        if rhs.shape != (left.shape[0], right.shape[0]):
-            raise ValueError(f"Sylvester right-hand side must be {left.shape[0]} x {right.shape[0]}, got {rhs.shape}")
-        return Basic.__new__(cls, left, right, sympify(damping), rhs)
+        side = str(side)
+        if side not in ("outer", "inner"):
+            raise ValueError(f"side must be 'outer' or 'inner', got {side!r}")
+        k = 0 if side == "outer" else 1
+        if rhs.shape != (left.shape[k], right.shape[k]):
+            raise ValueError(f"Sylvester right-hand side must be {left.shape[k]} x {right.shape[k]}, got {rhs.shape}")
+        return Basic.__new__(cls, left, right, sympify(damping), rhs, Str(side))
 
     left = property(lambda self: self.args[0])
     right = property(lambda self: self.args[1])
     damping = property(lambda self: self.args[2])
     rhs = property(lambda self: self.args[3])
+    side = property(lambda self: self.args[4].name)
+
+    def grams(self):
+        """``(𝒜, ℬ)`` as matrix expressions."""
+        a, b = self.left, self.right
+        if self.side == "outer":
+            return a * a.T, b * b.T
+        return a.T * a, b.T * b
 
     @property
     def shape(self):
         return self.rhs.shape
 
     def _sympystr(self, printer):
-        return "H"
+        return "H" if self.side == "outer" else "X"
 
     def _latex(self, printer):
-        return r"H_{\lambda}"
+        return r"H_{\lambda}" if self.side == "outer" else "X"
 
 
 class _MatrixScalar(Expr):

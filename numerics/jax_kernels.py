@@ -221,3 +221,15 @@ def sylvester_solve(w_q, w_k, damping, d, solver):
     if solver == "dense":
         return sylvester_dense(w_q, w_k, damping, d)
     return sylvester_lowrank(w_q, w_k, damping, d)
+
+
+def sylvester_gram(w_q, w_k, damping, r):
+    """``X`` with ``(W_QᵀW_Q + λI) X + X (W_KᵀW_K + λI) = R`` (``d_h × d_h``, SPD coefficients).
+
+    Both Grams are diagonalized by one stacked eigh: ``X = V_Q [(V_Qᵀ R V_K) / (α_i + β_j)] V_Kᵀ``.
+    """
+    (aq, vq), (ak, vk) = gram_eigh_stacked((w_q, w_k), damping, "right")
+    rt = vq.mT @ r.astype(vq.dtype) @ vk
+    den = aq[..., :, None] + ak[..., None, :]
+    den = jnp.maximum(den, jnp.finfo(den.dtype).tiny)
+    return (vq @ (rt / den) @ vk.mT).astype(r.dtype)

@@ -36,3 +36,11 @@ def sylvester_dense(w_q, w_k, damping, d):
     import scipy.linalg
     eye = np.eye(d.shape[-1])
     return scipy.linalg.solve_sylvester(w_q @ w_q.T + damping * eye, w_k @ w_k.T + damping * eye, d)
+
+
+def sylvester_gram(w_q, w_k, damping, r):
+    """``X`` with ``(W_QᵀW_Q + λI) X + X (W_KᵀW_K + λI) = R`` by the two Grams' eigendecompositions."""
+    aq, vq = gram_eigh(w_q, damping, "right")
+    ak, vk = gram_eigh(w_k, damping, "right")
+    rt = np.swapaxes(vq, -1, -2) @ r @ vk
+    return vq @ (rt / (aq[..., :, None] + ak[..., None, :])) @ np.swapaxes(vk, -1, -2)

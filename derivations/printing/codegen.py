@@ -12,9 +12,10 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
-from sympy import Add, Basic, Integer, Mul, Pow, Rational, Symbol
+from sympy import Add, Basic, Integer, Mul, Pow, Rational, S, Symbol
 from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol, Transpose
 
+from ..algebra import product
 from ..engine import Derivation
 from ..vocabulary import GramInvSqrt, GramSqrt, IsotropicScale, Msign, RegularizedSylvester, short_name
 
@@ -36,6 +37,8 @@ class EmittedFunction:
     options: dict = field(default_factory=dict)
     #: the rule needs λ > 0 (e.g. a regularized Sylvester solve)
     positive_damping: bool = False
+    #: the outputs depend on the step budget ε (a projection does not)
+    needs_eps: bool = True
 
     @property
     def argument_names(self):
@@ -153,7 +156,7 @@ class MatrixCodePrinter:
         if isinstance(expr, IsotropicScale):
             return f"c_{short_name(expr.base)}"
         if isinstance(expr, RegularizedSylvester):
-            return "H"
+            return "H" if expr.side == "outer" else "X"
         self.counter += 1
         return f"{'msign' if isinstance(expr, Msign) else 't'}_{self.counter}"
 
@@ -197,7 +200,17 @@ class MatrixCodePrinter:
         return f"{self._scalar(coeff)} * {'(' + prod + ')' if len(mats) > 1 else prod}"
 
     def _print_MatAdd(self, expr):
-        return " + ".join(self._print(t) for t in expr.args)
+        parts = []
+        for t in expr.args:
+            coeff, mats = t.as_coeff_matrices() if isinstance(t, MatMul) else (S.One, [t])
+            if coeff.is_Number and coeff < 0:
+                parts.append(("-", self._atom(product(-coeff, *mats))))
+            else:
+                parts.append(("+", self._print(t)))
+        text = parts[0][1] if parts[0][0] == "+" else f"-{parts[0][1]}"
+        for sign, code in parts[1:]:
+            text += f" {sign} {code}"
+        return text
 
     def _print_Transpose(self, expr):
         return f"{self._atom(expr.arg)}.mT"

@@ -9,7 +9,8 @@ from .codegen import EmittedFunction, MatrixCodePrinter, kernel_source
 
 KERNELS = (K.compute_dtype, K.gram_eigh, K.gram_eigh_stacked, K.psd_power, K.isotropic_scale, K.msign_svd,
            K.newton_schulz, K.spectral_sign, K.spectral_sign_stacked, K.all_finite, K.raise_if_not_finite,
-           K.validate_inputs, K.sylvester_lowrank, K.sylvester_dense, K.sylvester_solve)
+           K.validate_inputs, K.sylvester_lowrank, K.sylvester_dense, K.sylvester_solve,
+           K.sylvester_gram)
 
 
 class JaxPrinter(MatrixCodePrinter):
@@ -35,6 +36,9 @@ class JaxPrinter(MatrixCodePrinter):
         return f"psd_power({self._eigh(expr)}, 0.5, {self._print(expr.base)}.dtype)"
 
     def _print_RegularizedSylvester(self, expr):
+        if expr.side == "inner":
+            return (f"sylvester_gram({self._print(expr.left)}, {self._print(expr.right)}, damping, "
+                    f"{self._print(expr.rhs)})")
         return (f"sylvester_solve({self._print(expr.left)}, {self._print(expr.right)}, "
                 f"{self._scalar(expr.damping)}, {self._print(expr.rhs)}, solver)")
 
@@ -93,15 +97,17 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
         f"    return {outs}, all_finite({outs})",
         "",
         "",
-        f"def {fn.name}({', '.join(args)}, *, eps, {'damping' if fn.positive_damping else 'damping=0.0'}, "
+        f"def {fn.name}({', '.join(args)}, *, {'eps, ' if fn.needs_eps else ''}"
+        f"{'damping' if fn.positive_damping else 'damping=0.0'}, "
         f"msign={msign_default!r}, "
         f"schedule=NS_SCHEDULE{opt_kw}, check_finite=True):",
         docstring(fn, ARG_DOC),
         f"    validate_inputs({fn.name!r}, {fn.shapes()!r},",
         f"                    {{{', '.join(f'{a!r}: {a}' for a in args)}}},",
-        "                    eps, damping, msign, schedule)",
+        f"                    {'eps' if fn.needs_eps else '0.0'}, damping, msign, schedule)",
         *opt_checks,
-        f"    outputs, finite = _{fn.name}({', '.join(args)}, eps, damping, msign, schedule{opt_params})",
+        f"    outputs, finite = _{fn.name}({', '.join(args)}, {'eps' if fn.needs_eps else '0.0'}, damping, "
+        f"msign, schedule{opt_params})",
         "    if check_finite:",
         f"        raise_if_not_finite({fn.name!r}, finite, {{{', '.join(f'{a!r}: {a}' for a in args)}}})",
         "    return outputs" + ("[0]" if len(fn.outputs) == 1 else ""),

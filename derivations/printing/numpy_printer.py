@@ -7,7 +7,7 @@ from numerics import numpy_kernels as K
 from .array_module import docstring, header
 from .codegen import EmittedFunction, MatrixCodePrinter, kernel_source
 
-KERNELS = (K.gram_eigh, K.psd_power, K.isotropic_scale, K.msign_svd, K.sylvester_dense)
+KERNELS = (K.gram_eigh, K.psd_power, K.isotropic_scale, K.msign_svd, K.sylvester_dense, K.sylvester_gram)
 
 
 class NumpyPrinter(MatrixCodePrinter):
@@ -23,6 +23,9 @@ class NumpyPrinter(MatrixCodePrinter):
         return f"psd_power({self._eigh(expr)}, 0.5)"
 
     def _print_RegularizedSylvester(self, expr):
+        if expr.side == "inner":
+            return (f"sylvester_gram({self._print(expr.left)}, {self._print(expr.right)}, damping, "
+                    f"{self._print(expr.rhs)})")
         return (f"sylvester_dense({self._print(expr.left)}, {self._print(expr.right)}, "
                 f"{self._scalar(expr.damping)}, {self._print(expr.rhs)})")
 
@@ -44,7 +47,8 @@ def emit_numpy(title: str, command: str, functions: list[EmittedFunction], scala
         printer = NumpyPrinter({a: a for a in args}, scalars)
         body = printer.body([(out, der.formula) for out, der in fn.outputs])
         outs = ", ".join(out for out, _ in fn.outputs)
-        lines = ["", f"def {fn.name}({', '.join(args)}, *, eps, damping=0.0):", docstring(fn, ARG_DOC),
+        eps_kw = "eps, " if fn.needs_eps else ""
+        lines = ["", f"def {fn.name}({', '.join(args)}, *, {eps_kw}damping=0.0):", docstring(fn, ARG_DOC),
                  *[f"    {a} = np.asarray({a}, dtype=np.float64)" for a in args],
                  *[f"    {line}" for line in body],
                  f"    return {outs}"]
