@@ -35,6 +35,8 @@ class RuleModule:
     measurements: Callable | None = None  # (rng) -> list[(label, value)]
     description: str = ""
     examples: list = field(default_factory=list)
+    #: () -> (source, public names) appended to the emitted JAX module (layout adapters)
+    jax_extra: Callable | None = None
 
 
 class UsageError(Exception):
@@ -77,8 +79,9 @@ def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
         if msign != "newton_schulz":
             command += f" --msign {msign}"
         sched = coeffsearch.resolve(schedule_name)
+        extra_source, extra_names = rule.jax_extra() if rule.jax_extra else ("", ())
         return emit_jax(rule.title, command, functions, sched.name, sched.as_floats(), sched.source,
-                        msign, rule.scalars)
+                        msign, rule.scalars, extra_source, extra_names)
     if target == "numpy":
         return emit_numpy(rule.title, command, functions, rule.scalars)
     ders = rule.derivations()

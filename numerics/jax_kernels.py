@@ -233,3 +233,42 @@ def sylvester_gram(w_q, w_k, damping, r):
     den = aq[..., :, None] + ak[..., None, :]
     den = jnp.maximum(den, jnp.finfo(den.dtype).tiny)
     return (vq @ (rt / den) @ vk.mT).astype(r.dtype)
+
+
+def split_heads(w, head_dim):
+    """``(..., d, H·d_h) → (..., H, d, d_h)`` (heads are contiguous column blocks)."""
+    d, width = w.shape[-2], w.shape[-1]
+    return jnp.moveaxis(w.reshape(*w.shape[:-2], d, width // head_dim, head_dim), -2, -3)
+
+
+def merge_heads(w):
+    """``(..., H, d, d_h) → (..., d, H·d_h)``, the inverse of :func:`split_heads`."""
+    w = jnp.moveaxis(w, -3, -2)
+    return w.reshape(*w.shape[:-2], w.shape[-2] * w.shape[-1])
+
+
+def gqa_layout(query_fn, key_fn, W_Q, W_K, G_Q, G_K, head_dim, options):
+    """Stored GQA layouts → per-head rule calls → stored layouts.
+
+    ``W_Q, G_Q: (..., d, H·d_h)``, ``W_K, G_K: (..., d, H_kv·d_h)``; query head ``h`` uses key head
+    ``h // (H / H_kv)`` (consecutive grouping, as ``repeat_kv`` does). Query updates are head-local
+    with their group's key head; each shared key head sees its group's queries stacked row-wise.
+    """
+    for name, x, ref in (("G_Q", G_Q, W_Q), ("G_K", G_K, W_K)):
+        if getattr(x, "shape", None) != getattr(ref, "shape", None):
+            raise ValueError(f"gqa_qk: {name} must have the shape of its weight {tuple(ref.shape)}, "
+                             f"got {tuple(getattr(x, 'shape', ()))}")
+    if not isinstance(head_dim, int) or head_dim < 1:
+        raise ValueError(f"gqa_qk: head_dim must be a positive int, got {head_dim!r}")
+    for name, x in (("W_Q", W_Q), ("W_K", W_K)):
+        if x.ndim < 2 or x.shape[-1] % head_dim:
+            raise ValueError(f"gqa_qk: {name} has width {x.shape[-1]}, not a multiple of head_dim = {head_dim}")
+    heads, kv_heads = W_Q.shape[-1] // head_dim, W_K.shape[-1] // head_dim
+    if heads % kv_heads:
+        raise ValueError(f"gqa_qk: {heads} query heads cannot be grouped over {kv_heads} key heads")
+    group = heads // kv_heads
+    q, k, gq, gk = (split_heads(jnp.asarray(x), head_dim) for x in (W_Q, W_K, G_Q, G_K))
+    d_q = query_fn(jnp.repeat(k, group, axis=-3), gq, **options)
+    stacked = q.reshape(*q.shape[:-3], kv_heads, group * q.shape[-2], head_dim)
+    d_k = key_fn(stacked, gk, group_size=float(group), **options)
+    return merge_heads(d_q), merge_heads(d_k)

@@ -39,6 +39,8 @@ class EmittedFunction:
     positive_damping: bool = False
     #: the outputs depend on the step budget ε (a projection does not)
     needs_eps: bool = True
+    #: further positive scalar arguments: Symbol -> argument name (required keywords)
+    extra_scalars: dict = field(default_factory=dict)
 
     @property
     def argument_names(self):

@@ -53,26 +53,31 @@ ARG_DOC = """Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), m
 
 
 def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedule_name: str,
-             schedule: tuple, schedule_source: str, msign_default: str, scalars: dict) -> str:
+             schedule: tuple, schedule_source: str, msign_default: str, scalars: dict,
+             extra_source: str = "", extra_names: tuple = ()) -> str:
     """The module text (deterministic byte for byte)."""
     extra = ["", f"Newton–Schulz schedule: {schedule_name} ({schedule_source}).",
              f"Default msign method: {msign_default}."]
     parts = [header(title, command, functions, extra),
              "import functools\n\nimport jax\nimport jax.numpy as jnp\n",
-             f"__all__ = {[fn.name for fn in functions]!r}\n",
+             f"__all__ = {sorted([fn.name for fn in functions] + list(extra_names))!r}\n",
              f"MSIGN_METHODS = {K.MSIGN_METHODS!r}\n",
              "NS_SCHEDULE = (\n" + "".join(f"    {tuple(step)!r},\n" for step in schedule) + ")\n",
              "\n" + kernel_source(KERNELS) + "\n"]
     for fn in functions:
         parts.append(_function(fn, scalars, msign_default))
+    if extra_source:
+        parts.append("\n" + extra_source)
     return "\n".join(parts).rstrip() + "\n"
 
 
 def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
     args = fn.argument_names
-    printer = JaxPrinter({a: a for a in args}, scalars)
+    printer = JaxPrinter({a: a for a in args}, {**scalars, **fn.extra_scalars})
     body = printer.body([(out, der.formula) for out, der in fn.outputs])
     dtype_of = args[0]
+    extra = list(fn.extra_scalars.values())
+    extra_params = "".join(f", {n}" for n in extra)
     opts = list(fn.options)
     static = ", ".join(f'"{o}"' for o in ["msign", "schedule", *opts])
     opt_params = "".join(f", {o}" for o in opts)
@@ -81,6 +86,9 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
     for o, (_, allowed) in fn.options.items():
         opt_checks += [f"    if {o} not in {tuple(allowed)!r}:",
                        f"        raise ValueError(f\"{fn.name}: {o} must be one of {tuple(allowed)!r}, got {{{o}!r}}\")"]
+    for n in extra:
+        opt_checks += [f"    if not isinstance({n}, jax.core.Tracer) and not 0 < float({n}) < float('inf'):",
+                       f"        raise ValueError(f\"{fn.name}: {n} must be finite and > 0, got {{{n}}}\")"]
     if fn.positive_damping:
         opt_checks += ["    if not isinstance(damping, jax.core.Tracer) and not float(damping) > 0:",
                        f"        raise ValueError(f\"{fn.name}: damping must be > 0 (the regularized solve divides by "
@@ -91,13 +99,13 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
     core = [
         "",
         f'@functools.partial(jax.jit, static_argnames=({static},))',
-        f"def _{fn.name}({', '.join(args)}, eps, damping, msign, schedule{opt_params}):",
+        f"def _{fn.name}({', '.join(args)}, eps{extra_params}, damping, msign, schedule{opt_params}):",
         *[f"    {line}" for line in body],
         casts.rstrip("\n"),
         f"    return {outs}, all_finite({outs})",
         "",
         "",
-        f"def {fn.name}({', '.join(args)}, *, {'eps, ' if fn.needs_eps else ''}"
+        f"def {fn.name}({', '.join(args)}, *, {'eps, ' if fn.needs_eps else ''}{''.join(n + ', ' for n in extra)}"
         f"{'damping' if fn.positive_damping else 'damping=0.0'}, "
         f"msign={msign_default!r}, "
         f"schedule=NS_SCHEDULE{opt_kw}, check_finite=True):",
@@ -106,7 +114,8 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
         f"                    {{{', '.join(f'{a!r}: {a}' for a in args)}}},",
         f"                    {'eps' if fn.needs_eps else '0.0'}, damping, msign, schedule)",
         *opt_checks,
-        f"    outputs, finite = _{fn.name}({', '.join(args)}, {'eps' if fn.needs_eps else '0.0'}, damping, "
+        f"    outputs, finite = _{fn.name}({', '.join(args)}, {'eps' if fn.needs_eps else '0.0'}{extra_params}, "
+        "damping, "
         f"msign, schedule{opt_params})",
         "    if check_finite:",
         f"        raise_if_not_finite({fn.name!r}, finite, {{{', '.join(f'{a!r}: {a}' for a in args)}}})",

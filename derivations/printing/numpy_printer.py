@@ -40,14 +40,14 @@ ARG_DOC = """Arguments after * : eps (step budget ε >= 0), damping (λ >= 0). I
 def emit_numpy(title: str, command: str, functions: list[EmittedFunction], scalars: dict) -> str:
     parts = [header(title + " (float64 NumPy reference)", command, functions, []),
              "import numpy as np\n",
-             f"__all__ = {[fn.name for fn in functions]!r}\n",
+             f"__all__ = {sorted(fn.name for fn in functions)!r}\n",
              "\n" + kernel_source(KERNELS) + "\n"]
     for fn in functions:
         args = fn.argument_names
-        printer = NumpyPrinter({a: a for a in args}, scalars)
+        printer = NumpyPrinter({a: a for a in args}, {**scalars, **fn.extra_scalars})
         body = printer.body([(out, der.formula) for out, der in fn.outputs])
         outs = ", ".join(out for out, _ in fn.outputs)
-        eps_kw = "eps, " if fn.needs_eps else ""
+        eps_kw = ("eps, " if fn.needs_eps else "") + "".join(f"{v}, " for v in fn.extra_scalars.values())
         lines = ["", f"def {fn.name}({', '.join(args)}, *, {eps_kw}damping=0.0):", docstring(fn, ARG_DOC),
                  *[f"    {a} = np.asarray({a}, dtype=np.float64)" for a in args],
                  *[f"    {line}" for line in body],

@@ -1,0 +1,113 @@
+"""Grouped-query attention: query heads grouped over shared key heads.
+
+A key head ``W_{K,g}`` is shared by the ``G`` query heads of its group. The query side is
+head-local: exactly the half-split query update with the group's key head as partner. The shared
+side gets the group budget divided by ``G``: with the group's queries stacked row-wise,
+``W̄_g = [W_{Q,h}]_{h∈g}`` (``G d × d_h``), the products of the group stack into ``W̄_g W_{K,g}ᵀ``
+and the derivation is the half-split key problem for the stacked partner with budget ``ε/(2G)``:
+
+    ΔW_{K,g} = −(ε/2G) msign(G_{K,g} C̄_g⁻¹) C̄_g⁻¹,   C̄_g² = W̄_gᵀW̄_g = Σ_h W_{Q,h}ᵀW_{Q,h},
+
+where ``G_{K,g} = Ḡ_Mᵀ W̄_g = Σ_h G_{M_h}ᵀ W_{Q,h}`` is the stored key gradient. Every per-product
+bound holds: ``‖W_{Q,h} ΔW_{K,g}ᵀ‖ ≤ ‖W̄_g ΔW_{K,g}ᵀ‖ = ε/(2G)``; with ``G = 1`` it is half-split.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from sympy.matrices.expressions import MatrixSymbol
+
+from . import halfsplit
+from . import lemmas as L
+from .algebra import product, transpose
+from .engine import Context, Derivation, Problem
+from .vocabulary import FULL_COLUMN_RANK, FactMatrix, GramSqrt, Inner, OpNorm, dimension, positive_symbol
+
+d, d_h, n = halfsplit.d, halfsplit.d_h, dimension("n")  # n = G·d rows of the stacked queries
+eps = halfsplit.eps
+group = positive_symbol("G")
+W_Qbar = FactMatrix("W_Qbar", n, d_h, [FULL_COLUMN_RANK])
+G_Mbar = MatrixSymbol("G_Mbar", n, d)  # the group's product gradients, stacked
+G_K = halfsplit.G_K
+GRADIENTS = {G_K: product(transpose(G_Mbar), W_Qbar)}
+
+
+def context() -> Context:
+    return Context(definitions=GRADIENTS, check_dims=[{d: 5, d_h: 2, n: 10}, {d: 4, d_h: 3, n: 12}, {d: 3, d_h: 3, n: 3}],
+                   symbolic_dims={d: 3, d_h: 2, n: 4}, mpmath_dims={d: 4, d_h: 2, n: 8})
+
+
+@lru_cache(maxsize=None)
+def key_side() -> Derivation:
+    """Shared key head: ``min ⟨Ḡ_M, W̄ ΔKᵀ⟩ s.t. ‖W̄ ΔKᵀ‖_op ≤ ε/(2G)``."""
+    delta = MatrixSymbol("dW_K", d, d_h)
+    z = MatrixSymbol("Z_K", d, d_h)
+    change = product(W_Qbar, transpose(delta))
+    problem = Problem(delta, Inner(G_Mbar, change), OpNorm(change), eps / (2 * group))
+    der = Derivation("gqa.key", "GQA: shared key update", problem, context(),
+                     statement="group budget ε/2 divided by the group size G, on the stacked product W̄ W_Kᵀ")
+    der.apply(L.POLAR_SUBSTITUTION, matrix=W_Qbar, note="polar decomposition of the stacked queries")
+    der.change_variables(z, GramSqrt(W_Qbar))
+    der.apply(L.ORTHONORMAL_INVARIANCE)
+    der.apply(L.TRANSPOSITION)
+    der.apply(L.ADJOINT_MOVE, variable=z)
+    der.apply(L.POLAR_INVERSE, matrix=W_Qbar, reverse=True)
+    der.apply(L.CHAIN_RULE, gradients=GRADIENTS, note="the stored key gradient sums over the group")
+    der.solve()
+    der.back_substitute()
+    return der
+
+
+def derivations():
+    return [halfsplit.query_side(), key_side()]
+
+
+def emitted_functions():
+    from .printing.codegen import EmittedFunction
+    return [
+        EmittedFunction("gqa_query", "GQA query update, one head (partner: its group's key head)",
+                        [halfsplit.W_K, halfsplit.G_Q], [("dW_Q", halfsplit.query_side())],
+                        ["Identical to the half-split query update."]),
+        EmittedFunction("gqa_key", "GQA shared key update, one key head (partner: its group's stacked queries)",
+                        [W_Qbar, G_K], [("dW_K", key_side())],
+                        ["W_Qbar stacks the group's query heads row-wise, shape (..., G·d, d_h); "
+                         "‖W_Qbar ΔW_Kᵀ‖_op = ε/(2G)."],
+                        extra_scalars={group: "group_size"}),
+    ]
+
+
+def jax_extra():
+    """The stored-layout entry point ``gqa_qk`` (inlined kernels plus one adapter)."""
+    from numerics import jax_kernels as K
+
+    from .printing.codegen import kernel_source
+    src = kernel_source([K.split_heads, K.merge_heads, K.gqa_layout]) + '''
+
+
+def gqa_qk(W_Q, W_K, G_Q, G_K, *, head_dim, eps, damping=0.0, msign="newton_schulz", schedule=NS_SCHEDULE,
+           check_finite=True):
+    """GQA update from stored layouts: W_Q, G_Q (..., d, H·d_h); W_K, G_K (..., d, H_kv·d_h).
+
+    Returns (ΔW_Q, ΔW_K) in the same layouts: gqa_query per query head, gqa_key per key head.
+    """
+    options = {"eps": eps, "damping": damping, "msign": msign, "schedule": schedule, "check_finite": check_finite}
+    return gqa_layout(gqa_query, gqa_key, W_Q, W_K, G_Q, G_K, head_dim, options)
+'''
+    return src, ("gqa_qk",)
+
+
+def rule_module():
+    from .cli import RuleModule
+    return RuleModule(name="gqa", title="Grouped-query attention rule of Compositional Muon",
+                      derivations=derivations, functions=emitted_functions, scalars={eps: "eps"},
+                      description=__doc__.split("\n\n")[0], jax_extra=jax_extra,
+                      examples=["python -m derivations.gqa --emit jax > gqa_jax.py",
+                                "python -m derivations.gqa --check"])
+
+
+if __name__ == "__main__":
+    import sys
+
+    from .cli import main
+    sys.exit(main(rule_module()))
