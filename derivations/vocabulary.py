@@ -32,9 +32,10 @@ ORTHONORMAL_ROWS = "orthonormal_rows"
 SYMMETRIC = "symmetric"
 SPD = "symmetric_positive_definite"
 ISOTROPIC_COLUMNS = "isotropic_columns"  # WᵀW = c² I for a scalar c > 0
+BLOCK_DIAGONAL = "block_diagonal"  # W = blockdiag(B_1, …, B_k): stored and computed block by block
 KNOWN_FACTS = frozenset(
     {FULL_COLUMN_RANK, FULL_ROW_RANK, ORTHONORMAL_COLUMNS, ORTHONORMAL_ROWS, SYMMETRIC, SPD,
-     ISOTROPIC_COLUMNS}
+     ISOTROPIC_COLUMNS, BLOCK_DIAGONAL}
 )
 SIDES = ("right", "left")
 

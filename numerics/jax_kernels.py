@@ -133,9 +133,10 @@ def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
     sizes, batch, dtype = {}, None, None
     for name, dims in shapes.items():
         x = arrays[name]
+        nd = len(dims)
         if not hasattr(x, "shape") or not hasattr(x, "dtype"):
             raise TypeError(f"{function}: {name} must be an array, got {type(x).__name__}")
-        if x.ndim < 2:
+        if x.ndim < nd:
             raise ValueError(f"{function}: {name} must have shape (..., {', '.join(dims)}), got {tuple(x.shape)}")
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise TypeError(f"{function}: {name} must be floating point, got dtype {x.dtype}")
@@ -144,15 +145,18 @@ def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
         elif x.dtype != dtype:
             raise TypeError(f"{function}: {name} has dtype {x.dtype} but earlier arguments have {dtype}; "
                             f"cast all inputs to one dtype")
-        lead = tuple(x.shape[:-2])
+        lead = tuple(x.shape[:-nd])
         if batch is None:
             batch = lead
         elif lead != batch:
             raise ValueError(f"{function}: {name} has leading (batch) shape {lead}, expected {batch}")
-        for dim, size in zip(dims, x.shape[-2:]):
+        for dim, size in zip(dims, x.shape[-nd:]):
             if sizes.setdefault(dim, size) != size:
                 raise ValueError(f"{function}: {name} has {dim} = {size} but an earlier argument has "
                                  f"{dim} = {sizes[dim]}; expected shape (..., {', '.join(dims)})")
+    if "k" in sizes and "d_h" in sizes and "m" in sizes and sizes["m"] != sizes["k"] * sizes["d_h"]:
+        raise ValueError(f"{function}: the gradient has m = {sizes['m']} columns but the partner has "
+                         f"{sizes['k']} blocks of width {sizes['d_h']}")
     if "d" in sizes and "d_h" in sizes and sizes["d_h"] > sizes["d"]:
         raise ValueError(f"{function}: head dimension d_h = {sizes['d_h']} exceeds model width d = "
                          f"{sizes['d']}; are the weights transposed? expected W of shape (..., d, d_h)")
@@ -272,3 +276,47 @@ def gqa_layout(query_fn, key_fn, W_Q, W_K, G_Q, G_K, head_dim, options):
     stacked = q.reshape(*q.shape[:-3], kv_heads, group * q.shape[-2], head_dim)
     d_k = key_fn(stacked, gk, group_size=float(group), **options)
     return merge_heads(d_q), merge_heads(d_k)
+
+
+def block_right(x, blocks):
+    """``X · blockdiag(C_1, …, C_k)`` for ``X: (..., d, k·c)`` and ``blocks: (..., k, c, c)``."""
+    k, c = blocks.shape[-3], blocks.shape[-1]
+    xb = x.reshape(*x.shape[:-1], k, c)
+    out = jnp.einsum("...dkc,...kcj->...dkj", xb, blocks.astype(x.dtype))
+    return out.reshape(x.shape)
+
+
+def joint_layout(core, W_Q, W_K, G_Q, G_K, options):
+    """``(W_Q, W_K, G_Q, G_K)`` → one block-whitened call with ``P = blockdiag(W_K, W_Q)``, ``G = [G_Q | G_K]``."""
+    for name, x, ref in (("W_K", W_K, W_Q), ("G_Q", G_Q, W_Q), ("G_K", G_K, W_Q)):
+        if getattr(x, "shape", None) != getattr(ref, "shape", None):
+            raise ValueError(f"joint_qk: {name} must have the shape of W_Q {tuple(ref.shape)}, "
+                             f"got {tuple(getattr(x, 'shape', ()))}")
+    blocks = jnp.stack([jnp.asarray(W_K), jnp.asarray(W_Q)], axis=-3)
+    delta = core(blocks, jnp.concatenate([jnp.asarray(G_Q), jnp.asarray(G_K)], axis=-1), **options)
+    d_h = W_Q.shape[-1]
+    return delta[..., :d_h], delta[..., d_h:]
+
+
+def hybrid_ov_layout(o_core, v_core, W_O, W_V, G_O, G_V, head_dim, options):
+    """Stored OV layouts → O side (one block-whitened call over all heads) and V side (per head).
+
+    ``W_O, G_O: (..., d, H·d_h)``; ``W_V, G_V: (..., H·d_h, d)``. The O side whitens head ``h`` by
+    ``C_{V,h} = (W_{V,h} W_{V,h}ᵀ)^{1/2}`` (``P = blockdiag(W_{V,h}ᵀ)``); the V side is head-local with
+    partner ``W_{O,h}``.
+    """
+    for name, x, ref in (("G_O", G_O, W_O), ("G_V", G_V, W_V)):
+        if getattr(x, "shape", None) != getattr(ref, "shape", None):
+            raise ValueError(f"hybrid_ov: {name} must have the shape of its weight {tuple(ref.shape)}, "
+                             f"got {tuple(getattr(x, 'shape', ()))}")
+    if not isinstance(head_dim, int) or head_dim < 1 or W_O.shape[-1] % head_dim:
+        raise ValueError(f"hybrid_ov: W_O width {W_O.shape[-1]} is not a multiple of head_dim = {head_dim!r}")
+    if W_V.shape[-2] != W_O.shape[-1] or W_V.shape[-1] != W_O.shape[-2]:
+        raise ValueError(f"hybrid_ov: W_V must have shape (..., {W_O.shape[-1]}, {W_O.shape[-2]}) to match W_O "
+                         f"{tuple(W_O.shape)}, got {tuple(W_V.shape)}")
+    v_heads = split_heads(jnp.asarray(W_V).mT, head_dim)  # (..., H, d, d_h): the blocks W_{V,h}ᵀ
+    d_o = o_core(v_heads, jnp.asarray(G_O), **options)
+    o_heads = split_heads(jnp.asarray(W_O), head_dim)
+    gv_heads = split_heads(jnp.asarray(G_V).mT, head_dim).mT  # (..., H, d_h, d)
+    d_v = v_core(o_heads, gv_heads, **options)
+    return d_o, merge_heads(d_v.mT).mT

@@ -44,7 +44,7 @@ def docstring(fn: EmittedFunction, arg_doc: str, indent: str = "    ") -> str:
     for out, der in fn.outputs:
         lines.append(f"{out} = {sstr(der.formula)}    ({der.name})")
     lines += [""] + fn.notes + ([""] if fn.notes else [])
-    shapes = ", ".join(f"{n}: (..., {a}, {b})" for n, (a, b) in fn.shapes().items())
+    shapes = ", ".join(f"{n}: (..., {', '.join(dims)})" for n, dims in fn.shapes().items())
     lines += [f"Shapes: {shapes}; leading axes (layers, heads) are batched.", arg_doc]
     body = "\n".join((indent + ln) if ln else "" for ln in lines)
     return f'{indent}"""{body.lstrip()}\n{indent}"""'

@@ -17,7 +17,8 @@ from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol, Transpose
 
 from ..algebra import product
 from ..engine import Derivation
-from ..vocabulary import GramInvSqrt, GramSqrt, IsotropicScale, Msign, RegularizedSylvester, short_name
+from ..vocabulary import (BLOCK_DIAGONAL, GramInvSqrt, GramSqrt, IsotropicScale, Msign, RegularizedSylvester,
+                          facts_of, short_name)
 
 
 class UnsupportedNode(TypeError):
@@ -41,6 +42,9 @@ class EmittedFunction:
     needs_eps: bool = True
     #: further positive scalar arguments: Symbol -> argument name (required keywords)
     extra_scalars: dict = field(default_factory=dict)
+    #: argument name -> trailing dimension names, for arguments not stored as their symbol's shape
+    #: (a block-diagonal partner travels as its blocks, ``(..., k, d, d_h)``)
+    shape_spec: dict = field(default_factory=dict)
 
     @property
     def argument_names(self):
@@ -48,7 +52,7 @@ class EmittedFunction:
 
     def shapes(self) -> dict:
         """Argument name → the names of its two trailing dimensions."""
-        return {m.name: (str(m.rows), str(m.cols)) for m in self.inputs}
+        return {m.name: self.shape_spec.get(m.name, (str(m.rows), str(m.cols))) for m in self.inputs}
 
     def derivations(self) -> list:
         return [der for _, der in self.outputs]
@@ -83,6 +87,8 @@ class MatrixCodePrinter:
     cse_always = (Msign, GramSqrt, GramInvSqrt, IsotropicScale, RegularizedSylvester)
     #: stack same-shape eigendecompositions and spectral signs into one batched call
     stack_heavy = False
+    #: block-diagonal partners arrive as their stacked blocks (else as dense matrices)
+    blocked_partners = False
 
     def __init__(self, arguments: dict, scalars: dict):
         self.arguments = arguments  # matrix name → code name
@@ -196,6 +202,13 @@ class MatrixCodePrinter:
 
     def _print_MatMul(self, expr):
         coeff, mats = expr.as_coeff_matrices()
+        blocks = [i for i, m in enumerate(mats) if self.blocked_partners
+                  and isinstance(m, (GramSqrt, GramInvSqrt)) and BLOCK_DIAGONAL in facts_of(m.base)]
+        if blocks:
+            if blocks != [len(mats) - 1] or len(mats) < 2:
+                raise UnsupportedNode(f"a block-diagonal factor must be the last of a product: {expr}")
+            rest = self._print(product(coeff, *mats[:-1]))
+            return f"block_right({rest}, {self._print(mats[-1])})"
         prod = " @ ".join(self._atom(m) for m in mats)
         if coeff == 1:
             return prod

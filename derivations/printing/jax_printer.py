@@ -10,7 +10,7 @@ from .codegen import EmittedFunction, MatrixCodePrinter, kernel_source
 KERNELS = (K.compute_dtype, K.gram_eigh, K.gram_eigh_stacked, K.psd_power, K.isotropic_scale, K.msign_svd,
            K.newton_schulz, K.spectral_sign, K.spectral_sign_stacked, K.all_finite, K.raise_if_not_finite,
            K.validate_inputs, K.sylvester_lowrank, K.sylvester_dense, K.sylvester_solve,
-           K.sylvester_gram)
+           K.sylvester_gram, K.block_right)
 
 
 class JaxPrinter(MatrixCodePrinter):
@@ -22,6 +22,7 @@ class JaxPrinter(MatrixCodePrinter):
     """
 
     stack_heavy = True
+    blocked_partners = True
 
     def _stacked_msign(self, args):
         return f"spectral_sign_stacked(({', '.join(args)}), msign, schedule)"

@@ -1,0 +1,35 @@
+"""Steepest descent whitened by a (block-diagonal) partner: the common core of joint and hybrid OV.
+
+``min ⟨G̃, Δ Pᵀ⟩ s.t. ‖Δ Pᵀ‖_op ≤ β`` for a tall partner ``P`` of full column rank gives, through
+the same lemmas as half-split, ``Δ = −β msign(G C_P⁻¹) C_P⁻¹`` with ``G = G̃ P``. When ``P`` is
+block diagonal, ``Δ Pᵀ`` is the side-by-side concatenation of the per-block products, ``C_P`` is
+block diagonal too, and the emitted code works block by block.
+"""
+
+from __future__ import annotations
+
+from sympy.matrices.expressions import MatrixSymbol
+
+from . import lemmas as L
+from .algebra import product, transpose
+from .engine import Context, Derivation, Problem
+from .vocabulary import GramSqrt, Inner, OpNorm
+
+
+def block_whitened(name: str, title: str, delta: MatrixSymbol, partner, loss_gradient, gradient,
+                   budget, context: Context, statement: str) -> Derivation:
+    """Derive ``argmin ⟨loss_gradient, Δ Pᵀ⟩`` s.t. ``‖Δ Pᵀ‖_op ≤ budget`` in the engine."""
+    z = MatrixSymbol(f"Z_{name.split('.')[-1]}", *delta.shape)
+    change = product(delta, transpose(partner))
+    der = Derivation(name, title, Problem(delta, Inner(loss_gradient, change), OpNorm(change), budget),
+                     context, statement=statement)
+    der.apply(L.POLAR_SUBSTITUTION, matrix=partner, note=f"polar decomposition of the partner {partner}")
+    der.change_variables(z, GramSqrt(partner))
+    der.apply(L.ORTHONORMAL_INVARIANCE)
+    der.apply(L.ADJOINT_MOVE, variable=z)
+    der.apply(L.POLAR_INVERSE, matrix=partner, reverse=True, note="express U through the partner")
+    der.apply(L.CHAIN_RULE, gradients={gradient: product(loss_gradient, partner)},
+              note="the stacked factor gradient")
+    der.solve()
+    der.back_substitute()
+    return der

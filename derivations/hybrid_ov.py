@@ -1,0 +1,93 @@
+"""Hybrid OV rule: head-local V side, global O side (one msign over all heads).
+
+V side (head-local, left whitening by the partner ``W_{O,h}``) is the half-split V derivation:
+``ΔW_{V,h} = −(ε/2) C_{O,h}⁻¹ msign(C_{O,h}⁻¹ G_{V,h})``.
+
+O side: with ``P = blockdiag(W_{V,1}ᵀ, …, W_{V,H}ᵀ)`` (``H d × H d_h``) the product
+``ΔW_O Pᵀ = [ΔW_{O,1} W_{V,1} | … | ΔW_{O,H} W_{V,H}]`` holds every head's product change side by
+side; its operator norm equals the stacked bound ``‖[ΔW_{O,h} C_{V,h}]_h‖_op``. The block-whitened
+derivation gives ``S = msign([G_{O,h} C_{V,h}⁻¹]_h)`` split into head blocks
+``ΔW_{O,h} = −(ε/2) S_h C_{V,h}⁻¹``, with ``‖[ΔW_{O,h} C_{V,h}]_h‖_op = ε/2``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from sympy import Rational
+from sympy.matrices.expressions import MatrixSymbol
+
+from . import halfsplit
+from .block_whitened import block_whitened
+from .engine import Context
+from .vocabulary import BLOCK_DIAGONAL, FULL_COLUMN_RANK, FactMatrix, dimension
+
+d, m, n = dimension("d"), dimension("m"), dimension("n")  # m = H d_h, n = H d
+eps = halfsplit.eps
+P = FactMatrix("P_V", n, m, [FULL_COLUMN_RANK, BLOCK_DIAGONAL])  # blockdiag(W_{V,h}ᵀ)
+G_tilde = MatrixSymbol("G_Mheads", d, n)  # [G_{M_1} | … | G_{M_H}]
+G_O = MatrixSymbol("G_O", d, m)  # = G̃ P = [G_{M_h} W_{V,h}ᵀ]_h
+dW_O = MatrixSymbol("dW_O", d, m)
+
+
+def context() -> Context:
+    return Context(definitions={G_O: G_tilde * P}, check_dims=[{d: 6, m: 4, n: 12}, {d: 5, m: 3, n: 15}],
+                   symbolic_dims={d: 3, m: 2, n: 4}, mpmath_dims={d: 4, m: 2, n: 8})
+
+
+@lru_cache(maxsize=None)
+def o_side():
+    return block_whitened("hybrid_ov.o_side", "Hybrid OV: global O update", dW_O, P, G_tilde, G_O,
+                          eps * Rational(1, 2), context(),
+                          "all heads' product changes side by side, operator norm ε/2")
+
+
+def derivations():
+    return [halfsplit.value_side(), o_side()]
+
+
+def emitted_functions():
+    from .printing.codegen import EmittedFunction
+    return [
+        EmittedFunction("hybrid_o", "Global O update of the hybrid OV rule (core)", [P, G_O], [("dW_O", o_side())],
+                        ["P_V = blockdiag(W_{V,h}ᵀ): the JAX module takes its blocks (..., H, d, d_h), the NumPy reference the dense matrix."],
+                        shape_spec={"P_V": ("k", "d", "d_h"), "G_O": ("d", "m")}),
+        EmittedFunction("hybrid_v", "Head-local V update of the hybrid OV rule", [halfsplit.W_O, halfsplit.G_V],
+                        [("dW_V", halfsplit.value_side())],
+                        ["One head: W_O (..., d, d_h), G_V (..., d_h, d)."]),
+    ]
+
+
+def jax_extra():
+    from numerics import jax_kernels as K
+
+    from .printing.codegen import kernel_source
+    src = kernel_source([K.split_heads, K.merge_heads, K.hybrid_ov_layout]) + '''
+
+
+def hybrid_ov(W_O, W_V, G_O, G_V, *, head_dim, eps, damping=0.0, msign="newton_schulz", schedule=NS_SCHEDULE,
+              check_finite=True):
+    """Hybrid OV update from stored layouts: W_O, G_O (..., d, H·d_h); W_V, G_V (..., H·d_h, d).
+
+    Returns (ΔW_O, ΔW_V) in the same layouts.
+    """
+    options = {"eps": eps, "damping": damping, "msign": msign, "schedule": schedule, "check_finite": check_finite}
+    return hybrid_ov_layout(hybrid_o, hybrid_v, W_O, W_V, G_O, G_V, head_dim, options)
+'''
+    return src, ("hybrid_ov",)
+
+
+def rule_module():
+    from .cli import RuleModule
+    return RuleModule(name="hybrid_ov", title="Hybrid OV rule of Compositional Muon", derivations=derivations,
+                      functions=emitted_functions, scalars={eps: "eps"}, description=__doc__.split("\n\n")[0],
+                      jax_extra=jax_extra,
+                      examples=["python -m derivations.hybrid_ov --emit jax > hybrid_ov_jax.py",
+                                "python -m derivations.hybrid_ov --check"])
+
+
+if __name__ == "__main__":
+    import sys
+
+    from .cli import main
+    sys.exit(main(rule_module()))
