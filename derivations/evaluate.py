@@ -20,7 +20,7 @@ from numerics.reference import MpmathBackend, NumpyBackend
 from numerics.spectra import random_orthonormal
 
 from .vocabulary import (
-    FULL_COLUMN_RANK, FULL_ROW_RANK, ISOTROPIC_COLUMNS, ORTHONORMAL_COLUMNS, ORTHONORMAL_ROWS,
+    FULL_COLUMN_RANK, FULL_ROW_RANK, BlockDiag, HStack, ISOTROPIC_COLUMNS, ORTHONORMAL_COLUMNS, ORTHONORMAL_ROWS,
     SPD, SYMMETRIC, GramInvSqrt, GramSqrt, Inner, IsotropicScale, Msign, NuclearNorm, OpNorm, PolarFactor,
     Projector, RegularizedSylvester, facts_of,
 )
@@ -89,6 +89,10 @@ def _evaluate(expr, env, backend, dims, memo):
         w = rec(expr.base)
         c_inv = rec(expr.gram_inv_sqrt())
         return backend.matmul(w, c_inv) if expr.side == "right" else backend.matmul(c_inv, w)
+    if isinstance(expr, HStack):
+        return backend.hstack([rec(b) for b in expr.args])
+    if isinstance(expr, BlockDiag):
+        return backend.blockdiag([rec(b) for b in expr.args])
     if isinstance(expr, Projector):
         u = rec(PolarFactor(expr.base))
         return backend.matmul(u, backend.transpose(u))

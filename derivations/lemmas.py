@@ -19,7 +19,7 @@ from .algebra import map_bottom_up, product, replace_free, rewrite_adjacent, tid
 from .evaluate import InstanceSampler, evaluate, free_symbols, relative_error
 from .vocabulary import (
     FULL_COLUMN_RANK, FULL_ROW_RANK, ISOTROPIC_COLUMNS, ORTHONORMAL_COLUMNS, ORTHONORMAL_ROWS,
-    FactMatrix, GramInvSqrt, GramSqrt, Inner, IsotropicScale, Msign, NuclearNorm, OpNorm,
+    BlockDiag, FactMatrix, GramInvSqrt, GramSqrt, HStack, Inner, IsotropicScale, Msign, NuclearNorm, OpNorm,
     PolarFactor, Projector, RegularizedSylvester, dimension, facts_of, nonnegative_symbol, positive_symbol,
 )
 
@@ -698,6 +698,102 @@ RING = Lemma(
 )
 
 
+# ---- msign in polar form and orthogonal blocks ------------------------------------------------
+def _polar_form_rewrite(expr, *, targets, reverse=False, **_):
+    """``msign(X) → X C_X⁻¹`` (or back) for the ``targets`` asserted to have full column rank."""
+    hits = []
+
+    def visit(e):
+        if not reverse and isinstance(e, Msign) and e.arg in targets:
+            hits.append(e.arg)
+            return product(e.arg, GramInvSqrt(e.arg))
+        if reverse and isinstance(e, MatMul):
+            coeff, mats = e.as_coeff_matrices()
+            for i in range(len(mats) - 1):
+                if mats[i] in targets and mats[i + 1] == GramInvSqrt(mats[i]):
+                    hits.append(mats[i])
+                    return product(coeff, *mats[:i], Msign(mats[i]), *mats[i + 2:])
+        return e
+
+    new = map_bottom_up(expr, visit)
+    if not hits:
+        raise NotApplicable("no msign (or X C_X⁻¹) of a full-column-rank target")
+    return new, [f"{h} has full column rank" for h in dict.fromkeys(hits)]
+
+
+def _polar_form_ids():
+    x = _tall("X", FULL_COLUMN_RANK)
+    return [(Msign(x), product(x, GramInvSqrt(x)))], InstanceSampler(_SMALL)
+
+
+MSIGN_POLAR_FORM = Lemma(
+    key="msign_polar_form", number="5d", title="msign of a full-column-rank matrix",
+    statement=r"\operatorname{msign}(X) = X (X^{\top}X)^{-1/2}",
+    conditions=(r"X \text{ has full column rank}",), rewrite=_polar_form_rewrite, identities=_polar_form_ids,
+)
+
+
+def _orthogonal_gram_rewrite(expr, *, pair, **_):
+    a, b = pair
+    target = GramInvSqrt(HStack(a, b))
+    new = map_bottom_up(expr, lambda e: BlockDiag(GramInvSqrt(a), GramInvSqrt(b)) if e == target else e,
+                        enter_derived=False)
+    if new == expr:
+        raise NotApplicable(f"no Gram root of [{a} | {b}]")
+    return new, [f"{a}ᵀ{b} = 0 (orthogonal column spaces)"]
+
+
+def _orthogonal_ids():
+    a = _tall("A", FULL_COLUMN_RANK)
+    r = _fresh("R", _m, _n)
+    b = MatrixSymbol("B", _m, _n)
+    sampler = InstanceSampler(_SMALL, {b: product(total(Identity(_m), product(-1, Projector(a))), r)})
+    return [(GramInvSqrt(HStack(a, b)), BlockDiag(GramInvSqrt(a), GramInvSqrt(b)))], sampler
+
+
+ORTHOGONAL_BLOCKS = Lemma(
+    key="orthogonal_blocks", number="O", title="Gram root of orthogonal blocks",
+    statement=(r"A^{\top}B = 0:\ ([A \,|\, B]^{\top}[A \,|\, B])^{-1/2}"
+               r" = \operatorname{blockdiag}((A^{\top}A)^{-1/2}, (B^{\top}B)^{-1/2})"),
+    conditions=(r"A^{\top}B = 0",), rewrite=_orthogonal_gram_rewrite, identities=_orthogonal_ids,
+)
+
+
+def _block_product_rewrite(expr, **_):
+    hits = []
+
+    def visit(e):
+        if not isinstance(e, MatMul):
+            return e
+        coeff, mats = e.as_coeff_matrices()
+        for i in range(len(mats) - 1):
+            h, bd = mats[i], mats[i + 1]
+            if isinstance(h, HStack) and isinstance(bd, BlockDiag) and len(h.args) == len(bd.args):
+                hits.append(e)
+                merged = HStack(*[product(x, y) for x, y in zip(h.args, bd.args)])
+                return product(coeff, *mats[:i], merged, *mats[i + 2:])
+        return e
+
+    new = map_bottom_up(expr, visit)
+    if not hits:
+        raise NotApplicable("no [A | B] blockdiag(C, D) product")
+    return new, []
+
+
+def _block_product_ids():
+    a, b = _fresh("A", _m, _n), _fresh("B", _m, _k)
+    c, dd = _fresh("C", _n, _n), _fresh("D", _k, _k)
+    return [(product(HStack(a, b), BlockDiag(c, dd)), HStack(product(a, c), product(b, dd)))], InstanceSampler(_SMALL)
+
+
+BLOCK_PRODUCT = Lemma(
+    key="block_product", number="B", title="Concatenation times block diagonal",
+    statement=r"[A \,|\, B] \operatorname{blockdiag}(C, D) = [AC \,|\, BD]",
+    rewrite=_block_product_rewrite, identities=_block_product_ids,
+)
+
+
 ALL_LEMMAS = (LINEAR_STEEPEST_DESCENT, ORTHONORMAL_INVARIANCE, ADJOINT_MOVE, TRANSPOSITION, CHANGE_OF_VARIABLES,
               MSIGN_ISOMETRY, MSIGN_SCALE, MSIGN_TRANSPOSE, POLAR_SUBSTITUTION, POLAR_INVERSE,
-              CHAIN_RULE, PROJECTOR, ISOTROPIC_PARTNER, INNER_LINEARITY, SYLVESTER_EQUATION, RING)
+              CHAIN_RULE, PROJECTOR, ISOTROPIC_PARTNER, INNER_LINEARITY, SYLVESTER_EQUATION, RING,
+              MSIGN_POLAR_FORM, ORTHOGONAL_BLOCKS, BLOCK_PRODUCT)

@@ -15,7 +15,7 @@ from sympy import Matrix, MatMul, MatAdd, S, Symbol, Transpose, cancel, symbols
 from sympy.matrices.expressions import Identity, MatrixSymbol, ZeroMatrix
 
 from .algebra import is_symmetric
-from .vocabulary import (GramInvSqrt, GramSqrt, Inner, IsotropicScale, Msign, NuclearNorm, OpNorm,
+from .vocabulary import (BlockDiag, GramInvSqrt, HStack, GramSqrt, Inner, IsotropicScale, Msign, NuclearNorm, OpNorm,
                          PolarFactor, Projector)
 
 
@@ -82,6 +82,11 @@ class ExplicitModel:
         if isinstance(e, PolarFactor):
             w, ci = self.value(e.base), self.value(e.gram_inv_sqrt())
             return w * ci if e.side == "right" else ci * w
+        if isinstance(e, HStack):
+            return Matrix.hstack(*[self.value(b) for b in e.args])
+        if isinstance(e, BlockDiag):
+            from sympy import diag
+            return diag(*[self.value(b) for b in e.args])
         if isinstance(e, Projector):
             u = self.value(PolarFactor(e.base))
             return u * u.T

@@ -230,6 +230,46 @@ class PolarFactor(_Derived):
         return f"U_{{{short_name(self.base)}}}"
 
 
+class HStack(MatrixExpr):
+    """``[A | B | …]``: horizontal concatenation of matrices with equal row counts."""
+
+    def __new__(cls, *blocks):
+        blocks = [_sympify(b) for b in blocks]
+        if len(blocks) < 2 or len({b.shape[0] for b in blocks}) != 1:
+            raise ValueError(f"HStack needs two or more blocks with equal rows, got {[b.shape for b in blocks]}")
+        return Basic.__new__(cls, *blocks)
+
+    @property
+    def shape(self):
+        return (self.args[0].shape[0], sum((b.shape[1] for b in self.args), S.Zero))
+
+    def _sympystr(self, printer):
+        return "[" + " | ".join(printer._print(b) for b in self.args) + "]"
+
+    def _latex(self, printer):
+        return r"\left[" + r" \,\middle|\, ".join(printer._print(b) for b in self.args) + r"\right]"
+
+
+class BlockDiag(MatrixExpr):
+    """``blockdiag(A, B, …)``."""
+
+    def __new__(cls, *blocks):
+        return Basic.__new__(cls, *[_sympify(b) for b in blocks])
+
+    @property
+    def shape(self):
+        return (sum((b.shape[0] for b in self.args), S.Zero), sum((b.shape[1] for b in self.args), S.Zero))
+
+    def _eval_transpose(self):
+        return BlockDiag(*[Transpose(b).doit() for b in self.args])
+
+    def _sympystr(self, printer):
+        return "blockdiag(" + ", ".join(printer._print(b) for b in self.args) + ")"
+
+    def _latex(self, printer):
+        return r"\operatorname{blockdiag}\left(" + ", ".join(printer._print(b) for b in self.args) + r"\right)"
+
+
 class Projector(_Derived):
     """``P_W = U_W U_Wᵀ``: the orthogonal projector onto the column space of a tall ``W``."""
 

@@ -54,6 +54,15 @@ class NumpyBackend:
     sylvester = staticmethod(numpy_kernels.sylvester_dense)
 
     @staticmethod
+    def hstack(blocks):
+        return np.concatenate(blocks, axis=-1)
+
+    @staticmethod
+    def blockdiag(blocks):
+        import scipy.linalg
+        return scipy.linalg.block_diag(*blocks)
+
+    @staticmethod
     def inner(a, b):
         return float(np.sum(a * b))
 
@@ -133,6 +142,23 @@ class MpmathBackend:
                 raise ZeroDivisionError("negative power of a singular PSD matrix")
             d[i, i] = mpmath.power(max(w[i], 0), p)
         return q * d * q.T
+
+    @staticmethod
+    def hstack(blocks):
+        rows = blocks[0].rows
+        return mpmath.matrix([[v for b in blocks for v in b.tolist()[i]] for i in range(rows)])
+
+    @staticmethod
+    def blockdiag(blocks):
+        n, m = sum(b.rows for b in blocks), sum(b.cols for b in blocks)
+        out = mpmath.zeros(n, m)
+        r = c = 0
+        for b in blocks:
+            for i in range(b.rows):
+                for j in range(b.cols):
+                    out[r + i, c + j] = b[i, j]
+            r, c = r + b.rows, c + b.cols
+        return out
 
     @staticmethod
     def sylvester(w_q, w_k, damping, d):

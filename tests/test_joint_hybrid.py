@@ -107,3 +107,12 @@ def test_derivations_check():
         assert all(r.passed for r in der.check(trials=1))
     vals = [v for _, v in joint.measurements(np.random.default_rng(0))]
     assert vals[0] > 1e-3 and vals[1] < 1e-10
+
+
+def test_orthogonal_reduction_is_derived_by_the_engine():
+    from derivations.vocabulary import HStack, Msign
+    der = joint.orthogonal_reduction()
+    assert der.formula == HStack(Msign(joint.A), Msign(joint.B))
+    assert [s.lemma.key for s in der.steps] == ["msign_polar_form", "orthogonal_blocks", "block_product",
+                                                "msign_polar_form"]
+    assert any("AᵀB = 0" in c for s in der.steps for c in s.conditions)
