@@ -51,6 +51,9 @@ def test_matches_hand_formula_and_bounds(mod):
         Cg = hand.inv_sqrt(sum(np.swapaxes(q, -1, -2) @ q for q in members))
         ref = -(eps / (2 * group)) * hand.msign(gks[g] @ Cg) @ Cg
         assert np.max(np.abs(dks[g] - ref)) < 1e-10
+        stacked = np.concatenate(members, axis=-2)  # the group's stacked product: the bound is tight
+        for layer in range(2):
+            assert np.linalg.norm(stacked[layer] @ dks[g][layer].T, 2) == pytest.approx(eps / (2 * group), rel=1e-10)
         for q in members:  # every per-product bound
             for layer in range(2):
                 assert np.linalg.norm(q[layer] @ dks[g][layer].T, 2) <= eps / (2 * group) * (1 + 1e-10)

@@ -116,3 +116,12 @@ def test_orthogonal_reduction_is_derived_by_the_engine():
     assert [s.lemma.key for s in der.steps] == ["msign_polar_form", "orthogonal_blocks", "block_product",
                                                 "msign_polar_form"]
     assert any("AᵀB = 0" in c for s in der.steps for c in s.conditions)
+
+
+def test_joint_damped_rank_deficient_zero_gradient_and_bad_shapes(jmod):
+    rng = np.random.default_rng(4)
+    W_Q, W_K = np.zeros((2, 12, 3)), rng.standard_normal((2, 12, 3))
+    dQ, dK = jmod.joint_qk(W_Q, W_K, np.zeros((2, 12, 3)), np.zeros((2, 12, 3)), eps=0.1, damping=1e-3)
+    assert np.all(np.isfinite(dQ)) and np.all(np.asarray(dK) == 0)
+    with pytest.raises(ValueError, match="G_K must have the shape of W_Q"):
+        jmod.joint_qk(W_Q, W_K, np.zeros((2, 12, 3)), np.zeros((2, 12, 4)), eps=0.1)
