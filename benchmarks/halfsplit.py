@@ -79,9 +79,9 @@ def run(repeats: int, dtype, configs) -> float:
     print(f"{'config':<26} {'emitted ms':>11} {'hand ms':>9} {'ratio':>7} {'NS ms':>9} {'SVD ms':>9} {'SVD/NS':>7}")
     for heads, d, d_h in configs:
         args = [jnp.asarray(rng.standard_normal((heads, d, d_h)), dtype) for _ in range(4)]
-        emitted = lambda: mod.halfsplit_qk(*args, eps=0.02, damping=1e-4, schedule=sched)  # noqa: E731
-        hand = lambda: handwritten_halfsplit(*args, 0.02, 1e-4, sched)  # noqa: E731
-        svd = lambda: mod.halfsplit_qk(*args, eps=0.02, damping=1e-4, msign="svd")  # noqa: E731
+        emitted = lambda args=args: mod.halfsplit_qk(*args, eps=0.02, damping=1e-4, schedule=sched)
+        hand = lambda args=args: handwritten_halfsplit(*args, 0.02, 1e-4, sched)
+        svd = lambda args=args: mod.halfsplit_qk(*args, eps=0.02, damping=1e-4, msign="svd")
         for fn in (emitted, hand, svd):
             _warm(fn)
         e_times, h_times = [], []

@@ -21,7 +21,7 @@ import scipy.linalg
 
 jax.config.update("jax_enable_x64", True)
 
-from numerics import jax_kernels as K  # noqa: E402
+from numerics import jax_kernels as K
 
 
 def _median(fn, repeats):

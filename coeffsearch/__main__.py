@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 import mpmath
 
 from . import registry
-from .polynomial import ScheduleDoc, ScheduleError
+from .polynomial import ScheduleError
 
 
 class UsageError(Exception):
@@ -27,7 +26,7 @@ def _positive(text):
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not v > 0 or v != v or v == float("inf"):
+    if not 0 < v < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
     return text
 
@@ -248,7 +247,7 @@ def cmd_validate(a):
     dtypes = DTYPES if a.dtype == "all" else (a.dtype,)
     rows = validate(steps, dtypes, shape, float(a.lower), a.batch)
     sys.stdout.write(format_rows(name, rows))
-    print(f"slack = 8 eps(dtype) for rounding; 'inside' means observed within certified ± slack")
+    print("slack = 8 eps(dtype) for rounding; 'inside' means observed within certified ± slack")
     _write_json(a.json, [r.__dict__ | {"inside": r.inside} for r in rows])
     return 0 if all(r.inside for r in rows) else 1
 

@@ -55,7 +55,7 @@ def image(coeffs, lo: float, hi: float, steps: int, survived: list | None = None
     elif b != 0 and -a / (3 * b) > 0:
         crit = [-a / (3 * b)]
     xs = [math.sqrt(y) for y in crit]
-    p = lambda x: ((c * x * x + b) * x * x + a) * x  # noqa: E731
+    p = lambda x: ((c * x * x + b) * x * x + a) * x
     for k in range(steps):
         vals = [p(lo), p(hi)] + [p(x) for x in xs if lo < x < hi]
         lo, hi = min(vals), max(vals)
@@ -94,7 +94,7 @@ def _search(fun, bounds, seed, maxiter, progress):
 def max_slope(lower, upper, steps, band, seed=0, maxiter=300, progress=None) -> BandResult:
     """``max a`` s.t. ``steps`` applications map ``[lower, upper]`` into ``band``."""
     lower, upper = float(lower), float(upper)
-    penalty = lambda v: -v[0] + 1e3 * _violation(v, lower, upper, steps, band)  # noqa: E731
+    penalty = lambda v: -v[0] + 1e3 * _violation(v, lower, upper, steps, band)
     x, _ = _search(penalty, BOUNDS, seed, maxiter, progress)
     viol = _violation(x, lower, upper, steps, band)
     if viol > 1e-9:

@@ -12,12 +12,10 @@ closed.
 from __future__ import annotations
 
 import contextlib
-import json
 
 import mpmath
 from mpmath import iv
 
-from .polynomial import ScheduleError
 
 DEFAULT_PREC = 200  # bits (about 60 digits)
 BOUNDED = mpmath.mpf("1.5")  # "still converges": the final image stays inside (0, BOUNDED]
@@ -164,7 +162,7 @@ def certify(steps, lower, upper=1, name: str = "", prec: int = DEFAULT_PREC, dig
         u_max = overshoot_limit(cs, lower, upper)
         band = rows[-1]["output"]
         worst = max(abs(1 - band[0]), abs(1 - band[1]))
-        fmt = lambda ab: [decimal_down(ab[0], digits), decimal_up(ab[1], digits)]  # noqa: E731
+        fmt = lambda ab: [decimal_down(ab[0], digits), decimal_up(ab[1], digits)]
         return {
             "kind": "certificate",
             "name": name,
@@ -198,11 +196,3 @@ def recheck(cert: dict, prec: int | None = None) -> dict:
                 raise CertificateError(f"step {old['step']}: stated image {old['output']} does not contain "
                                        f"the recomputed enclosure {new['output']}")
     return fresh
-
-
-def load_certificate(text: str, source: str) -> dict:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ScheduleError(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    return data

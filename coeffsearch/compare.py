@@ -28,7 +28,7 @@ def format_compare(rows, lower, upper) -> str:
     for r in rows:
         cb, ob = r["certified_band"], r["bf16_observed_band"]
         out.append(f"{r['schedule']:<18} {r['steps']:>5} {r['matmuls']:>7} {f'[{cb[0]:.6f}, {cb[1]:.6f}]':>28} "
-                   f"{r['worst_error']:>11.3e} {f'[{ob[0]:.4f}, {ob[1]:.4f}]':>22} {str(r['u_max']):>9}")
+                   f"{r['worst_error']:>11.3e} {f'[{ob[0]:.4f}, {ob[1]:.4f}]':>22} {r['u_max']!s:>9}")
     return "\n".join(out) + "\n"
 
 

@@ -33,13 +33,6 @@ def odd_derivative(coeffs):
     return [c * (2 * j + 1) for j, c in enumerate(coeffs)]
 
 
-def compose_eval(steps, x):
-    """``p_k ∘ … ∘ p_1 (x)``."""
-    for coeffs in steps:
-        x = odd_eval(coeffs, x)
-    return x
-
-
 def to_decimal(x, dps: int) -> str:
     """``x`` as a decimal string with ``dps`` significant digits."""
     return mpmath.nstr(mpmath.mpf(x), dps)
@@ -66,7 +59,7 @@ class ScheduleDoc:
                            "steps": self.steps, "report": self.report}, indent=2) + "\n"
 
     @classmethod
-    def from_json(cls, text: str, source: str = "<json>") -> "ScheduleDoc":
+    def from_json(cls, text: str, source: str = "<json>") -> ScheduleDoc:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:

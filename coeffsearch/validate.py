@@ -79,8 +79,8 @@ def validate(steps, dtypes=DTYPES, shape=(256, 512), lower: float = 1e-3, batch:
         dt = {"float64": jnp.float64, "float32": jnp.float32, "bfloat16": jnp.bfloat16}[name]
         x = jnp.asarray(np.stack(mats), dt)  # a batch, run as given and transposed (tall and wide)
         svs = []
-        for batch in (x, x.mT):
-            y = np.asarray(newton_schulz(batch, float_steps).astype(jnp.float64))
+        for stack in (x, x.mT):
+            y = np.asarray(newton_schulz(stack, float_steps).astype(jnp.float64))
             svs.append(np.linalg.svd(y, compute_uv=False).ravel())
         sv = np.concatenate(svs)
         observed = (float(sv.min()), float(sv.max()))

@@ -10,8 +10,18 @@ Public surface:
 """
 
 from .engine import Context, Derivation, DerivationError, Problem, Solution, StepCheckFailed, identity_chain
-from .vocabulary import (FactMatrix, GramInvSqrt, GramSqrt, Inner, IsotropicScale, Msign, NuclearNorm,
-                         OpNorm, PolarFactor, Projector)
+from .vocabulary import (
+                         FactMatrix,
+                         GramInvSqrt,
+                         GramSqrt,
+                         Inner,
+                         IsotropicScale,
+                         Msign,
+                         NuclearNorm,
+                         OpNorm,
+                         PolarFactor,
+                         Projector,
+)
 
 __all__ = ["Context", "Derivation", "DerivationError", "FactMatrix", "GramInvSqrt", "GramSqrt", "Inner",
            "IsotropicScale", "Msign", "NuclearNorm", "OpNorm", "PolarFactor", "Problem", "Projector",

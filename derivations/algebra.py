@@ -10,7 +10,7 @@ factors, pushing a transpose through a product (``(AB)ᵀ = BᵀAᵀ``) and thro
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from sympy import Basic, Mul, S
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixExpr, Transpose, ZeroMatrix

@@ -6,8 +6,8 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -15,6 +15,7 @@ import coeffsearch
 
 from .engine import StepCheckFailed
 from .lemmas import ALL_LEMMAS
+from .printing.codegen import lemmas_used
 from .printing.jax_printer import emit_jax
 from .printing.latex import document_latex
 from .printing.numpy_printer import emit_numpy
@@ -85,7 +86,6 @@ def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
     if target == "numpy":
         return emit_numpy(rule.title, command, functions, rule.scalars)
     ders = rule.derivations()
-    from .printing.codegen import lemmas_used
     lemmas = lemmas_used(functions) or ALL_LEMMAS
     if target == "latex":
         return document_latex(rule.title, ders, lemmas)

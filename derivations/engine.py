@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import mpmath
 import numpy as np
-from sympy import Basic, Expr, srepr
+from sympy import Expr, srepr
 from sympy.matrices.expressions import MatrixSymbol
 
 from numerics.reference import MpmathBackend, NumpyBackend
@@ -291,8 +291,8 @@ class Derivation:
                 f"  after:  {self._describe(step.after)}\n counterexample:\n" + "\n".join(shown))
 
     def _step_error(self, step, sampler, rng, backend):
-        ev = lambda e, env: evaluate(e, env, backend, sampler.dims)  # noqa: E731
-        rel = lambda a, b: _rel(a, b, backend)  # noqa: E731
+        ev = lambda e, env: evaluate(e, env, backend, sampler.dims)
+        rel = lambda a, b: _rel(a, b, backend)
         before, after = step.before, step.after
         if step.kind == "solve":
             return self._solve_error(before, after, sampler, rng, backend)
@@ -312,7 +312,7 @@ class Derivation:
         return err, env
 
     def _solve_error(self, problem, sol, sampler, rng, backend, original=False):
-        ev = lambda e, env: evaluate(e, env, backend, sampler.dims)  # noqa: E731
+        ev = lambda e, env: evaluate(e, env, backend, sampler.dims)
         syms = free_symbols(problem.objective, problem.constraint, problem.budget, sol.argmin, sol.value)
         syms.discard(problem.variable)
         env = sampler.sample(rng, syms, backend)
@@ -334,7 +334,7 @@ class Derivation:
 
 
 def _rel(a, b, backend):
-    if isinstance(a, np.ndarray) or isinstance(a, mpmath.matrix):
+    if isinstance(a, (np.ndarray, mpmath.matrix)):
         diff = backend.max_abs(a - b)
         scale = max(1, backend.max_abs(b))
     else:
@@ -349,8 +349,3 @@ def _ssub(old, factor, side):
 def identity_chain(name: str, title: str, expr: Expr, context: Context, statement: str = "") -> Derivation:
     """A derivation that rewrites ``expr`` into an equal expression (a theorem)."""
     return Derivation(name, title, Claim(tidy(expr)), context, statement=statement)
-
-
-def specialize(derivation: Derivation, mapping: dict) -> Basic:
-    """The result of ``derivation`` with symbols replaced (an instance of a proven formula)."""
-    return tidy(derivation.result.argmin.xreplace(mapping))

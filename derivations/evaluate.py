@@ -11,18 +11,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import mpmath
 import numpy as np
 from sympy import Basic, Expr, MatAdd, MatMul, Symbol, Transpose
 from sympy.matrices.expressions import Identity, MatrixSymbol, ZeroMatrix
 
-from numerics.reference import MpmathBackend, NumpyBackend
+from numerics.reference import NumpyBackend
 from numerics.spectra import random_orthonormal
 
 from .vocabulary import (
-    FULL_COLUMN_RANK, FULL_ROW_RANK, BlockDiag, HStack, ISOTROPIC_COLUMNS, ORTHONORMAL_COLUMNS, ORTHONORMAL_ROWS,
-    SPD, SYMMETRIC, GramInvSqrt, GramSqrt, Inner, IsotropicScale, Msign, NuclearNorm, OpNorm, PolarFactor,
-    Projector, RegularizedSylvester, facts_of,
+    FULL_COLUMN_RANK,
+    FULL_ROW_RANK,
+    ISOTROPIC_COLUMNS,
+    ORTHONORMAL_COLUMNS,
+    ORTHONORMAL_ROWS,
+    SPD,
+    SYMMETRIC,
+    BlockDiag,
+    GramInvSqrt,
+    GramSqrt,
+    HStack,
+    Inner,
+    IsotropicScale,
+    Msign,
+    NuclearNorm,
+    OpNorm,
+    PolarFactor,
+    Projector,
+    RegularizedSylvester,
+    facts_of,
 )
 
 
@@ -58,7 +74,7 @@ def _gram(node, env, backend, dims, memo):
 
 
 def _evaluate(expr, env, backend, dims, memo):
-    rec = lambda e: evaluate(e, env, backend, dims, memo)  # noqa: E731
+    rec = lambda e: evaluate(e, env, backend, dims, memo)
     if isinstance(expr, MatrixSymbol):
         if expr not in env:
             raise EvaluationError(f"no value for matrix {expr}")
@@ -214,8 +230,3 @@ def relative_error(a, b, backend) -> float:
     diff = backend.max_abs(a - b)
     scale = max(1.0, float(backend.max_abs(b)))
     return float(diff) / scale
-
-
-def high_precision(dps: int = 50):
-    """A context manager and backend pair for mpmath evaluation at ``dps`` digits."""
-    return mpmath.workdps(dps), MpmathBackend(dps)

@@ -18,7 +18,7 @@ while damping breaks it: the relative break ``‖ΔW_Q(W_Q R, W_K R⁻ᵀ) − �
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from sympy.matrices.expressions import MatrixSymbol
 
@@ -58,7 +58,7 @@ def context(defs=None) -> Context:
                    symbolic_dims={d: 3, d_h: 2}, mpmath_dims={d: 4, d_h: 2})
 
 
-@lru_cache(maxsize=None)
+@cache
 def vertical_invisible():
     der = identity_chain("gauge.vertical", "Gauge: vertical directions leave M unchanged",
                          tangent(*vertical(A)), context(), statement="T(W_Q A, −W_K Aᵀ)")
@@ -66,7 +66,7 @@ def vertical_invisible():
     return der
 
 
-@lru_cache(maxsize=None)
+@cache
 def horizontality():
     vq, vk = vertical(A)
     der = identity_chain("gauge.horizontality", "Gauge: the Frobenius-horizontality condition",
@@ -76,7 +76,7 @@ def horizontality():
     return der
 
 
-@lru_cache(maxsize=None)
+@cache
 def gradients_horizontal():
     der = identity_chain("gauge.gradients", "Gauge: raw factor gradients are horizontal",
                          horizontality_residual(G_Q, G_K), context(GRADIENTS),
@@ -98,7 +98,7 @@ def projected():
     return total(m_Q, vq), total(m_K, vk)
 
 
-@lru_cache(maxsize=None)
+@cache
 def projection_horizontal():
     der = identity_chain("gauge.projection", "Gauge: the projected momentum is horizontal",
                          horizontality_residual(*projected()), context(),
@@ -109,7 +109,7 @@ def projection_horizontal():
     return der
 
 
-@lru_cache(maxsize=None)
+@cache
 def projection_same_change():
     der = identity_chain("gauge.projection_change", "Gauge: the projection does not change M to first order",
                          tangent(*projected()), context(), statement="T(m_Q + W_Q X, m_K − W_K Xᵀ)")

@@ -14,7 +14,7 @@ bound holds: ``‖W_{Q,h} ΔW_{K,g}ᵀ‖ ≤ ‖W̄_g ΔW_{K,g}ᵀ‖ = ε/(2G)
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from sympy.matrices.expressions import MatrixSymbol
 
@@ -38,7 +38,7 @@ def context() -> Context:
                    symbolic_dims={d: 3, d_h: 2, n: 4}, mpmath_dims={d: 4, d_h: 2, n: 8})
 
 
-@lru_cache(maxsize=None)
+@cache
 def key_side() -> Derivation:
     """Shared key head: ``min ⟨Ḡ_M, W̄ ΔKᵀ⟩ s.t. ‖W̄ ΔKᵀ‖_op ≤ ε/(2G)``."""
     delta = MatrixSymbol("dW_K", d, d_h)

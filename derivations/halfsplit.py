@@ -15,7 +15,7 @@ Run ``python -m derivations.halfsplit --help``.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from sympy import Rational
 from sympy.matrices.expressions import MatrixSymbol
@@ -23,8 +23,16 @@ from sympy.matrices.expressions import MatrixSymbol
 from . import lemmas as L
 from .algebra import product, total, transpose
 from .engine import Context, Derivation, Problem, identity_chain
-from .vocabulary import (FULL_COLUMN_RANK, FULL_ROW_RANK, ISOTROPIC_COLUMNS, FactMatrix, GramSqrt,
-                         Inner, OpNorm, dimension, positive_symbol)
+from .vocabulary import (
+    FULL_COLUMN_RANK,
+    ISOTROPIC_COLUMNS,
+    FactMatrix,
+    GramSqrt,
+    Inner,
+    OpNorm,
+    dimension,
+    positive_symbol,
+)
 
 d, d_h = dimension("d"), dimension("d_h")
 eps = positive_symbol("epsilon")
@@ -74,19 +82,19 @@ def _right_whitened(name, title, own, partner, gradients, variable_name):
     return der
 
 
-@lru_cache(maxsize=None)
+@cache
 def query_side() -> Derivation:
     """``ΔW_Q`` of the half-split rule."""
     return _right_whitened("halfsplit.query", "Half-split QK: query update", "Q", W_K, GRADIENTS_QK, "Z_Q")
 
 
-@lru_cache(maxsize=None)
+@cache
 def key_side() -> Derivation:
     """``ΔW_K`` of the half-split rule."""
     return _right_whitened("halfsplit.key", "Half-split QK: key update", "K", W_Q, GRADIENTS_QK, "Z_K")
 
 
-@lru_cache(maxsize=None)
+@cache
 def value_side() -> Derivation:
     """Head-local V side of the hybrid OV rule: the partner ``W_O`` multiplies from the left."""
     delta = MatrixSymbol("dW_V", d_h, d)
@@ -106,7 +114,7 @@ def value_side() -> Derivation:
     return der
 
 
-@lru_cache(maxsize=None)
+@cache
 def product_step() -> Derivation:
     """Theorem: ``ΔW_Q W_Kᵀ + W_Q ΔW_Kᵀ = −(ε/2)[msign(G_M P_K) + msign(P_Q G_M)]``."""
     dq, dk = query_side().result.argmin, key_side().result.argmin
@@ -137,13 +145,13 @@ def _isotropic(side: Derivation, partner: FactMatrix, gradients: dict, name: str
     return der
 
 
-@lru_cache(maxsize=None)
+@cache
 def isotropic_query() -> Derivation:
     """Corollary: ``ΔW_Q = −(ε/2) c_K⁻¹ msign(G_Q)`` when ``W_Kᵀ W_K = c_K² I``."""
     return _isotropic(query_side(), W_K, GRADIENTS_QK, "halfsplit.isotropic_query")
 
 
-@lru_cache(maxsize=None)
+@cache
 def isotropic_key() -> Derivation:
     """Corollary: ``ΔW_K = −(ε/2) c_Q⁻¹ msign(G_K)`` when ``W_Qᵀ W_Q = c_Q² I``."""
     return _isotropic(key_side(), W_Q, GRADIENTS_QK, "halfsplit.isotropic_key")
@@ -153,8 +161,6 @@ def derivations() -> list[Derivation]:
     """Every derivation of this module, in reading order."""
     return [query_side(), key_side(), value_side(), product_step(), isotropic_query(), isotropic_key()]
 
-
-_ = FULL_ROW_RANK  # the V-side partner is tall; wide partners appear in the O side (hybrid_ov)
 
 
 # ---- emission ------------------------------------------------------------------------------
@@ -194,8 +200,6 @@ def measurements(rng):
         out.append((f"isotropic vs exact dW_Q, relative Frobenius error, partner condition {cond:g}", worst))
     return out
 
-
-RULE = None
 
 
 def rule_module():

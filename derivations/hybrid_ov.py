@@ -12,7 +12,7 @@ derivation gives ``S = msign([G_{O,h} C_{V,h}⁻¹]_h)`` split into head blocks
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from sympy import Rational
 from sympy.matrices.expressions import MatrixSymbol
@@ -35,7 +35,7 @@ def context() -> Context:
                    symbolic_dims={d: 3, m: 2, n: 4}, mpmath_dims={d: 4, m: 2, n: 8})
 
 
-@lru_cache(maxsize=None)
+@cache
 def o_side():
     return block_whitened("hybrid_ov.o_side", "Hybrid OV: global O update", dW_O, P, G_tilde, G_O,
                           eps * Rational(1, 2), context(),

@@ -19,19 +19,25 @@ measured by ``--check``.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from sympy import Rational
-from sympy.matrices.expressions import MatrixSymbol
-
-from sympy.matrices.expressions import Identity
+from sympy.matrices.expressions import Identity, MatrixSymbol
 
 from . import lemmas as L
 from .algebra import product, total
 from .block_whitened import block_whitened
-from .engine import Context, identity_chain
-from .vocabulary import (BLOCK_DIAGONAL, FULL_COLUMN_RANK, FactMatrix, HStack, Msign, Projector, dimension,
-                         positive_symbol)
+from .engine import Context, Derivation, identity_chain
+from .vocabulary import (
+    BLOCK_DIAGONAL,
+    FULL_COLUMN_RANK,
+    FactMatrix,
+    HStack,
+    Msign,
+    Projector,
+    dimension,
+    positive_symbol,
+)
 
 d, m, n = dimension("d"), dimension("m"), dimension("n")  # m = 2 d_h, n = 2 d
 eps = positive_symbol("epsilon")
@@ -46,8 +52,8 @@ def context() -> Context:
                    symbolic_dims={d: 3, m: 2, n: 4}, mpmath_dims={d: 4, m: 2, n: 8})
 
 
-@lru_cache(maxsize=None)
-def joint() -> "Derivation":  # noqa: F821
+@cache
+def joint() -> Derivation:
     return block_whitened("joint.update", "Joint-whitened QK update", Delta, P, G_tilde, G, eps * Rational(1, 2),
                           context(), "both halves of ΔM side by side, operator norm ε/2")
 
@@ -56,7 +62,7 @@ A = FactMatrix("A", d, dimension("d_h"), [FULL_COLUMN_RANK])  # G_Q C_K⁻¹, wh
 B = MatrixSymbol("B", d, dimension("d_h"))  # G_K C_Q⁻¹, orthogonal to A's columns
 
 
-@lru_cache(maxsize=None)
+@cache
 def orthogonal_reduction():
     """Theorem: ``AᵀB = 0 ⇒ msign([A | B]) = [msign(A) | msign(B)]``, so joint = half-split."""
     d_h = A.shape[1]

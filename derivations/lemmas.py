@@ -8,19 +8,37 @@ its own statement. Lemmas never contain a rule's final formula: they are generic
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
-from sympy import Add, Basic, S, Symbol
-from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixExpr, MatrixSymbol, Transpose, ZeroMatrix
+from sympy import Add, Basic, S
+from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose, ZeroMatrix
 
 from .algebra import map_bottom_up, product, replace_free, rewrite_adjacent, tidy, total, transpose
 from .evaluate import InstanceSampler, evaluate, free_symbols, relative_error
 from .vocabulary import (
-    FULL_COLUMN_RANK, FULL_ROW_RANK, ISOTROPIC_COLUMNS, ORTHONORMAL_COLUMNS, ORTHONORMAL_ROWS,
-    BlockDiag, FactMatrix, GramInvSqrt, GramSqrt, HStack, Inner, IsotropicScale, Msign, NuclearNorm, OpNorm,
-    PolarFactor, Projector, RegularizedSylvester, dimension, facts_of, nonnegative_symbol, positive_symbol,
+    FULL_COLUMN_RANK,
+    FULL_ROW_RANK,
+    ISOTROPIC_COLUMNS,
+    ORTHONORMAL_COLUMNS,
+    ORTHONORMAL_ROWS,
+    BlockDiag,
+    FactMatrix,
+    GramInvSqrt,
+    GramSqrt,
+    HStack,
+    Inner,
+    IsotropicScale,
+    Msign,
+    OpNorm,
+    PolarFactor,
+    Projector,
+    RegularizedSylvester,
+    dimension,
+    facts_of,
+    nonnegative_symbol,
+    positive_symbol,
 )
 
 
@@ -61,7 +79,7 @@ class Lemma:
         return worst
 
 
-from numerics.reference import NumpyBackend  # noqa: E402
+from numerics.reference import NumpyBackend
 
 _NP = NumpyBackend()
 
@@ -482,7 +500,7 @@ def _chain_rule_rewrite(expr, *, gradients, reverse=False, **_):
 def _chain_check(rng):
     """Finite differences: ∂/∂W_Q L(W_Q W_Kᵀ) = G_M W_K for L(M) = Σ sin(M)."""
     wq, wk = rng.standard_normal((5, 2)), rng.standard_normal((5, 2))
-    loss = lambda q, k: float(np.sum(np.sin(q @ k.T)))  # noqa: E731
+    loss = lambda q, k: float(np.sum(np.sin(q @ k.T)))
     g_m = np.cos(wq @ wk.T)
     g_q, g_k = g_m @ wk, g_m.T @ wq
     h, err = 1e-6, 0.0

@@ -14,7 +14,7 @@ structure (thin SVDs of the factors, ``O(d² d_h)``) or densely (Bartels–Stewa
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from sympy import Add
 from sympy.matrices.expressions import MatrixSymbol
@@ -46,7 +46,7 @@ def context() -> Context:
                    mpmath_dims={d: 4, d_h: 2}, scalars={})
 
 
-@lru_cache(maxsize=None)
+@cache
 def adjoint():
     """``⟨H, T(ΔQ, ΔK)⟩ = ⟨H W_K, ΔQ⟩ + ⟨Hᵀ W_Q, ΔK⟩``, i.e. ``T*(H) = (H W_K, Hᵀ W_Q)``."""
     der = identity_chain("sylvester.adjoint", "Sylvester rule: the adjoint of T", Inner(H, forward(dQ, dK)),
@@ -72,7 +72,7 @@ def solution():
     return RegularizedSylvester(W_Q, W_K, lam, TARGET)
 
 
-@lru_cache(maxsize=None)
+@cache
 def achieved_change():
     """Theorem: with ``(ΔQ, ΔK) = T*(H_λ)``, ``T(ΔQ, ΔK) = D − 2λ H_λ``."""
     q, k = adjoint_components(solution())

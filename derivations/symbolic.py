@@ -11,12 +11,23 @@ come out as "numeric only": that is never a failure, only a weaker kind of evide
 
 from __future__ import annotations
 
-from sympy import Matrix, MatMul, MatAdd, S, Symbol, Transpose, cancel, symbols
+from sympy import MatAdd, MatMul, Matrix, S, Symbol, Transpose, cancel, symbols
 from sympy.matrices.expressions import Identity, MatrixSymbol, ZeroMatrix
 
 from .algebra import is_symmetric
-from .vocabulary import (BlockDiag, GramInvSqrt, HStack, GramSqrt, Inner, IsotropicScale, Msign, NuclearNorm, OpNorm,
-                         PolarFactor, Projector)
+from .vocabulary import (
+    BlockDiag,
+    GramInvSqrt,
+    GramSqrt,
+    HStack,
+    Inner,
+    IsotropicScale,
+    Msign,
+    NuclearNorm,
+    OpNorm,
+    PolarFactor,
+    Projector,
+)
 
 
 class Unsupported(Exception):

@@ -20,8 +20,8 @@ Conventions (MATH.md):
 from __future__ import annotations
 
 from sympy import Basic, Expr, S, Symbol, Tuple, sympify
-from sympy.core.sympify import _sympify
 from sympy.core.symbol import Str
+from sympy.core.sympify import _sympify
 from sympy.matrices.expressions import MatrixExpr, MatrixSymbol, Transpose
 
 # Structural facts a matrix can carry.
@@ -55,7 +55,7 @@ def facts_of(expr: Basic) -> frozenset:
 def short_name(matrix: Basic) -> str:
     """``W_K`` → ``K``; the label used for the derived objects ``C_K``, ``U_K``, ``P_K``."""
     name = str(getattr(matrix, "name", matrix))
-    return name[2:] if name.startswith("W_") else name
+    return name.removeprefix("W_")
 
 
 class FactMatrix(MatrixSymbol):
@@ -419,7 +419,7 @@ class IsotropicScale(_MatrixScalar):
         return f"c_{{{short_name(self.base)}}}"
 
 
-def positive_symbol(name: str, latex: str | None = None) -> Symbol:
+def positive_symbol(name: str) -> Symbol:
     """A positive real scalar symbol (step budgets, norms)."""
     return Symbol(name, positive=True)
 

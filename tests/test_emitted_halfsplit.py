@@ -223,7 +223,7 @@ def test_emitted_module_is_deterministic_clean_and_self_contained(halfsplit_sour
     path = tmp_path / "halfsplit_jax.py"
     path.write_text(halfsplit_source)
     ruff = subprocess.run([sys.executable, "-m", "ruff", "check", "--isolated", str(path)],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
     assert ruff.returncode == 0, ruff.stdout
 
 

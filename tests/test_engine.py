@@ -9,8 +9,18 @@ from derivations import halfsplit as H
 from derivations import lemmas as L
 from derivations.algebra import product, transpose
 from derivations.engine import Context, Derivation, DerivationError, Problem, StepCheckFailed
-from derivations.vocabulary import (FULL_COLUMN_RANK, FactMatrix, GramInvSqrt, GramSqrt, Inner, Msign,
-                                    NuclearNorm, OpNorm, PolarFactor, Projector, dimension)
+from derivations.vocabulary import (
+    FactMatrix,
+    GramInvSqrt,
+    GramSqrt,
+    Inner,
+    Msign,
+    NuclearNorm,
+    OpNorm,
+    PolarFactor,
+    Projector,
+    dimension,
+)
 
 d, d_h = H.d, H.d_h
 

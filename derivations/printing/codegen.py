@@ -17,8 +17,16 @@ from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol, Transpose
 
 from ..algebra import product
 from ..engine import Derivation
-from ..vocabulary import (BLOCK_DIAGONAL, GramInvSqrt, GramSqrt, IsotropicScale, Msign, RegularizedSylvester,
-                          facts_of, short_name)
+from ..vocabulary import (
+    BLOCK_DIAGONAL,
+    GramInvSqrt,
+    GramSqrt,
+    IsotropicScale,
+    Msign,
+    RegularizedSylvester,
+    facts_of,
+    short_name,
+)
 
 
 class UnsupportedNode(TypeError):
