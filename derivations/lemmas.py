@@ -107,7 +107,8 @@ def _orthonormal_rows(e) -> bool:
 
 def _invertibility(c) -> str:
     side = "column" if c.side == "right" else "row"
-    return f"{c.label()} invertible: {c.base} has full {side} rank, or λ = {c.damping} > 0"
+    rank = f"{c.label()} invertible: {c.base} has full {side} rank"
+    return rank if c.damping == 0 else f"{rank}, or λ = {c.damping} > 0"
 
 
 def _full_rank_known(c) -> bool:

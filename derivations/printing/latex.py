@@ -43,8 +43,17 @@ def state_latex(state) -> str:
     raise TypeError(f"unknown state {state!r}")
 
 
+#: Unicode that the derivation's plain-text notes use, as LaTeX (so pdflatex accepts the document)
+_UNICODE = {"ε": r"$\varepsilon$", "λ": r"$\lambda$", "Δ": r"$\Delta$", "ᵀ": r"$^{\top}$", "⁻¹": r"$^{-1}$",
+            "≤": r"$\le$", "≥": r"$\ge$", "‖": r"$\|$", "⟨": r"$\langle$", "⟩": r"$\rangle$", "²": r"$^2$",
+            "Σ": r"$\Sigma$", "β": r"$\beta$", "−": "-", "∈": r"$\in$", "×": r"$\times$", "·": r"$\cdot$", "∘": r"$\circ$", "̄": "", "⊥": r"$\perp$", "…": r"\dots{}"}
+
+
 def _escape(text: str) -> str:
-    return text.replace("_", r"\_").replace("&", r"\&").replace("%", r"\%").replace("#", r"\#")
+    text = text.replace("_", r"\_").replace("&", r"\&").replace("%", r"\%").replace("#", r"\#")
+    for char, tex in _UNICODE.items():
+        text = text.replace(char, tex)
+    return text
 
 
 def derivation_latex(der: Derivation) -> str:
