@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from sympy import Basic, Expr, MatAdd, MatMul, Symbol, Transpose
-from sympy.matrices.expressions import Identity, MatrixSymbol, ZeroMatrix
+from sympy.matrices.expressions import Identity, Inverse, MatrixSymbol, ZeroMatrix
 
 from numerics.reference import NumpyBackend
 from numerics.spectra import random_orthonormal
@@ -97,6 +97,8 @@ def _evaluate(expr, env, backend, dims, memo):
         return out
     if isinstance(expr, Transpose):
         return backend.transpose(rec(expr.arg))
+    if isinstance(expr, Inverse):
+        return backend.inverse(rec(expr.arg))
     if isinstance(expr, Msign):
         return backend.msign(rec(expr.arg))
     if isinstance(expr, (GramSqrt, GramInvSqrt)):

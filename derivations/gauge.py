@@ -12,8 +12,9 @@ engine:
   ``d_h × d_h`` Sylvester equation with SPD coefficients), ``(m_Q + W_Q X, m_K − W_K Xᵀ)`` is
   horizontal and changes ``M`` exactly as ``(m_Q, m_K)`` does, to first order.
 
-``--check`` also measures the theorem that the undamped half-split rule is ``GL(d_h)``-equivariant
-while damping breaks it: the relative break ``‖ΔW_Q(W_Q R, W_K R⁻ᵀ) − ΔW_Q R‖ / ‖ΔW_Q R‖`` against λ.
+* the theorem that the undamped half-split update is ``GL(d_h)``-equivariant: at
+  ``(W_Q R, W_K R⁻ᵀ)`` it is ``ΔW_Q R`` (via the polar factor of ``C_K R⁻ᵀ``); ``--check`` measures how
+  damping breaks it, ``‖ΔW_Q(W_Q R, W_K R⁻ᵀ) − ΔW_Q R‖ / ‖ΔW_Q R‖`` against λ.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from functools import cache
 
 from sympy.matrices.expressions import MatrixSymbol
 
+from . import halfsplit
 from . import lemmas as L
 from .algebra import product, total, transpose
 from .engine import Context, identity_chain
-from .vocabulary import FULL_COLUMN_RANK, FactMatrix, Inner, RegularizedSylvester, dimension
+from .vocabulary import (FULL_COLUMN_RANK, ORTHONORMAL_COLUMNS, FactMatrix, GramSqrt, Inner, PolarFactor,
+                         RegularizedSylvester, dimension)
 
 d, d_h = dimension("d"), dimension("d_h")
 W_Q = FactMatrix("W_Q", d, d_h, [FULL_COLUMN_RANK])
@@ -117,9 +120,31 @@ def projection_same_change():
     return der
 
 
+S = FactMatrix("S", d_h, d_h, [FULL_COLUMN_RANK])  # gauge: W_K → W_K S, W_Q → W_Q S⁻ᵀ (S = R⁻ᵀ)
+O = FactMatrix("O", d_h, d_h, [ORTHONORMAL_COLUMNS])  # the polar factor of C_K S
+
+
+@cache
+def equivariance():
+    """Theorem: the undamped half-split query update moves with the gauge, ``ΔW_Q' = ΔW_Q S⁻ᵀ``.
+
+    Under ``W_K → W_K S`` the factor gradient moves as ``G_Q → G_Q S`` (chain rule through the same M).
+    """
+    dq = halfsplit.query_side().formula
+    moved = dq.xreplace({halfsplit.W_K: product(halfsplit.W_K, S), halfsplit.G_Q: product(halfsplit.G_Q, S)})
+    ctx = halfsplit.context({halfsplit.G_Q: product(halfsplit.G_M, halfsplit.W_K),
+                             O: PolarFactor(product(GramSqrt(halfsplit.W_K), S))})
+    der = identity_chain("gauge.equivariance", "Gauge: the undamped half-split update is GL(d_h)-equivariant",
+                         moved, ctx, statement="ΔW_Q at the gauge-transformed factors (W_Q S⁻ᵀ, W_K S), λ = 0")
+    der.apply(L.GAUGE_POLAR, matrix=halfsplit.W_K, gauge=S, orthogonal=O)
+    der.apply(L.MSIGN_ORTHOGONAL)
+    der.apply(L.GAUGE_POLAR, matrix=halfsplit.W_K, gauge=S, orthogonal=O)
+    return der
+
+
 def derivations():
     return [vertical_invisible(), horizontality(), gradients_horizontal(), projection_horizontal(),
-            projection_same_change()]
+            projection_same_change(), equivariance()]
 
 
 class _Output:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from sympy import Add, Basic, S
-from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose, ZeroMatrix
+from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, MatrixSymbol, Transpose, ZeroMatrix
 
 from .algebra import map_bottom_up, product, replace_free, rewrite_adjacent, tidy, total, transpose
 from .evaluate import InstanceSampler, evaluate, free_symbols, relative_error
@@ -336,6 +336,38 @@ def _msign_absorb_rewrite(expr, **_):
     if not conditions:
         raise NotApplicable("no msign next to an isometric factor")
     return new, conditions
+
+
+def _msign_extract_rewrite(expr, **_):
+    """``msign(A O) → msign(A) O`` for a square ``O`` with orthonormal columns (an orthogonal matrix)."""
+    conditions = []
+
+    def visit(e):
+        if isinstance(e, Msign) and isinstance(e.arg, MatMul):
+            coeff, mats = e.arg.as_coeff_matrices()
+            last = mats[-1]
+            if len(mats) > 1 and _orthonormal_cols(last) and last.shape[0] == last.shape[1]:
+                conditions.append(f"{last} is orthogonal (square, orthonormal columns)")
+                return product(Msign(product(coeff, *mats[:-1])), last)
+        return e
+
+    new = map_bottom_up(expr, visit)
+    if not conditions:
+        raise NotApplicable("no msign(A O) with a square orthogonal O")
+    return new, conditions
+
+
+def _msign_extract_ids():
+    o = FactMatrix("O", _n, _n, [ORTHONORMAL_COLUMNS])
+    a = _fresh("A", _k, _n)
+    return [(Msign(product(a, o)), product(Msign(a), o))], InstanceSampler(_SMALL)
+
+
+MSIGN_ORTHOGONAL = Lemma(
+    key="msign_orthogonal", number="5e", title="msign commutes with an orthogonal right factor",
+    statement=r"O^{\top}O = OO^{\top} = I:\ \operatorname{msign}(A O) = \operatorname{msign}(A) O",
+    conditions=(r"O \text{ orthogonal}",), rewrite=_msign_extract_rewrite, identities=_msign_extract_ids,
+)
 
 
 def _msign_absorb_ids():
@@ -812,7 +844,41 @@ BLOCK_PRODUCT = Lemma(
 )
 
 
+# ---- gauge transformation of a Gram root ----------------------------------------------------
+def _gauge_polar_rewrite(expr, *, matrix, gauge, orthogonal, **_):
+    """With ``O`` the polar factor of ``C_W S``: ``S C_{WS}⁻¹ → C_W⁻¹ O`` and ``O C_{WS}⁻¹ → C_W⁻¹ S⁻ᵀ``."""
+    moved = GramInvSqrt(product(matrix, gauge))
+    rules = [([gauge, moved], [GramInvSqrt(matrix), orthogonal]),
+             ([orthogonal, moved], [GramInvSqrt(matrix), Transpose(Inverse(gauge))])]
+    out, hits = expr, 0
+    for pattern, replacement in rules:
+        out, n = rewrite_adjacent(out, pattern, replacement)
+        hits += n
+    if not hits:
+        raise NotApplicable(f"no S C_(W S)^-1 or O C_(W S)^-1 for W = {matrix}, S = {gauge}")
+    return out, [f"{gauge} invertible, {matrix} full column rank, {orthogonal} = polar factor of C_{matrix} {gauge}"]
+
+
+def _gauge_ids():
+    w = _tall("W", FULL_COLUMN_RANK)
+    s_ = _fresh("S", _n, _n)
+    o = FactMatrix("O", _n, _n, [ORTHONORMAL_COLUMNS])
+    moved = GramInvSqrt(product(w, s_))
+    sampler = InstanceSampler(_SMALL, {o: PolarFactor(product(GramSqrt(w), s_))})
+    return ([(product(s_, moved), product(GramInvSqrt(w), o)),
+             (product(o, moved), product(GramInvSqrt(w), Transpose(Inverse(s_))))], sampler)
+
+
+GAUGE_POLAR = Lemma(
+    key="gauge_polar", number="G", title="Gram root of a gauge-transformed factor",
+    statement=(r"O = C_W S\,(S^{\top} C_W^2 S)^{-1/2} \text{ is orthogonal}:\ "
+               r"S\,C_{WS}^{-1} = C_W^{-1} O,\quad O\,C_{WS}^{-1} = C_W^{-1} S^{-\top}"),
+    conditions=(r"S \text{ invertible}, W \text{ full column rank}",), rewrite=_gauge_polar_rewrite,
+    identities=_gauge_ids,
+)
+
+
 ALL_LEMMAS = (LINEAR_STEEPEST_DESCENT, ORTHONORMAL_INVARIANCE, ADJOINT_MOVE, TRANSPOSITION, CHANGE_OF_VARIABLES,
               MSIGN_ISOMETRY, MSIGN_SCALE, MSIGN_TRANSPOSE, POLAR_SUBSTITUTION, POLAR_INVERSE,
               CHAIN_RULE, PROJECTOR, ISOTROPIC_PARTNER, INNER_LINEARITY, SYLVESTER_EQUATION, RING,
-              MSIGN_POLAR_FORM, ORTHOGONAL_BLOCKS, BLOCK_PRODUCT)
+              MSIGN_POLAR_FORM, ORTHOGONAL_BLOCKS, BLOCK_PRODUCT, MSIGN_ORTHOGONAL, GAUGE_POLAR)

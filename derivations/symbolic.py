@@ -12,7 +12,7 @@ come out as "numeric only": that is never a failure, only a weaker kind of evide
 from __future__ import annotations
 
 from sympy import MatAdd, MatMul, Matrix, S, Symbol, Transpose, cancel, symbols
-from sympy.matrices.expressions import Identity, MatrixSymbol, ZeroMatrix
+from sympy.matrices.expressions import Identity, Inverse, MatrixSymbol, ZeroMatrix
 
 from .algebra import is_symmetric
 from .vocabulary import (
@@ -85,6 +85,8 @@ class ExplicitModel:
             return out
         if isinstance(e, Transpose):
             return self.value(e.arg).T
+        if isinstance(e, Inverse):
+            return self.value(e.arg).inv()
         if isinstance(e, GramSqrt):
             n = self._dim(e.size)
             return self._fresh(n, n, symmetric=True)

@@ -52,6 +52,7 @@ class NumpyBackend:
         return numpy_kernels.psd_power((w, v), p)
 
     sylvester = staticmethod(numpy_kernels.sylvester_dense)
+    inverse = staticmethod(np.linalg.inv)
 
     @staticmethod
     def hstack(blocks):
@@ -142,6 +143,10 @@ class MpmathBackend:
                 raise ZeroDivisionError("negative power of a singular PSD matrix")
             d[i, i] = mpmath.power(max(w[i], 0), p)
         return q * d * q.T
+
+    @staticmethod
+    def inverse(a):
+        return mpmath.inverse(a)
 
     @staticmethod
     def hstack(blocks):
