@@ -54,8 +54,9 @@ def facts_of(expr: Basic) -> frozenset:
 
 def short_name(matrix: Basic) -> str:
     """``W_K`` → ``K``; the label used for the derived objects ``C_K``, ``U_K``, ``P_K``."""
-    name = str(getattr(matrix, "name", matrix))
-    return name.removeprefix("W_")
+    if not hasattr(matrix, "name"):
+        return f"[{matrix}]"
+    return str(matrix.name).removeprefix("W_")
 
 
 class FactMatrix(MatrixSymbol):
