@@ -5,6 +5,7 @@ from __future__ import annotations
 from numerics import jax_kernels as K
 
 from .array_module import docstring, header
+from ..vocabulary import Msign
 from .codegen import EmittedFunction, MatrixCodePrinter, kernel_source
 
 KERNELS = (K.compute_dtype, K.gram_eigh, K.gram_eigh_stacked, K.psd_power, K.isotropic_scale, K.msign_svd,
@@ -53,6 +54,10 @@ ARG_DOC = """Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), m
     input dtype."""
 
 
+NO_MSIGN_DOC = """Arguments after * : damping (λ >= 0), check_finite (raise if an input or the result is
+    NaN/Inf; skipped under an outer jit). Returns the result(s) in the input dtype."""
+
+
 def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedule_name: str,
              schedule: tuple, schedule_source: str, msign_default: str, scalars: dict,
              extra_source: str = "", extra_names: tuple = ()) -> str:
@@ -94,6 +99,10 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
         opt_checks += ["    if not isinstance(damping, jax.core.Tracer) and not float(damping) > 0:",
                        f"        raise ValueError(f\"{fn.name}: damping must be > 0 (the regularized solve divides by "
                        f"2·damping), got {{damping}}\")"]
+    uses_msign = any(der.formula.has(Msign) for _, der in fn.outputs)
+    sign_kw = f"msign={msign_default!r}, schedule=NS_SCHEDULE" if uses_msign else ""
+    sign_args = "msign, schedule" if uses_msign else "'svd', ()"  # no msign in the formula: nothing to choose
+    arg_doc = ARG_DOC if uses_msign else NO_MSIGN_DOC
     names = [out for out, _ in fn.outputs]
     casts = "".join(f"    {out} = {out}.astype({dtype_of}.dtype)\n" for out in names)
     outs = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
@@ -108,16 +117,14 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
         "",
         f"def {fn.name}({', '.join(args)}, *, {'eps, ' if fn.needs_eps else ''}{''.join(n + ', ' for n in extra)}"
         f"{'damping' if fn.positive_damping else 'damping=0.0'}, "
-        f"msign={msign_default!r}, "
-        f"schedule=NS_SCHEDULE{opt_kw}, check_finite=True):",
-        docstring(fn, ARG_DOC),
+        f"{sign_kw + ', ' if sign_kw else ''}{opt_kw.lstrip(', ') + ', ' if opt_kw else ''}check_finite=True):",
+        docstring(fn, arg_doc),
         f"    validate_inputs({fn.name!r}, {fn.shapes()!r},",
         f"                    {{{', '.join(f'{a!r}: {a}' for a in args)}}},",
-        f"                    {'eps' if fn.needs_eps else '0.0'}, damping, msign, schedule)",
+        f"                    {'eps' if fn.needs_eps else '0.0'}, damping, {sign_args})",
         *opt_checks,
         f"    outputs, finite = _{fn.name}({', '.join(args)}, {'eps' if fn.needs_eps else '0.0'}{extra_params}, "
-        "damping, "
-        f"msign, schedule{opt_params})",
+        f"damping, {sign_args}{opt_params})",
         "    if check_finite:",
         f"        raise_if_not_finite({fn.name!r}, finite, {{{', '.join(f'{a!r}: {a}' for a in args)}}})",
         "    return outputs" + ("[0]" if len(fn.outputs) == 1 else ""),
