@@ -64,3 +64,24 @@ def test_bad_usage_is_one_line_and_exit_2(argv, needle):
     assert r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr
+
+
+RULES = ["halfsplit", "sylvester", "gauge", "gqa", "joint", "hybrid_ov"]
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_every_rule_module_emits_and_checks(rule, capsys, tmp_path):
+    import importlib
+    import subprocess as sp
+
+    module = importlib.import_module(f"derivations.{rule}").rule_module()
+    for target in ("text", "latex", "numpy"):
+        assert main(module, ["--emit", target]) == 0
+    out = tmp_path / f"{rule}_jax.py"
+    assert main(module, ["--emit", "jax", "--out", str(out)]) == 0
+    lint = sp.run([sys.executable, "-m", "ruff", "check", "--isolated", str(out)], capture_output=True, text=True,
+                  check=False)
+    assert lint.returncode == 0, lint.stdout
+    capsys.readouterr()
+    assert main(module, ["--check", "--trials", "1"]) == 0
+    assert "FAIL" not in capsys.readouterr().out
