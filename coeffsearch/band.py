@@ -23,6 +23,7 @@ import numpy as np
 from scipy.optimize import differential_evolution, minimize
 
 from .certify import certify
+from .polynomial import odd_eval
 
 BOUNDS = ((1.0, 9.0), (-30.0, 0.0), (0.0, 25.0))  # a, b, c
 
@@ -55,7 +56,7 @@ def image(coeffs, lo: float, hi: float, steps: int, survived: list | None = None
     elif b != 0 and -a / (3 * b) > 0:
         crit = [-a / (3 * b)]
     xs = [math.sqrt(y) for y in crit]
-    p = lambda x: ((c * x * x + b) * x * x + a) * x
+    p = lambda x: odd_eval((a, b, c), x)  # noqa: E731
     for k in range(steps):
         vals = [p(lo), p(hi)] + [p(x) for x in xs if lo < x < hi]
         lo, hi = min(vals), max(vals)

@@ -16,6 +16,8 @@ import contextlib
 import mpmath
 from mpmath import iv
 
+from .polynomial import odd_eval
+
 
 DEFAULT_PREC = 200  # bits (about 60 digits)
 BOUNDED = mpmath.mpf("1.5")  # "still converges": the final image stays inside (0, BOUNDED]
@@ -65,14 +67,6 @@ def _decimal(x, digits, direction):
         return mpmath.nstr(v + direction * step, digits + 1, min_fixed=-4, max_fixed=6)
 
 
-def _poly(coeffs, x):
-    x2 = x * x
-    acc = coeffs[-1]
-    for c in reversed(coeffs[:-1]):
-        acc = acc * x2 + c
-    return acc * x
-
-
 def _critical_enclosures(coeffs):
     """Enclosures of the positive critical points of ``p`` (degree 3 or 5)."""
     if len(coeffs) == 1:
@@ -99,13 +93,13 @@ def _critical_enclosures(coeffs):
 def step_image(coeffs, lo, hi):
     """Proven enclosure ``[a, b]`` of ``p([lo, hi])`` and the critical points that entered it."""
     lo_i, hi_i = iv.mpf(lo), iv.mpf(hi)
-    values = [_poly(coeffs, lo_i), _poly(coeffs, hi_i)]
+    values = [odd_eval(coeffs, lo_i), odd_eval(coeffs, hi_i)]
     used = []
     for x in _critical_enclosures(coeffs):
         if x.b < lo_i.a or x.a > hi_i.b:
             continue
         clipped = iv.mpf([max(_exact(x.a), _exact(lo_i.a)), min(_exact(x.b), _exact(hi_i.b))])
-        values.append(_poly(coeffs, clipped))
+        values.append(odd_eval(coeffs, clipped))
         used.append(x)
     a = min(_exact(v.a) for v in values)
     b = max(_exact(v.b) for v in values)

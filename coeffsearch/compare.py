@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .certify import certify
+from .polynomial import odd_eval
 from .validate import validate
 
 
@@ -44,8 +45,7 @@ def plot(named, path: str, lower: float = 1e-3):
         y = x.copy()
         with np.errstate(over="ignore", invalid="ignore"):
             for s in steps:
-                c = [float(v) for v in s]
-                y = np.clip(sum(cj * y ** (2 * j + 1) for j, cj in enumerate(c)), -10.0, 10.0)
+                y = np.clip(odd_eval([float(v) for v in s], y), -10.0, 10.0)
         ax.plot(x, y, label=f"{name} ({len(steps)} steps)")
     ax.axhline(1.0, color="k", lw=0.6)
     ax.axvline(lower, color="grey", ls=":", lw=0.8)
