@@ -21,24 +21,23 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _positive(text):
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < v < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return text
+def _number(minimum: float, strict: bool):
+    """An argparse type: a finite number above ``minimum`` (``strict``) or at least ``minimum``."""
+    def parse(text):
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        ok = (v > minimum if strict else v >= minimum) and v < float("inf")
+        if not ok:
+            raise argparse.ArgumentTypeError(f"must be a finite number {'>' if strict else '>='} {minimum:g}, "
+                                             f"got {text}")
+        return text
+    return parse
 
 
-def _nonneg(text):
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return text
+_positive = _number(0, strict=True)
+_nonneg = _number(0, strict=False)
 
 
 def _count(text):
