@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import mpmath
@@ -276,6 +277,9 @@ def main(argv=None) -> int:
     except (UsageError, ScheduleError) as exc:
         sys.stderr.write(f"coeffsearch: error: {exc}\n")
         return 2
+    except BrokenPipeError:  # the reader (e.g. `| head`) closed stdout: stop quietly
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        return 0
 
 
 if __name__ == "__main__":

@@ -167,3 +167,6 @@ def main(rule: RuleModule, argv=None) -> int:
     except UsageError as exc:
         sys.stderr.write(f"{prog}: error: {exc}\n")
         return 2
+    except BrokenPipeError:  # the reader (e.g. `| head`) closed stdout: stop quietly
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        return 0
