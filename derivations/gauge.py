@@ -147,27 +147,13 @@ def derivations():
             projection_same_change(), equivariance()]
 
 
-class _Output:
-    """An emitted output whose formula is read off a derivation's start (the projected pair)."""
-
-    def __init__(self, formula, source):
-        self.formula, self.name, self.title = formula, source.name, source.title
-        self._source = source
-
-    def lemmas_used(self):
-        return self._source.lemmas_used()
-
-    def fingerprint(self):
-        return self._source.fingerprint()
-
-
 def emitted_functions():
-    from .printing.codegen import EmittedFunction
+    from .printing.codegen import DerivedOutput, EmittedFunction
     q, k = projected()
     src = projection_horizontal()
     return [EmittedFunction(
         "horizontal_projection", "Project momentum buffers onto the horizontal space (gauge-fixed)",
-        [W_Q, W_K, m_Q, m_K], [("m_Q_h", _Output(q, src)), ("m_K_h", _Output(k, src))],
+        [W_Q, W_K, m_Q, m_K], [("m_Q_h", DerivedOutput(q, src)), ("m_K_h", DerivedOutput(k, src))],
         ["X solves (W_QᵀW_Q + λI) X + X (W_KᵀW_K + λI) = m_KᵀW_K − W_Qᵀm_Q; exact at λ = 0: the result "
          "satisfies W_Qᵀ m_Q_h = m_K_hᵀ W_K and changes M as (m_Q, m_K) does, to first order."],
         needs_eps=False)]

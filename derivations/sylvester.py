@@ -88,27 +88,13 @@ def derivations():
     return [adjoint(), achieved_change()]
 
 
-class _Update:
-    """An emitted output read off the derivations (no formula typed here)."""
-
-    def __init__(self, name, expr, source):
-        self.name, self.formula, self.title = name, expr, source.title
-        self._source = source
-
-    def lemmas_used(self):
-        return self._source.lemmas_used() + achieved_change().lemmas_used()
-
-    def fingerprint(self):
-        return self._source.fingerprint()
-
-
 def emitted_functions():
-    from .printing.codegen import EmittedFunction
+    from .printing.codegen import DerivedOutput, EmittedFunction
     q, k = adjoint_components(solution())
     return [EmittedFunction(
         "sylvester_qk", "Sylvester-regularized QK update (minimum-norm step towards −ε msign(G_M))",
-        [W_Q, W_K, G_M], [("dW_Q", _Update("sylvester.dW_Q", q, adjoint())),
-                          ("dW_K", _Update("sylvester.dW_K", k, adjoint()))],
+        [W_Q, W_K, G_M], [("dW_Q", DerivedOutput(q, adjoint(), "sylvester.dW_Q", [achieved_change()])),
+                          ("dW_K", DerivedOutput(k, adjoint(), "sylvester.dW_K", [achieved_change()]))],
         ["H solves (W_Q W_Qᵀ + λI) H + H (W_K W_Kᵀ + λI) = −ε msign(G_M); the achieved product change "
          "is −ε msign(G_M) − 2λH. solver='structured' uses the rank-d_h factors (O(d² d_h)), "
          "'dense' uses jax.scipy.linalg.solve_sylvester (O(d³))."],

@@ -66,6 +66,24 @@ class EmittedFunction:
         return [der for _, der in self.outputs]
 
 
+class DerivedOutput:
+    """An emitted output whose formula is read off derivations rather than being one's result.
+
+    ``source`` names the output (its header line and fingerprint); ``related`` are further
+    derivations whose lemmas the output relies on.
+    """
+
+    def __init__(self, formula, source, name: str | None = None, related=()):
+        self.formula, self.name, self.title = formula, name or source.name, source.title
+        self._sources = (source, *related)
+
+    def lemmas_used(self):
+        return [lem for der in self._sources for lem in der.lemmas_used()]
+
+    def fingerprint(self):
+        return self._sources[0].fingerprint()
+
+
 def lemmas_used(functions) -> list:
     """Every lemma used by the derivations behind ``functions``, in first-use order."""
     seen = {}
