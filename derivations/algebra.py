@@ -15,7 +15,7 @@ from collections.abc import Callable
 from sympy import Basic, Mul, S
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixExpr, Transpose, ZeroMatrix
 
-from .vocabulary import SPD, SYMMETRIC, _Derived, facts_of
+from .vocabulary import SPD, SYMMETRIC, GramInvSqrt, GramSqrt, IsotropicScale, PolarFactor, _Derived, facts_of
 
 
 def is_symmetric(expr: Basic) -> bool:
@@ -143,3 +143,15 @@ def rewrite_adjacent(expr: Basic, pattern: list, replacement: list) -> tuple[Bas
         return product(coeff, *out)
 
     return tidy(map_bottom_up(expr, visit)), count
+
+
+def with_damping(expr: Basic, damping) -> Basic:
+    """``expr`` with every Gram root and isotropic scale damped by ``damping`` (the emitted λ)."""
+    def damp(e):
+        if isinstance(e, (GramSqrt, GramInvSqrt, PolarFactor)):
+            return e.func(e.base, damping, e.side)
+        if isinstance(e, IsotropicScale):
+            return IsotropicScale(e.base, damping)
+        return e
+    return map_bottom_up(expr, damp)
+

@@ -232,3 +232,22 @@ def relative_error(a, b, backend) -> float:
     diff = backend.max_abs(a - b)
     scale = max(1.0, float(backend.max_abs(b)))
     return float(diff) / scale
+
+
+def evaluate_on(expr: Basic, values: dict, backend=None):
+    """``expr`` with its symbols bound by name (``{"W_K": array, "epsilon": 0.1}``).
+
+    Dimension symbols are read off the arrays' shapes, so a derived formula can be evaluated
+    directly on concrete matrices (measurements, cross-checks).
+    """
+    env, dims = {}, {}
+    for sym in free_symbols(expr):
+        if str(sym) not in values:
+            raise EvaluationError(f"no value for {sym}")
+        env[sym] = values[str(sym)]
+        if isinstance(sym, MatrixSymbol):
+            for dim, size in zip(sym.shape, np.shape(env[sym])):
+                if isinstance(dim, Symbol):
+                    dims[dim] = size
+    return evaluate(expr, env, backend, dims)
+

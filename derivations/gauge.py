@@ -163,14 +163,15 @@ def measurements(rng):
     """Relative break of GL(d_h) equivariance of the half-split query update against damping λ."""
     import numpy as np
 
-    from numerics.numpy_kernels import gram_eigh, msign_svd, psd_power
+    from .algebra import with_damping
+    from .evaluate import evaluate_on
     wq, wk, gm = rng.standard_normal((32, 6)), rng.standard_normal((32, 6)), rng.standard_normal((32, 32))
     r = rng.standard_normal((6, 6)) + 3 * np.eye(6)
     wq2, wk2 = wq @ r, wk @ np.linalg.inv(r).T
 
-    def dq(w_q, w_k, lam):
-        ci = psd_power(gram_eigh(w_k, lam, "right"), -0.5)
-        return -0.5 * msign_svd(gm @ w_k @ ci) @ ci
+    def dq(w_q, w_k, lam):  # the derived update, damped as the emitted code damps it
+        return evaluate_on(with_damping(halfsplit.query_side().formula, lam),
+                           {"W_K": w_k, "G_Q": gm @ w_k, "epsilon": 1.0})
 
     out = []
     for lam in (0.0, 1e-6, 1e-4, 1e-2, 1.0):

@@ -185,21 +185,20 @@ def measurements(rng):
     """How far the isotropic approximation is from the exact rule, by partner condition number."""
     import numpy as np
 
-    from numerics.numpy_kernels import gram_eigh, isotropic_scale, msign_svd, psd_power
     from numerics.spectra import log_spaced_spectrum, with_singular_values
+
+    from .evaluate import evaluate_on
     out = []
     for cond in (1.0, 2.0, 10.0, 100.0):
         worst = 0.0
         for _ in range(5):
-            wk = with_singular_values(rng, 64, 8, log_spaced_spectrum(rng, 8, cond))
-            gq = rng.standard_normal((64, 8))
-            c_inv = psd_power(gram_eigh(wk, 0.0, "right"), -0.5)
-            exact = msign_svd(gq @ c_inv) @ c_inv
-            iso = msign_svd(gq) / isotropic_scale(wk, 0.0)
+            values = {"W_K": with_singular_values(rng, 64, 8, log_spaced_spectrum(rng, 8, cond)),
+                      "G_Q": rng.standard_normal((64, 8)), "epsilon": 1.0}
+            exact = evaluate_on(query_side().formula, values)
+            iso = evaluate_on(isotropic_query().formula, values)
             worst = max(worst, np.linalg.norm(iso - exact) / np.linalg.norm(exact))
         out.append((f"isotropic vs exact dW_Q, relative Frobenius error, partner condition {cond:g}", worst))
     return out
-
 
 
 def rule_module():

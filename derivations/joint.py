@@ -88,19 +88,24 @@ def measurements(rng):
     """How far joint is from half-split: generic gradients vs orthogonal whitened column spaces."""
     import numpy as np
 
-    from numerics.numpy_kernels import gram_eigh, msign_svd, psd_power
+    import scipy.linalg
+
+    from numerics.numpy_kernels import gram_eigh, psd_power
+
+    from . import halfsplit
+    from .evaluate import evaluate_on
     out = []
     for label, orthogonal in (("generic gradients", False), ("orthogonal whitened column spaces", True)):
         wq, wk = rng.standard_normal((30, 4)), rng.standard_normal((30, 4))
-        ckq = [psd_power(gram_eigh(w, 0.0, "right"), -0.5) for w in (wk, wq)]
+        ckq = [psd_power(gram_eigh(w, 0.0, "right"), 0.5) for w in (wk, wq)]  # C_K, C_Q
         a, b = rng.standard_normal((30, 4)), rng.standard_normal((30, 4))
         if orthogonal:
             q, _ = np.linalg.qr(rng.standard_normal((30, 8)))
             a, b = q[:, :4] @ rng.standard_normal((4, 4)), q[:, 4:] @ rng.standard_normal((4, 4))
-        gq, gk = a @ np.linalg.inv(ckq[0]), b @ np.linalg.inv(ckq[1])  # whitened gradients are a, b
-        s = msign_svd(np.concatenate([gq @ ckq[0], gk @ ckq[1]], axis=1))
-        joint_q = -0.5 * s[:, :4] @ ckq[0]
-        half_q = -0.5 * msign_svd(gq @ ckq[0]) @ ckq[0]
+        gq, gk = a @ ckq[0], b @ ckq[1]  # so that the whitened gradients are a and b
+        joint_q = evaluate_on(joint().formula, {"P": scipy.linalg.block_diag(wk, wq),
+                                                "G": np.concatenate([gq, gk], axis=1), "epsilon": 1.0})[:, :4]
+        half_q = evaluate_on(halfsplit.query_side().formula, {"W_K": wk, "G_Q": gq, "epsilon": 1.0})
         out.append((f"joint vs half-split dW_Q, relative difference, {label}",
                     float(np.linalg.norm(joint_q - half_q) / np.linalg.norm(half_q))))
     return out
