@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from sympy import sstr
 
 from .codegen import EmittedFunction, derivation_list, lemmas_used
@@ -24,19 +26,8 @@ def header(title: str, command: str, functions: list[EmittedFunction], extra: li
     lines += ["", "Lemmas used:"]
     for lem in lemmas_used(functions):
         lines.append(f"    Lemma {lem.number}: {lem.title}")
-    lines += ["", *_wrap(DAMPING_NOTE), *extra]
+    lines += ["", *textwrap.wrap(DAMPING_NOTE, 92), *extra]
     return '"""' + "\n".join(lines).rstrip() + '\n"""\n'
-
-
-def _wrap(text: str, width: int = 92) -> list[str]:
-    words, out, line = text.split(), [], ""
-    for w in words:
-        if len(line) + len(w) + 1 > width:
-            out.append(line)
-            line = w
-        else:
-            line = f"{line} {w}" if line else w
-    return out + [line]
 
 
 def docstring(fn: EmittedFunction, arg_doc: str, indent: str = "    ") -> str:
