@@ -31,7 +31,7 @@ from derivations.cli import render
 
 @functools.partial(jax.jit, static_argnames=("coeffs",))
 def handwritten_halfsplit(W_Q, W_K, G_Q, G_K, eps, damping, coeffs):
-    """The half-split rule typed by hand from MATH.md, for timing only.
+    """The half-split rule typed by hand from its closed form, for timing only.
 
     Both Gram roots come from one stacked eigh and both signs from one stacked Newton–Schulz,
     as in the emitted code: two concurrent eigh calls deadlock jaxlib 0.10 on a 2-core CPU.

@@ -7,7 +7,7 @@ the reference to the new interior critical points (roots of ``p'`` as a polynomi
 and stops when the levelled error matches the true maximum error (relative gap below ``tol``).
 
 The greedy composition (Amsel, Persson, Musco, Gower 2025) then maps ``l ← p(l)``, ``u ← 2 − l``.
-Options, as MATH.md defines them: a *cushion* (solve on ``[max(l, cushion·u), u]``, then rescale
+Options, as in Polar Express's practical variants: a *cushion* (solve on ``[max(l, cushion·u), u]``, then rescale
 so ``p(l) + p(u) = 2``) and a *safety factor* ``s = 1 + δ`` (divide coefficient ``j`` of every step
 but the last by ``s^{2j+1}``).
 """

@@ -1,4 +1,4 @@
-"""The named lemmas of MATH.md as rewrite rules.
+"""The named lemmas of Compositional Muon (Lemmas 1–6 and their companions) as rewrite rules.
 
 Each :class:`Lemma` has a LaTeX statement, its side conditions, a rewrite that finds the
 lemma's left-hand side in an expression and replaces it (checking the facts that the side

@@ -6,7 +6,7 @@ subclasses, together with the scalar nodes of an optimization problem (Frobenius
 product, operator and nuclear norms). Matrices carry their structural facts as data
 (:class:`FactMatrix`), and the lemmas consult those facts before they rewrite anything.
 
-Conventions (MATH.md):
+Conventions:
 
 * ``msign(A) = U Vᵀ`` over the nonzero singular values of ``A = U Σ Vᵀ`` (a partial
   isometry: zero singular values map to zero).

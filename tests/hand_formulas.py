@@ -1,4 +1,4 @@
-"""Independent hand formulas from MATH.md, written directly in NumPy (no workbench code).
+"""Independent hand formulas of Compositional Muon, written directly in NumPy (no workbench code).
 
 These exist to cross-check the machine's derivations; they must not import the workbench.
 """

@@ -31,7 +31,7 @@ def test_projection_matches_hand_formula_and_is_horizontal(mod):
     rng = np.random.default_rng(0)
     W_Q, W_K, m_Q, m_K = (rng.standard_normal((20, 4)) for _ in range(4))
     mq, mk = (np.asarray(x) for x in mod.horizontal_projection(W_Q, W_K, m_Q, m_K))
-    X = scipy.linalg.solve_sylvester(W_Q.T @ W_Q, W_K.T @ W_K, m_K.T @ W_K - W_Q.T @ m_Q)  # MATH.md
+    X = scipy.linalg.solve_sylvester(W_Q.T @ W_Q, W_K.T @ W_K, m_K.T @ W_K - W_Q.T @ m_Q)  # hand formula
     assert np.allclose(mq, m_Q + W_Q @ X, atol=1e-12) and np.allclose(mk, m_K - W_K @ X.T, atol=1e-12)
     assert np.allclose(W_Q.T @ mq, mk.T @ W_K, atol=1e-11)
     assert np.allclose(mq @ W_K.T + W_Q @ mk.T, m_Q @ W_K.T + W_Q @ m_K.T, atol=1e-11)

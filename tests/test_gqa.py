@@ -41,7 +41,7 @@ def test_matches_hand_formula_and_bounds(mod):
     group = H // H_kv
     qs, ks, gqs, gks = heads(W_Q, d_h), heads(W_K, d_h), heads(G_Q, d_h), heads(G_K, d_h)
     dqs, dks = heads(dQ, d_h), heads(dK, d_h)
-    for h in range(H):  # MATH.md: query side head-local
+    for h in range(H):  # hand formula: query side head-local
         k = ks[h // group]
         Ci = hand.inv_sqrt(np.swapaxes(k, -1, -2) @ k)
         ref = -(eps / 2) * hand.msign(gqs[h] @ Ci) @ Ci

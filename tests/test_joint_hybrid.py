@@ -1,4 +1,4 @@
-"""Joint-whitened and hybrid OV rules against MATH.md's hand formulas."""
+"""Joint-whitened and hybrid OV rules against independent hand formulas."""
 
 import numpy as np
 import pytest
@@ -74,7 +74,7 @@ def test_hybrid_ov_matches_hand_formulas_and_bounds(hmod):
     G_V = np.concatenate([O[h].T @ G_M[h] for h in range(H)], axis=0)
     dO, dV = (np.asarray(x) for x in hmod.hybrid_ov(W_O, W_V, G_O, G_V, head_dim=d_h, eps=eps, msign="svd"))
     assert dO.shape == W_O.shape and dV.shape == W_V.shape
-    CVi = [hand.inv_sqrt(V[h] @ V[h].T) for h in range(H)]  # MATH.md O side
+    CVi = [hand.inv_sqrt(V[h] @ V[h].T) for h in range(H)]  # hand formula, O side
     S = hand.msign(np.concatenate([heads_cols(G_O, d_h)[h] @ CVi[h] for h in range(H)], axis=1))
     dO_ref = np.concatenate([-(eps / 2) * S[:, h * d_h:(h + 1) * d_h] @ CVi[h] for h in range(H)], axis=1)
     assert np.max(np.abs(dO - dO_ref)) < 1e-10

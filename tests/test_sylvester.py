@@ -17,7 +17,7 @@ def mod(tmp_path_factory):
 
 
 def hand(W_Q, W_K, G_M, eps, lam):
-    """MATH.md: (W_QW_Qᵀ + λI) H + H (W_KW_Kᵀ + λI) = D, D = −ε msign(G_M); ΔQ = H W_K, ΔK = Hᵀ W_Q."""
+    """Hand formula: (W_QW_Qᵀ + λI) H + H (W_KW_Kᵀ + λI) = D, D = −ε msign(G_M); ΔQ = H W_K, ΔK = Hᵀ W_Q."""
     u, _, vt = np.linalg.svd(G_M)
     D = -eps * u @ vt
     n = G_M.shape[0]

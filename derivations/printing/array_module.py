@@ -9,7 +9,7 @@ from sympy import sstr
 from .codegen import EmittedFunction, derivation_list, lemmas_used
 
 DAMPING_NOTE = ("Damping: every Gram root C_W = (W^T W)^(1/2) is computed as (W^T W + damping I)^(1/2) "
-                "(MATH.md, damped); the derivation is exact at damping = 0, and damping > 0 keeps the "
+                "(damped polar factor); the derivation is exact at damping = 0, and damping > 0 keeps the "
                 "update finite for rank-deficient partners.")
 
 
