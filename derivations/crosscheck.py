@@ -1,0 +1,812 @@
+"""Cross-check a formula derived by hand against the workbench, an identity, or a whole chain.
+
+``python -m derivations.crosscheck DERIVATION FORMULA`` compares a candidate formula with the
+result of a derivation (its name as printed in ``--emit text`` headers, e.g. ``halfsplit.query``).
+
+Decision. Both sides are evaluated in mpmath at 50 digits on several random instances (at least
+two per size, at several sizes) drawn so that the derivation's side conditions hold (the
+structural facts its matrices carry, its definitions such as ``G_Q = G_M W_K``). They are *equal*
+when every instance agrees to 1e-30 relative; the verdict is then upgraded to *symbolic* when the
+two sides agree as rational functions of explicit small symbolic matrices
+(:func:`derivations.symbolic.prove_equal`). When both sides are purely algebraic (products, sums,
+transposes and inverses of symbols), a disagreement is also shown symbolically.
+
+Diagnosis of a difference. The candidate is compared with ``c ×`` the derived result (a constant
+``c``, or ``c`` times a power of a scalar symbol: the classic ``ε`` against ``ε/2``) and with
+near variants obtained by mutating the derived expression: the sign flipped, a square
+sub-expression transposed, the inverse of the Gram matrix instead of its inverse square root
+(and the root instead of its inverse), a whitening factor missing, a whitening factor moved to
+the other side, and Q and K swapped (everywhere, in the partner only, in the gradient only).
+
+Exit status: 0 equal, 1 different, 2 bad input (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import itertools
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+from sympy import Basic, Integer, Symbol, sstr
+from sympy.matrices.expressions import Identity, MatMul, MatrixSymbol
+
+from numerics.reference import MpmathBackend, NumpyBackend
+
+from .algebra import product, tidy, transpose
+from .evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
+from .formula import Builder, FormulaError, GramPower, matrix_power, parse_tree
+from .symbolic import ExplicitModel, Unsupported, prove_equal
+from .vocabulary import (
+    FULL_COLUMN_RANK,
+    FULL_ROW_RANK,
+    ORTHONORMAL_COLUMNS,
+    ORTHONORMAL_ROWS,
+    SPD,
+    SYMMETRIC,
+    FactMatrix,
+    GramInvSqrt,
+    GramSqrt,
+    IsotropicScale,
+    Msign,
+    NuclearNorm,
+    OpNorm,
+    PolarFactor,
+    Projector,
+    RegularizedSylvester,
+    _Derived,
+    dimension,
+    positive_symbol,
+)
+
+DPS = 50
+EQUAL_TOL = 1e-30  # relative, at 50 digits
+SCREEN_TOL = 1e-8  # relative, float64 screening of near variants
+INSTANCES_PER_SIZE = 2
+RULE_MODULES = ("halfsplit", "sylvester", "gauge", "gqa", "joint", "hybrid_ov", "classics")
+
+
+class BadInput(ValueError):
+    """Input the cross-checker cannot use: reported on one line, exit status 2."""
+
+
+# ---- what a candidate is compared with --------------------------------------------------------
+@dataclass
+class Target:
+    """A reference expression with the names, definitions and sizes needed to sample instances."""
+
+    name: str
+    expr: Basic
+    namespace: dict
+    definitions: dict = field(default_factory=dict)
+    scalars: dict = field(default_factory=dict)
+    sizes: list = field(default_factory=list)
+    symbolic_dims: dict | None = None
+
+
+def _named_nodes(exprs) -> dict:
+    """Names of every symbol and every derived node that prints as a bare name (``C_K``, ``H``)."""
+    out = {}
+    for e in exprs:
+        for node in _preorder(e):
+            if isinstance(node, MatrixSymbol) or (isinstance(node, Symbol) and not node.is_integer):
+                out.setdefault(str(node.name), node)
+            elif isinstance(node, (_Derived, IsotropicScale)):
+                text = sstr(node)
+                if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", text):
+                    out.setdefault(text, node)
+    for name, node in list(out.items()):  # C_X, U_X, P_X, c_X of every tall factor W_X
+        if isinstance(node, MatrixSymbol) and name.startswith("W_"):
+            label = name[2:]
+            out.setdefault(f"C_{label}", GramSqrt(node))
+            out.setdefault(f"U_{label}", PolarFactor(node))
+            out.setdefault(f"P_{label}", Projector(node))
+            out.setdefault(f"c_{label}", IsotropicScale(node))
+    return out
+
+
+def _preorder(e):
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, Basic):
+            continue
+        yield node
+        stack.extend(node.args)
+
+
+def target_of(der, module=None) -> Target:
+    """The comparison target of a derivation (its result and its context)."""
+    ctx = der.context
+    definitions = dict(ctx.definitions)
+    exprs = [der.formula, *definitions, *definitions.values(), *der.start.parts()]
+    if module is not None:  # the rule's other symbols and chain-rule definitions (G_K next to G_Q)
+        for value in vars(module).values():
+            if isinstance(value, (MatrixSymbol, Symbol)):
+                exprs.append(value)
+            elif isinstance(value, dict) and value and all(isinstance(k, MatrixSymbol) for k in value):
+                for k, v in value.items():
+                    if isinstance(v, Basic) and k not in definitions and not _uses(v, definitions):
+                        definitions[k] = v
+                    exprs += [k, v]
+    sizes = [dict(ctx.mpmath_dims)] if ctx.mpmath_dims else []
+    sizes += [dict(s) for s in ctx.check_dims if dict(s) not in sizes]
+    if ctx.symbolic_dims and dict(ctx.symbolic_dims) not in sizes:
+        sizes.insert(0, dict(ctx.symbolic_dims))
+    return Target(der.name, der.formula, _named_nodes(exprs), definitions, dict(ctx.scalars), sizes[:3],
+                  dict(ctx.symbolic_dims) or None)
+
+
+def _uses(expr, definitions) -> bool:
+    return bool(set(definitions) & expr.atoms(MatrixSymbol))
+
+
+def derivation_names() -> dict:
+    """``{name: module name}`` of every derivation of the rule modules (builds them)."""
+    out = {}
+    for mod_name in RULE_MODULES:
+        for der in _module(mod_name).derivations():
+            out[der.name] = mod_name
+    return out
+
+
+def _module(name):
+    return importlib.import_module(f"derivations.{name}")
+
+
+def find_derivation(name: str):
+    """The derivation called ``name`` and its rule module; ``BadInput`` listing the known names."""
+    prefix = name.split(".")[0]
+    candidates = [prefix] if prefix in RULE_MODULES else []
+    candidates += [m for m in RULE_MODULES if m not in candidates]
+    if prefix in RULE_MODULES:
+        candidates = [prefix]
+    for mod_name in candidates:
+        mod = _module(mod_name)
+        for der in mod.derivations():
+            if der.name == name:
+                return der, mod
+    known = ", ".join(sorted(derivation_names()))
+    raise BadInput(f"unknown derivation {name!r}; known: {known}")
+
+
+# ---- evaluation on random instances -----------------------------------------------------------
+@dataclass
+class Instance:
+    sizes: dict
+    env64: dict
+    envmp: dict
+
+
+def _instances(target: Target, exprs, seed=0) -> list[Instance]:
+    syms = free_symbols(*exprs, *target.definitions.values())
+    out = []
+    for k, sizes in enumerate(target.sizes):
+        sampler = InstanceSampler(sizes, target.definitions, target.scalars)
+        for j in range(INSTANCES_PER_SIZE):
+            s = 1000 * seed + 10 * k + j
+            env64 = sampler.sample(np.random.default_rng(s), syms, NumpyBackend())
+            with mpmath.workdps(DPS):
+                envmp = sampler.sample(np.random.default_rng(s), syms, MpmathBackend(DPS))
+            out.append(Instance(sizes, env64, envmp))
+    return out
+
+
+def _value(expr, inst: Instance, mp: bool):
+    try:
+        if mp:
+            with mpmath.workdps(DPS):
+                return evaluate(expr, inst.envmp, MpmathBackend(DPS), inst.sizes)
+        with np.errstate(all="ignore"):
+            return evaluate(expr, inst.env64, NumpyBackend(), inst.sizes)
+    except (EvaluationError, ZeroDivisionError, np.linalg.LinAlgError, ValueError, OverflowError):
+        return None
+
+
+def _flat(v) -> list:
+    if isinstance(v, mpmath.matrix):
+        return [v[i, j] for i in range(v.rows) for j in range(v.cols)]
+    if isinstance(v, np.ndarray):
+        return list(v.ravel())
+    return [v]
+
+
+def _rel(a, b) -> float:
+    """``max|a − b| / max(1, max|b|)`` (at the working precision of the values)."""
+    with mpmath.workdps(DPS):
+        fa, fb = _flat(a), _flat(b)
+        scale = max([1] + [abs(x) for x in fb])
+        return float(max(abs(x - y) for x, y in zip(fa, fb)) / scale) if fa else 0.0
+
+
+def _ratio(a, b):
+    """Least-squares ``c`` with ``a ≈ c b`` and the relative residual."""
+    with mpmath.workdps(DPS):
+        fa, fb = _flat(a), _flat(b)
+        bb = sum(y * y for y in fb)
+        if not bb:
+            return None, float("inf")
+        c = sum(x * y for x, y in zip(fa, fb)) / bb
+        res = max(abs(x - c * y) for x, y in zip(fa, fb)) / max([1e-300] + [abs(x) for x in fa])
+        return c, float(res)
+
+
+# ---- results ---------------------------------------------------------------------------------
+@dataclass
+class Verdict:
+    verdict: str  # "equal" | "different"
+    method: str  # "symbolic" | "numeric"
+    instances: int
+    scale: str | None = None
+    diagnosis: list = field(default_factory=list)
+    counterexample: dict | None = None
+    reference: str = ""
+    candidate: str = ""
+
+    def as_json(self) -> dict:
+        return {"verdict": self.verdict, "method": self.method, "instances": self.instances,
+                "scale": self.scale, "diagnosis": self.diagnosis, "counterexample": self.counterexample,
+                "reference": self.reference, "candidate": self.candidate}
+
+
+def _algebraic(*exprs) -> bool:
+    opaque = (Msign, GramSqrt, GramInvSqrt, PolarFactor, Projector, OpNorm, NuclearNorm, IsotropicScale,
+              RegularizedSylvester)
+    return not any(isinstance(n, opaque) for e in exprs for n in _preorder(e))
+
+
+def compare(target: Target, candidate: Basic, *, diagnose: bool = True, seed: int = 0) -> Verdict:
+    """Decide whether ``candidate`` equals ``target.expr`` (see the module docstring)."""
+    ref = target.expr
+    ref_shape = tuple(ref.shape) if ref.is_Matrix else None
+    cand_shape = tuple(candidate.shape) if getattr(candidate, "is_Matrix", False) else None
+    if ref_shape != cand_shape:
+        show = lambda s: "a scalar" if s is None else f"{s[0]}×{s[1]}"
+        raise BadInput(f"the candidate is {show(cand_shape)} but {target.name} is {show(ref_shape)}")
+    insts = _instances(target, [ref, candidate], seed)
+    pairs = []
+    for inst in insts:
+        a, b = _value(ref, inst, True), _value(candidate, inst, True)
+        if a is None:
+            continue
+        pairs.append((inst, a, b))
+    if len(pairs) < 2:
+        raise BadInput(f"{target.name} could not be evaluated on two random instances")
+    bad = [(inst, a, b) for inst, a, b in pairs if b is None or _rel(b, a) > EQUAL_TOL]
+    out = Verdict("equal", "numeric", len(pairs), reference=sstr(ref), candidate=sstr(candidate))
+    if not bad:
+        if target.symbolic_dims and _symbolic_equal(ref, candidate, target):
+            out.method = "symbolic"
+        out.scale = "1"
+        return out
+    out.verdict = "different"
+    if _algebraic(ref, candidate, *target.definitions.values()) and target.symbolic_dims:
+        if _symbolic_different(ref, candidate, target):
+            out.method = "symbolic"
+    out.counterexample = _counterexample(bad, ref, candidate, target)
+    if diagnose:
+        out.scale, out.diagnosis = _diagnose(target, ref, candidate, pairs)
+    if not out.diagnosis:
+        out.diagnosis = ["no scalar multiple and none of the near variants of the derived result matches"]
+    return out
+
+
+def _symbolic_equal(ref, cand, target) -> bool:
+    return prove_equal([(ref, cand)], target.symbolic_dims, target.definitions) == "proved"
+
+
+def _symbolic_different(ref, cand, target) -> bool:
+    model = ExplicitModel(target.symbolic_dims, target.definitions)
+    try:
+        a, b = model.value(ref), model.value(cand)
+    except (Unsupported, ValueError, ZeroDivisionError):
+        return False
+    from sympy import cancel
+    if hasattr(a, "shape"):
+        return any(cancel(x - y) != 0 for x, y in zip(a, b))
+    return cancel(a - b) != 0
+
+
+def _show(v):
+    if isinstance(v, mpmath.matrix):
+        return [[float(mpmath.nstr(v[i, j], 8)) for j in range(v.cols)] for i in range(v.rows)]
+    if isinstance(v, np.ndarray):
+        return np.round(v.astype(float), 8).tolist()
+    return None if v is None else float(mpmath.nstr(v, 12))
+
+
+def _counterexample(bad, ref, cand, target) -> dict:
+    inst, a, b = min(bad, key=lambda t: sum(t[0].sizes.values()))
+    shown = free_symbols(ref, cand)
+    shown |= free_symbols(*[target.definitions[k] for k in shown if k in target.definitions])
+    inputs = {str(k): _show(v) for k, v in sorted(inst.envmp.items(), key=lambda kv: str(kv[0])) if k in shown}
+    defined = {str(k): sstr(v) for k, v in target.definitions.items() if str(k) in inputs}
+    return {"sizes": {str(k): v for k, v in inst.sizes.items()}, "inputs": inputs, "defined": defined,
+            "derived": _show(a), "candidate": _show(b),
+            "relative_difference": None if b is None else _rel(b, a)}
+
+
+# ---- diagnosis -------------------------------------------------------------------------------
+def _nice(c) -> str:
+    frac = Fraction(str(mpmath.nstr(c, 40))).limit_denominator(1000)
+    if abs(c - mpmath.mpf(frac.numerator) / frac.denominator) < mpmath.mpf(10) ** -25 * max(1, abs(c)):
+        return str(frac.numerator) if frac.denominator == 1 else f"{frac.numerator}/{frac.denominator}"
+    return mpmath.nstr(c, 12)
+
+
+def _constant_scale(pairs, scalars):
+    """``(text, note)`` when ``cand = c · ref`` for a constant or ``c·s^k`` (``s`` a scalar symbol)."""
+    ratios = []
+    for inst, a, b in pairs:
+        if b is None:
+            return None
+        c, res = _ratio(b, a)
+        if c is None or res > 1e-25:
+            return None
+        ratios.append((inst, c))
+    if max(abs(c - ratios[0][1]) for _, c in ratios) < 1e-25 * max(1, abs(ratios[0][1])):
+        return _nice(ratios[0][1]), ""
+    for sym, k in itertools.product(sorted(scalars, key=str), (1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2))):
+        vals = [c / mpmath.power(inst.envmp[sym], mpmath.mpf(k.numerator) / k.denominator
+                                 if isinstance(k, Fraction) else k) for inst, c in ratios]
+        if max(abs(v - vals[0]) for v in vals) < 1e-25 * max(1, abs(vals[0])):
+            coeff = _nice(vals[0])
+            power = str(sym) if k == 1 else f"{sym}^{k}"
+            return (power if coeff == "1" else f"{coeff}*{power}"), ""
+    return None
+
+
+def _scale_sentence(scale: str, ref) -> str:
+    words = f"the candidate is {scale} × the derived result"
+    if scale == "-1":
+        return words + ": the sign is flipped"
+    if scale == "2" and any(str(s) == "epsilon" for s in ref.free_symbols):
+        return words + " (ε where the derivation has ε/2: the budget is not split between the two halves)"
+    if scale == "1/2" and any(str(s) == "epsilon" for s in ref.free_symbols):
+        return words + " (ε/2 where the derivation has ε: the budget is halved twice)"
+    return words
+
+
+def _diagnose(target, ref, cand, pairs):
+    scalars = {s for s in free_symbols(ref) if isinstance(s, Symbol)}
+    found = _constant_scale(pairs, scalars)
+    sentences, scale = [], None
+    if found is not None:
+        scale = found[0]
+        sentences.append(_scale_sentence(scale, ref))
+    # near variants: screen in float64, confirm at 50 digits
+    insts = [inst for inst, _, _ in pairs]
+    cand64 = [_value(cand, inst, False) for inst in insts]
+    for description, variant in mutations(ref, target.namespace):
+        if tuple(getattr(variant, "shape", ())) != tuple(getattr(ref, "shape", ())):
+            continue
+        hit = _matches(variant, cand64, insts)
+        if hit is None:
+            continue
+        factor = hit
+        confirm = [(inst, _value(variant, inst, True), _value(cand, inst, True)) for inst in insts[:3]]
+        if any(v is None or c is None for _, v, c in confirm):
+            continue
+        if factor == "1":
+            if scale == "-1" and description == "the sign flipped":
+                continue
+            if any(_rel(c, v) > EQUAL_TOL for _, v, c in confirm):
+                continue
+            sentences.append(f"the candidate equals the derived result with {description}: {sstr(variant)}")
+        else:
+            sc = _constant_scale(confirm, scalars)
+            if sc is None or scale is not None:
+                continue
+            sentences.append(f"the candidate equals {sc[0]} × the derived result with {description}")
+        if len(sentences) >= 4:
+            break
+    return scale, sentences
+
+
+def _matches(variant, cand64, insts):
+    """"1" when the candidate equals ``variant`` in float64, "c" when it is a constant multiple."""
+    ratios = []
+    for inst, c in zip(insts, cand64):
+        v = _value(variant, inst, False)
+        if v is None or c is None:
+            return None
+        if _rel(c, v) <= SCREEN_TOL:
+            ratios.append(1.0)
+            continue
+        r, res = _ratio(c, v)
+        if r is None or res > SCREEN_TOL:
+            return None
+        ratios.append(float(r))
+    if all(r == 1.0 for r in ratios):
+        return "1"
+    if max(ratios) - min(ratios) <= SCREEN_TOL * max(1, abs(ratios[0])) and abs(ratios[0]) > 1e-12:
+        return "c"
+    return None
+
+
+def _replace_at(expr, path, new):
+    if not path:
+        return new
+    args = list(expr.args)
+    args[path[0]] = _replace_at(args[path[0]], path[1:], new)
+    if isinstance(expr, MatMul):
+        return product(*args)
+    return expr.func(*args)
+
+
+def _paths(expr, path=()):
+    yield path, expr
+    if isinstance(expr, (_Derived, MatrixSymbol)) or not isinstance(expr, Basic):
+        return
+    for i, a in enumerate(expr.args):
+        if isinstance(a, Basic):
+            yield from _paths(a, (*path, i))
+
+
+def _label(node) -> str:
+    return sstr(node)
+
+
+def mutations(ref, namespace):
+    """``(description, expression)`` near variants of ``ref`` (see the module docstring)."""
+    yield "the sign flipped", product(-1, ref) if ref.is_Matrix else -ref
+    nodes = list(_paths(ref))
+    grams = [(p, n) for p, n in nodes if isinstance(n, (GramSqrt, GramInvSqrt)) and not isinstance(n, GramPower)]
+    for p, n in nodes:
+        if getattr(n, "is_Matrix", False) and p and n.shape[0] == n.shape[1] and not isinstance(n, (Identity,)):
+            t = transpose(n)
+            if t != n:
+                yield f"{_label(n)} transposed", tidy(_replace_at(ref, p, t))
+    for p, n in grams:
+        w, lam, side = n.base, n.damping, n.side
+        label = _label(n)
+        if isinstance(n, GramInvSqrt):
+            inverse = matrix_power(n, 2)
+            yield (f"the inverse Gram matrix instead of the inverse square root ({_label(inverse)} in place of "
+                   f"{label})", tidy(_replace_at(ref, p, inverse)))
+            yield f"{_label(GramSqrt(w, lam, side))} instead of its inverse {label}", tidy(
+                _replace_at(ref, p, GramSqrt(w, lam, side)))
+        else:
+            yield f"{label}⁻¹ instead of {label}", tidy(_replace_at(ref, p, GramInvSqrt(w, lam, side)))
+        yield f"the whitening {label} missing", tidy(_replace_at(ref, p, Identity(n.shape[0])))
+        yield from _moved(ref, p, n, nodes)
+    for node in dict.fromkeys(n for _, n in grams):
+        if sum(1 for _, m in grams if m == node) > 1 and isinstance(node, GramInvSqrt):
+            yield (f"the inverse Gram matrix instead of the inverse square root (every {_label(node)})",
+                   tidy(ref.xreplace({node: matrix_power(node, 2)})))
+    if len(grams) > 1:
+        stripped = ref
+        for p, n in sorted(grams, key=lambda t: t[0], reverse=True):
+            stripped = _replace_at(stripped, p, Identity(n.shape[0]))
+        yield "every whitening factor missing", tidy(stripped)
+    yield from _swaps(ref, namespace)
+
+
+def _moved(ref, p, n, nodes):
+    """The whitening factor ``n`` (at ``p``) removed and placed on the other side of a sub-expression."""
+    without = tidy(_replace_at(ref, p, Identity(n.shape[0])))
+    flipped = type(n)(n.base, n.damping, "left" if n.side == "right" else "right")
+    seen = set()
+    for q, m in _paths(without):
+        if not getattr(m, "is_Matrix", False) or isinstance(m, Identity):
+            continue
+        for factor in (n, flipped):
+            k = factor.shape[0]
+            for where, new in (("before", (factor, m)), ("after", (m, factor))):
+                if (where == "before" and m.shape[0] != k) or (where == "after" and m.shape[1] != k):
+                    continue
+                variant = tidy(_replace_at(without, q, product(*new)))
+                if variant == ref or variant in seen:
+                    continue
+                seen.add(variant)
+                side = "" if factor is n else f" ({factor.side} Gram of {factor.base})"
+                yield f"the whitening {_label(n)} on the wrong side: {where} {_label(m)}{side}", variant
+
+
+def _swaps(ref, namespace):
+    """Q and K exchanged: everywhere, only inside Gram roots (the partner), only outside (the gradient)."""
+    mats = {str(s.name): s for s in ref.atoms(MatrixSymbol)}
+    names = {**{k: v for k, v in namespace.items() if isinstance(v, MatrixSymbol)}, **mats}
+    swap = {}
+    for name, sym in mats.items():
+        for a, b in (("Q", "K"), ("K", "Q"), ("O", "V"), ("V", "O")):
+            if name.endswith("_" + a) and name[:-1] + b in names:
+                other = names[name[:-1] + b]
+                if other.shape == sym.shape:
+                    swap[sym] = other
+    if not swap:
+        return
+    yield "Q and K swapped", ref.xreplace(swap)
+
+    def inside(e):
+        if isinstance(e, (GramSqrt, GramInvSqrt, PolarFactor, Projector, IsotropicScale)):
+            return e.xreplace(swap)
+        if isinstance(e, (MatrixSymbol,)) or not e.args:
+            return e
+        return e.func(*[inside(a) if isinstance(a, Basic) else a for a in e.args])
+
+    def outside(e):
+        if isinstance(e, (GramSqrt, GramInvSqrt, PolarFactor, Projector, IsotropicScale)):
+            return e
+        if isinstance(e, MatrixSymbol):
+            return swap.get(e, e)
+        if not e.args:
+            return e
+        return e.func(*[outside(a) if isinstance(a, Basic) else a for a in e.args])
+
+    yield "the partner's whitening taken from the wrong factor (Q and K swapped in the Gram roots)", inside(ref)
+    yield "the gradient of the other factor (Q and K swapped outside the Gram roots)", outside(ref)
+
+
+# ---- candidates from text ---------------------------------------------------------------------
+_LHS = re.compile(r"^\s*(?:[A-Za-z][A-Za-z0-9_]*\s*\*?\s*=|=|optimal value\s*=)\s*")
+
+
+def candidate_text(text: str) -> str:
+    """A formula as the user copied it: a leading ``dW_Q* =`` or ``=`` is dropped."""
+    return _LHS.sub("", text, count=1)
+
+
+def parse_for(target: Target, text: str):
+    """``text`` parsed with the names of ``target``."""
+    return Builder(target.namespace).build(parse_tree(candidate_text(text)))
+
+
+def check_derivation(name: str, formula: str) -> Verdict:
+    der, module = find_derivation(name)
+    target = target_of(der, module)
+    return compare(target, parse_for(target, formula))
+
+
+# ---- identities with assumptions ----------------------------------------------------------------
+_FACT_WORDS = {
+    "orthonormal columns": ORTHONORMAL_COLUMNS, "orthonormal rows": ORTHONORMAL_ROWS,
+    "orthogonal": ORTHONORMAL_COLUMNS, "symmetric": SYMMETRIC, "spd": SPD,
+    "symmetric positive definite": SPD, "positive definite": SPD, "full column rank": FULL_COLUMN_RANK,
+    "full row rank": FULL_ROW_RANK, "tall": FULL_COLUMN_RANK, "wide": FULL_ROW_RANK,
+}
+_SCALAR_WORDS = {"positive", "scalar", "real", "nonnegative"}
+
+
+@dataclass
+class Assumptions:
+    facts: dict = field(default_factory=dict)  # name -> set of facts
+    shapes: dict = field(default_factory=dict)  # name -> (rows, cols)
+    scalars: set = field(default_factory=set)
+    square: set = field(default_factory=set)
+
+
+def parse_assumptions(items) -> Assumptions:
+    """``"W: orthonormal columns"``, ``"S: spd"``, ``"c: positive"``, ``"X: 4x3"`` (comma-separated facts)."""
+    out = Assumptions()
+    for item in items or ():
+        if ":" not in item:
+            raise BadInput(f"--assume {item!r}: write NAME: FACT, e.g. \"W: orthonormal columns\"")
+        name, facts = (s.strip() for s in item.split(":", 1))
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
+            raise BadInput(f"--assume {item!r}: {name!r} is not a name")
+        for word in (w.strip().lower() for w in facts.split(",") if w.strip()):
+            if m := re.fullmatch(r"(\d+)\s*x\s*(\d+)", word):
+                r, c = int(m.group(1)), int(m.group(2))
+                if not (1 <= r <= 64 and 1 <= c <= 64):
+                    raise BadInput(f"--assume {item!r}: sizes must be between 1 and 64")
+                out.shapes[name] = (r, c)
+            elif word in _FACT_WORDS:
+                out.facts.setdefault(name, set()).add(_FACT_WORDS[word])
+                if word == "orthogonal" or _FACT_WORDS[word] in (SYMMETRIC, SPD):
+                    out.square.add(name)
+            elif word in _SCALAR_WORDS:
+                out.scalars.add(name)
+            elif word == "square":
+                out.square.add(name)
+            else:
+                known = ", ".join(sorted(_FACT_WORDS) + sorted(_SCALAR_WORDS) + ["square", "RxC"])
+                raise BadInput(f"--assume {item!r}: unknown fact {word!r}; known: {known}")
+    return out
+
+
+class _Unify(Exception):
+    def __init__(self, a, b):
+        self.pair = (a, b)
+
+
+class _UnifyingBuilder(Builder):
+    """Declares new names on first use (capitalised: matrices, else scalars) and infers shapes."""
+
+    def __init__(self, assumptions: Assumptions, merged: dict):
+        super().__init__({}, self._declare)
+        self.assumptions = assumptions
+        self.merged = merged  # dimension symbol -> representative
+
+    def _dim(self, d):
+        while d in self.merged:
+            d = self.merged[d]
+        return d
+
+    def _declare(self, name, col):
+        a = self.assumptions
+        if name in ("I",):
+            return None
+        if name in a.scalars or not name[0].isupper() and name not in a.facts and name not in a.shapes:
+            return positive_symbol(name)
+        if name in a.shapes:
+            rows, cols = (Integer(k) for k in a.shapes[name])
+        else:
+            rows, cols = self._dim(dimension(f"r_{name}")), self._dim(dimension(f"c_{name}"))
+        if name in a.square:
+            cols = rows
+        return FactMatrix(name, rows, cols, sorted(a.facts.get(name, ())))
+
+    def same(self, x, y, message, col):
+        x, y = self._dim(x), self._dim(y)
+        if x != y and isinstance(x, Symbol) and isinstance(y, Symbol):
+            raise _Unify(x, y)
+        super().same(x, y, message, col)
+
+
+def build_with_inference(texts, assumptions: Assumptions):
+    """Build every text with shared, inferred shapes: a shape clash between two free dimensions is an
+    equation (the two are merged and the build restarts); returns the expressions and the builder."""
+    trees = [parse_tree(t) for t in texts]
+    merged = {}
+    for _ in range(400):
+        builder = _UnifyingBuilder(assumptions, merged)
+        try:
+            exprs = [builder.build(t) for t in trees]
+        except _Unify as u:
+            a, b = u.pair
+            merged[b] = a
+            continue
+        return exprs, builder
+    raise BadInput("shape inference did not converge")
+
+
+def _sizes_for(exprs, count=3, seed=0) -> list[dict]:
+    """Concrete sizes for the free dimensions of ``exprs``, tall where a fact needs it."""
+    mats = {m for e in exprs for m in e.atoms(MatrixSymbol)}
+    dims = sorted({d for m in mats for d in m.shape if isinstance(d, Symbol)}, key=str)
+    need = []  # (rows, cols): rows >= cols
+    for m in mats:
+        f = getattr(m, "facts", frozenset())
+        if f & {ORTHONORMAL_COLUMNS, FULL_COLUMN_RANK}:
+            need.append((m.shape[0], m.shape[1]))
+        if f & {ORTHONORMAL_ROWS, FULL_ROW_RANK}:
+            need.append((m.shape[1], m.shape[0]))
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(2000):
+        if len(out) == count or not dims and out:
+            break
+        sizes = {d: int(rng.integers(2, 6)) for d in dims}
+        value = lambda x: int(x.xreplace(sizes))
+        if all(value(r) >= value(c) for r, c in need) and sizes not in out:
+            out.append(sizes)
+    if not out:
+        raise BadInput("no sizes satisfy the assumptions (orthonormal columns need at least as many rows)")
+    return out
+
+
+def identity_target(lhs: str, rhs: str, assumptions: Assumptions):
+    """``(target, candidate)`` for the identity ``lhs = rhs`` with inferred shapes."""
+    (left, right), builder = build_with_inference([lhs, rhs], assumptions)
+    if getattr(left, "is_Matrix", False) != getattr(right, "is_Matrix", False) or (
+            left.is_Matrix and tuple(left.shape) != tuple(right.shape)):
+        show = lambda e: f"{e.shape[0]}×{e.shape[1]}" if e.is_Matrix else "a scalar"
+        raise BadInput(f"the two sides have different shapes: {show(left)} and {show(right)}")
+    sizes = _sizes_for([left, right])
+    target = Target("identity", left, builder.namespace, {}, {}, sizes, sizes[0])
+    return target, right
+
+
+__all__ = ["BadInput", "Target", "Verdict", "check_derivation", "compare", "mutations", "parse_assumptions",
+           "target_of"]
+
+
+# ---- command line -----------------------------------------------------------------------------
+def format_verdict(v: Verdict, what: str) -> str:
+    head = f"{what}: {v.verdict.upper()} ({v.method}, {v.instances} random instances at {DPS} digits)"
+    lines = [head, f"  derived:   {v.reference}", f"  candidate: {v.candidate}"]
+    if v.verdict == "different":
+        lines += [f"  diagnosis: {d}" for d in v.diagnosis]
+        ce = v.counterexample
+        if ce:
+            sizes = ", ".join(f"{k} = {n}" for k, n in ce["sizes"].items())
+            lines.append(f"  counterexample ({sizes}):")
+            with np.printoptions(precision=6, suppress=True, linewidth=110):
+                for name, value in ce["inputs"].items():
+                    how = f"  (= {ce['defined'][name]})" if name in ce["defined"] else ""
+                    lines.append(f"    {name}{how} =\n" + _indent(np.array(value, dtype=float)))
+                lines.append("    derived value =\n" + _indent(np.array(ce["derived"], dtype=float)))
+                cand = "could not be evaluated" if ce["candidate"] is None else _indent(
+                    np.array(ce["candidate"], dtype=float))
+                lines.append("    candidate value =\n" + cand)
+    return "\n".join(lines) + "\n"
+
+
+def _indent(a) -> str:
+    return "\n".join("      " + line for line in str(a).splitlines())
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise BadInput(message)
+
+
+def _parser():
+    p = _Parser(prog="python -m derivations.crosscheck",
+                description="Cross-check a hand-derived formula, an identity or a chain of steps.",
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="examples:\n"
+                       "  python -m derivations.crosscheck halfsplit.query '(-eps/2)*msign(G_Q*C_K^-1)*C_K^-1'\n"
+                       "  python -m derivations.crosscheck halfsplit.query '-eps msign(G_Q C_K^{-1}) C_K^{-1}' --json\n"
+                       "  python -m derivations.crosscheck identity 'msign(W@A)' 'W@msign(A)' "
+                       "--assume 'W: orthonormal columns'\n"
+                       "  python -m derivations.crosscheck --chain derivation.md\n"
+                       "  python -m derivations.crosscheck --list\n"
+                       "exit status: 0 equal, 1 different, 2 bad input")
+    p.add_argument("args", nargs="*", metavar="DERIVATION FORMULA | identity LHS RHS")
+    p.add_argument("--chain", metavar="FILE", help="check every step of the display math in a Markdown/LaTeX file")
+    p.add_argument("--assume", action="append", default=[], metavar="'NAME: FACT'",
+                   help="a fact for identities and chains (orthonormal columns/rows, symmetric, spd, "
+                        "full column/row rank, square, positive, RxC); repeatable")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--list", action="store_true", help="list the derivation names")
+    return p
+
+
+def run(argv=None) -> tuple[int, str]:
+    """``(exit status, stdout text)``; raises :class:`BadInput` for bad input."""
+    args = _parser().parse_args(argv)
+    if args.list:
+        return 0, "\n".join(sorted(derivation_names())) + "\n"
+    if args.chain:
+        if args.args:
+            raise BadInput("--chain takes a file and no positional arguments")
+        from .chain import check_chain_file
+        report = check_chain_file(args.chain, parse_assumptions(args.assume))
+        return (0 if report.ok else 1), (json.dumps(report.as_json(), indent=2) + "\n" if args.json
+                                         else report.text())
+    if args.args[:1] == ["identity"]:
+        if len(args.args) != 3:
+            raise BadInput("identity takes two formulas: identity LHS RHS")
+        target, cand = identity_target(args.args[1], args.args[2], parse_assumptions(args.assume))
+        verdict = compare(target, cand)
+        what = "identity"
+    else:
+        if len(args.args) != 2:
+            raise BadInput("give DERIVATION FORMULA, identity LHS RHS, or --chain FILE (see --help)")
+        if args.assume:
+            raise BadInput("--assume is for identities and chains; a derivation carries its own facts")
+        verdict = check_derivation(*args.args)
+        what = args.args[0]
+    text = json.dumps(verdict.as_json(), indent=2) + "\n" if args.json else format_verdict(verdict, what)
+    return (0 if verdict.verdict == "equal" else 1), text
+
+
+def main(argv=None) -> int:
+    prog = "derivations.crosscheck"
+    try:
+        status, text = run(argv)
+    except (BadInput, FormulaError) as exc:
+        sys.stderr.write(f"{prog}: error: {' '.join(str(exc).split())}\n")
+        return 2
+    except RecursionError:
+        sys.stderr.write(f"{prog}: error: input nested too deeply\n")
+        return 2
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
