@@ -354,8 +354,19 @@ class _MatrixScalar(Expr):
         return Basic.__new__(cls, *args)
 
 
+def _reduction_code(printer, template: str, *args) -> str:
+    """``template`` over the trailing two axes of each argument (kept, so scalars broadcast in a batch)."""
+    module = "jnp" if printer.printmethod == "_jaxcode" else "np"
+    return template.format(*[printer._print(a) for a in args], m=module) + "axis=(-2, -1), keepdims=True)"
+
+
 class Inner(_MatrixScalar):
     """Frobenius inner product ``⟨A, B⟩ = tr(AᵀB)``."""
+
+    def _numpycode(self, printer):
+        return _reduction_code(printer, "{m}.sum(({0}) * ({1}), ", *self.args)
+
+    _jaxcode = _numpycode
 
     def __new__(cls, a, b):
         obj = super().__new__(cls, a, b)
@@ -375,6 +386,11 @@ class OpNorm(_MatrixScalar):
 
     is_nonnegative = True
 
+    def _numpycode(self, printer):
+        return _reduction_code(printer, "{m}.linalg.norm({0}, ord=2, ", *self.args)
+
+    _jaxcode = _numpycode
+
     def _sympystr(self, printer):
         return f"||{printer._print(self.args[0])}||_op"
 
@@ -386,6 +402,11 @@ class NuclearNorm(_MatrixScalar):
     """Nuclear norm ``‖A‖_*`` (sum of singular values)."""
 
     is_nonnegative = True
+
+    def _numpycode(self, printer):
+        return _reduction_code(printer, "{m}.linalg.norm({0}, ord='nuc', ", *self.args)
+
+    _jaxcode = _numpycode
 
     def _sympystr(self, printer):
         return f"||{printer._print(self.args[0])}||_*"

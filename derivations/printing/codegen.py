@@ -17,6 +17,7 @@ from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol, Transpose
 
 from ..algebra import product
 from ..engine import Derivation
+from ..interpret import find_rule
 from ..vocabulary import (
     BLOCK_DIAGONAL,
     GramInvSqrt,
@@ -111,6 +112,8 @@ class MatrixCodePrinter:
     """Straight-line array code for matrix expressions, with common subexpressions named once."""
 
     cse_always = (Msign, GramSqrt, GramInvSqrt, IsotropicScale, RegularizedSylvester)
+    #: rule lookup (:func:`derivations.interpret.find_rule`): node method, then ``_print_<Class>``
+    rule_prefix, printmethod = "_print_", None
     #: stack same-shape eigendecompositions and spectral signs into one batched call
     stack_heavy = False
     #: block-diagonal partners arrive as their stacked blocks (else as dense matrices)
@@ -167,11 +170,8 @@ class MatrixCodePrinter:
             return self.temps[expr]
         if expr in self.groups:
             return self._print_group(expr)
-        for cls in type(expr).__mro__:
-            method = getattr(self, f"_print_{cls.__name__}", None)
-            if method is not None:
-                break
-        else:
+        method = find_rule(self, expr)  # the node's own _jaxcode/_numpycode, else _print_<Class> along the MRO
+        if method is None:
             raise UnsupportedNode(f"{type(self).__name__} has no rule for {type(expr).__name__}: {expr}")
         code = method(expr)
         is_compound = isinstance(expr, (MatMul, MatAdd, Transpose)) and self.counts.get(expr, 0) > 1
@@ -256,6 +256,11 @@ class MatrixCodePrinter:
     def _print_Transpose(self, expr):
         return f"{self._atom(expr.arg)}.mT"
 
+    def _print_Expr(self, expr):  # a scalar (an optimal value); matrix nodes need their own rule
+        if getattr(expr, "is_Matrix", False):
+            raise UnsupportedNode(f"{type(self).__name__} has no rule for {type(expr).__name__}: {expr}")
+        return self._scalar(expr)
+
     def _atom(self, expr) -> str:
         code = self._print(expr)
         return f"({code})" if isinstance(expr, (MatAdd, MatMul)) and code not in self.temps.values() else code
@@ -294,4 +299,6 @@ class MatrixCodePrinter:
             return f"({self._scalar(expr.base)} ** {self._scalar(expr.exp)})"
         if isinstance(expr, Add):
             return "(" + " + ".join(self._scalar(a) for a in expr.args) + ")"
+        if find_rule(self, expr) is not None:  # matrix scalars (norms, inner products) print themselves
+            return self._print(expr)
         raise UnsupportedNode(f"no scalar rule for {type(expr).__name__}: {expr}")

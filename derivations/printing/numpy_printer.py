@@ -13,6 +13,8 @@ KERNELS = (K.gram_eigh, K.psd_power, K.isotropic_scale, K.msign_svd, K.sylvester
 class NumpyPrinter(MatrixCodePrinter):
     """``_print_<Node>`` rules that call the inlined NumPy kernels."""
 
+    printmethod = "_numpycode"  # a node may carry its own rule for this target
+
     def _print_Msign(self, expr):
         return f"msign_svd({self._print(expr.arg)})"
 

@@ -1,0 +1,395 @@
+"""Norm families: the balls a steepest-descent step can live in, each solved through its dual norm.
+
+For a norm ``‖·‖`` with dual ``‖A‖_† = sup_{‖Z‖ ≤ 1} ⟨A, Z⟩`` and a *sharp* map ``A♯`` with
+``‖A♯‖ ≤ 1`` and ``⟨A, A♯⟩ = ‖A‖_†`` (Hölder's inequality is tight at ``A♯``):
+
+    argmin_{‖Z‖ ≤ β} ⟨A, Z⟩ = −β A♯,   optimal value −β ‖A‖_†   (β > 0).
+
+Every feasible ``Z`` has ``⟨A, Z⟩ ≥ −‖A‖_† ‖Z‖ ≥ −β ‖A‖_†`` (weak duality), and ``−β A♯`` is
+feasible and attains it. That is the certificate :func:`duality_errors` checks. Families (Bernstein
+and Newhouse, "Old optimizer, new norm", 2024, for the RMS→RMS norm and the sharp maps):
+
+========== ========================== ================================ ==========================
+family     ``‖Z‖``                    dual ``‖A‖_†``                   sharp ``A♯``
+========== ========================== ================================ ==========================
+operator   ``‖Z‖_op`` (largest σ)     ``‖A‖_*`` (sum of σ)             ``msign(A)``
+frobenius  ``‖Z‖_F``                  ``‖A‖_F``                        ``A / ‖A‖_F``
+nuclear    ``‖Z‖_*``                  ``‖A‖_op``                       ``u₁v₁ᵀ`` (top singular pair)
+max_abs    ``max |Z_ij|``             ``Σ |A_ij|``                     ``sign(A)`` (entrywise)
+rms        ``√(n/m) ‖Z‖_op``          ``√(m/n) ‖A‖_*``                 ``√(m/n) msign(A)``
+========== ========================== ================================ ==========================
+
+(``A`` is ``m × n``; the RMS→RMS norm is the operator norm between RMS-normalized vectors.) The
+nodes below carry their own rules for every interpreter (numeric evaluator, text, LaTeX, NumPy
+and JAX printers): adding one touched this file only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mpmath
+import numpy as np
+from sympy import Basic
+from sympy.core.sympify import _sympify
+from sympy.matrices.expressions import MatrixExpr
+
+from .vocabulary import Inner, Msign, NuclearNorm, OpNorm, _MatrixScalar
+
+# ---- entrywise helpers shared by the float64 and mpmath backends ----------------------------
+
+
+def _entries(a):
+    if isinstance(a, mpmath.matrix):
+        return [a[i, j] for i in range(a.rows) for j in range(a.cols)]
+    return list(np.ravel(a))
+
+
+def _entrywise(a, fn):
+    if isinstance(a, mpmath.matrix):
+        return a.apply(fn)
+    return np.vectorize(fn, otypes=[float])(a) if np.ndim(a) else fn(a)
+
+
+def _sign(x):
+    return (x > 0) - (x < 0)
+
+
+def _bind(printer, code: str) -> str:
+    """A name for ``code`` in the printer's straight-line program (so it is printed once)."""
+    if code.isidentifier():
+        return code
+    printer.counter += 1
+    name = f"t_{printer.counter}"
+    printer.lines.append(f"{name} = {code}")
+    return name
+
+
+def _module(printer) -> str:
+    return "jnp" if printer.printmethod == "_jaxcode" else "np"
+
+
+_AXES = "axis=(-2, -1), keepdims=True"
+
+
+# ---- scalar nodes ---------------------------------------------------------------------------
+class FrobeniusNorm(_MatrixScalar):
+    """``‖A‖_F = ⟨A, A⟩^{1/2}`` (self-dual)."""
+
+    is_nonnegative = True
+
+    def _numeric(self, ev):
+        a = ev(self.args[0])
+        return ev.backend.inner(a, a) ** 0.5
+
+    def _sympystr(self, printer):
+        return f"||{printer._print(self.args[0])}||_F"
+
+    def _latex(self, printer):
+        return rf"\left\| {printer._print(self.args[0])} \right\|_{{F}}"
+
+    def _numpycode(self, printer):
+        return f"{_module(printer)}.sqrt({_module(printer)}.sum({_bind(printer, printer._print(self.args[0]))} ** 2, {_AXES}))"
+
+    _jaxcode = _numpycode
+
+
+class MaxAbsNorm(_MatrixScalar):
+    """``‖A‖_max = max_ij |A_ij|`` (the elementwise ℓ∞ norm)."""
+
+    is_nonnegative = True
+
+    def _numeric(self, ev):
+        return max(abs(x) for x in _entries(ev(self.args[0])))
+
+    def _sympystr(self, printer):
+        return f"||{printer._print(self.args[0])}||_max"
+
+    def _latex(self, printer):
+        return rf"\left\| {printer._print(self.args[0])} \right\|_{{\max}}"
+
+    def _numpycode(self, printer):
+        m = _module(printer)
+        return f"{m}.max({m}.abs({printer._print(self.args[0])}), {_AXES})"
+
+    _jaxcode = _numpycode
+
+
+class EntrywiseL1Norm(_MatrixScalar):
+    """``‖A‖_1 = Σ_ij |A_ij|`` (dual of the max-abs norm)."""
+
+    is_nonnegative = True
+
+    def _numeric(self, ev):
+        return sum((abs(x) for x in _entries(ev(self.args[0]))), ev.backend.scalar(0))
+
+    def _sympystr(self, printer):
+        return f"||{printer._print(self.args[0])}||_1"
+
+    def _latex(self, printer):
+        return rf"\left\| {printer._print(self.args[0])} \right\|_{{1}}"
+
+    def _numpycode(self, printer):
+        m = _module(printer)
+        return f"{m}.sum({m}.abs({printer._print(self.args[0])}), {_AXES})"
+
+    _jaxcode = _numpycode
+
+
+class AspectScale(_MatrixScalar):
+    """``√(m/n)`` for an ``m × n`` matrix: the RMS→RMS norm is ``‖A‖_op / √(m/n)``."""
+
+    is_positive = True
+
+    def _numeric(self, ev):
+        m, n = ev.shape(self.args[0])
+        return (ev.backend.scalar(m) / n) ** 0.5
+
+    def ratio(self):
+        rows, cols = self.args[0].shape
+        return rows / cols
+
+    def _sympystr(self, printer):
+        return f"sqrt({printer._print(self.ratio())})"
+
+    def _latex(self, printer):
+        return rf"\sqrt{{{printer._print(self.ratio())}}}"
+
+    def _numpycode(self, printer):
+        a = _bind(printer, printer._print(self.args[0]))
+        return f"({a}.shape[-2] / {a}.shape[-1]) ** 0.5"
+
+    _jaxcode = _numpycode
+
+
+class RmsOpNorm(_MatrixScalar):
+    """``‖A‖_{RMS→RMS} = sup ‖Ax‖_rms / ‖x‖_rms = √(n/m) ‖A‖_op`` for ``A`` of shape ``m × n``."""
+
+    is_nonnegative = True
+
+    def _numeric(self, ev):
+        return ev(OpNorm(self.args[0])) / ev(AspectScale(self.args[0]))
+
+    def _sympystr(self, printer):
+        return f"||{printer._print(self.args[0])}||_rms"
+
+    def _latex(self, printer):
+        return rf"\left\| {printer._print(self.args[0])} \right\|_{{\mathrm{{RMS}}\to\mathrm{{RMS}}}}"
+
+    def _numpycode(self, printer):
+        m = _module(printer)
+        a = _bind(printer, printer._print(self.args[0]))
+        return f"{m}.linalg.norm({a}, ord=2, {_AXES}) * ({a}.shape[-1] / {a}.shape[-2]) ** 0.5"
+
+    _jaxcode = _numpycode
+
+
+# ---- sharp maps (matrix nodes) --------------------------------------------------------------
+class _Sharp(MatrixExpr):
+    """A matrix function of one matrix argument, of the argument's shape."""
+
+    def __new__(cls, arg):
+        arg = _sympify(arg)
+        if not getattr(arg, "is_Matrix", False):
+            raise TypeError(f"{cls.__name__} takes a matrix expression, got {arg!r}")
+        return Basic.__new__(cls, arg)
+
+    @property
+    def arg(self):
+        return self.args[0]
+
+    @property
+    def shape(self):
+        return self.arg.shape
+
+
+class Sign(_Sharp):
+    """Entrywise sign: the sharp map of the max-abs norm (``sign(0) = 0``)."""
+
+    def _numeric(self, ev):
+        return _entrywise(ev(self.arg), _sign)
+
+    def _sympystr(self, printer):
+        return f"sign({printer._print(self.arg)})"
+
+    def _latex(self, printer):
+        return rf"\operatorname{{sign}}\left({printer._print(self.arg)}\right)"
+
+    def _numpycode(self, printer):
+        return f"{_module(printer)}.sign({printer._print(self.arg)})"
+
+    _jaxcode = _numpycode
+
+
+class FrobeniusUnit(_Sharp):
+    """``A / ‖A‖_F`` (zero for ``A = 0``): the sharp map of the Frobenius norm."""
+
+    def _numeric(self, ev):
+        a = ev(self.arg)
+        norm = ev.backend.inner(a, a) ** 0.5
+        return a * (1 / norm) if norm > 0 else a * 0
+
+    def _sympystr(self, printer):
+        return f"unit_F({printer._print(self.arg)})"
+
+    def _latex(self, printer):
+        arg = printer._print(self.arg)
+        return rf"\frac{{{arg}}}{{\left\| {arg} \right\|_{{F}}}}"
+
+    def _numpycode(self, printer):
+        m = _module(printer)
+        a = _bind(printer, printer._print(self.arg))
+        tiny = f"{m}.finfo({a}.dtype).tiny"
+        return f"{a} / {m}.maximum({m}.sqrt({m}.sum({a} ** 2, {_AXES})), {tiny})"
+
+    _jaxcode = _numpycode
+
+
+class TopSingular(_Sharp):
+    """``u₁v₁ᵀ`` for the top singular pair of ``A``: the sharp map of the nuclear norm.
+
+    Unique when the largest singular value is simple (almost surely for random instances); any
+    unit-nuclear-norm matrix in the span of the top singular pairs attains the same value.
+    """
+
+    def _numeric(self, ev):
+        a = ev(self.arg)
+        if isinstance(a, mpmath.matrix):
+            u, s, v = mpmath.svd_r(a, full_matrices=False, compute_uv=True)
+            k = max(range(len(s)), key=lambda i: s[i])
+            return u[:, k] * v[k, :]
+        u, s, vt = np.linalg.svd(a, full_matrices=False)
+        return np.outer(u[:, 0], vt[0])
+
+    def _sympystr(self, printer):
+        return f"top_pair({printer._print(self.arg)})"
+
+    def _latex(self, printer):
+        return rf"u_1 v_1^{{\top}}\left({printer._print(self.arg)}\right)"
+
+    def _numpycode(self, printer):
+        m = _module(printer)
+        a = _bind(printer, printer._print(self.arg))
+        printer.counter += 1
+        u, vt = f"u_{printer.counter}", f"vt_{printer.counter}"
+        cast = f"{a}.astype(compute_dtype({a}.dtype))" if m == "jnp" else a
+        printer.lines.append(f"{u}, _, {vt} = {m}.linalg.svd({cast}, full_matrices=False)")
+        return f"({u}[..., :, :1] @ {vt}[..., :1, :]).astype({a}.dtype)"
+
+    _jaxcode = _numpycode
+
+
+# ---- the families ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NormFamily:
+    """A norm, its dual and its sharp map, as constructors of vocabulary nodes."""
+
+    key: str
+    title: str
+    norm: type  # Z -> scalar node ‖Z‖
+    dual_of: object  # A -> scalar expression ‖A‖_†
+    sharp_of: object  # A -> matrix expression A♯
+    statement: str  # LaTeX
+
+    def matches(self, constraint) -> bool:
+        return isinstance(constraint, self.norm)
+
+    def solve(self, a, beta):
+        """``(argmin, value)`` of ``min ⟨a, Z⟩ s.t. ‖Z‖ ≤ β``: ``(−β a♯, −β ‖a‖_†)``."""
+        from .algebra import product, tidy
+        return tidy(product(-beta, self.sharp_of(a))), -beta * self.dual_of(a)
+
+
+OPERATOR = NormFamily("operator", "operator (spectral) norm", OpNorm, NuclearNorm, Msign,
+                      r"\operatorname*{argmin}_{\|Z\|_{\mathrm{op}} \le \beta} \langle A, Z\rangle"
+                      r" = -\beta \operatorname{msign}(A),\ \text{value } -\beta\|A\|_{*}")
+FROBENIUS = NormFamily("frobenius", "Frobenius norm", FrobeniusNorm, FrobeniusNorm, FrobeniusUnit,
+                       r"\operatorname*{argmin}_{\|Z\|_{F} \le \beta} \langle A, Z\rangle"
+                       r" = -\beta A/\|A\|_F,\ \text{value } -\beta\|A\|_{F}")
+NUCLEAR = NormFamily("nuclear", "nuclear norm", NuclearNorm, OpNorm, TopSingular,
+                     r"\operatorname*{argmin}_{\|Z\|_{*} \le \beta} \langle A, Z\rangle"
+                     r" = -\beta u_1 v_1^{\top},\ \text{value } -\beta\|A\|_{\mathrm{op}}")
+MAX_ABS = NormFamily("max_abs", "max-abs (elementwise) norm", MaxAbsNorm, EntrywiseL1Norm, Sign,
+                     r"\operatorname*{argmin}_{\|Z\|_{\max} \le \beta} \langle A, Z\rangle"
+                     r" = -\beta \operatorname{sign}(A),\ \text{value } -\beta\|A\|_{1}")
+RMS = NormFamily("rms", "RMS→RMS operator norm", RmsOpNorm,
+                 lambda a: AspectScale(a) * NuclearNorm(a),
+                 lambda a: _scaled(AspectScale(a), Msign(a)),
+                 r"\operatorname*{argmin}_{\|Z\|_{\mathrm{RMS}\to\mathrm{RMS}} \le \beta} \langle A, Z\rangle"
+                 r" = -\beta \sqrt{m/n}\operatorname{msign}(A),\ \text{value } -\beta\sqrt{m/n}\|A\|_{*}")
+
+FAMILIES = (OPERATOR, FROBENIUS, NUCLEAR, MAX_ABS, RMS)
+
+
+def _scaled(c, m):
+    from .algebra import product
+    return product(c, m)
+
+
+def family_of(constraint) -> NormFamily | None:
+    """The family whose norm ``constraint`` is (``None`` for anything else)."""
+    return next((f for f in FAMILIES if f.matches(constraint)), None)
+
+
+class NotABall(ValueError):
+    """The problem is not ``min ⟨A, Z⟩ s.t. ‖Z‖ ≤ β`` for a known norm family (says which part)."""
+
+
+def ball_parts(problem):
+    """``(family, A)`` of ``min ⟨A, Z⟩ s.t. ‖Z‖ ≤ β`` for ``Z = problem.variable``."""
+    z, obj, con = problem.variable, problem.objective, problem.constraint
+    family = family_of(con)
+    if family is None:
+        raise NotABall(f"the constraint {con} is not the norm of a known family "
+                       f"({', '.join(f.key for f in FAMILIES)})")
+    if con.args[0] != z:
+        raise NotABall(f"the constraint bounds {con.args[0]}, not the variable {z} itself")
+    if not isinstance(obj, Inner) or z not in obj.args or obj.args[0].has(z) == obj.args[1].has(z):
+        raise NotABall(f"the objective {obj} is not ⟨A, {z}⟩ with A free of {z}")
+    a = obj.args[0] if obj.args[1] == z else obj.args[1]
+    return family, a
+
+
+def duality_errors(family: NormFamily, a_value, beta: float, backend=None, rng=None, trials: int = 20) -> dict:
+    """The duality certificate of the solve, as relative errors (all zero when it holds).
+
+    * ``value``: ``⟨A, Z*⟩ = −β ‖A‖_†`` (the argmin attains the claimed optimal value);
+    * ``feasible``: ``‖Z*‖ − β ≤ 0`` (and tight: ``|‖Z*‖ − β|``);
+    * ``dual``: weak duality ``⟨A, Y⟩ ≤ ‖A‖_† ‖Y‖`` (float64 only) on the sharp maps of every family
+      at ``A`` and on random ``Y``: what makes ``−β ‖A‖_†`` a lower bound over the whole ball.
+    """
+    from sympy import Symbol
+    from sympy.matrices.expressions import MatrixSymbol
+
+    from numerics.reference import NumpyBackend
+
+    from .numeric import NumericEvaluator
+
+    backend = backend or NumpyBackend()
+    rows, cols = (a_value.rows, a_value.cols) if isinstance(a_value, mpmath.matrix) else np.shape(a_value)
+    A, Y, b = MatrixSymbol("A", rows, cols), MatrixSymbol("Y", rows, cols), Symbol("beta", positive=True)
+    z_star, value = family.solve(A, b)
+    env = {A: a_value, b: beta}
+    ev = NumericEvaluator(env, backend)
+    z = ev(z_star)
+    env[Y] = z
+    scale = max(1.0, abs(float(ev(value))))
+    out = {"value": abs(float(backend.inner(a_value, z) - ev(value))) / scale,
+           "feasible": abs(float(NumericEvaluator(env, backend)(family.norm(Y)) - beta)) / beta}
+    worst = 0.0
+    if backend.name == "float64":
+        rng = rng if rng is not None else np.random.default_rng(0)
+        dual = float(ev(family.dual_of(A)))
+        # probes: the sharp maps of every family at A (the extreme points that matter), then random
+        probes = [np.asarray(ev(f.sharp_of(A)), dtype=float) for f in FAMILIES] + [np.asarray(a_value, dtype=float)]
+        probes += [rng.standard_normal((rows, cols)) * rng.choice([1.0, 1e-3, 1e3]) for _ in range(trials)]
+        for y in probes:
+            norm_y = float(NumericEvaluator({Y: y}, backend)(family.norm(Y)))
+            worst = max(worst, (backend.inner(a_value, y) - dual * norm_y) / max(1.0, dual * norm_y))
+    out["dual"] = max(0.0, worst)
+    return out
+
+
+__all__ = ["FAMILIES", "FROBENIUS", "MAX_ABS", "NUCLEAR", "OPERATOR", "RMS", "AspectScale", "EntrywiseL1Norm",
+           "FrobeniusNorm", "FrobeniusUnit", "MaxAbsNorm", "NormFamily", "NotABall", "RmsOpNorm", "Sign",
+           "TopSingular", "ball_parts", "duality_errors", "family_of"]
