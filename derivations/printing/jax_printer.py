@@ -22,6 +22,8 @@ class JaxPrinter(MatrixCodePrinter):
     deadlocks jaxlib 0.10's thread pool on small machines (see ``gram_eigh_stacked``).
     """
 
+    printmethod = "_jaxcode"  # a node may carry its own rule for this target
+
     stack_heavy = True
     blocked_partners = True
 
