@@ -157,7 +157,7 @@ def explain(shape: Shape, total_text: str, max_size: int = 4) -> dict:
     target, tol = _precision(total_text)
     ours = count(shape)
     found = []
-    for k in range(0, max_size + 1):
+    for k in range(max_size + 1):
         for combo in itertools.combinations(VARIANTS, k):
             keys = [c for v in combo for c in v.change]
             if len(keys) != len(set(keys)):

@@ -1,0 +1,378 @@
+"""Step-by-step checking of a hand derivation written as display math in Markdown or LaTeX.
+
+``python -m derivations.crosscheck --chain FILE``. The display math of ``FILE`` (``$$…$$``,
+``\\[…\\]``, ``equation``/``align`` environments, fenced ``math`` blocks) is read in order:
+
+* a block ``A = B = C`` is a chain of equalities; a block that starts with ``=`` continues the
+  previous block's last expression. Each ``=`` is a step: the two sides must be equal as
+  functions of the symbols (:func:`derivations.crosscheck.compare`).
+* a block ``\\min_{X} ⟨G, L(X)⟩ \\text{ s.t. } ‖N(X)‖_{op} \\le β`` is a problem. Consecutive problems
+  are a step: objective, constraint and budget must agree at every point, after the change of
+  variables ``\\text{where } Z = f(X)`` when the variable changes.
+* a block ``X^\\star = S`` after a problem in ``X`` is the solution step: ``S`` must satisfy the
+  constraint with equality and attain the optimal value; the value is known exactly when some
+  problem of the sequence has the form ``min ⟨A, Z⟩ s.t. ‖Z‖_op ≤ β`` (value ``−β‖A‖_*``, Hölder's
+  inequality), to which every other problem was shown equivalent.
+
+Names: a name whose part before the first underscore has a capital letter is a matrix (``G_Q``,
+``dW_Q``, ``\\Delta W_Q``); any other name is a positive scalar (``epsilon``, ``c_K``). Shapes are
+inferred across the whole file. Facts come from ``--assume`` or from lines ``assume: W: orthonormal
+columns`` anywhere in the file (e.g. in an HTML or LaTeX comment).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+
+from sympy import Symbol
+from sympy.matrices.expressions import MatrixSymbol
+
+from .crosscheck import (
+    Assumptions,
+    BadInput,
+    Target,
+    Verdict,
+    _sizes_for,
+    build_with_inference,
+    compare,
+    parse_assumptions,
+)
+from .formula import FormulaError
+from .vocabulary import Inner, NuclearNorm, OpNorm
+
+MAX_FILE = 1_000_000  # bytes
+
+_BLOCKS = re.compile(
+    r"\$\$(?P<a>.+?)\$\$|\\\[(?P<b>.+?)\\\]|\\begin\{(?P<env>equation\*?|align\*?|gather\*?|multline\*?)\}"
+    r"(?P<c>.+?)\\end\{(?P=env)\}|^```math[ \t]*\n(?P<d>.+?)^```",
+    re.DOTALL | re.MULTILINE)
+_ASSUME = re.compile(r"assume:\s*([A-Za-z][A-Za-z0-9_]*\s*:\s*[^\n>%]+)")
+_MIN = re.compile(r"\\min|\\operatorname\*?\{(?:arg)?min\}|\bminimize\b|\bmin_")
+
+
+@dataclass
+class Step:
+    index: int
+    kind: str  # "equality" | "problem" | "solution"
+    before: str
+    after: str
+    verdict: Verdict | None = None
+    note: str = ""
+
+
+@dataclass
+class ChainReport:
+    steps: list = field(default_factory=list)
+    failed: Step | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.failed is None
+
+    @property
+    def held(self) -> int:
+        return sum(1 for s in self.steps if s.verdict is not None and s.verdict.verdict == "equal")
+
+    def as_json(self) -> dict:
+        return {"ok": self.ok, "steps": len(self.steps), "held": self.held,
+                "first_failure": None if self.failed is None else {
+                    "step": self.failed.index, "kind": self.failed.kind, "before": self.failed.before,
+                    "after": self.failed.after, "note": self.failed.note, **self.failed.verdict.as_json()},
+                "results": [{"step": s.index, "kind": s.kind, "verdict": s.verdict.verdict,
+                             "method": s.verdict.method, "note": s.note} for s in self.steps]}
+
+    def text(self) -> str:
+        from .crosscheck import format_verdict
+        lines = [f"step {s.index} ({s.kind}): {s.verdict.verdict} ({s.verdict.method})"
+                 + (f" — {s.note}" if s.note else "") for s in self.steps]
+        if self.failed is None:
+            lines.append(f"all {len(self.steps)} steps hold")
+        else:
+            f = self.failed
+            lines.append(f"FIRST FAILURE at step {f.index} ({f.kind}); {self.held} of {f.index - 1} earlier "
+                         f"steps held")
+            lines.append(f"  {f.before}\n  => {f.after}")
+            lines.append(format_verdict(f.verdict, f"step {f.index}").rstrip())
+        return "\n".join(lines) + "\n"
+
+
+def display_math(text: str) -> list[str]:
+    """The display-math blocks of a Markdown or LaTeX document, in order."""
+    out = []
+    for m in _BLOCKS.finditer(text):
+        body = next(g for g in (m.group("a"), m.group("b"), m.group("c"), m.group("d")) if g is not None)
+        out.append(body)
+    return out
+
+
+def _clean(block: str) -> str:
+    block = re.sub(r"\\(label|tag)\{[^}]*\}|\\nonumber|\\notag|\\begin\{aligned\}|\\end\{aligned\}", " ", block)
+    block = block.replace("&", " ").replace("\\\\", " ")
+    return block.strip().rstrip(".,;").strip()
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    parts, depth, cur, i = [], 0, [], 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "([{" or text.startswith("\\langle", i):
+            depth += 1
+        elif ch in ")]}" or text.startswith("\\rangle", i):
+            depth -= 1
+        if depth == 0 and text.startswith(sep, i) and not text.startswith("<=", i - 1) \
+                and not text.startswith(">=", i - 1):
+            parts.append("".join(cur))
+            cur = []
+            i += len(sep)
+            continue
+        cur.append(ch)
+        i += 1
+    parts.append("".join(cur))
+    return parts
+
+
+@dataclass
+class _Problem:
+    variable: str
+    objective: str
+    constraint: str
+    budget: str
+    substitution: tuple | None  # (new variable, expression in the old one)
+
+
+_SUBJECT = re.compile(r"\\(?:text|mathrm|quad|qquad)\{?\s*(?:s\.\s*t\.|subject\s+to)\s*\}?|\bs\.\s*t\.|\bsubject to\b")
+_LE = re.compile(r"\\leq?\b|<=|≤")
+
+
+def _problem(block: str, where: str) -> _Problem:
+    m = re.search(r"(?:\\min|\\operatorname\*?\{min\}|\bmin)\s*_\s*(\{[^}]*\}|\\Delta\s*[A-Za-z][A-Za-z0-9_{}]*|"
+                  r"[A-Za-z][A-Za-z0-9_]*)", block)
+    v = re.search(r"minimize over\s+([A-Za-z][A-Za-z0-9_]*)\s*:?", block)
+    if not m and not v:
+        raise BadInput(f"{where}: a problem needs its variable: \\min_{{X}} … or 'minimize over X:'")
+    variable = (m.group(1) if m else v.group(1)).strip("{} ")
+    variable = re.sub(r"\\Delta\s*", "d", variable).replace("{", "").replace("}", "")
+    body = block[(m or v).end():]
+    substitution = None
+    w = re.search(r"(?:\\text\{\s*where\s*\}|\bwhere\b|\\text\{\s*with\s*\})", body)
+    if w:
+        sub = body[w.end():].strip().strip(",")
+        body = body[:w.start()]
+        left, _, right = sub.partition("=")
+        if not right:
+            raise BadInput(f"{where}: write the change of variables as 'where Z = …'")
+        substitution = (re.sub(r"\\Delta\s*", "d", left.strip()), right.strip().rstrip(",."))
+    parts = _SUBJECT.split(body, maxsplit=1)
+    if len(parts) != 2:
+        raise BadInput(f"{where}: a problem needs 's.t.' (or 'subject to') before its constraint")
+    objective, constraint = parts[0].strip().strip(",").strip(), parts[1].strip().strip(",")
+    cons = _LE.split(constraint)
+    if len(cons) != 2:
+        raise BadInput(f"{where}: the constraint must read '‖…‖_op ≤ budget'")
+    return _Problem(variable, objective, cons[0].strip(), cons[1].strip(), substitution)
+
+
+def check_chain_file(path: str, assumptions: Assumptions | None = None) -> ChainReport:
+    """Read ``path`` and check every step; ``BadInput`` for files that hold no checkable chain."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_FILE + 1)
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+    if len(raw) > MAX_FILE:
+        raise BadInput(f"{path} is larger than {MAX_FILE:,} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadInput(f"{path} is not UTF-8 text") from None
+    if not text.strip():
+        raise BadInput(f"{path} is empty")
+    facts = [m.group(1).strip().rstrip("-").strip() for m in _ASSUME.finditer(text)]
+    merged = parse_assumptions(facts)
+    if assumptions is not None:
+        for k, v in assumptions.facts.items():
+            merged.facts.setdefault(k, set()).update(v)
+        merged.shapes.update(assumptions.shapes)
+        merged.scalars |= assumptions.scalars
+        merged.square |= assumptions.square
+    blocks = [_clean(b) for b in display_math(text)]
+    blocks = [b for b in blocks if b]
+    if not blocks:
+        raise BadInput(f"{path} holds no display math ($$…$$, \\[…\\], equation/align, ```math)")
+    return check_blocks(blocks, merged)
+
+
+def _is_matrix_name(name: str) -> bool:
+    return any(c.isupper() for c in name.split("_")[0])
+
+
+def check_blocks(blocks: list[str], assumptions: Assumptions) -> ChainReport:
+    """Check the steps of already extracted display-math blocks."""
+    items = []  # ("expr", text) | ("problem", _Problem) | ("solution", variable, text) | ("cont", text)
+    for k, block in enumerate(blocks, 1):
+        where = f"block {k}"
+        if _MIN.search(block):
+            items.append(("problem", _problem(block, where)))
+            continue
+        terms = [t.strip() for t in _split_top(block, "=")]
+        star = re.fullmatch(r"(\\Delta\s*)?([A-Za-z][A-Za-z0-9_{}]*)\s*\^\s*\{?\s*(\\star|\*|\\ast)\s*\}?", terms[0])
+        if star and len(terms) >= 2:
+            name = ("d" if star.group(1) else "") + star.group(2).replace("{", "").replace("}", "")
+            items.append(("solution", name, terms[1]))
+            terms = terms[1:]
+            if len(terms) == 1:
+                continue
+            items.append(("cont", terms))
+            continue
+        if any(not t for t in terms[1:]) or len(terms) == 1 and terms[0]:
+            if len(terms) == 1:
+                raise BadInput(f"{where} is neither a chain of equalities nor a problem: {block[:60]!r}")
+            raise BadInput(f"{where}: an empty side of '=' in {block[:60]!r}")
+        items.append(("cont" if not terms[0] else "chain", terms))
+    # every text to build, with shared shapes
+    texts = []
+
+    def add(t):
+        texts.append(t)
+        return len(texts) - 1
+
+    steps = []  # (kind, before text, after text, build-indices, extra)
+    prev_terms, prev_problem = None, None
+    problems = []
+    for item in items:
+        if item[0] in ("chain", "cont"):
+            terms = item[1]
+            if item[0] == "cont":
+                if prev_terms is None:
+                    raise BadInput("a block starts with '=' but no expression precedes it")
+                terms = [prev_terms[-1], *terms[1:]] if not terms[0] else [prev_terms[-1], *terms]
+            for a, b in itertools.pairwise(terms):
+                steps.append(("equality", a, b, (add(a), add(b)), None))
+            prev_terms = terms
+        elif item[0] == "problem":
+            p = item[1]
+            idx = {"objective": add(p.objective), "constraint": add(p.constraint), "budget": add(p.budget),
+                   "variable": add(p.variable)}
+            if p.substitution:
+                idx["sub_new"] = add(p.substitution[0])
+                idx["sub_expr"] = add(p.substitution[1])
+            entry = (p, idx)
+            problems.append(entry)
+            if prev_problem is not None:
+                steps.append(("problem", _ptext(prev_problem[0]), _ptext(p), None, (prev_problem, entry)))
+            prev_problem = entry
+        else:
+            _, name, sol = item
+            owner = next((e for e in reversed(problems) if e[0].variable == name), None)
+            if owner is None:
+                raise BadInput(f"the solution {name}* has no problem in {name} before it")
+            steps.append(("solution", _ptext(owner[0]), f"{name}* = {sol}", (add(name), add(sol)),
+                          (owner, list(problems))))
+            prev_terms = [sol]
+    if not steps:
+        raise BadInput("the display math holds no step (a chain needs at least one '=' or two problems)")
+    for name in {p.variable for p, _ in problems}:
+        if not _is_matrix_name(name):
+            raise BadInput(f"the problem variable {name!r} must be a matrix name (capital letter, e.g. X, dW_Q)")
+    try:
+        exprs, builder = build_with_inference(texts, assumptions)
+    except FormulaError as exc:
+        raise BadInput(f"in {texts[_failing_text(texts, assumptions)]!r}: {exc}") from None
+    built = [e for e in exprs if hasattr(e, "atoms")]
+    sizes = (_sizes_for(built), _sizes_for(built, count=1, low=2, high=3)[0])
+    report = ChainReport()
+    for k, (kind, before, after, idx, extra) in enumerate(steps, 1):
+        step = Step(k, kind, before, after)
+        if kind == "equality":
+            step.verdict = _check_pair(exprs[idx[0]], exprs[idx[1]], builder, sizes, f"step {k}")
+        elif kind == "problem":
+            step.verdict, step.note = _check_problems(extra[0], extra[1], exprs, builder, sizes, k)
+        else:
+            step.verdict, step.note = _check_solution(exprs[idx[1]], extra[0], extra[1], exprs, builder, sizes, k)
+        report.steps.append(step)
+        if step.verdict.verdict != "equal":
+            report.failed = step
+            break
+    return report
+
+
+def _failing_text(texts, assumptions) -> int:
+    from .formula import parse_tree
+    for i, t in enumerate(texts):
+        try:
+            parse_tree(t)
+        except FormulaError:
+            return i
+    return 0
+
+
+def _ptext(p: _Problem) -> str:
+    sub = f", where {p.substitution[0]} = {p.substitution[1]}" if p.substitution else ""
+    return f"min over {p.variable}: {p.objective} s.t. {p.constraint} <= {p.budget}{sub}"
+
+
+def _check_pair(a, b, builder, sizes, where) -> Verdict:
+    ma, mb = getattr(a, "is_Matrix", False), getattr(b, "is_Matrix", False)
+    if ma != mb or (ma and tuple(a.shape) != tuple(b.shape)):
+        show = lambda e: f"{e.shape[0]}×{e.shape[1]}" if getattr(e, "is_Matrix", False) else "a scalar"
+        raise BadInput(f"{where}: the two sides have different shapes: {show(a)} and {show(b)}")
+    return compare(Target(where, a, builder.namespace, {}, {}, sizes[0], sizes[1]), b)
+
+
+def _variable(exprs, idx):
+    v = exprs[idx["variable"]]
+    if not isinstance(v, MatrixSymbol):
+        raise BadInput(f"the problem variable {v} is not a matrix")
+    return v
+
+
+def _check_problems(first, second, exprs, builder, sizes, k):
+    (_, i1), (p2, i2) = first, second
+    x, z = _variable(exprs, i1), _variable(exprs, i2)
+    o1, c1, b1 = exprs[i1["objective"]], exprs[i1["constraint"]], exprs[i1["budget"]]
+    o2, c2, b2 = exprs[i2["objective"]], exprs[i2["constraint"]], exprs[i2["budget"]]
+    note = ""
+    if x != z:
+        if not p2.substitution or exprs[i2["sub_new"]] != z:
+            raise BadInput(f"step {k} changes the variable from {x} to {z}: say how, e.g. "
+                           f"'\\text{{where }} {z} = …' in terms of {x}")
+        sub = exprs[i2["sub_expr"]]
+        o2, c2 = o2.xreplace({z: sub}), c2.xreplace({z: sub})
+        note = f"with {z} = {p2.substitution[1]}"
+    for part, a, b in (("objective", o1, o2), ("constraint", c1, c2), ("budget", b1, b2)):
+        v = _check_pair(a, b, builder, sizes, f"step {k} ({part})")
+        if v.verdict != "equal":
+            return v, f"the {part}s differ" + (f" ({note})" if note else "")
+    return v, note
+
+
+def _canonical_value(problems, exprs):
+    """``−β‖A‖_*`` from a problem ``min ⟨A, Z⟩ s.t. ‖Z‖_op ≤ β`` of the sequence, else None."""
+    for p, idx in problems:
+        z, obj, con = exprs[idx["variable"]], exprs[idx["objective"]], exprs[idx["constraint"]]
+        if isinstance(con, OpNorm) and con.args[0] == z and isinstance(obj, Inner) and z in obj.args:
+            a = obj.args[0] if obj.args[1] == z else obj.args[1]
+            if not a.has(z):
+                return -exprs[idx["budget"]] * NuclearNorm(a), p
+    return None, None
+
+
+def _check_solution(sol, owner, problems, exprs, builder, sizes, k):
+    _, idx = owner
+    x = _variable(exprs, idx)
+    obj, con, budget = (exprs[idx[key]].xreplace({x: sol}) for key in ("objective", "constraint", "budget"))
+    v = _check_pair(con, budget, builder, sizes, f"step {k} (tightness)")
+    if v.verdict != "equal":
+        return v, "the solution does not meet the constraint with equality"
+    value, source = _canonical_value(problems, exprs)
+    if value is None:
+        return v, "feasible and tight; optimality not checked (no problem of the form min ⟨A, Z⟩ s.t. ‖Z‖_op ≤ β)"
+    free = {s for s in value.free_symbols if isinstance(s, (MatrixSymbol, Symbol))}
+    if any(isinstance(s, MatrixSymbol) and s.name == source.variable for s in free):
+        return v, "feasible and tight; optimality not checked"
+    v = _check_pair(value, obj, builder, sizes, f"step {k} (optimal value)")
+    if v.verdict != "equal":
+        return v, "the solution does not attain the optimal value −β‖A‖_* (Hölder)"
+    return v, "tight, and attains −β‖A‖_* of the equivalent canonical problem"
