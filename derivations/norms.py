@@ -390,6 +390,129 @@ def duality_errors(family: NormFamily, a_value, beta: float, backend=None, rng=N
     return out
 
 
+# ---- lemmas of the families ------------------------------------------------------------------
+def _isometry_rewrite(expr, **_):
+    """``‖Z Uᵀ‖ → ‖Z‖`` and ``‖U Z‖ → ‖Z‖`` for the Frobenius and nuclear norms (unitarily invariant)."""
+    from sympy.matrices.expressions import MatMul, Transpose
+
+    from .algebra import map_bottom_up, product
+    from .lemmas import NotApplicable, _isometry_condition, _orthonormal_cols
+    conditions = []
+
+    def visit(e):
+        if not isinstance(e, (FrobeniusNorm, NuclearNorm)) or not isinstance(e.args[0], MatMul):
+            return e
+        coeff, mats = e.args[0].as_coeff_matrices()
+        mats, n = list(mats), len(mats)
+        while len(mats) > 1 and isinstance(mats[-1], Transpose) and _orthonormal_cols(mats[-1].arg):
+            conditions.append(_isometry_condition(mats.pop().arg))
+        while len(mats) > 1 and _orthonormal_cols(mats[0]):
+            conditions.append(_isometry_condition(mats.pop(0)))
+        return e if len(mats) == n else type(e)(product(coeff, *mats))
+
+    new = map_bottom_up(expr, visit)
+    if not conditions:
+        raise NotApplicable("no Frobenius or nuclear norm with an outer factor known to have orthonormal columns")
+    return new, conditions
+
+
+def _transpose_rewrite(expr, **_):
+    from sympy.matrices.expressions import Transpose
+
+    from .algebra import map_bottom_up
+    from .lemmas import NotApplicable
+    hits = []
+
+    def visit(e):
+        if isinstance(e, (FrobeniusNorm, NuclearNorm, MaxAbsNorm, EntrywiseL1Norm)) and isinstance(e.args[0], Transpose):
+            hits.append(e)
+            return type(e)(e.args[0].arg)
+        return e
+
+    new = map_bottom_up(expr, visit)
+    if not hits:
+        raise NotApplicable("no Frobenius, nuclear, max-abs or entrywise-1 norm of a transpose")
+    return new, []
+
+
+def _lemmas():
+    from sympy.matrices.expressions import MatrixSymbol
+
+    from .evaluate import InstanceSampler
+    from .lemmas import _SMALL, Lemma, _k, _n, _tall
+    from .vocabulary import ORTHONORMAL_COLUMNS
+
+    def isometry_ids():
+        u, z, y = _tall("U", ORTHONORMAL_COLUMNS), MatrixSymbol("Z", _k, _n), MatrixSymbol("Y", _n, _k)
+        return ([(norm(z * u.T), norm(z)) for norm in (FrobeniusNorm, NuclearNorm)]
+                + [(norm(u * y), norm(y)) for norm in (FrobeniusNorm, NuclearNorm)], InstanceSampler(_SMALL))
+
+    def transpose_ids():
+        a = MatrixSymbol("A", _k, _n)
+        return ([(norm(a.T), norm(a)) for norm in (FrobeniusNorm, NuclearNorm, MaxAbsNorm, EntrywiseL1Norm)],
+                InstanceSampler(_SMALL))
+
+    def by_evaluator(ids):  # the identities checked on random instances with the dispatching evaluator
+        from numerics.reference import NumpyBackend
+
+        from .evaluate import free_symbols, relative_error
+        from .numeric import evaluate
+
+        def check(rng):
+            pairs, sampler = ids()
+            worst = 0.0
+            for lhs, rhs in pairs:
+                env = sampler.sample(rng, free_symbols(lhs, rhs))
+                a, b = (np.asarray(evaluate(e, env, dims=sampler.dims), dtype=float) for e in (lhs, rhs))
+                worst = max(worst, relative_error(a, b, NumpyBackend()))
+            return worst
+        return check
+
+    isometry = Lemma(
+        key="unitary_invariance", number="2u", title="Isometries leave the Frobenius and nuclear norms",
+        statement=(r"U^{\top}U = I \;\Rightarrow\; \|Z U^{\top}\| = \|Z\|,\ \|U Z\| = \|Z\|"
+                   r"\quad (\|\cdot\| = \|\cdot\|_F, \|\cdot\|_*)"),
+        conditions=(r"U \text{ has orthonormal columns}",), rewrite=_isometry_rewrite, identities=isometry_ids,
+        check=by_evaluator(isometry_ids))
+    transposition = Lemma(
+        key="norm_transposition", number="Tn", title="Transposition leaves entrywise and Schatten norms",
+        statement=r"\|A^{\top}\| = \|A\|\quad (\|\cdot\|_F, \|\cdot\|_*, \|\cdot\|_{\max}, \|\cdot\|_1)",
+        rewrite=_transpose_rewrite, identities=transpose_ids,
+        check=by_evaluator(transpose_ids))
+    return isometry, transposition
+
+
+UNITARY_INVARIANCE, NORM_TRANSPOSITION = _lemmas()
+NORM_LEMMAS = (UNITARY_INVARIANCE, NORM_TRANSPOSITION)
+
+
+def solve_lemma(family: NormFamily):
+    """The solve step of ``family`` as a lemma whose self-check is the duality certificate."""
+    from .lemmas import LINEAR_STEEPEST_DESCENT, Lemma, _lsd_rewrite
+    if family is OPERATOR:
+        return LINEAR_STEEPEST_DESCENT
+
+    def check(rng):
+        return max(duality_errors(family, rng.standard_normal((6, 4)), float(rng.uniform(0.5, 2.0)), rng=rng).values())
+
+    return _SOLVE_LEMMAS.setdefault(family.key, Lemma(
+        key=f"steepest_descent_{family.key}", number=f"1{family.key[0]}", title=f"Steepest descent in the {family.title}",
+        statement=family.statement, conditions=(r"\beta > 0",), rewrite=_lsd_rewrite, check=check))
+
+
+_SOLVE_LEMMAS: dict = {}
+
+
+def solve_step(der):
+    """Record the solve of ``min ⟨A, Z⟩ s.t. ‖Z‖ ≤ β`` on ``der`` for the constraint's norm family."""
+    from .engine import Solution
+    family, a = ball_parts(der.state)
+    argmin, value = family.solve(a, der.state.budget)
+    return der._record("solve", solve_lemma(family), Solution(der.state.variable, argmin, value),
+                       [f"β = {der.state.budget} > 0", f"{family.title}: dual {family.dual_of(a)}"])
+
+
 __all__ = ["FAMILIES", "FROBENIUS", "MAX_ABS", "NUCLEAR", "OPERATOR", "RMS", "AspectScale", "EntrywiseL1Norm",
            "FrobeniusNorm", "FrobeniusUnit", "MaxAbsNorm", "NormFamily", "NotABall", "RmsOpNorm", "Sign",
-           "TopSingular", "ball_parts", "duality_errors", "family_of"]
+           "TopSingular", "NORM_LEMMAS", "NORM_TRANSPOSITION", "UNITARY_INVARIANCE", "ball_parts",
+           "duality_errors", "family_of", "solve_lemma", "solve_step"]

@@ -1,0 +1,298 @@
+"""``derive(problem)``: find a checked derivation by best-first search over the applicable lemmas.
+
+A node of the search is a :class:`~derivations.engine.Derivation` (every step already checked).
+Its successors are the lemmas that apply to its state, with their parameters read off the state:
+
+* the partners that can be polar-substituted (matrices known to have full rank),
+* the Gram roots that can be absorbed by a change of variables (either side),
+* the isometry, transposition and adjoint rewrites, the polar factor written through its partner
+  (either way), the chain rule that names the available factor gradients,
+* the solve step once the problem is ``min ⟨A, Z⟩ s.t. ‖Z‖ ≤ β`` for a known norm family, and the
+  back-substitution of every change of variables.
+
+A lemma that does not apply (a side condition not known to hold) and a step whose numerical check
+fails both prune the branch. The goal is a solution in the original variable that uses only the
+available symbols (the factor gradients, not the never-formed loss gradient ``G_M``); the priority
+is ``steps so far + an estimate of the steps left`` (A*-style with an admissible-in-spirit count of
+the obstacles still in the state: factors around the variable, unavailable symbols, polar factors,
+pending substitutions). When the search fails, :class:`SearchFailed` lists what was tried and where
+each branch stopped.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import itertools
+import time
+from dataclasses import dataclass, field, replace
+
+from sympy import MatMul, srepr
+from sympy.matrices.expressions import MatrixSymbol, Transpose
+
+from . import lemmas as L
+from .engine import Context, Derivation, DerivationError, Problem, Solution, StepCheckFailed
+from .vocabulary import (
+    FULL_COLUMN_RANK,
+    FULL_ROW_RANK,
+    FactMatrix,
+    GramSqrt,
+    PolarFactor,
+    _Derived,
+    facts_of,
+)
+
+
+class SearchFailed(DerivationError):
+    """No derivation reached the goal; the message lists what was tried and where each branch stopped."""
+
+    def __init__(self, message: str, report: list):
+        super().__init__(message)
+        self.report = report
+
+
+@dataclass
+class Move:
+    """One candidate step: a label for reports and a function that applies it to a derivation."""
+
+    label: str
+    run: object = field(repr=False)
+
+
+def _fork(der: Derivation) -> Derivation:
+    new = copy.copy(der)
+    new.steps = list(der.steps)
+    new._substitutions = list(der._substitutions)
+    return new
+
+
+def _matrices(expr):
+    return {m for m in expr.atoms(MatrixSymbol)}
+
+
+def _free_matrices(expr):
+    """Matrix symbols outside derived nodes (what a polar substitution can reach)."""
+    out = set()
+
+    def walk(e):
+        if isinstance(e, _Derived):
+            return
+        if isinstance(e, MatrixSymbol):
+            out.add(e)
+            return
+        for a in e.args:
+            walk(a)
+
+    walk(expr)
+    return out
+
+
+def _parts(state):
+    return [p for p in state.parts() if hasattr(p, "atoms")]
+
+
+def _fresh_variable(der: Derivation, variable: MatrixSymbol) -> MatrixSymbol:
+    used = {str(s) for p in _parts(der.start) for s in p.atoms(MatrixSymbol)}
+    used |= {str(old) for old, _ in der._substitutions} | {str(variable)}
+    suffix = str(variable.name).rsplit("_", 1)[-1]
+    for k in itertools.count():
+        name = f"Z_{suffix}" + ("" if k == 0 else f"{k}")
+        if name not in used:
+            return MatrixSymbol(name, *variable.shape)
+
+
+def default_available(problem: Problem, context: Context) -> set:
+    """Symbols a result may use: the problem's own, the defined factor gradients, minus what those
+    definitions are defined *from* (the loss gradient of the product, never formed)."""
+    symbols = set().union(*(p.free_symbols for p in (problem.objective, problem.constraint, problem.budget)))
+    defined_from = set().union(*(d.free_symbols for d in context.definitions.values())) if context.definitions else set()
+    partners = {s for s in defined_from if isinstance(s, FactMatrix)}
+    return (symbols | set(context.definitions) | partners) - (defined_from - partners) - {problem.variable}
+
+
+class Searcher:
+    """Best-first search from a problem to a checked solution (see the module docstring)."""
+
+    def __init__(self, problem: Problem, context: Context, *, name: str, title: str, statement: str = "",
+                 available: set | None = None, max_expansions: int = 400, max_depth: int = 14,
+                 gradients: dict | None = None):
+        self.problem, self.context = problem, context
+        self.name, self.title, self.statement = name, title, statement
+        self.available = set(available) if available is not None else default_available(problem, context)
+        self.gradients = dict(context.definitions if gradients is None else gradients)
+        self.max_expansions, self.max_depth = max_expansions, max_depth
+        self.expanded = 0
+        self.report: list[tuple[str, str]] = []  # (path, where the branch stopped)
+
+    # ---- goal and estimate ----------------------------------------------------------------
+    def _unavailable(self, expr, der=None) -> set:
+        mats = {s for s in expr.free_symbols if isinstance(s, MatrixSymbol)}
+        internal = {der.state.variable} | {old for old, _ in der._substitutions} if der is not None else set()
+        return mats - self.available - internal
+
+    def is_goal(self, der: Derivation) -> bool:
+        st = der.state
+        return (isinstance(st, Solution) and st.variable == self.problem.variable
+                and not self._unavailable(st.argmin))
+
+    def estimate(self, der: Derivation) -> int:
+        """Obstacles left: pending solve and back-substitution, factors around the variable,
+        unavailable symbols, polar factors still to express through their partners."""
+        st = der.state
+        if isinstance(st, Solution):
+            return (st.variable != self.problem.variable) + len(self._unavailable(st.argmin))
+        z = st.variable
+        h = 1 + (z != self.problem.variable)
+        for part in (st.constraint, st.objective):
+            for arg in part.args:
+                if getattr(arg, "is_Matrix", False) and arg.has(z) and arg != z:
+                    factors = arg.as_coeff_matrices()[1] if isinstance(arg, MatMul) else [arg]
+                    h += max(1, len([f for f in factors if f not in (z, Transpose(z))]))
+        return h + len(self._unavailable(st.objective, der)) + len(st.objective.atoms(PolarFactor))
+
+    # ---- moves ----------------------------------------------------------------------------
+    def moves(self, der: Derivation) -> list[Move]:
+        from . import norms
+        st = der.state
+        out = []
+        if isinstance(st, Solution):
+            if der._substitutions and st.variable != self.problem.variable:
+                out.append(Move("back-substitute", lambda d: d.back_substitute()))
+            return out
+        z = st.variable
+        try:
+            norms.ball_parts(st)
+            out.append(Move(f"solve ({norms.family_of(st.constraint).key} ball)", _solve))
+        except norms.NotABall:
+            pass
+        parts = _parts(st)
+        for w in sorted(set().union(*(_free_matrices(p) for p in parts)), key=str):
+            if w == z:
+                continue
+            facts = facts_of(w)
+            for side, fact in (("right", FULL_COLUMN_RANK), ("left", FULL_ROW_RANK)):
+                if fact in facts:
+                    out.append(Move(f"Lemma {L.POLAR_SUBSTITUTION.number} ({w}, {side})",
+                                    lambda d, w=w, side=side: d.apply(L.POLAR_SUBSTITUTION, matrix=w, side=side)))
+        grams = sorted(set().union(*(p.atoms(GramSqrt) for p in parts)), key=str)
+        for g in grams:
+            for side in ("right", "left"):
+                new = _fresh_variable(der, z)
+                out.append(Move(f"change of variables {new} = {g.label()} {z} ({side})",
+                                lambda d, g=g, side=side, new=new: d.change_variables(new, g, side=side)))
+        for lemma in invariance_lemmas():
+            out.append(Move(f"Lemma {lemma.number} ({lemma.title})", lambda d, lemma=lemma: d.apply(lemma)))
+        out.append(Move(f"Lemma {L.ADJOINT_MOVE.number} (adjoint onto {z})",
+                        lambda d, z=z: d.apply(L.ADJOINT_MOVE, variable=z)))
+        polar = sorted({u.base for p in parts for u in p.atoms(PolarFactor)}, key=str)
+        for w in polar:
+            out.append(Move(f"Lemma {L.POLAR_INVERSE.number} (U_{w} through {w})",
+                            lambda d, w=w: d.apply(L.POLAR_INVERSE, matrix=w, reverse=True)))
+        if self.gradients:
+            out.append(Move(f"Lemma {L.CHAIN_RULE.number} (name the factor gradients)",
+                            lambda d: d.apply(L.CHAIN_RULE, gradients=self.gradients)))
+        return out
+
+    # ---- the search -----------------------------------------------------------------------
+    def run(self) -> Derivation:
+        """Search with a light check (one size, float64, no symbolic step), then replay the path found
+        with every check of the context: the returned derivation is checked like a scripted one."""
+        light = replace(self.context, check_dims=self.context.check_dims[:1], symbolic_dims={}, mpmath_dims={})
+        t0 = time.perf_counter()
+        found = self._search(Derivation(self.name, self.title, self.problem, light, statement=self.statement))
+        der = Derivation(self.name, self.title, self.problem, self.context, statement=self.statement)
+        for move in found:
+            move.run(der)
+        der.search_stats = {"expanded": self.expanded, "seconds": time.perf_counter() - t0,
+                            "path": [m.label for m in found]}
+        return der
+
+    def _search(self, start: Derivation) -> list:
+        counter = itertools.count()
+        frontier = [(self.estimate(start), next(counter), start, ())]
+        seen = {self._key(start.state)}
+        while frontier:
+            _, _, der, path = heapq.heappop(frontier)
+            if self.is_goal(der):
+                return list(path)
+            if self.expanded >= self.max_expansions:
+                self.report.append((_path(path), "not expanded: the expansion budget is spent"))
+                break
+            if len(path) >= self.max_depth:
+                self.report.append((_path(path), f"depth limit {self.max_depth}"))
+                continue
+            self.expanded += 1
+            successors = 0
+            stops = []
+            for move in self.moves(der):
+                child = _fork(der)
+                try:
+                    move.run(child)
+                except StepCheckFailed as exc:
+                    stops.append(f"{move.label}: pruned by its check ({str(exc).splitlines()[0]})")
+                    continue
+                except (DerivationError, L.NotApplicable, ValueError, TypeError) as exc:
+                    stops.append(f"{move.label}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+                    continue
+                key = self._key(child.state)
+                if key in seen:
+                    continue
+                seen.add(key)
+                successors += 1
+                heapq.heappush(frontier, (len(child.steps) + self.estimate(child), next(counter), child,
+                                          (*path, move)))
+            if not successors:
+                why = "; ".join(stops) if stops else "no lemma applies"
+                self.report.append((_path(path), f"dead end at {Derivation._describe(der.state)}: {why}"))
+        lines = [f"derive: no derivation of {self.name} reached a solution in {self.problem.variable} using only "
+                 f"{sorted(map(str, self.available))} ({self.expanded} states expanded). Branches:"]
+        for p, why in self.report[-12:]:
+            lines.append(f"  after [{p}]: {why}")
+        raise SearchFailed("\n".join(lines), self.report)
+
+    @staticmethod
+    def _key(state):
+        return (type(state).__name__, str(getattr(state, "variable", "")), tuple(srepr(p) for p in _parts(state)))
+
+
+def _path(path) -> str:
+    return " → ".join(m.label for m in path) if path else "start"
+
+
+def _solve(der: Derivation):
+    from . import norms
+    family, _ = norms.ball_parts(der.state)
+    if family is norms.OPERATOR:
+        return der.solve()
+    return norms.solve_step(der)
+
+
+def invariance_lemmas():
+    """The rewrites without parameters that simplify a norm or an inner product."""
+    from . import norms
+    return (L.ORTHONORMAL_INVARIANCE, L.TRANSPOSITION, *norms.NORM_LEMMAS)
+
+
+def derive(problem: Problem, context: Context, *, name: str = "derived", title: str = "Derived update",
+           statement: str = "", available=None, gradients: dict | None = None,
+           max_expansions: int = 400) -> Derivation:
+    """A checked derivation of ``problem`` found by best-first search over the lemmas.
+
+    Args:
+        problem: ``min ⟨G, L(X)⟩ s.t. ‖L'(X)‖ ≤ β`` in the matrix variable ``problem.variable``.
+        context: check sizes and the definitions of the factor gradients (``G_Q = G_M W_K``).
+        name, title, statement: how the derivation is named in reports and emitted modules.
+        available: symbols the result may contain (default: the problem's symbols and the defined
+            factor gradients, without the symbols those are defined from).
+        gradients: the chain-rule definitions to name (default: ``context.definitions``).
+        max_expansions: states expanded before giving up.
+
+    Returns:
+        a :class:`~derivations.engine.Derivation` whose every step is checked, with
+        ``search_stats`` (states expanded, seconds, the path of lemmas).
+
+    Raises:
+        SearchFailed: no branch reached the goal; the message lists where each branch stopped.
+    """
+    return Searcher(problem, context, name=name, title=title, statement=statement, available=available,
+                    gradients=gradients, max_expansions=max_expansions).run()
