@@ -67,6 +67,7 @@ def get(name: str) -> Schedule:
 
 
 def names() -> list:
+    """The registered schedule names, sorted."""
     return sorted(_REGISTRY)
 
 
