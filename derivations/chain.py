@@ -226,9 +226,7 @@ def check_blocks(blocks: list[str], assumptions: Assumptions) -> ChainReport:
                 continue
             items.append(("cont", terms))
             continue
-        if any(not t for t in terms[1:]) or len(terms) == 1 and terms[0]:
-            if len(terms) == 1:
-                raise BadInput(f"{where} is neither a chain of equalities nor a problem: {block[:60]!r}")
+        if any(not t for t in terms[1:]):
             raise BadInput(f"{where}: an empty side of '=' in {block[:60]!r}")
         items.append(("cont" if not terms[0] else "chain", terms))
     # every text to build, with shared shapes
