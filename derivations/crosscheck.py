@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import importlib
 import itertools
 import json
@@ -38,8 +39,9 @@ from fractions import Fraction
 
 import mpmath
 import numpy as np
-from sympy import Basic, Integer, Symbol, cancel, sstr
-from sympy.matrices.expressions import Identity, MatMul, MatrixSymbol
+from sympy import Add, Basic, Integer, Mul, Pow, Rational, Symbol, Tuple, cancel, sstr
+from sympy.core.symbol import Str
+from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, MatrixSymbol, Transpose, ZeroMatrix
 
 from numerics.reference import MpmathBackend, NumpyBackend
 
@@ -54,9 +56,12 @@ from .vocabulary import (
     ORTHONORMAL_ROWS,
     SPD,
     SYMMETRIC,
+    BlockDiag,
     FactMatrix,
     GramInvSqrt,
     GramSqrt,
+    HStack,
+    Inner,
     IsotropicScale,
     Msign,
     NuclearNorm,
@@ -606,10 +611,123 @@ def parse_for(target: Target, text: str):
     return Builder(target.namespace).build(parse_tree(candidate_text(text)))
 
 
-def check_derivation(name: str, formula: str) -> Verdict:
-    der, module = find_derivation(name)
-    target = target_of(der, module)
+def check_derivation(name: str, formula: str, use_cache: bool = True) -> Verdict:
+    target = load_target(name) if use_cache else None
+    if target is None:
+        der, module = find_derivation(name)
+        target = target_of(der, module)
+        if use_cache:
+            store_target(target)
     return compare(target, parse_for(target, formula))
+
+
+# ---- a cache of targets: building a derivation re-checks every step (seconds) -------------------------
+# Stored as JSON over a closed set of node types (never pickle, never eval), keyed by a hash of the
+# sources of derivations/ and numerics/, so any change to a rule, a lemma or the engine rebuilds it.
+_NODE_TYPES = {c.__name__: c for c in (
+    MatrixSymbol, FactMatrix, Identity, MatMul, MatAdd, Transpose, Inverse, Msign, GramSqrt, GramInvSqrt,
+    GramPower, PolarFactor, Projector, HStack, BlockDiag, Inner, OpNorm, NuclearNorm, IsotropicScale,
+    RegularizedSylvester, Mul, Add, Pow, Tuple, ZeroMatrix)}
+
+
+def _to_json(e):
+    if isinstance(e, Str):
+        return {"str": e.name}
+    if isinstance(e, Symbol):
+        return {"sym": e.name, "assume": {k: v for k, v in e.assumptions0.items() if v is not None}}
+    if isinstance(e, Rational):
+        return {"num": str(e)}
+    name = type(e).__name__
+    if _NODE_TYPES.get(name) is not type(e):
+        raise TypeError(f"no JSON form for {name}")
+    return {"node": name, "args": [_to_json(a) for a in e.args]}
+
+
+def _from_json(obj):
+    if "str" in obj:
+        return Str(obj["str"])
+    if "sym" in obj:
+        return Symbol(obj["sym"], **{k: bool(v) for k, v in obj["assume"].items()})
+    if "num" in obj:
+        return Rational(obj["num"])
+    cls = _NODE_TYPES[obj["node"]]
+    args = [_from_json(a) for a in obj["args"]]
+    if cls in (MatMul, MatAdd, Mul, Add):
+        return cls(*args, evaluate=False)
+    return cls(*args)
+
+
+def _source_hash() -> str:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    h = hashlib.sha256()
+    for package in ("derivations", "numerics"):
+        for dirpath, _, files in sorted(os.walk(os.path.join(root, package))):
+            for f in sorted(files):
+                if f.endswith(".py"):
+                    with open(os.path.join(dirpath, f), "rb") as fh:
+                        h.update(f.encode() + fh.read())
+    return h.hexdigest()[:16]
+
+
+def _cache_path() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "optimizer-workbench", f"crosscheck-{_source_hash()}.json")
+
+
+def target_to_json(t: Target) -> dict:
+    dims = lambda d: [[_to_json(k), v] for k, v in d.items()]
+    return {"name": t.name, "expr": _to_json(t.expr),
+            "namespace": {k: _to_json(v) for k, v in t.namespace.items()},
+            "definitions": [[_to_json(k), _to_json(v)] for k, v in t.definitions.items()],
+            "scalars": [[_to_json(k), float(v)] for k, v in t.scalars.items()],
+            "sizes": [dims(sz) for sz in t.sizes], "symbolic_dims": dims(t.symbolic_dims or {})}
+
+
+def target_from_json(obj: dict) -> Target:
+    dims = lambda pairs: {_from_json(k): int(v) for k, v in pairs}
+    return Target(obj["name"], _from_json(obj["expr"]),
+                  {k: _from_json(v) for k, v in obj["namespace"].items()},
+                  {_from_json(k): _from_json(v) for k, v in obj["definitions"]},
+                  {_from_json(k): v for k, v in obj["scalars"]},
+                  [dims(sz) for sz in obj["sizes"]], dims(obj["symbolic_dims"]) or None)
+
+
+def load_target(name: str) -> Target | None:
+    """The cached target of ``name``, or None (no cache, stale sources, unreadable file)."""
+    try:
+        with open(_cache_path(), encoding="utf-8") as fh:
+            entry = json.load(fh).get(name)
+        return None if entry is None else target_from_json(entry)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def store_target(t: Target) -> None:
+    """Cache ``t`` if it survives the JSON round trip unchanged; a cache that can't be written is skipped."""
+    try:
+        obj = target_to_json(t)
+        back = target_from_json(json.loads(json.dumps(obj)))
+    except (TypeError, ValueError, KeyError):
+        return
+    if back.expr != t.expr or back.namespace != t.namespace or back.definitions != t.definitions:
+        return
+    path = _cache_path()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        data = {}
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        data[t.name] = obj
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+        for old in os.listdir(os.path.dirname(path)):  # caches of older sources
+            if old.startswith("crosscheck-") and old.endswith(".json") and old != os.path.basename(path):
+                os.remove(os.path.join(os.path.dirname(path), old))
+    except (OSError, ValueError):
+        return
 
 
 # ---- identities with assumptions ----------------------------------------------------------------
@@ -806,6 +924,9 @@ def _parser():
                         "full column/row rank, square, positive, RxC); repeatable")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--list", action="store_true", help="list the derivation names")
+    p.add_argument("--no-cache", action="store_true",
+                   help="rebuild the derivation instead of reading its result from the cache "
+                        "(~/.cache/optimizer-workbench, keyed by a hash of the sources)")
     return p
 
 
@@ -832,7 +953,7 @@ def run(argv=None) -> tuple[int, str]:
             raise BadInput("give DERIVATION FORMULA, identity LHS RHS, or --chain FILE (see --help)")
         if args.assume:
             raise BadInput("--assume is for identities and chains; a derivation carries its own facts")
-        verdict = check_derivation(*args.args)
+        verdict = check_derivation(*args.args, use_cache=not args.no_cache)
         what = args.args[0]
     text = json.dumps(verdict.as_json(), indent=2) + "\n" if args.json else format_verdict(verdict, what)
     return (0 if verdict.verdict == "equal" else 1), text

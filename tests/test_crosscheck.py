@@ -253,3 +253,14 @@ def test_classics_planted_mistakes_fail():
     assert not ok
     flops = classics.linear_attention_flops()
     assert flops["(Q K^T) V"] != flops["Q (K^T V)"]
+
+
+def test_target_cache_round_trip(query, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    back = crosscheck.target_from_json(json.loads(json.dumps(crosscheck.target_to_json(query))))
+    assert back.expr == query.expr and back.namespace == query.namespace and back.definitions == query.definitions
+    assert crosscheck.load_target("halfsplit.query") is None
+    crosscheck.store_target(query)
+    cached = crosscheck.load_target("halfsplit.query")
+    assert cached is not None and cached.expr == query.expr
+    assert check(cached, "-eps*msign(G_Q*C_K^-1)*C_K^-1").scale == "2"
