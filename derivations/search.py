@@ -36,6 +36,7 @@ from .vocabulary import (
     FULL_COLUMN_RANK,
     FULL_ROW_RANK,
     FactMatrix,
+    GramInvSqrt,
     GramSqrt,
     PolarFactor,
     _Derived,
@@ -166,8 +167,9 @@ class Searcher:
         except norms.NotABall:
             pass
         parts = _parts(st)
+        rooted = {g.base for p in parts for g in p.atoms(GramSqrt, GramInvSqrt, PolarFactor)}
         for w in sorted(set().union(*(_free_matrices(p) for p in parts)), key=str):
-            if w == z:
+            if w == z or w in rooted:  # substituted already: W = U_W C_W again would only cycle
                 continue
             facts = facts_of(w)
             for side, fact in (("right", FULL_COLUMN_RANK), ("left", FULL_ROW_RANK)):
@@ -200,19 +202,20 @@ class Searcher:
         light = replace(self.context, check_dims=self.context.check_dims[:1], symbolic_dims={}, mpmath_dims={})
         t0 = time.perf_counter()
         found = self._search(Derivation(self.name, self.title, self.problem, light, statement=self.statement))
+        t1 = time.perf_counter()
         der = Derivation(self.name, self.title, self.problem, self.context, statement=self.statement)
         for move in found:
             move.run(der)
-        der.search_stats = {"expanded": self.expanded, "seconds": time.perf_counter() - t0,
-                            "path": [m.label for m in found]}
+        der.search_stats = {"expanded": self.expanded, "search_seconds": t1 - t0,
+                            "replay_seconds": time.perf_counter() - t1, "path": [m.label for m in found]}
         return der
 
     def _search(self, start: Derivation) -> list:
         counter = itertools.count()
-        frontier = [(self.estimate(start), next(counter), start, ())]
+        frontier = [(self.estimate(start), 0, next(counter), start, ())]
         seen = {self._key(start.state)}
         while frontier:
-            _, _, der, path = heapq.heappop(frontier)
+            *_, der, path = heapq.heappop(frontier)
             if self.is_goal(der):
                 return list(path)
             if self.expanded >= self.max_expansions:
@@ -229,30 +232,41 @@ class Searcher:
                 try:
                     move.run(child)
                 except StepCheckFailed as exc:
-                    stops.append(f"{move.label}: pruned by its check ({str(exc).splitlines()[0]})")
+                    stops.append(f"{move.label}: pruned by its check ({_reason(exc)})")
                     continue
                 except (DerivationError, L.NotApplicable, ValueError, TypeError) as exc:
-                    stops.append(f"{move.label}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+                    stops.append(f"{move.label}: {_reason(exc)}")
                     continue
                 key = self._key(child.state)
                 if key in seen:
                     continue
                 seen.add(key)
                 successors += 1
-                heapq.heappush(frontier, (len(child.steps) + self.estimate(child), next(counter), child,
+                # weighted A*: steps so far + twice the obstacles left (greedier than A*, shorter paths
+                # than pure greedy); the checks keep every branch sound
+                h = self.estimate(child)
+                heapq.heappush(frontier, (len(child.steps) + 2 * h, h, next(counter), child,
                                           (*path, move)))
             if not successors:
-                why = "; ".join(stops) if stops else "no lemma applies"
-                self.report.append((_path(path), f"dead end at {Derivation._describe(der.state)}: {why}"))
-        lines = [f"derive: no derivation of {self.name} reached a solution in {self.problem.variable} using only "
-                 f"{sorted(map(str, self.available))} ({self.expanded} states expanded). Branches:"]
-        for p, why in self.report[-12:]:
+                why = "\n      ".join(stops) if stops else "no lemma applies"
+                self.report.append((_path(path), f"dead end at {Derivation._describe(der.state)}:\n      {why}"))
+        lines = [(f"derive: no derivation of {self.name} reached a solution in {self.problem.variable} using only "
+                  f"{sorted(map(str, self.available))} ({self.expanded} states expanded). "
+                  f"Where the {min(6, len(self.report))} last of {len(self.report)} branches stopped:")]
+        for p, why in self.report[-6:]:
             lines.append(f"  after [{p}]: {why}")
         raise SearchFailed("\n".join(lines), self.report)
 
     @staticmethod
     def _key(state):
         return (type(state).__name__, str(getattr(state, "variable", "")), tuple(srepr(p) for p in _parts(state)))
+
+
+def _reason(exc, width: int = 110) -> str:
+    """The first line of an exception's message, without the step prefix, shortened."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    text = text.split("): ", 1)[-1] if text.startswith(("step ",)) or " step " in text[:40] else text
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def _path(path) -> str:
@@ -289,7 +303,8 @@ def derive(problem: Problem, context: Context, *, name: str = "derived", title: 
 
     Returns:
         a :class:`~derivations.engine.Derivation` whose every step is checked, with
-        ``search_stats`` (states expanded, seconds, the path of lemmas).
+        ``search_stats`` (states expanded, seconds spent searching and replaying with every check,
+        the path of lemmas).
 
     Raises:
         SearchFailed: no branch reached the goal; the message lists where each branch stopped.
