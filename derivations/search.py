@@ -31,6 +31,7 @@ from sympy import MatMul, srepr
 from sympy.matrices.expressions import MatrixSymbol, Transpose
 
 from . import lemmas as L
+from .algebra import product, transpose
 from .engine import Context, Derivation, DerivationError, Problem, Solution, StepCheckFailed
 from .vocabulary import (
     FULL_COLUMN_RANK,
@@ -124,6 +125,7 @@ class Searcher:
         self.max_expansions, self.max_depth = max_expansions, max_depth
         self.expanded = 0
         self.report: list[tuple[str, str]] = []  # (path, where the branch stopped)
+        self.notes: set[str] = set()  # moves not offered, and why
 
     # ---- goal and estimate ----------------------------------------------------------------
     def _unavailable(self, expr, der=None) -> set:
@@ -172,6 +174,9 @@ class Searcher:
             if w == z or w in rooted:  # substituted already: W = U_W C_W again would only cycle
                 continue
             facts = facts_of(w)
+            if not facts & {FULL_COLUMN_RANK, FULL_ROW_RANK} and w.is_Matrix and any(
+                    p.has(product(z, transpose(w))) or p.has(product(w, z)) for p in parts):
+                self.notes.add(f"{w} is not known to have full rank: no polar substitution, it cannot be whitened")
             for side, fact in (("right", FULL_COLUMN_RANK), ("left", FULL_ROW_RANK)):
                 if fact in facts:
                     out.append(Move(f"Lemma {L.POLAR_SUBSTITUTION.number} ({w}, {side})",
@@ -232,10 +237,10 @@ class Searcher:
                 try:
                     move.run(child)
                 except StepCheckFailed as exc:
-                    stops.append(f"{move.label}: pruned by its check ({_reason(exc)})")
+                    stops.append(f"{move.label}: pruned by its check ({_reason(exc, der.state)})")
                     continue
                 except (DerivationError, L.NotApplicable, ValueError, TypeError) as exc:
-                    stops.append(f"{move.label}: {_reason(exc)}")
+                    stops.append(f"{move.label}: {_reason(exc, der.state)}")
                     continue
                 key = self._key(child.state)
                 if key in seen:
@@ -255,6 +260,7 @@ class Searcher:
                   f"Where the {min(6, len(self.report))} last of {len(self.report)} branches stopped:")]
         for p, why in self.report[-6:]:
             lines.append(f"  after [{p}]: {why}")
+        lines += [f"  note: {note}" for note in sorted(self.notes)]
         raise SearchFailed("\n".join(lines), self.report)
 
     @staticmethod
@@ -262,10 +268,12 @@ class Searcher:
         return (type(state).__name__, str(getattr(state, "variable", "")), tuple(srepr(p) for p in _parts(state)))
 
 
-def _reason(exc, width: int = 110) -> str:
-    """The first line of an exception's message, without the step prefix, shortened."""
+def _reason(exc, state, width: int = 140) -> str:
+    """Why a move failed: the first line of the message after the state it restates, shortened."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    text = text.split("): ", 1)[-1] if text.startswith(("step ",)) or " step " in text[:40] else text
+    described = Derivation._describe(state)
+    if described in text:
+        text = text.split(described, 1)[1].lstrip(": ") or text
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
