@@ -13,7 +13,7 @@ import numpy as np
 
 import coeffsearch
 
-from .engine import StepCheckFailed
+from .engine import DerivationError, StepCheckFailed
 from .lemmas import ALL_LEMMAS
 from .printing.codegen import lemmas_used
 from .printing.jax_printer import emit_jax
@@ -93,39 +93,60 @@ def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
 
 
 def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
-    """Re-check every step and every lemma; returns rows and measurements."""
-    rows = []
+    """Re-check every step and the self-check of every lemma the derivations use.
+
+    Rows carry each step's worst error per sub-check, its symbolic verdict and, for a failing
+    step, the failure (derivation, step, kind, lemma, sub-check, counterexample). ``ok`` is False
+    when any step or lemma self-check failed.
+    """
+    rows, used = [], []
     for der in rule.derivations():
-        der.check(trials=trials, seed=seed)
+        der.check(trials=trials, seed=seed, strict=False)
+        used += der.lemmas_used()
         for s in der.steps:
             rows.append({"derivation": der.name, "step": s.index, "lemma": s.lemma.number,
                          "rule": s.lemma.title, "kind": s.kind,
                          "float64_error": s.check.float64_error, "mpmath_error": s.check.mpmath_error,
                          "symbolic": s.check.symbolic, "instances": s.check.trials,
-                         "status": "ok" if s.check.passed else "FAIL"})
+                         "subchecks": s.check.subchecks, "status": "ok" if s.check.passed else "FAIL",
+                         "failure": s.check.failure})
     rng = np.random.default_rng(seed)
-    lemmas = [{"lemma": lem.number, "rule": lem.title, "self_check_error": lem.self_check(rng)}
-              for lem in ALL_LEMMAS]
+    lemmas = []
+    for lem in dict.fromkeys(used):
+        result = lem.self_check(rng)
+        lemmas.append({"lemma": lem.number, "rule": lem.title, "self_check_error": result.error,
+                       "subchecks": result.errors, "status": "ok" if result.passed else "FAIL",
+                       "failures": result.failures})
     measurements = [{"measurement": k, "value": v} for k, v in (rule.measurements(rng) if rule.measurements else [])]
-    return {"steps": rows, "lemmas": lemmas, "measurements": measurements}
+    ok = all(r["status"] == "ok" for r in rows + lemmas)
+    return {"ok": ok, "steps": rows, "lemmas": lemmas, "measurements": measurements}
+
+
+def failures(table: dict) -> list[str]:
+    """Every failure message of a check table (steps, then lemma self-checks)."""
+    return [r["failure"] for r in table["steps"] if r["failure"]] + [
+        f for r in table["lemmas"] for f in r["failures"]]
 
 
 def format_table(table: dict) -> str:
-    head = f"{'derivation':<28} {'step':>4} {'lemma':>5} {'kind':<19} {'float64':>9} {'mpmath50':>9} {'symbolic':<12} status"
+    head = (f"{'derivation':<28} {'step':>4} {'lemma':>5} {'kind':<19} {'float64':>9} {'mpmath50':>9} "
+            f"{'symbolic':<44} status")
     out = [head, "-" * len(head)]
     for r in table["steps"]:
         mp = "" if r["mpmath_error"] is None else f"{r['mpmath_error']:.1e}"
+        symbolic = r["symbolic"].split(":")[0] if not r["symbolic"].startswith("verified") else r["symbolic"]
         out.append(f"{r['derivation']:<28} {r['step']:>4} {r['lemma']:>5} {r['kind']:<19} "
-                   f"{r['float64_error']:>9.1e} {mp:>9} {r['symbolic']:<12} {r['status']}")
-    out += ["", f"{'lemma self-check':<56} {'max error':>10}"]
+                   f"{r['float64_error']:>9.1e} {mp:>9} {symbolic:<44} {r['status']}")
+    out += ["", f"{'lemma self-check (statement and rewrite code)':<56} {'max error':>10}  status"]
     for r in table["lemmas"]:
-        out.append(f"{'Lemma ' + r['lemma'] + ': ' + r['rule']:<56} {r['self_check_error']:>10.1e}")
+        out.append(f"{'Lemma ' + r['lemma'] + ': ' + r['rule']:<56} {r['self_check_error']:>10.1e}  {r['status']}")
     if table["measurements"]:
         out += ["", "measurements"]
         out += [f"  {m['measurement']}: {m['value']:.3e}" for m in table["measurements"]]
-    n = len(table["steps"])
+    n, k = len(table["steps"]), len(table["lemmas"])
     bad = sum(r["status"] != "ok" for r in table["steps"])
-    out += ["", f"{n - bad}/{n} steps passed"]
+    bad_lemmas = sum(r["status"] != "ok" for r in table["lemmas"])
+    out += ["", f"{n - bad}/{n} steps passed, {k - bad_lemmas}/{k} lemma self-checks passed"]
     return "\n".join(out) + "\n"
 
 
@@ -157,12 +178,19 @@ def main(rule: RuleModule, argv=None) -> int:
         if args.check:
             try:
                 table = check_table(rule, args.trials, args.seed)
-            except StepCheckFailed as exc:
+            except (StepCheckFailed, DerivationError) as exc:  # a derivation fails while it is built
                 sys.stderr.write(f"{prog}: check failed: {exc}\n")
                 return 1
             _write(json.dumps(table, indent=2) + "\n" if args.json else format_table(table), args.out)
-            return 0
-        _write(render(rule, args.emit, args.msign, args.schedule), args.out)
+            for message in failures(table):
+                sys.stderr.write(f"{prog}: check failed: {message}\n")
+            return 0 if table["ok"] else 1
+        try:
+            text = render(rule, args.emit, args.msign, args.schedule)
+        except (StepCheckFailed, DerivationError) as exc:  # never emit what did not check
+            sys.stderr.write(f"{prog}: not emitted: {exc}\n")
+            return 1
+        _write(text, args.out)
         return 0
     except UsageError as exc:
         sys.stderr.write(f"{prog}: error: {exc}\n")

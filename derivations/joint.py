@@ -69,7 +69,7 @@ def orthogonal_reduction():
     r = MatrixSymbol("R", d, d_h)
     orthogonal_b = product(total(Identity(d), product(-1, Projector(A))), r)  # B = (I − P_A) R
     ctx = Context(definitions={B: orthogonal_b}, check_dims=[{d: 6, d_h: 2}, {d: 7, d_h: 3}],
-                  symbolic_dims={d: 3, d_h: 1}, mpmath_dims={d: 5, d_h: 2})
+                  symbolic_dims={d: 4, d_h: 2}, mpmath_dims={d: 5, d_h: 2})
     stacked = HStack(A, B)
     der = identity_chain("joint.orthogonal_reduction", "Joint reduces to half-split for orthogonal whitened gradients",
                          Msign(stacked), ctx, statement="msign([A | B]) with AᵀB = 0 (A = G_Q C_K⁻¹, B = G_K C_Q⁻¹)")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 
+import mpmath
 import numpy as np
 from sympy import Add, Basic, S
 from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, MatrixSymbol, Transpose, ZeroMatrix
@@ -31,6 +33,7 @@ from .vocabulary import (
     Inner,
     IsotropicScale,
     Msign,
+    NuclearNorm,
     OpNorm,
     PolarFactor,
     Projector,
@@ -42,13 +45,68 @@ from .vocabulary import (
 )
 
 
+SELF_CHECK_TOL = 1e-8  # relative error a lemma's self-check tolerates (float64, well-conditioned instances)
+
+
 class NotApplicable(ValueError):
-    """A lemma found nothing to rewrite, or a side condition is not known to hold."""
+    """A lemma found nothing to rewrite, or a side condition is not known to hold (the message says which)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One instance of a lemma's statement, ``lhs = rhs``, that its self-check exercises.
+
+    ``params`` are the keyword arguments the rewrite needs (``variable=``, ``matrix=`` …);
+    ``substitution = (X, expr)`` binds ``X := expr`` when evaluating (a change of variables);
+    ``rewrites=False`` marks a part of the statement that the rewrite does not perform (it is
+    still evaluated on both sides).
+    """
+
+    lhs: Basic
+    rhs: Basic
+    params: dict = field(default_factory=dict)
+    substitution: tuple | None = None
+    rewrites: bool = True
+
+
+@dataclass
+class SelfCheck:
+    """Outcome of a lemma's self-check: the worst error of each sub-check and the failures."""
+
+    lemma: str
+    errors: dict
+    failures: list
+    tolerance: float = SELF_CHECK_TOL
+
+    @property
+    def error(self) -> float:
+        return max(self.errors.values(), default=0.0)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def __float__(self):
+        return self.error
+
+    def __format__(self, spec):
+        return format(self.error, spec)
 
 
 @dataclass(frozen=True)
 class Lemma:
-    """A named rewrite rule with its statement, side conditions and self-check."""
+    """A named rewrite rule with its statement, side conditions and self-check.
+
+    ``identities() -> (cases, sampler)``: instances of the statement (``Case`` or ``(lhs, rhs)``
+    pairs) that the self-check evaluates on both sides and feeds to ``rewrite`` inside random
+    surrounding expressions. ``check(rng) -> {sub-check: error}`` replaces that for lemmas that
+    are not rewrites (Lemma 1). ``algebraic``: the explicit symbolic model of
+    :mod:`derivations.symbolic` encodes everything the lemma uses, so a symbolic disagreement
+    refutes a step; otherwise ``not_modelled`` says why the symbolic check does not apply.
+    ``instance(env, rng, backend, dims, **params) -> (env, overridden)`` replaces sampled values
+    where the lemma's facts are not identities of the sampled matrices (the chain rule: gradients
+    from automatic differentiation). ``solution(A, β) -> (argmin, value)`` for Lemma 1.
+    """
 
     key: str
     number: str
@@ -56,27 +114,96 @@ class Lemma:
     statement: str  # LaTeX
     conditions: tuple = ()
     rewrite: Callable = field(default=None, repr=False, compare=False)
-    identities: Callable = field(default=None, repr=False, compare=False)  # () -> [(lhs, rhs)], sampler
-    check: Callable = field(default=None, repr=False, compare=False)  # (rng) -> error, overrides identities
+    identities: Callable = field(default=None, repr=False, compare=False)  # () -> ([Case | (lhs, rhs)], sampler)
+    check: Callable = field(default=None, repr=False, compare=False)  # (rng) -> {sub-check: error}
+    algebraic: bool = False
+    not_modelled: str = "uses facts the explicit symbolic model does not encode"
+    instance: Callable = field(default=None, repr=False, compare=False)
+    solution: Callable = field(default=None, repr=False, compare=False)
 
     def apply(self, expr: Basic, **params):
         """Rewrite ``expr``; returns ``(new_expr, instantiated side conditions)``."""
         new, conditions = self.rewrite(expr, **params)
         return new, conditions
 
-    def self_check(self, rng: np.random.Generator, trials: int = 5) -> float:
-        """Largest relative error of the lemma's statement over random instances."""
+    def cases(self):
+        """``([Case], sampler)`` of the self-check."""
+        raw, sampler = self.identities()
+        return [c if isinstance(c, Case) else Case(*c) for c in raw], sampler
+
+    def self_check(self, rng: np.random.Generator, trials: int = 3) -> SelfCheck:
+        """Check the statement *and the rewrite code* on random instances.
+
+        For every case: both sides of the statement agree numerically (sub-check ``statement``);
+        the rewrite fires on the bare left-hand side (``rewrite fires``); and, inside random
+        surrounding expressions (bare, multiplied on either side, summed, scaled), the rewritten
+        expression has the value of the original (``rewrite preserves value``). A context in which
+        the rewrite declines is skipped; the bare one must fire.
+        """
+        errors, failures = {}, []
         if self.check is not None:
-            return max(self.check(rng) for _ in range(trials))
-        pairs, sampler = self.identities()
-        worst = 0.0
+            for _ in range(trials):
+                for name, err in self.check(rng, self).items():
+                    errors[name] = max(errors.get(name, 0.0), float(err))
+        else:
+            cases, sampler = self.cases()
+            for i, case in enumerate(cases, 1):
+                self._check_case(i, case, sampler, rng, trials, errors, failures)
+        for name, err in errors.items():
+            if not err <= SELF_CHECK_TOL:
+                failures.append(f"lemma {self.number} ({self.title}) self-check, sub-check '{name}': "
+                                f"error {err:.3e} > {SELF_CHECK_TOL:.0e}")
+        return SelfCheck(self.number, errors, failures)
+
+    def _values(self, exprs, case, sampler, rng, params):
+        env = sampler.sample(rng, free_symbols(*exprs, *(case.substitution or ())))
+        overridden = set()
+        if self.instance is not None:
+            env, overridden = self.instance(env, rng, _NP, sampler.dims, **params)
+        if case.substitution is not None:
+            old, expr = case.substitution
+            env[old] = evaluate(expr, env, dims=sampler.dims)
+        return [np.asarray(evaluate(e, env, dims=sampler.dims)) for e in exprs]
+
+    def _check_case(self, i, case, sampler, rng, trials, errors, failures):
+        def record(name, err):
+            errors[name] = max(errors.get(name, 0.0), float(err))
+
         for _ in range(trials):
-            for lhs, rhs in pairs:
-                env = sampler.sample(rng, free_symbols(lhs, rhs))
-                a = evaluate(lhs, env, dims=sampler.dims)
-                b = evaluate(rhs, env, dims=sampler.dims)
-                worst = max(worst, relative_error(np.asarray(a), np.asarray(b), _NP))
-        return worst
+            a, b = self._values([case.lhs, case.rhs], case, sampler, rng, case.params)
+            record("statement", relative_error(a, b, _NP))
+        if not case.rewrites:
+            return
+        for label, wrapped in _contexts(case.lhs):
+            try:
+                new, _ = self.apply(wrapped, **case.params)
+            except NotApplicable as exc:
+                if label == "bare":
+                    failures.append(f"lemma {self.number} ({self.title}) self-check, case {i}: the rewrite "
+                                    f"does not fire on its own left-hand side {case.lhs}: {exc}")
+                continue
+            if new == wrapped:
+                if label == "bare":
+                    failures.append(f"lemma {self.number} ({self.title}) self-check, case {i}: the rewrite "
+                                    f"left {case.lhs} unchanged")
+                continue
+            for _ in range(trials):
+                a, b = self._values([wrapped, new], case, sampler, rng, case.params)
+                record("rewrite preserves value", relative_error(a, b, _NP))
+
+
+def _contexts(lhs):
+    """``lhs`` bare and inside random-valued surroundings (fresh symbols, sampled like the rest)."""
+    out = [("bare", lhs)]
+    if getattr(lhs, "is_Matrix", False):
+        rows, cols = lhs.shape
+        f, h, e = MatrixSymbol("F_ctx", rows, rows), MatrixSymbol("H_ctx", cols, cols), MatrixSymbol("E_ctx", rows, cols)
+        out += [("left", product(f, lhs)), ("right", product(lhs, h)), ("both", product(f, lhs, h)),
+                ("sum", total(lhs, e)), ("scaled sum", total(product(positive_symbol("s_ctx"), lhs), e))]
+    else:
+        c, s = positive_symbol("c_ctx"), positive_symbol("s_ctx")
+        out += [("scaled", c * lhs), ("affine", c * lhs + s)]
+    return out
 
 
 from numerics.reference import NumpyBackend
@@ -128,24 +255,76 @@ def _lsd_rewrite(problem_expr, **_):
     raise NotApplicable("Lemma 1 is applied by Derivation.solve, not as a rewrite")
 
 
-def _lsd_check(rng):
-    a = rng.standard_normal((6, 4))
-    beta = rng.uniform(0.5, 2.0)
-    z = -beta * _NP.msign(a)
-    value = -beta * _NP.nuclear_norm(a)
-    err = abs(_NP.inner(a, z) - value) / abs(value) + abs(_NP.op_norm(z) - beta) / beta
-    for _ in range(200):  # no random feasible point does better (Hölder: ⟨A,Z⟩ ≥ −‖A‖_*‖Z‖_op)
-        y = rng.standard_normal(a.shape)
-        y *= beta / _NP.op_norm(y)
-        err += max(0.0, value - _NP.inner(a, y)) / abs(value)
-    return err
+def _lsd_solution(a, beta):
+    """``(−β msign(A), −β ‖A‖_*)``: the argmin and the optimal value that Lemma 1 states."""
+    return tidy(product(-beta, Msign(a))), -beta * NuclearNorm(a)
+
+
+def singular_values(a, backend):
+    """Singular values of ``a`` from an SVD of the backend's own (float64 LAPACK or mpmath)."""
+    if backend.name == "mpmath":
+        return [v for v in mpmath.svd_r(a, compute_uv=False)]
+    return [float(v) for v in np.linalg.svd(np.asarray(a, dtype=float), compute_uv=False)]
+
+
+def operator_ball_certificate(a, z, value, beta, backend, rng=None, directions=None) -> dict:
+    """Duality certificate that ``z`` solves ``min ⟨a, Z⟩ s.t. ‖Z‖_op ≤ β`` with optimal ``value``.
+
+    Weak duality (Hölder): every feasible ``Z`` has ``⟨a, Z⟩ ≥ −‖a‖_* ‖Z‖_op ≥ −β ‖a‖_*``, so a
+    feasible ``z`` with ``⟨a, z⟩ = −β ‖a‖_*`` is optimal, whatever formula produced it. The nuclear
+    norm comes from an SVD here, independently of the claimed solution. Relative errors:
+
+    * ``feasible``: ``max(0, ‖z‖_op − β) / β``;
+    * ``attains the dual bound``: ``|⟨a, z⟩ + β ‖a‖_*|`` (a suboptimal ``z`` stays above it);
+    * ``stated value``: ``|value + β ‖a‖_*|``;
+    * ``no improving direction`` (float64, with ``rng``): moving ``z`` along random directions
+      (``directions(rng)`` draws them; default Gaussian) and scaling back into the ball never
+      lowers ``⟨a, ·⟩`` (a first-order test of the optimality condition).
+    """
+    dual = -beta * sum(singular_values(a, backend))
+    scale = max(1.0, abs(float(dual)))
+    attained = backend.inner(a, z)
+    out = {"feasible": max(0.0, float(backend.op_norm(z) - beta)) / float(beta),
+           "attains the dual bound": abs(float(attained - dual)) / scale,
+           "stated value": abs(float(value - dual)) / scale}
+    if rng is not None and backend.name == "float64":
+        draw = directions or (lambda g: g.standard_normal(np.shape(z)))
+        worst = 0.0
+        for _ in range(6):
+            d = draw(rng)
+            for t in (1e-3, 1e-1):
+                y = z + t * d * max(1.0, float(np.max(np.abs(z))))
+                y = y * min(1.0, float(beta) / backend.op_norm(y))
+                worst = max(worst, (attained - backend.inner(a, y)) / scale)
+        out["no improving direction"] = max(0.0, worst - 1e-12)
+    return out
+
+
+def _lsd_check(rng, lemma):
+    """Lemma 1's solution, certified by duality on random tall, square and wide ``A``.
+
+    The lemma's ``solution`` function builds ``(argmin, value)`` symbolically; both are evaluated
+    and checked with :func:`operator_ball_certificate` (nuclear norm from an SVD, feasibility,
+    attained dual bound, stated value, no improving direction).
+    """
+    errors = {}
+    beta = positive_symbol("beta")
+    for rows, cols in ((6, 4), (5, 5), (3, 7)):
+        a = MatrixSymbol("A", rows, cols)
+        argmin, value = lemma.solution(a, beta)
+        env = {a: rng.standard_normal((rows, cols)), beta: float(rng.uniform(0.5, 2.0))}
+        z, v = evaluate(argmin, env), evaluate(value, env)
+        for name, err in operator_ball_certificate(env[a], np.asarray(z), v, env[beta], _NP, rng).items():
+            errors[name] = max(errors.get(name, 0.0), err)
+    return errors
 
 
 LINEAR_STEEPEST_DESCENT = Lemma(
     key="linear_steepest_descent", number="1", title="Linear steepest descent (Muon)",
     statement=(r"\operatorname*{argmin}_{\|Z\|_{\mathrm{op}} \le \beta} \langle A, Z\rangle"
                r" = -\beta \operatorname{msign}(A), \quad \text{value } -\beta \|A\|_{*}"),
-    conditions=(r"\beta > 0",), rewrite=_lsd_rewrite, check=_lsd_check,
+    conditions=(r"\beta > 0",), rewrite=_lsd_rewrite, check=_lsd_check, solution=_lsd_solution,
+    not_modelled="certified by duality (nuclear norm from an SVD), not symbolically",
 )
 
 
@@ -230,9 +409,9 @@ def _adjoint_ids():
     b = _fresh("B", _n, _k)
     a = _fresh("A", _m, _m)
     f, h = _fresh("F", _k, _k), _fresh("H", _m, _k)
-    return ([(Inner(g, x * b), Inner(g * b.T, x)), (Inner(g, a * x * b), Inner(a.T * g * b.T, x)),
-             (Inner(f, b.T * x.T * h), Inner(h * f.T * b.T, x))],
-            InstanceSampler(_SMALL))
+    pairs = [(Inner(g, x * b), Inner(g * b.T, x)), (Inner(g, a * x * b), Inner(a.T * g * b.T, x)),
+             (Inner(f, b.T * x.T * h), Inner(h * f.T * b.T, x))]
+    return [Case(lhs, rhs, {"variable": x}) for lhs, rhs in pairs], InstanceSampler(_SMALL)
 
 
 ADJOINT_MOVE = Lemma(
@@ -240,7 +419,7 @@ ADJOINT_MOVE = Lemma(
     statement=(r"\langle G, X B\rangle = \langle G B^{\top}, X\rangle,\quad"
                r"\langle G, B X\rangle = \langle B^{\top} G, X\rangle,\quad"
                r"\langle G, X^{\top}\rangle = \langle G^{\top}, X\rangle"),
-    rewrite=_adjoint_rewrite, identities=_adjoint_ids,
+    rewrite=_adjoint_rewrite, identities=_adjoint_ids, algebraic=True,
 )
 
 
@@ -262,7 +441,7 @@ def _transpose_rewrite(expr, **_):
 
 def _transpose_ids():
     a, b = _fresh("A", _k, _n), _fresh("B", _k, _n)
-    return [(OpNorm(a.T), OpNorm(a)), (Inner(a.T, b.T), Inner(a, b))], InstanceSampler(_SMALL)
+    return [(OpNorm(a.T), OpNorm(a)), Case(Inner(a.T, b.T), Inner(a, b), rewrites=False)], InstanceSampler(_SMALL)
 
 
 TRANSPOSITION = Lemma(
@@ -270,6 +449,7 @@ TRANSPOSITION = Lemma(
     statement=(r"\|A^{\top}\|_{\mathrm{op}} = \|A\|_{\mathrm{op}},\quad"
                r"\langle A^{\top}, B^{\top}\rangle = \langle A, B\rangle"),
     rewrite=_transpose_rewrite, identities=_transpose_ids,
+    not_modelled="invariance of the operator norm under transposition (a spectral fact)",
 )
 
 
@@ -292,16 +472,22 @@ def _cov_rewrite(expr, *, variable, new, factor, side="right", **_):
 
 def _cov_ids():
     w = _tall("W", FULL_COLUMN_RANK)
-    z = _fresh("Z", _k, _n)
     c, ci = GramSqrt(w), GramInvSqrt(w)
-    return [(z * ci * c, z), (c * ci * z.T, z.T)], InstanceSampler(_SMALL)
+    x, z, g = _fresh("X", _k, _n), _fresh("Z", _k, _n), _fresh("G", _k, _n)
+    xl, zl = _fresh("Y", _n, _k), _fresh("V", _n, _k)
+    right = {"variable": x, "new": z, "factor": c, "side": "right"}
+    left = {"variable": xl, "new": zl, "factor": c, "side": "left"}
+    return ([Case(Inner(g, product(x, c)), Inner(g, z), right, (x, product(z, ci))),
+             Case(OpNorm(product(x, c)), OpNorm(z), right, (x, product(z, ci))),
+             Case(product(c, xl), zl, left, (xl, product(ci, zl)))],
+            InstanceSampler(_SMALL))
 
 
 CHANGE_OF_VARIABLES = Lemma(
     key="change_of_variables", number="4", title="Change of variables",
     statement=(r"Z = X C \text{ (or } Z = C X\text{)},\ C \text{ invertible}:\ "
                r"X = Z C^{-1},\ C^{-1} C = I"),
-    conditions=(r"C \text{ invertible}",), rewrite=_cov_rewrite, identities=_cov_ids,
+    conditions=(r"C \text{ invertible}",), rewrite=_cov_rewrite, identities=_cov_ids, algebraic=True,
 )
 
 
@@ -457,25 +643,40 @@ def _polar_sub_rewrite(expr, *, matrix, damping=S.Zero, side="right", **_):
 
 
 def _polar_pairs(side):
+    """``(W, [(W, U C)], [(C⁻¹Wᵀ, Uᵀ), (W C⁻¹, U)])`` for a tall (right) or wide (left) ``W``."""
     w = _tall("W", FULL_COLUMN_RANK) if side == "right" else FactMatrix("W", _n, _m, [FULL_ROW_RANK])
     u, c, ci = PolarFactor(w, 0, side), GramSqrt(w, 0, side), GramInvSqrt(w, 0, side)
     if side == "right":
-        return w, u, c, ci, [(w, u * c), (ci * w.T, u.T), (w * ci, u)]
-    return w, u, c, ci, [(w, c * u), (w.T * ci, u.T), (ci * w, u)]
+        return w, [(w, u * c)], [(ci * w.T, u.T), (w * ci, u)]
+    return w, [(w, c * u)], [(w.T * ci, u.T), (ci * w, u)]
 
 
 def _polar_ids():
-    pairs = _polar_pairs("right")[-1] + _polar_pairs("left")[-1]
+    cases = []
+    for side in ("right", "left"):
+        w, subs, _ = _polar_pairs(side)
+        cases += [Case(lhs, rhs, {"matrix": w, "side": side}) for lhs, rhs in subs]
     w = _tall("W", FULL_COLUMN_RANK)
-    pairs.append((PolarFactor(w).T * PolarFactor(w), Identity(_n)))
-    return pairs, InstanceSampler(_SMALL)
+    cases.append(Case(PolarFactor(w).T * PolarFactor(w), Identity(_n), rewrites=False))
+    return cases, InstanceSampler(_SMALL)
+
+
+def _polar_inverse_ids():
+    cases = []
+    for side in ("right", "left"):
+        w, _, inverses = _polar_pairs(side)
+        for lhs, rhs in inverses:
+            k = _fresh("K", rhs.shape[1], rhs.shape[1])  # the reverse rewrite acts on products only
+            cases += [Case(lhs, rhs, {"matrix": w, "side": side}),
+                      Case(product(rhs, k), product(lhs, k), {"matrix": w, "side": side, "reverse": True})]
+    return cases, InstanceSampler(_SMALL)
 
 
 POLAR_SUBSTITUTION = Lemma(
     key="polar_substitution", number="6a", title="Polar substitution",
     statement=(r"W = U_W C_W,\ C_W = (W^{\top}W)^{1/2},\ U_W^{\top}U_W = I"),
     conditions=(r"W \text{ has full column rank}",),
-    rewrite=_polar_sub_rewrite, identities=_polar_ids,
+    rewrite=_polar_sub_rewrite, identities=_polar_ids, algebraic=True,
 )
 
 
@@ -503,7 +704,7 @@ POLAR_INVERSE = Lemma(
     key="polar_inverse", number="6b", title="Polar factor from the Gram root",
     statement=r"U_W = W C_W^{-1},\quad C_W^{-1} W^{\top} = U_W^{\top}",
     conditions=(r"C_W \text{ invertible}",),
-    rewrite=_polar_inverse_rewrite, identities=_polar_ids,
+    rewrite=_polar_inverse_rewrite, identities=_polar_inverse_ids, algebraic=True,
 )
 
 
@@ -530,27 +731,160 @@ def _chain_rule_rewrite(expr, *, gradients, reverse=False, **_):
     return out, [f"{u} (chain rule through M)" for u in dict.fromkeys(used)]
 
 
-def _chain_check(rng):
-    """Finite differences: ∂/∂W_Q L(W_Q W_Kᵀ) = G_M W_K for L(M) = Σ sin(M)."""
-    wq, wk = rng.standard_normal((5, 2)), rng.standard_normal((5, 2))
-    loss = lambda q, k: float(np.sum(np.sin(q @ k.T)))
-    g_m = np.cos(wq @ wk.T)
-    g_q, g_k = g_m @ wk, g_m.T @ wq
-    h, err = 1e-6, 0.0
-    for idx in np.ndindex(wq.shape):
-        e = np.zeros_like(wq)
-        e[idx] = h
-        fd_q = (loss(wq + e, wk) - loss(wq - e, wk)) / (2 * h)
-        fd_k = (loss(wq, wk + e) - loss(wq, wk - e)) / (2 * h)
-        err = max(err, abs(fd_q - g_q[idx]), abs(fd_k - g_k[idx]))
-    return err
+def _loss_gradient(gradients, loss_gradient=None):
+    """The loss gradient ``G_M`` in the definitions: given, common to all of them, or the factor without facts."""
+    if loss_gradient is not None:
+        return loss_gradient
+    factor_sets = []
+    for definition in gradients.values():
+        mats = definition.as_coeff_matrices()[1] if isinstance(definition, MatMul) else [definition]
+        factor_sets.append({m.arg if isinstance(m, Transpose) else m for m in mats})
+    common = set.intersection(*factor_sets) if len(factor_sets) > 1 else set()
+    if len(common) == 1:
+        return common.pop()
+    plain = {m for m in factor_sets[0] if not isinstance(m, FactMatrix)}
+    if not common and len(factor_sets) == 1 and len(plain) == 1:
+        return plain.pop()
+    raise NotApplicable(f"cannot tell the loss gradient from the partners in {dict(gradients)}; "
+                        f"pass loss_gradient=")
+
+
+def chain_rule_products(gradients, loss_gradient=None):
+    """How each factor gradient arises: ``(G_M, left, right, slots)`` with ``M = left · right``.
+
+    ``left`` and ``right`` are ``(partner, transposed)`` or ``None`` (a factor no definition
+    names); ``slots[G] = (side, transposed)`` is the factor that ``G`` differentiates. Read off
+    the definitions: ``G = G_M W`` is the gradient of ``L(X Wᵀ)`` in ``X``, ``G = G_Mᵀ W`` of
+    ``L(W Xᵀ)``, ``G = Wᵀ G_M`` of ``L(W X)``.
+    """
+    s = _loss_gradient(gradients, loss_gradient)
+    left, right, slots = None, None, {}
+
+    def put(current, value, what):
+        if current is not None and current != value:
+            raise NotApplicable(f"the factor gradients do not come from one product: {what} is both "
+                                f"{current[0]} and {value[0]}")
+        return value
+
+    for name, definition in gradients.items():
+        coeff, mats = definition.as_coeff_matrices() if isinstance(definition, MatMul) else (S.One, [definition])
+        if coeff != 1 or len(mats) != 2:
+            raise NotApplicable(f"{name} = {definition} is not a loss gradient times one partner")
+        a, b = mats
+        if a == s:  # G = G_M W: M = X Wᵀ
+            slots[name] = ("left", False)
+            right = put(right, (b, True), "the right factor")
+        elif a == transpose(s):  # G = G_Mᵀ W: M = W Xᵀ
+            slots[name] = ("right", True)
+            left = put(left, (b, False), "the left factor")
+        elif b == s and isinstance(a, Transpose):  # G = Wᵀ G_M: M = W X
+            slots[name] = ("right", False)
+            left = put(left, (a.arg, False), "the left factor")
+        else:
+            raise NotApplicable(f"{name} = {definition} is none of G_M W, G_Mᵀ W, Wᵀ G_M for G_M = {s}")
+    return s, left, right, slots
+
+
+@cache
+def _jax_gradient_fn(lt: bool, rt: bool):
+    """Jitted ``(∂L/∂M, ∂L/∂left, ∂L/∂right)`` for ``L(M) = Σ c sin(M) + ½ Σ b M²``, ``M = left · right``."""
+    import jax
+    import jax.numpy as jnp
+
+    def loss_of_m(m, c, b):
+        return jnp.sum(c * jnp.sin(m) + 0.5 * b * m * m)
+
+    def loss(lx, rx, c, b):
+        return loss_of_m((lx.T if lt else lx) @ (rx.T if rt else rx), c, b)
+
+    def grads(lx, rx, c, b):
+        m = (lx.T if lt else lx) @ (rx.T if rt else rx)
+        return (jax.grad(loss_of_m)(m, c, b),) + jax.grad(loss, argnums=(0, 1))(lx, rx, c, b)
+
+    return jax.jit(grads)
+
+
+def _jax_loss_gradients(lv, rv, c, b, lt, rt):
+    import jax
+    with jax.enable_x64(True):
+        return tuple(np.asarray(g) for g in _jax_gradient_fn(bool(lt), bool(rt))(lv, rv, c, b))
+
+
+def _chain_instance(env, rng, backend, dims, *, gradients, loss_gradient=None, **_):
+    """Values for ``G_M`` and the factor gradients from differentiating a random scalar loss.
+
+    ``L(M) = Σ c_ij sin(M_ij) + ½ Σ b_ij M_ij²`` of ``M = left · right``
+    (:func:`chain_rule_products`; the factors come from ``env`` where sampled, fresh otherwise).
+    float64: ``jax.grad`` of ``L`` in ``M`` and in each factor; mpmath: complex-step derivatives
+    ``Im L(X + i h E_k) / h`` at the working precision (exact to ``O(h²)``, no cancellation). The
+    chain rule's own definitions are never used, so a step that rewrites with a wrong definition
+    disagrees with the derivatives.
+    """
+    from .evaluate import _size
+    s, left, right, slots = chain_rule_products(gradients, loss_gradient)
+    m_shape = tuple(_size(x, dims) for x in s.shape)
+    out = dict(env)
+
+    def factor(side):
+        spec = left if side == "left" else right
+        if spec is not None and spec[0] in env:
+            return env[spec[0]], spec[1]
+        name = next(g for g, (sd, _) in slots.items() if sd == side)
+        value = backend.asarray(rng.standard_normal(tuple(_size(x, dims) for x in name.shape)))
+        if spec is not None:
+            out[spec[0]] = value
+        return value, slots[name][1] if spec is None else spec[1]
+
+    (lv, lt), (rv, rt) = factor("left"), factor("right")
+    c, b = rng.uniform(0.5, 1.5, m_shape) * rng.choice([-1.0, 1.0], m_shape), rng.uniform(-1.0, 1.0, m_shape)
+    if backend.name == "float64":
+        grad_m, grad_left, grad_right = _jax_loss_gradients(lv, rv, c, b, lt, rt)
+        out[s] = grad_m
+        for name, (side, _) in slots.items():
+            out[name] = grad_left if side == "left" else grad_right
+        return out, {s, *slots}
+    cm, bm = backend.asarray(c), backend.asarray(b)
+    prod = lambda lx, rx: (lx.T if lt else lx) * (rx.T if rt else rx)
+    h = mpmath.mpf(10) ** (-(mpmath.mp.dps + 10))
+
+    def loss(m):
+        return mpmath.fsum(cm[i, j] * mpmath.sin(m[i, j]) + bm[i, j] * m[i, j] ** 2 / 2
+                           for i in range(m.rows) for j in range(m.cols))
+
+    def complex_step(f, x):
+        g = mpmath.zeros(x.rows, x.cols)
+        for i in range(x.rows):
+            for j in range(x.cols):
+                shifted = mpmath.matrix(x)
+                shifted[i, j] += mpmath.mpc(0, h)
+                g[i, j] = mpmath.im(f(shifted)) / h
+        return g
+
+    out[s] = complex_step(loss, prod(lv, rv))
+    for name, (side, _) in slots.items():
+        out[name] = complex_step((lambda x: loss(prod(x, rv))) if side == "left" else (lambda x: loss(prod(lv, x))),
+                                 lv if side == "left" else rv)
+    return out, {s, *slots}
+
+
+def _chain_ids():
+    w_q, w_k = _tall("W_Q", FULL_COLUMN_RANK), _tall("W_K", FULL_COLUMN_RANK)
+    g_m, g_q, g_k = _fresh("G_M", _m, _m), _fresh("G_Q", _m, _n), _fresh("G_K", _m, _n)
+    qk = {g_q: product(g_m, w_k), g_k: product(transpose(g_m), w_q)}
+    w_o, g_v = _tall("W_O", FULL_COLUMN_RANK), _fresh("G_V", _n, _m)
+    ov = {g_v: product(transpose(w_o), g_m)}
+    cases = [Case(definition, name, {"gradients": grads}) for grads in (qk, ov) for name, definition in grads.items()]
+    cases += [Case(name, definition, {"gradients": grads, "reverse": True})
+              for grads in (qk, ov) for name, definition in grads.items()]
+    return cases, InstanceSampler(_SMALL)
 
 
 CHAIN_RULE = Lemma(
     key="chain_rule", number="CR", title="Chain rule through the product",
     statement=(r"M = W_Q W_K^{\top}:\ G_Q = \frac{\partial L}{\partial W_Q} = G_M W_K,\ "
                r"G_K = \frac{\partial L}{\partial W_K} = G_M^{\top} W_Q"),
-    rewrite=_chain_rule_rewrite, check=_chain_check,
+    rewrite=_chain_rule_rewrite, identities=_chain_ids, instance=_chain_instance,
+    not_modelled="checked against automatic differentiation of a random loss, not against its own definitions",
 )
 
 
@@ -566,14 +900,15 @@ def _projector_rewrite(expr, *, matrix, **_):
 def _projector_ids():
     w = _tall("W", FULL_COLUMN_RANK)
     p = Projector(w)
-    return [(PolarFactor(w) * PolarFactor(w).T, p), (product(p, p), p), (product(p, w), w)], InstanceSampler(_SMALL)
+    return ([Case(PolarFactor(w) * PolarFactor(w).T, p, {"matrix": w}), Case(product(p, p), p, rewrites=False),
+             Case(product(p, w), w, rewrites=False)], InstanceSampler(_SMALL))
 
 
 PROJECTOR = Lemma(
     key="projector", number="P", title="Orthogonal projector onto the column space",
     statement=r"P_W = U_W U_W^{\top},\ P_W^2 = P_W = P_W^{\top},\ P_W W = W",
     conditions=(r"U_W \text{ has orthonormal columns}",),
-    rewrite=_projector_rewrite, identities=_projector_ids,
+    rewrite=_projector_rewrite, identities=_projector_ids, algebraic=True,
 )
 
 
@@ -600,8 +935,8 @@ def _isotropic_ids():
     w = _tall("W", FULL_COLUMN_RANK, ISOTROPIC_COLUMNS)
     lam = nonnegative_symbol("lambda")
     c = IsotropicScale(w, lam)
-    return ([(GramSqrt(w, lam), c * Identity(_n)), (GramInvSqrt(w, lam), (1 / c) * Identity(_n))],
-            InstanceSampler(_SMALL))
+    return ([Case(GramSqrt(w, lam), c * Identity(_n), {"matrix": w}),
+             Case(GramInvSqrt(w, lam), (1 / c) * Identity(_n), {"matrix": w})], InstanceSampler(_SMALL))
 
 
 ISOTROPIC_PARTNER = Lemma(
@@ -637,7 +972,7 @@ def _linearity_ids():
 INNER_LINEARITY = Lemma(
     key="inner_linearity", number="L", title="Linearity of the inner product",
     statement=r"\langle A, B + C\rangle = \langle A, B\rangle + \langle A, C\rangle",
-    rewrite=_linearity_rewrite, identities=_linearity_ids,
+    rewrite=_linearity_rewrite, identities=_linearity_ids, algebraic=True,
 )
 
 
@@ -745,7 +1080,7 @@ def _collect_ids():
 RING = Lemma(
     key="ring", number="R", title="Distributivity and collection of like terms",
     statement=r"(A + B) C = AC + BC,\quad \alpha X + \beta X = (\alpha + \beta) X",
-    rewrite=_collect_rewrite, identities=_collect_ids,
+    rewrite=_collect_rewrite, identities=_collect_ids, algebraic=True,
 )
 
 
@@ -774,7 +1109,8 @@ def _polar_form_rewrite(expr, *, targets, reverse=False, **_):
 
 def _polar_form_ids():
     x = _tall("X", FULL_COLUMN_RANK)
-    return [(Msign(x), product(x, GramInvSqrt(x)))], InstanceSampler(_SMALL)
+    return ([Case(Msign(x), product(x, GramInvSqrt(x)), {"targets": [x]}),
+             Case(product(x, GramInvSqrt(x)), Msign(x), {"targets": [x], "reverse": True})], InstanceSampler(_SMALL))
 
 
 MSIGN_POLAR_FORM = Lemma(
@@ -799,7 +1135,7 @@ def _orthogonal_ids():
     r = _fresh("R", _m, _n)
     b = MatrixSymbol("B", _m, _n)
     sampler = InstanceSampler(_SMALL, {b: product(total(Identity(_m), product(-1, Projector(a))), r)})
-    return [(GramInvSqrt(HStack(a, b)), BlockDiag(GramInvSqrt(a), GramInvSqrt(b)))], sampler
+    return [Case(GramInvSqrt(HStack(a, b)), BlockDiag(GramInvSqrt(a), GramInvSqrt(b)), {"pair": (a, b)})], sampler
 
 
 ORTHOGONAL_BLOCKS = Lemma(
@@ -840,7 +1176,7 @@ def _block_product_ids():
 BLOCK_PRODUCT = Lemma(
     key="block_product", number="B", title="Concatenation times block diagonal",
     statement=r"[A \,|\, B] \operatorname{blockdiag}(C, D) = [AC \,|\, BD]",
-    rewrite=_block_product_rewrite, identities=_block_product_ids,
+    rewrite=_block_product_rewrite, identities=_block_product_ids, algebraic=True,
 )
 
 
@@ -865,8 +1201,9 @@ def _gauge_ids():
     o = FactMatrix("O", _n, _n, [ORTHONORMAL_COLUMNS])
     moved = GramInvSqrt(product(w, s_))
     sampler = InstanceSampler(_SMALL, {o: PolarFactor(product(GramSqrt(w), s_))})
-    return ([(product(s_, moved), product(GramInvSqrt(w), o)),
-             (product(o, moved), product(GramInvSqrt(w), Transpose(Inverse(s_))))], sampler)
+    params = {"matrix": w, "gauge": s_, "orthogonal": o}
+    return ([Case(product(s_, moved), product(GramInvSqrt(w), o), params),
+             Case(product(o, moved), product(GramInvSqrt(w), Transpose(Inverse(s_))), params)], sampler)
 
 
 GAUGE_POLAR = Lemma(

@@ -3,13 +3,18 @@
 Every matrix symbol becomes an explicit matrix of fresh real symbols (symmetric when the
 symbol carries that fact); Gram roots become generic symmetric matrices and their inverse
 roots the exact inverses, polar factors ``W C⁻¹``; msign nodes and projectors become opaque
-matrices of fresh symbols (one per distinct node). A step whose two sides agree as rational
-functions of these entries holds for every value of them, hence is *proved*. Steps that need a
-fact the explicit model does not encode (orthonormality, the spectral identities of msign)
-come out as "numeric only": that is never a failure, only a weaker kind of evidence.
+matrices of fresh symbols (one per distinct node). When the two sides of a step agree as rational
+functions of these entries, the step holds for *every* value of them **at those sizes**: the
+verdict says "verified symbolically at sizes (d=3, d_h=2)", never "proved" (no statement about
+other sizes is made). When they disagree, the step is refuted at those sizes, provided the lemma
+uses nothing the model leaves out (the engine only asks for lemmas marked ``algebraic``); a node
+without an exact model (the spectral norms' values, Sylvester solutions) makes the verdict
+"not modelled".
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from sympy import MatAdd, MatMul, Matrix, S, Symbol, Transpose, cancel, symbols
 from sympy.matrices.expressions import Identity, Inverse, MatrixSymbol, ZeroMatrix
@@ -125,6 +130,8 @@ class ExplicitModel:
         raise Unsupported(f"no explicit model for {type(e).__name__}")
 
 
+
+
 def _equal(a, b) -> bool:
     if hasattr(a, "shape") != hasattr(b, "shape"):
         return False
@@ -141,14 +148,36 @@ def _pair_value(model, expr):
     return (None, model.value(expr))
 
 
-def prove_equal(pairs, sizes: dict, definitions: dict | None = None,
-                substitution: tuple | None = None) -> str:
-    """``"proved"`` when every ``(before, after)`` pair agrees as rational functions of the
-    explicit entries (norms: their arguments agree), else ``"numeric only"``.
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of :func:`verify_equal`: ``status`` is ``verified``, ``refuted`` or ``not modelled``."""
 
-    ``substitution = (X, expr)`` models a change of variables: ``X`` is replaced by ``expr``
-    in the ``before`` side.
+    status: str
+    sizes: str
+    detail: str = ""
+
+    def __str__(self):
+        if self.status == "verified":
+            return f"verified symbolically at sizes {self.sizes}"
+        if self.status == "refuted":
+            return f"refuted symbolically at sizes {self.sizes}: {self.detail}"
+        return f"not modelled: {self.detail}"
+
+
+def size_label(sizes: dict) -> str:
+    """``(d=3, d_h=2)``."""
+    return "(" + ", ".join(f"{k}={v}" for k, v in sorted(sizes.items(), key=lambda kv: str(kv[0]))) + ")"
+
+
+def verify_equal(pairs, sizes: dict, definitions: dict | None = None,
+                 substitution: tuple | None = None) -> Verdict:
+    """Compare every ``(before, after)`` pair as rational functions of the explicit entries.
+
+    Norms compare their arguments (equal arguments give equal norms; unequal arguments refute
+    nothing about the norms, so they give "not modelled"). ``substitution = (X, expr)`` models a
+    change of variables: ``X`` is replaced by ``expr`` in the ``before`` side.
     """
+    label = size_label(sizes)
     model = ExplicitModel(sizes, definitions)
     try:
         if substitution is not None:
@@ -158,7 +187,19 @@ def prove_equal(pairs, sizes: dict, definitions: dict | None = None,
             kb, vb = _pair_value(model, before)
             ka, va = _pair_value(model, after)
             if kb != ka or not _equal(vb, va):
-                return "numeric only"
-    except (Unsupported, ValueError, ZeroDivisionError):
-        return "numeric only"
-    return "proved"
+                if kb or ka:
+                    return Verdict("not modelled", label, f"the arguments of {before} and {after} differ as "
+                                                          "matrices; the norm values have no polynomial model")
+                return Verdict("refuted", label, f"{before} and {after} differ as rational functions of the entries")
+    except Unsupported as exc:
+        return Verdict("not modelled", label, str(exc))
+    except (ValueError, ZeroDivisionError) as exc:
+        return Verdict("not modelled", label, f"the explicit model failed: {exc}")
+    return Verdict("verified", label)
+
+
+def prove_equal(pairs, sizes: dict, definitions: dict | None = None,
+                substitution: tuple | None = None) -> str:
+    """Compatibility wrapper of :func:`verify_equal`: ``"proved"`` when verified at these sizes, else
+    ``"numeric only"`` (a refutation included). New code should call :func:`verify_equal`."""
+    return "proved" if verify_equal(pairs, sizes, definitions, substitution).status == "verified" else "numeric only"
