@@ -4,9 +4,16 @@ The first-order product change ``T(ΔQ, ΔK) = ΔQ W_Kᵀ + W_Q ΔKᵀ`` has ran
 cannot reach the full-rank Muon target ``D = −ε msign(G_M)``. The module derives, with the engine:
 
 * the adjoint ``T*(H) = (H W_K, Hᵀ W_Q)`` from ``⟨H, T(ΔQ, ΔK)⟩`` (linearity, adjoint moves);
-* with the minimum-norm ansatz ``(ΔQ, ΔK) = T*(H)`` (minimum-norm solutions lie in the range of
-  ``T*``), the singular Sylvester equation ``W_QW_Qᵀ H + H W_KW_Kᵀ = D``; regularized as
-  ``(W_QW_Qᵀ + λI) H + H (W_KW_Kᵀ + λI) = D``, the achieved product change is ``D − 2λH``.
+* the step as the solution of the regularized least-squares problem
+  ``min ‖T(ΔQ, ΔK) − D‖_F² + μ‖(ΔQ, ΔK)‖_F²`` (``μ = 2λ``): its normal equations give
+  ``(T*T + μI)⁻¹ T* D``, and the push-through identity ``(T*T + μI)⁻¹ T* = T* (TT* + μI)⁻¹`` turns
+  it into ``T*(H)`` with ``(TT* + μI) H = D``. The engine computes ``TT* + μI`` from the adjoint
+  (``T(T*(H)) + μH``, collected by the ring lemma) and the Sylvester operator is read off it:
+  ``(W_QW_Qᵀ + λI) H + H (W_KW_Kᵀ + λI) = D``, so nothing about ``H`` is typed by hand;
+* the achieved product change ``T(T*(H)) = D − 2λH``.
+
+``--check`` also solves the least-squares problem independently (vectorized ``T``, dense normal
+equations) and reports the distance to the derived step.
 
 The emitted ``sylvester_qk`` solves the regularized equation either with the rank-``d_h``
 structure (thin SVDs of the factors, ``O(d² d_h)``) or densely (Bartels–Stewart, ``O(d³)``).
@@ -16,12 +23,12 @@ from __future__ import annotations
 
 from functools import cache
 
-from sympy import Add
-from sympy.matrices.expressions import MatrixSymbol
+from sympy import Add, S
+from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol
 
 from . import lemmas as L
 from .algebra import product, total, transpose
-from .engine import Context, identity_chain
+from .engine import Context, DerivationError, identity_chain
 from .vocabulary import FULL_COLUMN_RANK, FactMatrix, Inner, Msign, RegularizedSylvester, dimension, positive_symbol
 
 d, d_h = dimension("d"), dimension("d_h")
@@ -34,6 +41,7 @@ H = MatrixSymbol("H", d, d)
 dQ = MatrixSymbol("dW_Q", d, d_h)
 dK = MatrixSymbol("dW_K", d, d_h)
 TARGET = product(-eps, Msign(G_M))  # D = −ε msign(G_M), the unconstrained Muon step on M
+MU = 2 * lam  # weight of ‖(ΔQ, ΔK)‖_F² in the regularized least squares
 
 
 def forward(dq, dk):
@@ -67,9 +75,79 @@ def adjoint_components(h):
     return parts[dQ], parts[dK]
 
 
+@cache
+def normal_operator():
+    """``(TT* + μI)(H) = T(T*(H)) + μH`` with ``μ = 2λ``, ``T*`` read off :func:`adjoint`."""
+    q, k = adjoint_components(H)
+    der = identity_chain("sylvester.normal_operator", "Sylvester rule: the regularized normal operator TT* + μI",
+                         total(forward(q, k), product(MU, H)), context(),
+                         statement="T(T*(H)) + μH, μ = 2λ: the operator of the push-through form T*(TT* + μI)⁻¹; "
+                                   "the sound normal form already gives (H W_K)W_Kᵀ = H W_K W_Kᵀ, "
+                                   "W_Q(Hᵀ W_Q)ᵀ = W_Q W_Qᵀ H")
+    try:
+        der.apply(L.RING)
+    except DerivationError:  # nothing left to collect: the normal form is the collected operator
+        pass
+    return der
+
+
+def sylvester_operator(expr, h):
+    """``(A, B, λ)`` of ``A Aᵀ h + h B Bᵀ + 2λ h`` (the regularized Sylvester operator applied to ``h``)."""
+    terms = expr.args if isinstance(expr, MatAdd) else (expr,)
+    found = {}
+    for t in terms:
+        coeff, mats = t.as_coeff_matrices() if isinstance(t, MatMul) else (S.One, [t])
+        mats = list(mats)
+        if coeff == 1 and len(mats) == 3 and mats[2] == h and mats[1] == transpose(mats[0]):
+            found["left"] = mats[0]
+        elif coeff == 1 and len(mats) == 3 and mats[0] == h and mats[2] == transpose(mats[1]):
+            found["right"] = mats[1]
+        elif mats == [h]:
+            found["damping"] = coeff / 2
+    if set(found) != {"left", "right", "damping"}:
+        raise DerivationError(f"{expr} is not A Aᵀ {h} + {h} B Bᵀ + 2λ {h}")
+    return found["left"], found["right"], found["damping"]
+
+
 def solution():
-    """``H_λ`` solving the regularized equation with right-hand side ``D = −ε msign(G_M)``."""
-    return RegularizedSylvester(W_Q, W_K, lam, TARGET)
+    """``H_λ = (TT* + μI)⁻¹ D``: the operator read off :func:`normal_operator`, ``D = −ε msign(G_M)``."""
+    left, right, damping = sylvester_operator(normal_operator().formula, H)
+    return RegularizedSylvester(left, right, damping, TARGET)
+
+
+def least_squares_step(w_q, w_k, d_target, mu):
+    """The minimizer of ``‖T(ΔQ, ΔK) − D‖_F² + μ‖(ΔQ, ΔK)‖_F²`` by dense normal equations on vectorized ``T``
+    (independent of the derivation: ``T`` built column by column from :func:`forward`)."""
+    import numpy as np
+
+    from .evaluate import evaluate_on
+    n, k = w_q.shape
+    cols = []
+    for which in range(2):
+        for idx in range(n * k):
+            e = np.zeros(n * k)
+            e[idx] = 1.0
+            z = np.zeros((n, k))
+            args = (e.reshape(n, k), z) if which == 0 else (z, e.reshape(n, k))
+            cols.append(np.ravel(evaluate_on(forward(dQ, dK), {"W_Q": w_q, "W_K": w_k, "dW_Q": args[0],
+                                                                  "dW_K": args[1]})))
+    t = np.stack(cols, axis=1)
+    x = np.linalg.solve(t.T @ t + mu * np.eye(t.shape[1]), t.T @ np.ravel(d_target))
+    return x[:n * k].reshape(n, k), x[n * k:].reshape(n, k)
+
+
+def measurements(rng):
+    """Distance of the derived step to the least-squares minimizer solved independently."""
+    import numpy as np
+
+    from .evaluate import evaluate_on
+    w_q, w_k, g_m = rng.standard_normal((7, 2)), rng.standard_normal((7, 2)), rng.standard_normal((7, 7))
+    values = {"W_Q": w_q, "W_K": w_k, "G_M": g_m, "epsilon": 0.5, "lambda": 0.3}
+    q, k = adjoint_components(solution())
+    got = [evaluate_on(x, values) for x in (q, k)]
+    ref = least_squares_step(w_q, w_k, evaluate_on(TARGET, values), 2 * 0.3)
+    err = max(np.max(np.abs(a - b)) / np.max(np.abs(b)) for a, b in zip(got, ref))
+    return [("derived step vs dense normal equations of the regularized least squares, relative error", err)]
 
 
 @cache
@@ -85,19 +163,20 @@ def achieved_change():
 
 
 def derivations():
-    return [adjoint(), achieved_change()]
+    return [adjoint(), normal_operator(), achieved_change()]
 
 
 def emitted_functions():
     from .printing.codegen import DerivedOutput, EmittedFunction
     q, k = adjoint_components(solution())
+    related = [normal_operator(), achieved_change()]
     return [EmittedFunction(
         "sylvester_qk", "Sylvester-regularized QK update (minimum-norm step towards −ε msign(G_M))",
-        [W_Q, W_K, G_M], [("dW_Q", DerivedOutput(q, adjoint(), "sylvester.dW_Q", [achieved_change()])),
-                          ("dW_K", DerivedOutput(k, adjoint(), "sylvester.dW_K", [achieved_change()]))],
-        ["H solves (W_Q W_Qᵀ + λI) H + H (W_K W_Kᵀ + λI) = −ε msign(G_M); the achieved product change "
-         "is −ε msign(G_M) − 2λH. solver='structured' uses the rank-d_h factors (O(d² d_h)), "
-         "'dense' uses jax.scipy.linalg.solve_sylvester (O(d³))."],
+        [W_Q, W_K, G_M], [("dW_Q", DerivedOutput(q, adjoint(), "sylvester.dW_Q", related)),
+                          ("dW_K", DerivedOutput(k, adjoint(), "sylvester.dW_K", related))],
+        [("H solves (W_Q W_Qᵀ + λI) H + H (W_K W_Kᵀ + λI) = −ε msign(G_M); the achieved product change "
+          "is −ε msign(G_M) − 2λH. solver='structured' uses the rank-d_h factors (O(d² d_h)), "
+          "'dense' uses jax.scipy.linalg.solve_sylvester (O(d³)).")],
         options={"solver": ("structured", ("structured", "dense"))}, positive_damping=True)]
 
 
@@ -105,7 +184,8 @@ def rule_module():
     from .cli import RuleModule
     return RuleModule(name="sylvester", title="Sylvester-regularized QK rule of Compositional Muon",
                       derivations=derivations, functions=emitted_functions,
-                      scalars={eps: "eps", lam: "damping"}, description=__doc__.split("\n\n")[0],
+                      scalars={eps: "eps", lam: "damping"}, measurements=measurements,
+                      description=__doc__.split("\n\n")[0],
                       examples=["python -m derivations.sylvester --emit jax > sylvester_jax.py",
                                 "python -m derivations.sylvester --check"])
 
