@@ -1,0 +1,93 @@
+"""Sphinx extension: the workbench's live objects as proof pages.
+
+Directives (each renders objects imported and built while the docs build, never stored text):
+
+* ``.. derivation:: halfsplit.query``, ``.. rule-derivations:: halfsplit`` — theorems and proofs;
+* ``.. emitted-functions:: halfsplit``, ``.. emitted-listing:: halfsplit`` — the emitted JAX code;
+* ``.. lemma-reference::`` — every lemma with its self-check and its users;
+* ``.. schedule:: polar-express-5``, ``.. schedule-comparison::``, ``.. band-challenge::`` —
+  Newton–Schulz schedules, certified while the docs build;
+* ``.. executed::`` — example code run during the build.
+
+An unknown name, a derivation that fails its checks, an object without a page, a public name
+without an API entry, or a page that loads an asset from a URL stops the build with a message
+naming it.
+
+Math renders offline with MathJax 3, copied into the site from the ``sphinx-mathjax-offline``
+wheel: it installs with pip like every other dependency (no npm, no network when building or
+reading) and typesets the full LaTeX the printers emit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from sphinx.util.fileutil import copy_asset
+
+from . import api, checks, execute, proofs, schedules
+
+MATHJAX_DIR = "mathjax"
+#: the parts of the MathJax distribution the site needs (the TeX-to-CHTML build and what it loads)
+_MATHJAX_PARTS = ("tex-chtml.js", "input", "output", "ui", "a11y", "adaptors", "sre")
+_STATIC = Path(__file__).parent / "static"
+
+
+def mathjax_source() -> Path:
+    spec = importlib.util.find_spec("sphinx-mathjax-offline")
+    if spec is None or not spec.submodule_search_locations:
+        from sphinx.errors import ExtensionError
+        raise ExtensionError("the MathJax files come from the sphinx-mathjax-offline package: "
+                             "pip install -e '.[docs]'")
+    return Path(next(iter(spec.submodule_search_locations))) / "static" / "mathjax"
+
+
+def _config_mathjax(app, config):
+    mathjax_source()  # fail early, with the install command, when the package is missing
+    config.mathjax_path = f"{MATHJAX_DIR}/tex-chtml.js"
+
+
+def _copy_assets(app, exc):
+    if exc is not None or app.builder.format != "html":
+        return
+    source = mathjax_source()
+    target = Path(app.outdir) / "_static" / MATHJAX_DIR
+    for part in _MATHJAX_PARTS:
+        path = source / part
+        if path.is_dir():
+            copy_asset(str(path), str(target / part))
+        else:
+            target.mkdir(parents=True, exist_ok=True)
+            copy_asset(str(path), str(target))
+    copy_asset(str(_STATIC), str(Path(app.outdir) / "_static"))
+
+
+def setup(app):
+    app.add_config_value("workbench_rule_modules", [], "env")
+    app.add_config_value("workbench_api_packages", [], "env")
+    app.add_config_value("workbench_require_complete", True, "env")
+    app.add_config_value("workbench_band_challenge",
+                         {"steps": 5, "band": [0.7, 1.3], "lowers": ["1e-2", "1e-3"], "upper": "1"}, "env")
+
+    app.add_directive("derivation", proofs.DerivationDirective)
+    app.add_directive("rule-derivations", proofs.RuleDerivationsDirective)
+    app.add_directive("emitted-functions", proofs.EmittedFunctionsDirective)
+    app.add_directive("emitted-listing", proofs.EmittedListingDirective)
+    app.add_directive("lemma-reference", proofs.LemmaReferenceDirective)
+    app.add_directive("schedule", schedules.ScheduleDirective)
+    app.add_directive("schedule-comparison", schedules.ScheduleComparisonDirective)
+    app.add_directive("band-challenge", schedules.BandChallengeDirective)
+    app.add_directive("executed", execute.ExecutedDirective)
+    app.add_directive("api-modules", api.ApiModulesDirective)
+
+    app.connect("config-inited", _config_mathjax)
+    app.connect("builder-inited", schedules.start_build)
+    app.connect("env-purge-doc", checks.purge)
+    app.connect("env-merge-info", checks.merge)
+    app.connect("env-check-consistency", checks.check_consistency)
+    app.connect("build-finished", schedules.stop_band_challenge)
+    app.connect("build-finished", _copy_assets)
+    app.connect("build-finished", checks.check_site, priority=900)
+    app.add_css_file("workbench.css")
+    app.add_js_file("math-ready.js", loading_method="defer")
+    return {"version": "1", "parallel_read_safe": False, "parallel_write_safe": True}

@@ -1,0 +1,192 @@
+"""Checks that stop the build: completeness, API coverage, and assets loaded from outside the site.
+
+* Completeness: every derivation of every rule module, every lemma, every registered schedule,
+  and each rule module's emitted functions and listing have been rendered on some page.
+* API coverage: every public name of the configured packages has an entry in the API reference
+  (autodoc skips a name without a docstring, so an undocumented public name fails the build).
+  A package's public names are its ``__all__``; a package without one contributes the public
+  names of its public modules (their ``__all__``, else the functions and classes they define).
+* Offline site: no page or stylesheet of the built site loads a script, stylesheet, font or image
+  from a URL (``http:``, ``https:`` or ``//host``); links a reader clicks are not assets.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+from sphinx.errors import ExtensionError
+
+from .objects import catalogue
+
+
+class IncompleteDocs(ExtensionError):
+    """An object of the project has no page, or a public name has no API entry."""
+
+
+class ExternalAsset(ExtensionError):
+    """A built page or stylesheet loads something from outside the site."""
+
+
+# ---- completeness --------------------------------------------------------------------------
+
+
+def rendered(env) -> set:
+    out = set()
+    for items in getattr(env, "workbench_rendered", {}).values():
+        out |= items
+    return out
+
+
+def purge(app, env, docname):
+    getattr(env, "workbench_rendered", {}).pop(docname, None)
+
+
+def merge(app, env, docnames, other):
+    store = env.workbench_rendered if hasattr(env, "workbench_rendered") else {}
+    env.workbench_rendered = store
+    for docname in docnames:
+        if docname in getattr(other, "workbench_rendered", {}):
+            store[docname] = other.workbench_rendered[docname]
+
+
+def missing_objects(app, env) -> list[str]:
+    import coeffsearch
+    done = rendered(env)
+    cat = catalogue(app.config)
+    missing = []
+    for entry in cat.rules.values():
+        for kind in ("rule", "emitted", "listing"):
+            if (kind, entry.name) not in done:
+                missing.append(f"{kind} page of rule module {entry.name}")
+        for der in entry.derivations:
+            if ("derivation", der.name) not in done:
+                missing.append(f"derivation {der.name}")
+    for lemma in cat.lemmas():
+        if ("lemma", lemma.key) not in done:
+            missing.append(f"lemma {lemma.number} ({lemma.key})")
+    for name in coeffsearch.names():
+        if ("schedule", name) not in done:
+            missing.append(f"schedule {name}")
+    return sorted(set(missing))
+
+
+# ---- API coverage --------------------------------------------------------------------------
+
+
+def _defined_public(module) -> list[str]:
+    names = getattr(module, "__all__", None)
+    if names is not None:
+        return list(names)
+    return [n for n, v in vars(module).items()
+            if not n.startswith("_") and (inspect.isfunction(v) or inspect.isclass(v))
+            and getattr(v, "__module__", None) == module.__name__]
+
+
+def public_api(package_name: str) -> list[str]:
+    """Dotted public names of a package (see the module docstring for the rule)."""
+    package = importlib.import_module(package_name)
+    if hasattr(package, "__all__"):
+        return [f"{package_name}.{n}" for n in package.__all__]
+    out = []
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("_") or info.ispkg:
+            continue
+        module = importlib.import_module(f"{package_name}.{info.name}")
+        out += [f"{module.__name__}.{n}" for n in _defined_public(module)]
+    return out
+
+
+def undocumented(app, env) -> list[str]:
+    documented = set(env.get_domain("py").objects)
+    return [name for package in app.config.workbench_api_packages for name in public_api(package)
+            if name not in documented]
+
+
+def check_consistency(app, env):
+    if app.config.workbench_require_complete:
+        missing = missing_objects(app, env)
+        if missing:
+            raise IncompleteDocs("no page renders: " + "; ".join(missing))
+    names = undocumented(app, env)
+    if names:
+        raise IncompleteDocs(f"{len(names)} public names have no API reference entry (give each a docstring "
+                             f"so autodoc documents it): {', '.join(names)}")
+
+
+# ---- offline site --------------------------------------------------------------------------
+
+_EXTERNAL = re.compile(r"^\s*(?:[a-zA-Z][a-zA-Z0-9+.-]*:)?//", re.ASCII)
+_CSS_URL = re.compile(r"""url\(\s*['"]?([^'")\s]+)|@import\s+['"]([^'"]+)""")
+_NOT_ASSETS = {"canonical", "alternate", "author", "license", "next", "prev", "index", "search", "help",
+               "bookmark", "external", "nofollow", "noopener", "noreferrer"}
+
+
+def is_external(url: str) -> bool:
+    url = url.strip()
+    return bool(_EXTERNAL.match(url)) and not url.lower().startswith("file:")
+
+
+class _AssetParser(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.assets: list[str] = []
+        self._in_style = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "link":
+            rels = set((a.get("rel") or "").lower().split())
+            if a.get("href") and not rels <= _NOT_ASSETS | {""} or (a.get("href") and not rels):
+                self.assets.append(a["href"])
+        for attr in ("src", "data", "poster"):
+            if tag in ("script", "img", "iframe", "embed", "object", "source", "video", "audio", "track", "input") \
+                    and a.get(attr):
+                self.assets.append(a[attr])
+        if a.get("srcset"):
+            self.assets += [part.split()[0] for part in a["srcset"].split(",") if part.strip()]
+        if a.get("style"):
+            self.assets += css_urls(a["style"])
+        self._in_style = tag == "style"
+
+    def handle_endtag(self, tag):
+        if tag == "style":
+            self._in_style = False
+
+    def handle_data(self, data):
+        if self._in_style:
+            self.assets += css_urls(data)
+
+
+def css_urls(css: str) -> list[str]:
+    return [a or b for a, b in _CSS_URL.findall(css)]
+
+
+def external_assets(html_dir) -> list[tuple[str, str]]:
+    """``(file, url)`` for every asset of the site at ``html_dir`` that is loaded from a URL."""
+    root = Path(html_dir)
+    found = []
+    for path in sorted(root.rglob("*")):
+        if path.suffix == ".html":
+            parser = _AssetParser()
+            parser.feed(path.read_text(encoding="utf-8", errors="replace"))
+            urls = parser.assets
+        elif path.suffix == ".css":
+            urls = css_urls(path.read_text(encoding="utf-8", errors="replace"))
+        else:
+            continue
+        found += [(str(path.relative_to(root)), u) for u in urls if is_external(u)]
+    return found
+
+
+def check_site(app, exc):
+    if exc is not None or app.builder.format != "html":
+        return
+    bad = external_assets(app.outdir)
+    if bad:
+        shown = "; ".join(f"{f}: {u}" for f, u in bad[:10])
+        raise ExternalAsset(f"{len(bad)} assets load from outside the site (math must render offline): {shown}")

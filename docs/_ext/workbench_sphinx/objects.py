@@ -1,0 +1,182 @@
+"""The live objects the pages are printed from: rule modules, their derivations, lemmas, schedules.
+
+Nothing here is cached on disk. Each rule module is imported and its derivations are built once
+per Sphinx process; building a derivation runs the checks the engine records for every step, so
+a step whose check fails stops the build (the message names the derivation). The pages show
+those recorded checks instead of re-running ``--check``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import traceback
+from dataclasses import dataclass
+from functools import cache
+
+from sphinx.errors import ExtensionError
+
+RULE_PACKAGE = "derivations"
+
+
+class UnknownName(ExtensionError):
+    """A directive names an object that does not exist; the message lists the known names."""
+
+
+class FailedDerivation(ExtensionError):
+    """A derivation could not be built, or one of its recorded checks did not pass."""
+
+
+def unknown(kind: str, name: str, known) -> UnknownName:
+    return UnknownName(f"unknown {kind} {name!r}; known {kind}s: {', '.join(sorted(known))}")
+
+
+@dataclass
+class RuleEntry:
+    """One rule module: its command-line description, derivations and emitted functions."""
+
+    module: object
+    rule: object  # derivations.cli.RuleModule
+    derivations: list
+    functions: list
+
+    @property
+    def name(self) -> str:
+        return self.rule.name
+
+
+def _rule_module_names() -> list[str]:
+    """Modules of the ``derivations`` package that define ``rule_module()`` (sorted)."""
+    package = importlib.import_module(RULE_PACKAGE)
+    out = []
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("_") or info.ispkg:
+            continue
+        module = importlib.import_module(f"{RULE_PACKAGE}.{info.name}")
+        if callable(getattr(module, "rule_module", None)):
+            out.append(info.name)
+    return out
+
+
+def _failing_derivation_name(tb) -> str | None:
+    """The name of the derivation whose method raised (read off the traceback's frames)."""
+    from derivations import Derivation
+    name = None
+    for frame, _ in traceback.walk_tb(tb):
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, Derivation):
+            name = candidate.name
+    return name
+
+
+def _check_recorded(der, module_name: str):
+    for step in der.steps:
+        check = step.check
+        if check is None:
+            raise FailedDerivation(f"derivation {der.name} (module {module_name}): step {step.index} "
+                                   f"({step.kind}) has no recorded check")
+        if getattr(check, "passed", True) is False:
+            raise FailedDerivation(f"derivation {der.name} (module {module_name}): step {step.index} "
+                                   f"({step.kind}, lemma {step.lemma.number}) failed its check")
+
+
+def load_rule(module_path: str) -> RuleEntry:
+    """Import ``module_path``, build its derivations and emitted functions, verify their checks."""
+    return _load_rule(module_path)
+
+
+@cache
+def _load_rule(module_path: str) -> RuleEntry:
+    module = importlib.import_module(module_path)
+    rule = module.rule_module()
+    try:
+        ders = list(rule.derivations())
+        functions = list(rule.functions())
+    except Exception as exc:  # a failing step check, a lemma that no longer applies, …
+        which = _failing_derivation_name(exc.__traceback__)
+        where = f"derivation {which}" if which else "a derivation"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FailedDerivation(f"{where} of module {module_path} could not be built: "
+                               f"{type(exc).__name__}: {first}") from exc
+    for der in ders:
+        _check_recorded(der, module_path)
+    return RuleEntry(module, rule, ders, functions)
+
+
+class Catalogue:
+    """Every rule module of a build, by short name, and every derivation, by its dotted name."""
+
+    def __init__(self, module_paths: list[str]):
+        self.module_paths = module_paths
+        self._rules: dict[str, RuleEntry] | None = None
+
+    @property
+    def rules(self) -> dict[str, RuleEntry]:
+        if self._rules is None:
+            rules = {}
+            for path in self.module_paths:
+                entry = load_rule(path)
+                rules[entry.name] = entry
+            self._rules = rules
+        return self._rules
+
+    def rule(self, name: str) -> RuleEntry:
+        if name not in self.rules:
+            raise unknown("rule module", name, self.rules)
+        return self.rules[name]
+
+    @property
+    def derivations(self) -> dict:
+        """Derivation name → derivation (a derivation shared by two modules appears once)."""
+        out = {}
+        for entry in self.rules.values():
+            for der in entry.derivations:
+                out.setdefault(der.name, der)
+        return out
+
+    def derivation(self, name: str):
+        ders = self.derivations
+        if name not in ders:
+            raise unknown("derivation", name, ders)
+        return ders[name]
+
+    def home(self, der) -> str:
+        """The rule module a derivation belongs to (its name's prefix, else the first that lists it)."""
+        prefix = der.name.split(".")[0]
+        if prefix in self.rules:
+            return prefix
+        for entry in self.rules.values():
+            if any(d.name == der.name for d in entry.derivations):
+                return entry.name
+        raise unknown("derivation", der.name, self.derivations)
+
+    def lemmas(self) -> list:
+        """Every lemma: the lemma module's list, then any other lemma a derivation applies."""
+        from derivations import lemmas as lemma_module
+        seen = {}
+        for lem in getattr(lemma_module, "ALL_LEMMAS", ()):
+            seen.setdefault(lem.key, lem)
+        for der in self.derivations.values():
+            for lem in der.lemmas_used():
+                seen.setdefault(lem.key, lem)
+        return list(seen.values())
+
+    def users(self, lemma) -> list:
+        """Derivations that apply ``lemma``, in catalogue order."""
+        return [der for der in self.derivations.values()
+                if any(s.lemma.key == lemma.key for s in der.steps)]
+
+
+def default_rule_modules() -> list[str]:
+    return [f"{RULE_PACKAGE}.{name}" for name in _rule_module_names()]
+
+
+_CATALOGUES: dict = {}
+
+
+def catalogue(config) -> Catalogue:
+    """The build's catalogue (``workbench_rule_modules``, default: every rule module found)."""
+    paths = tuple(config.workbench_rule_modules or default_rule_modules())
+    if paths not in _CATALOGUES:
+        _CATALOGUES[paths] = Catalogue(list(paths))
+    return _CATALOGUES[paths]

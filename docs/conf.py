@@ -1,0 +1,44 @@
+"""Sphinx configuration of the workbench's documentation.
+
+Build: ``python -m sphinx -W -b html docs docs/_build/html`` (every warning is an error).
+The pages are printed from the live objects by the extension in ``_ext/workbench_sphinx``.
+"""
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "_ext"))
+sys.path.insert(0, str(HERE.parent))
+
+project = "Optimizer workbench"
+author = "the workbench authors"
+copyright = "the workbench authors"
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.mathjax",
+    "sphinx.ext.viewcode",
+    "sphinx_proof",
+    "workbench_sphinx",
+]
+
+html_theme = "furo"
+html_title = "Optimizer workbench"
+exclude_patterns = ["_build"]
+nitpicky = False
+
+#: the rule modules whose derivations get pages (empty: every module of ``derivations`` with a
+#: ``rule_module()``); the completeness check fails when one of them has no page
+workbench_rule_modules = []
+#: packages whose public names must each have an API entry
+workbench_api_packages = ["derivations", "coeffsearch", "numerics"]
+
+autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+# the same class is re-exported by a package and documented in its defining module too
+suppress_warnings = ["ref.python"]
+
+proof_minimal_theme = True

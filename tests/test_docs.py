@@ -1,0 +1,261 @@
+"""The Sphinx extension that prints the docs from the live objects, and the built site.
+
+The first group builds small Sphinx projects in a temporary directory (one cheap rule module),
+so the default suite exercises every directive and every check that stops a build: an unknown
+name, a derivation whose check fails, a broken tutorial example, an undocumented public name,
+a missing page, and a page that loads an asset from a URL.
+
+The second group tests the full site built by the README's command. It runs where
+``WORKBENCH_DOCS_HTML`` names the built site (``.ci/run`` builds it after the suite and runs this
+file again); the browser test needs Debian's ``chromium``, which ``.ci/run`` installs.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("sphinx", reason="the docs extra is not installed (pip install -e '.[docs]')")
+from sphinx.application import Sphinx
+from sphinx.errors import SphinxError
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+
+from workbench_sphinx.checks import external_assets, public_api
+
+CONF = """
+import sys
+sys.path.insert(0, {ext!r})
+sys.path.insert(0, {extra!r})
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.mathjax", "sphinx_proof", "workbench_sphinx"]
+html_theme = "furo"
+workbench_rule_modules = {modules!r}
+workbench_api_packages = {api!r}
+workbench_require_complete = {complete!r}
+workbench_band_challenge = {{}}
+"""
+
+PLANTED_RULE = '''
+"""A rule module whose one derivation applies a lemma that drops a transpose."""
+from sympy.matrices.expressions import MatrixSymbol
+
+from derivations import Context, identity_chain
+from derivations.algebra import product, transpose
+from derivations.lemmas import Lemma
+from derivations.vocabulary import dimension
+
+n = dimension("n")
+A, B = MatrixSymbol("A", n, n), MatrixSymbol("B", n, n)
+
+DROP_TRANSPOSE = Lemma(key="planted_drop_transpose", number="P", title="planted: Aᵀ = A",
+                       statement=r"A^{\\top} = A",
+                       rewrite=lambda e, **_: (e.xreplace({transpose(A): A}), []))
+
+
+def derivations():
+    der = identity_chain("planted.wrong", "A false identity", product(transpose(A), B),
+                         Context(check_dims=[{n: 3}, {n: 4}]))
+    der.apply(DROP_TRANSPOSE)
+    return [der]
+
+
+def rule_module():
+    from derivations.cli import RuleModule
+    return RuleModule(name="planted", title="planted", derivations=derivations, functions=lambda: [],
+                      scalars={})
+'''
+
+
+def build(tmp_path, pages: dict, modules=("derivations.sylvester",), api=(), complete=False, extra=None):
+    """Build a small project with ``-W``; returns the output directory."""
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    (src / "conf.py").write_text(CONF.format(ext=str(ROOT / "docs" / "_ext"), extra=str(extra or tmp_path),
+                                             modules=list(modules), api=list(api), complete=complete))
+    toc = "\n".join(f"   {name}" for name in pages if name != "index")
+    (src / "index.rst").write_text(f"Test\n====\n\n.. toctree::\n\n{toc}\n\n" + pages.get("index", ""))
+    for name, body in pages.items():
+        if name != "index":
+            (src / f"{name}.rst").parent.mkdir(parents=True, exist_ok=True)
+            (src / f"{name}.rst").write_text(textwrap.dedent(body))
+    out = tmp_path / "html"
+    app = Sphinx(str(src), str(src), str(out), str(tmp_path / "doctrees"), "html", status=io.StringIO(),
+                 warning=io.StringIO(), warningiserror=True, freshenv=True)
+    app.build()
+    if app.statuscode:
+        raise SphinxError(app._warning.getvalue() if hasattr(app, "_warning") else "build failed")
+    return out
+
+
+def _plain(html: str) -> str:
+    import html as html_module
+    return html_module.unescape(re.sub(r"<[^>]+>", "", html))
+
+
+def test_directives_render_live_objects(tmp_path):
+    page = """
+    Sylvester
+    =========
+
+    .. derivation:: sylvester.adjoint
+
+    .. derivation:: sylvester.achieved_change
+
+    .. emitted-functions:: sylvester
+
+    .. schedule:: muon
+
+    .. executed::
+
+       from derivations import sylvester
+       print("steps:", len(sylvester.derivations()[0].steps))
+    """
+    pages = {"page": page, "lemmas": "Lemmas\n======\n\n.. lemma-reference::\n",
+             "listings/sylvester": "Listing\n=======\n\n.. emitted-listing:: sylvester\n"}
+    out = build(tmp_path, pages)
+    html = (out / "page.html").read_text()
+    from derivations import sylvester
+    der = sylvester.derivations()[0]
+    assert 'id="derivation-sylvester-adjoint"' in html
+    assert der.fingerprint() in html                      # printed from the live object
+    steps = sum(len(d.steps) for d in sylvester.derivations())     # the page shows both derivations
+    assert len(re.findall(r'class="[^"]*\bworkbench-step\b', html)) == steps
+    for step in der.steps:                                 # each lemma linked to its reference entry
+        assert f'href="lemmas.html#lemma-{step.lemma.key.replace("_", "-")}"' in html
+    assert "sylvester.adjoint" in (out / "lemmas.html").read_text()   # "used by"
+    text = _plain(html)
+    assert "def sylvester_qk(" in text and 'href="listings/sylvester.html"' in html
+    assert f"steps: {len(der.steps)}" in text              # the example ran during the build
+    assert "3.4445" in text and "schedule-muon.png" in html
+    assert (out / "_static" / "mathjax" / "tex-chtml.js").is_file()
+    assert external_assets(out) == []
+
+
+@pytest.mark.parametrize("directive, name, known", [
+    ("derivation", "sylvester.nope", "sylvester.adjoint"),
+    ("schedule", "polar-express-6", "polar-express-5"),
+    ("emitted-functions", "nosuchrule", "sylvester"),
+])
+def test_unknown_name_stops_the_build_and_lists_known_names(tmp_path, directive, name, known):
+    with pytest.raises(SphinxError) as err:
+        build(tmp_path, {"page": f"Page\n====\n\n.. {directive}:: {name}\n"})
+    assert repr(name) in str(err.value) and known in str(err.value)
+
+
+def test_failing_derivation_stops_the_build_naming_it(tmp_path):
+    (tmp_path / "planted_rule.py").write_text(PLANTED_RULE)
+    with pytest.raises(SphinxError) as err:
+        build(tmp_path, {"page": "Page\n====\n\n.. derivation:: planted.wrong\n"}, modules=("planted_rule",))
+    message = str(err.value)
+    assert "planted.wrong" in message and "planted_rule" in message
+
+
+def test_broken_example_stops_the_build(tmp_path):
+    page = "Tutorial\n========\n\n.. executed::\n\n   x = 1\n   assert x == 2, 'the example is stale'\n"
+    with pytest.raises(SphinxError, match=r"tutorial\.rst, line \d+: .*AssertionError: the example is stale"):
+        build(tmp_path, {"tutorial": page})
+
+
+def test_undocumented_public_name_stops_the_build(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pkg = tmp_path / "planted_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text('"""Planted package."""\n')
+    (pkg / "mod.py").write_text('"""Module."""\n\n\ndef documented():\n    """Has a docstring."""\n\n\n'
+                                'def undocumented():\n    pass\n')
+    assert public_api("planted_pkg") == ["planted_pkg.mod.documented", "planted_pkg.mod.undocumented"]
+    page = "API\n===\n\n.. api-modules:: planted_pkg\n"
+    with pytest.raises(SphinxError, match=r"1 public names have no API reference entry.*planted_pkg\.mod\.undocumented"):
+        build(tmp_path, {"api": page}, api=["planted_pkg"])
+
+
+def test_missing_page_stops_the_build(tmp_path):
+    with pytest.raises(SphinxError, match=r"no page renders: .*derivation sylvester\.achieved_change"):
+        build(tmp_path, {"page": "Page\n====\n\n.. derivation:: sylvester.adjoint\n"}, complete=True)
+
+
+def test_external_assets_are_found_and_links_are_not(tmp_path):
+    (tmp_path / "a.html").write_text(
+        '<html><head><script src="https://cdn.example.org/mathjax.js"></script>'
+        '<link rel="stylesheet" href="//fonts.example.org/x.css"><link rel="next" href="https://example.org/">'
+        '<style>@font-face { src: url("https://example.org/f.woff2") }</style></head>'
+        '<body><a href="https://example.org/paper">paper</a><img src="_images/plot.png">'
+        '<script src="_static/mathjax/tex-chtml.js"></script></body></html>')
+    (tmp_path / "s.css").write_text('@import "https://example.org/more.css"; .x { background: url(local.png) }')
+    found = sorted(external_assets(tmp_path))
+    assert found == [("a.html", "//fonts.example.org/x.css"), ("a.html", "https://cdn.example.org/mathjax.js"),
+                     ("a.html", "https://example.org/f.woff2"), ("s.css", "https://example.org/more.css")]
+
+
+# ---- the full site (built by the README's command) ------------------------------------------
+
+SITE = os.environ.get("WORKBENCH_DOCS_HTML")
+needs_site = pytest.mark.skipif(not SITE, reason="the full site is tested after it is built: .ci/run sets "
+                                                 "WORKBENCH_DOCS_HTML=docs/_build/html")
+
+
+@needs_site
+def test_site_has_a_page_for_every_derivation():
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    from workbench_sphinx.objects import default_rule_modules, load_rule
+    site = Path(SITE)
+    for path in default_rule_modules():
+        entry = load_rule(path)
+        html = (site / "rules" / f"{entry.name}.html").read_text()
+        for fn in entry.functions:
+            assert f"def {fn.name}(" in html, (entry.name, fn.name)
+        for der in entry.derivations:
+            home = der.name.split(".")[0]
+            target = (site / "rules" / f"{home}.html").read_text()
+            label = "derivation-" + re.sub(r"[^a-z0-9]+", "-", der.name.lower())
+            assert f'id="{label}"' in target, der.name
+
+
+@needs_site
+def test_site_loads_no_external_assets():
+    assert external_assets(SITE) == []
+    assert (Path(SITE) / "_static" / "mathjax" / "tex-chtml.js").is_file()
+
+
+def _chromium():
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _visible_text(dom: str) -> str:
+    dom = re.sub(r"(?is)<(script|style|mjx-container|noscript)\b.*?</\1>", " ", dom)
+    return re.sub(r"<[^>]+>", " ", dom)
+
+
+@needs_site
+def test_browser_renders_the_math_of_the_half_split_page(tmp_path):
+    chromium = _chromium()
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it with apt-get; it could not here)")
+    page = (Path(SITE) / "rules" / "halfsplit.html").resolve()
+    formulas = len(re.findall(r'class="math notranslate nohighlight"', page.read_text()))
+    assert formulas > 20
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             "--host-resolver-rules=MAP * ~NOTFOUND",  # no network: everything must come from the site
+             "--virtual-time-budget=60000", "--run-all-compositor-stages-before-draw", "--window-size=1280,1800"]
+    dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=240,
+                         check=True).stdout
+    ready = re.search(r'data-math-rendered="(\d+)"', dom)
+    assert ready, "MathJax never finished typesetting the page"
+    rendered = len(re.findall(r"<mjx-container", dom))
+    assert int(ready.group(1)) == rendered and rendered >= formulas
+    text = _visible_text(dom)
+    for raw in ("\\(", "\\[", "$$", "\\begin{"):
+        assert raw not in text, f"raw TeX {raw!r} left on the page"
+    shot = Path(os.environ.get("WORKBENCH_SCREENSHOT", tmp_path / "halfsplit.png")).resolve()
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([*flags, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=240, check=True)
+    assert shot.stat().st_size > 10_000
