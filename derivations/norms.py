@@ -30,11 +30,8 @@ from dataclasses import dataclass
 
 import mpmath
 import numpy as np
-from sympy import Basic
-from sympy.core.sympify import _sympify
-from sympy.matrices.expressions import MatrixExpr
 
-from .vocabulary import Inner, Msign, NuclearNorm, OpNorm, _MatrixScalar
+from .vocabulary import Inner, MatrixFunction, Msign, NuclearNorm, OpNorm, _MatrixScalar
 
 # ---- entrywise helpers shared by the float64 and mpmath backends ----------------------------
 
@@ -185,25 +182,7 @@ class RmsOpNorm(_MatrixScalar):
 
 
 # ---- sharp maps (matrix nodes) --------------------------------------------------------------
-class _Sharp(MatrixExpr):
-    """A matrix function of one matrix argument, of the argument's shape."""
-
-    def __new__(cls, arg):
-        arg = _sympify(arg)
-        if not getattr(arg, "is_Matrix", False):
-            raise TypeError(f"{cls.__name__} takes a matrix expression, got {arg!r}")
-        return Basic.__new__(cls, arg)
-
-    @property
-    def arg(self):
-        return self.args[0]
-
-    @property
-    def shape(self):
-        return self.arg.shape
-
-
-class Sign(_Sharp):
+class Sign(MatrixFunction):
     """Entrywise sign: the sharp map of the max-abs norm (``sign(0) = 0``)."""
 
     def _numeric(self, ev):
@@ -221,7 +200,7 @@ class Sign(_Sharp):
     _jaxcode = _numpycode
 
 
-class FrobeniusUnit(_Sharp):
+class FrobeniusUnit(MatrixFunction):
     """``A / ‖A‖_F`` (zero for ``A = 0``): the sharp map of the Frobenius norm."""
 
     def _numeric(self, ev):
@@ -245,7 +224,7 @@ class FrobeniusUnit(_Sharp):
     _jaxcode = _numpycode
 
 
-class TopSingular(_Sharp):
+class TopSingular(MatrixFunction):
     """``u₁v₁ᵀ`` for the top singular pair of ``A``: the sharp map of the nuclear norm.
 
     Unique when the largest singular value is simple (almost surely for random instances); any
@@ -512,7 +491,29 @@ def solve_step(der):
                        [f"β = {der.state.budget} > 0", f"{family.title}: dual {family.dual_of(a)}"])
 
 
-__all__ = ["FAMILIES", "FROBENIUS", "MAX_ABS", "NUCLEAR", "OPERATOR", "RMS", "AspectScale", "EntrywiseL1Norm",
-           "FrobeniusNorm", "FrobeniusUnit", "MaxAbsNorm", "NormFamily", "NotABall", "RmsOpNorm", "Sign",
-           "TopSingular", "NORM_LEMMAS", "NORM_TRANSPOSITION", "UNITARY_INVARIANCE", "ball_parts",
-           "duality_errors", "family_of", "solve_lemma", "solve_step"]
+__all__ = [
+    "FAMILIES",
+    "FROBENIUS",
+    "MAX_ABS",
+    "NORM_LEMMAS",
+    "NORM_TRANSPOSITION",
+    "NUCLEAR",
+    "OPERATOR",
+    "RMS",
+    "UNITARY_INVARIANCE",
+    "AspectScale",
+    "EntrywiseL1Norm",
+    "FrobeniusNorm",
+    "FrobeniusUnit",
+    "MaxAbsNorm",
+    "NormFamily",
+    "NotABall",
+    "RmsOpNorm",
+    "Sign",
+    "TopSingular",
+    "ball_parts",
+    "duality_errors",
+    "family_of",
+    "solve_lemma",
+    "solve_step",
+]

@@ -102,13 +102,13 @@ def _check_side(side) -> Str:
     return Str(side)
 
 
-class Msign(MatrixExpr):
-    """Spectral sign ``msign(A) = U Vᵀ`` over the nonzero singular values of ``A``."""
+class MatrixFunction(MatrixExpr):
+    """A matrix function of one matrix argument, of the argument's shape (msign, entrywise sign, …)."""
 
     def __new__(cls, arg):
         arg = _sympify(arg)
         if not getattr(arg, "is_Matrix", False):
-            raise TypeError(f"msign takes a matrix expression, got {arg!r}")
+            raise TypeError(f"{cls.__name__} takes a matrix expression, got {arg!r}")
         return Basic.__new__(cls, arg)
 
     @property
@@ -118,6 +118,10 @@ class Msign(MatrixExpr):
     @property
     def shape(self):
         return self.arg.shape
+
+
+class Msign(MatrixFunction):
+    """Spectral sign ``msign(A) = U Vᵀ`` over the nonzero singular values of ``A``."""
 
     def _sympystr(self, printer):
         return f"msign({printer._print(self.arg)})"

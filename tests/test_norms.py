@@ -101,7 +101,7 @@ def test_scalars_broadcast_over_a_batch():
 
 
 def test_missing_rule_names_node_and_interpreter():
-    class Unknown(N._Sharp):
+    class Unknown(N.MatrixFunction):
         pass
 
     with pytest.raises(MissingRule, match="numeric evaluator has no rule for Unknown"):
