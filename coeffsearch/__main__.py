@@ -192,7 +192,7 @@ def cmd_band(a):
         print(f"  certified image of [{a.lower}, {a.upper}] after {a.steps} steps: [{res.band[0]:.10f}, {res.band[1]:.10f}]")
     print(f"  Muon (3.4445, -4.7750, 2.0315): slope a = 3.4445, image [{m_lo:.6f}, {m_hi:.6f}]")
     if res.certificate is not None:
-        out["certificate"] = res.certificate
+        out["certificate"] = res.certificate.to_dict()
     _write_json(a.json, out)
 
 
@@ -207,16 +207,22 @@ def _steps_for(steps, n):
 
 
 def cmd_certify(a):
-    from .certify import CertificateError, certify, recheck
+    from .certify import Certificate, CertificateError, CertificateFormatError, certify, recheck
     name, steps, design_lower, raw = resolve(a.schedule)
     if raw is not None and a.lower is None and a.steps is None:
+        try:  # malformed: one line per bad field, exit 2; well-formed but wrong: FAILED, exit 1
+            stated = Certificate.from_json(raw, f"certificate {a.schedule}")
+        except CertificateFormatError as exc:
+            sys.stderr.write("".join(f"coeffsearch: error: {line}\n" for line in exc.lines))
+            return 2
         try:
-            fresh = recheck(raw)
+            fresh = recheck(stated)
         except CertificateError as exc:
             print(f"certificate {a.schedule}: FAILED: {exc}")
             return 1
-        print(f"certificate {a.schedule}: re-checked, every stated step image contains the recomputed enclosure; "
-              f"band {fresh['band']}")
+        print(f"certificate {a.schedule}: re-checked, every stated field equals its recomputation "
+              f"({len(fresh.steps)} step images, band, worst error, (0, l] image, overshoot limit); "
+              f"band {fresh.band}")
         return 0
     lower = a.lower or (repr(design_lower) if design_lower else "1e-3")
     upper = a.upper or "1"
@@ -233,7 +239,7 @@ def cmd_certify(a):
     print(f"  certified band: [{cert['band'][0]}, {cert['band'][1]}], worst |1 - p| <= {cert['worst_error']}")
     print(f"  (0, l] maps into [{cert['below_lower']['output'][0]}, {cert['below_lower']['output'][1]}]")
     print(f"  overshoot: largest u with {cert['overshoot']['criterion']}: {cert['overshoot']['u_max']}")
-    _write_json(a.json, cert)
+    _write_json(a.json, cert.to_json())
     return 0
 
 

@@ -1,17 +1,28 @@
 """Rigorous images of intervals under a schedule, by outward-rounded interval arithmetic.
 
-The image of ``[lo, hi]`` under an odd polynomial is ``[min, max]`` of ``p`` over the endpoints
-and the interior critical points. For degree 3 the critical point solves a linear equation in
-``y = x²``, for degree 5 a quadratic; both are enclosed with mpmath's ``iv`` (outward rounding),
-and ``p`` is evaluated over the enclosures, so every stated bound is proven. Propagating the image
-step by step needs no subdivision of the composed polynomial. A comparison that cannot be decided
-(an enclosure straddling an endpoint) widens the result rather than guessing: certificates fail
-closed.
+The image of ``[lo, hi]`` under an odd polynomial ``p`` is ``[min, max]`` of ``p`` over the
+endpoints and the interior critical points. The critical points are the positive square roots
+of the positive real roots of ``q(y) = Σ_j (2j+1) c_j y^j`` (``p'(x) = q(x²)``), for any degree:
+the roots of ``q``, with its coefficients taken as the exact rationals the decimal strings state,
+are isolated rigorously by FLINT's ball arithmetic (python-flint ``fmpq_poly.complex_roots``, which
+returns disjoint enclosures of *all* roots); every enclosure that may be real enters. ``p`` is then
+evaluated over the enclosures with mpmath's ``iv`` (outward rounding), so every stated bound is
+proven. Propagating the image step by step needs no subdivision of the composed polynomial. A
+comparison that cannot be decided (an enclosure straddling an endpoint) widens the result rather
+than guessing: certificates fail closed.
+
+A :class:`Certificate` is a typed object with ``to_json``/``from_json`` (validated against a JSON
+schema); :func:`recheck` recomputes every stated field from the coefficients and rejects any
+difference.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from functools import cache
 
 import mpmath
 from mpmath import iv
@@ -67,57 +78,87 @@ def _decimal(x, digits, direction):
         return mpmath.nstr(v + direction * step, digits + 1, min_fixed=-4, max_fixed=6)
 
 
-def _critical_enclosures(coeffs):
-    """Enclosures of the positive critical points of ``p`` (degree 3 or 5)."""
-    if len(coeffs) == 1:
-        return []
-    if len(coeffs) == 2:  # c0 + 3 c1 y = 0
-        ys = [-coeffs[0] / (3 * coeffs[1])]
-    elif len(coeffs) == 3:  # 5 c2 y² + 3 c1 y + c0 = 0
-        c0, c1, c2 = coeffs
-        disc = 9 * c1 * c1 - 20 * c0 * c2
-        if disc.b < 0:
-            return []
-        root = iv.sqrt(iv.mpf([max(_exact(disc.a), 0), _exact(disc.b)]))
-        ys = [(-3 * c1 - root) / (10 * c2), (-3 * c1 + root) / (10 * c2)]
-    else:
-        raise CertificateError(f"certification covers degrees 3 and 5; got degree {2 * len(coeffs) - 1}")
+def _from_arb(x) -> mpmath.mpf:
+    """The exact binary value of an arb point (no rounding)."""
+    man, exp = (int(v) for v in x.mid().man_exp())
+    return mpmath.mp.make_mpf(mpmath.libmp.from_man_exp(man, exp))
+
+
+@cache
+def _critical_ys(step: tuple, prec: int) -> tuple:
+    """Exact-binary enclosures ``(lo, hi)`` of the positive real roots of ``q(y) = Σ (2j+1) c_j y^j``.
+
+    ``step`` holds the coefficients as decimal strings (taken as exact rationals). FLINT isolates
+    every complex root in a ball; a root whose imaginary part is not certainly nonzero is kept as
+    possibly real (its real part enters), so no critical point can be missed.
+    """
+    import flint
+    if len(step) < 2:
+        return ()
+    q = [Fraction(str(c)) * (2 * j + 1) for j, c in enumerate(step)]
+    poly = flint.fmpq_poly([flint.fmpq(c.numerator, c.denominator) for c in q])
+    old = flint.ctx.prec
+    flint.ctx.prec = prec
+    try:
+        roots = poly.complex_roots()
+    finally:
+        flint.ctx.prec = old
     out = []
-    for y in ys:
-        if y.b <= 0:
+    for root, _ in roots:
+        if not root.imag.contains(0):
             continue
-        out.append(iv.sqrt(iv.mpf([max(_exact(y.a), 0), _exact(y.b)])))
+        lo, hi = (_from_arb(x) for x in (root.real.lower(), root.real.upper()))
+        if hi > 0:
+            out.append((max(lo, mpmath.mpf(0)), hi))
+    return tuple(out)
+
+
+def _critical_enclosures(step, prec):
+    """Interval enclosures of the positive critical points ``x = √y`` of ``p`` (any odd degree)."""
+    return [iv.sqrt(iv.mpf([lo, hi])) for lo, hi in _critical_ys(tuple(str(c) for c in step), prec)]
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One step: its decimal coefficients, their interval enclosures, and its critical points."""
+
+    text: tuple
+    coeffs: list = field(compare=False)
+    critical: list = field(compare=False)
+
+
+def _steps(steps, prec) -> list:
+    out = []
+    for step in steps:
+        text = tuple(str(c) for c in step)
+        out.append(_Step(text, [iv.mpf(c) for c in text], _critical_enclosures(text, prec)))
     return out
 
 
-def step_image(coeffs, lo, hi):
+def step_image(step: _Step, lo, hi):
     """Proven enclosure ``[a, b]`` of ``p([lo, hi])`` and the critical points that entered it."""
     lo_i, hi_i = iv.mpf(lo), iv.mpf(hi)
-    values = [odd_eval(coeffs, lo_i), odd_eval(coeffs, hi_i)]
+    values = [odd_eval(step.coeffs, lo_i), odd_eval(step.coeffs, hi_i)]
     used = []
-    for x in _critical_enclosures(coeffs):
+    for x in step.critical:
         if x.b < lo_i.a or x.a > hi_i.b:
             continue
         clipped = iv.mpf([max(_exact(x.a), _exact(lo_i.a)), min(_exact(x.b), _exact(hi_i.b))])
-        values.append(odd_eval(coeffs, clipped))
+        values.append(odd_eval(step.coeffs, clipped))
         used.append(x)
     a = min(_exact(v.a) for v in values)
     b = max(_exact(v.b) for v in values)
     return a, b, used
 
 
-def propagate(coeffs_list, lo, hi):
-    """Per-step enclosures of the images of ``[lo, hi]``."""
+def propagate(steps, lo, hi):
+    """Per-step enclosures of the images of ``[lo, hi]`` (``steps`` from :func:`_steps`)."""
     rows = []
-    for i, coeffs in enumerate(coeffs_list):
-        a, b, used = step_image(coeffs, lo, hi)
+    for i, step in enumerate(steps):
+        a, b, used = step_image(step, lo, hi)
         rows.append({"step": i + 1, "input": (lo, hi), "critical_points": used, "output": (a, b)})
         lo, hi = a, b
     return rows
-
-
-def _iv_coeffs(steps):
-    return [[iv.mpf(str(c)) for c in step] for step in steps]
 
 
 def overshoot_limit(coeffs_list, lower, start, iterations: int = 40):
@@ -141,8 +182,114 @@ def overshoot_limit(coeffs_list, lower, start, iterations: int = 40):
     return lo
 
 
-def certify(steps, lower, upper=1, name: str = "", prec: int = DEFAULT_PREC, digits: int = 20) -> dict:
-    """A re-checkable certificate for ``steps`` on ``[lower, upper]`` (decimal strings, outward)."""
+METHOD = ("outward-rounded interval arithmetic (mpmath iv): endpoints and critical points per step; "
+          "critical points isolated as roots of p' by FLINT ball arithmetic (python-flint)")
+_DEC = {"type": "string", "pattern": r"^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?$"}
+_PAIR = {"type": "array", "items": _DEC, "minItems": 2, "maxItems": 2}
+SCHEMA = {
+    "type": "object",
+    "required": ["kind", "name", "schedule", "interval", "precision_bits", "method", "steps", "band",
+                 "worst_error", "below_lower", "overshoot"],
+    "properties": {
+        "kind": {"const": "certificate"},
+        "name": {"type": "string"},
+        "schedule": {"type": "array", "minItems": 1,
+                     "items": {"type": "array", "minItems": 1, "items": _DEC}},
+        "interval": _PAIR,
+        "precision_bits": {"type": "integer", "minimum": 53, "maximum": 4096},
+        "digits": {"type": "integer", "minimum": 5, "maximum": 200},
+        "method": {"type": "string"},
+        "steps": {"type": "array", "items": {
+            "type": "object", "required": ["step", "input", "critical_points", "output"],
+            "properties": {"step": {"type": "integer", "minimum": 1}, "input": _PAIR,
+                           "critical_points": {"type": "array", "items": _PAIR}, "output": _PAIR}}},
+        "band": _PAIR,
+        "worst_error": _DEC,
+        "below_lower": {"type": "object", "required": ["input", "output"],
+                        "properties": {"input": _PAIR, "output": _PAIR}},
+        "overshoot": {"type": "object", "required": ["criterion", "u_max"],
+                      "properties": {"criterion": {"type": "string"},
+                                     "u_max": {"anyOf": [_DEC, {"type": "null"}]}}},
+    },
+}
+
+
+class CertificateFormatError(CertificateError):
+    """A certificate file that does not have the certificate's shape: one line per bad field."""
+
+    def __init__(self, source: str, lines: list):
+        self.lines = [f"{source}: {line}" for line in lines]
+        super().__init__("; ".join(self.lines))
+
+
+def _schema_lines(data) -> list:
+    import jsonschema
+    lines = []
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    for err in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
+        where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+        if err.validator == "pattern":
+            why = f"{err.instance!r} is not a decimal number"
+        elif err.validator == "const":
+            why = f"must be {err.validator_value!r}, got {err.instance!r}"
+        elif err.validator in ("minItems", "maxItems") and err.schema.get("minItems") == 2 == err.schema.get("maxItems"):
+            why = f"must be a pair [lower, upper], got {err.instance!r}"
+        else:
+            why = err.message
+        lines.append(f"field '{where}': {why}")
+    return lines
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """A re-checkable certificate of a schedule's images on ``[lower, upper]`` (decimal strings, outward)."""
+
+    name: str
+    schedule: list  # [[coefficient strings]] per step
+    interval: list  # [lower, upper] as given
+    precision_bits: int
+    method: str
+    steps: list  # [{"step", "input", "critical_points", "output"}]
+    band: list
+    worst_error: str
+    below_lower: dict
+    overshoot: dict
+    digits: int = 20
+    kind: str = "certificate"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, data, source: str = "certificate") -> Certificate:
+        """From JSON text or a parsed object; :class:`CertificateFormatError` lists every bad field."""
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except json.JSONDecodeError as exc:
+                raise CertificateFormatError(source, [f"not valid JSON ({exc.msg} at line {exc.lineno})"]) from None
+        lines = _schema_lines(data)
+        if lines:
+            raise CertificateFormatError(source, lines)
+        known = set(cls.__dataclass_fields__)
+        extra = sorted(set(data) - known)
+        if extra:
+            raise CertificateFormatError(source, [f"field '{k}': not a certificate field" for k in extra])
+        return cls(**data)
+
+    # read-only mapping access, so readers of the JSON layout (cert["band"]) keep working
+    def __getitem__(self, key):
+        return self.to_dict()[key]
+
+    def get(self, key, default=None):
+        return self.to_dict().get(key, default)
+
+
+def certify(steps, lower, upper=1, name: str = "", prec: int = DEFAULT_PREC, digits: int = 20) -> Certificate:
+    """A re-checkable certificate for ``steps`` on ``[lower, upper]`` (any odd degree)."""
     lower_text, upper_text = str(lower), str(upper)
     with mpmath.workprec(prec):
         if not 0 < mpmath.mpf(lower_text) < mpmath.mpf(upper_text):
@@ -150,43 +297,83 @@ def certify(steps, lower, upper=1, name: str = "", prec: int = DEFAULT_PREC, dig
     with iv_precision(prec):
         lower = _exact(iv.mpf(lower_text).a)  # outward: the decimal interval's enclosure
         upper = _exact(iv.mpf(upper_text).b)
-        cs = _iv_coeffs(steps)
+        cs = _steps(steps, prec)
         rows = propagate(cs, lower, upper)
         below = propagate(cs, mpmath.mpf(0), lower)
         u_max = overshoot_limit(cs, lower, upper)
         band = rows[-1]["output"]
         worst = max(abs(1 - band[0]), abs(1 - band[1]))
         fmt = lambda ab: [decimal_down(ab[0], digits), decimal_up(ab[1], digits)]
-        return {
-            "kind": "certificate",
-            "name": name,
-            "schedule": [[str(c) for c in s] for s in steps],
-            "interval": [lower_text, upper_text],
-            "precision_bits": prec,
-            "method": "outward-rounded interval arithmetic (mpmath iv): endpoints and critical points per step",
-            "steps": [{"step": r["step"], "input": fmt(r["input"]),
-                       "critical_points": [fmt((x.a, x.b)) for x in r["critical_points"]],
-                       "output": fmt(r["output"])} for r in rows],
-            "band": fmt(band),
-            "worst_error": decimal_up(worst, digits),
-            "below_lower": {"input": ["0", lower_text], "output": fmt(below[-1]["output"])},
-            "overshoot": {"criterion": f"final image of [lower, u] inside (0, {BOUNDED}]",
-                          "u_max": None if u_max is None else decimal_down(u_max, 8)},
-        }
+        return Certificate(
+            name=name, schedule=[[str(c) for c in s] for s in steps], interval=[lower_text, upper_text],
+            precision_bits=prec, method=METHOD,
+            steps=[{"step": r["step"], "input": fmt(r["input"]),
+                    "critical_points": [fmt((x.a, x.b)) for x in r["critical_points"]],
+                    "output": fmt(r["output"])} for r in rows],
+            band=fmt(band), worst_error=decimal_up(worst, digits),
+            below_lower={"input": ["0", lower_text], "output": fmt(below[-1]["output"])},
+            overshoot={"criterion": f"final image of [lower, u] inside (0, {BOUNDED}]",
+                       "u_max": None if u_max is None else decimal_down(u_max, 8)},
+            digits=digits)
 
 
-def recheck(cert: dict, prec: int | None = None) -> dict:
-    """Recompute a certificate; raise :class:`CertificateError` unless every stated bound holds."""
-    for key in ("schedule", "interval", "steps", "band"):
-        if key not in cert:
-            raise CertificateError(f"certificate lacks '{key}'")
-    lower, upper = cert["interval"]
-    fresh = certify(cert["schedule"], lower, upper, cert.get("name", ""), prec or cert.get("precision_bits",
-                                                                                             DEFAULT_PREC))
-    with mpmath.workprec(400):
-        for old, new in zip(cert["steps"], fresh["steps"]):
-            if mpmath.mpf(new["output"][0]) < mpmath.mpf(old["output"][0]) or \
-                    mpmath.mpf(new["output"][1]) > mpmath.mpf(old["output"][1]):
-                raise CertificateError(f"step {old['step']}: stated image {old['output']} does not contain "
-                                       f"the recomputed enclosure {new['output']}")
+def _differences(old, new, where=""):
+    """Paths at which two JSON values differ (every leaf compared exactly)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new)):
+            out += _differences(old.get(k), new.get(k), f"{where}/{k}" if where else k)
+        return out
+    if isinstance(old, list) and isinstance(new, list):
+        if len(old) != len(new):
+            return [(where, old, new)]
+        return [d for i, (a, b) in enumerate(zip(old, new)) for d in _differences(a, b, f"{where}/{i}")]
+    return [] if old == new else [(where, old, new)]
+
+
+def _check_name(cert: Certificate):
+    """A certificate named after a published schedule must state that schedule's coefficients
+    (its first steps, or one polynomial repeated): a label cannot be moved to other coefficients."""
+    from . import registry
+    try:
+        published = registry.get(cert.name).published
+    except KeyError:
+        return  # a file's own name: a free label
+    if published is None:
+        return
+    stated = [tuple(step) for step in cert.schedule]
+    n = len(stated)
+    prefix = [tuple(step) for step in published[:n]]
+    repeated = len(set(published)) == 1 and set(stated) == {tuple(published[0])}
+    if stated != prefix and not repeated:
+        raise CertificateError(f"field 'name': {cert.name!r} is a published schedule with other coefficients "
+                               f"than the stated ones")
+
+
+def recheck(cert, source: str = "certificate") -> Certificate:
+    """Recompute a certificate from its schedule, interval, precision and digits; raise
+    :class:`CertificateError` unless every stated field equals the recomputed one (fail closed).
+
+    ``cert``: a :class:`Certificate`, its JSON text or the parsed object (malformed input raises
+    :class:`CertificateFormatError`).
+    """
+    if not isinstance(cert, Certificate):
+        cert = Certificate.from_json(cert, source)
+    _check_name(cert)
+    try:
+        fresh = certify(cert.schedule, *cert.interval, cert.name, cert.precision_bits, cert.digits)
+    except (ValueError, ZeroDivisionError) as exc:
+        raise CertificateError(f"the stated schedule and interval cannot be certified: {exc}") from None
+    diffs = _differences(cert.to_dict(), fresh.to_dict())
+    if diffs:
+        where, old, new = diffs[0]
+        parts = where.split("/")
+        if parts[0] == "steps" and len(parts) > 1:
+            label = f"step {int(parts[1]) + 1}" + (f" {'/'.join(parts[2:])}" if len(parts) > 2 else "")
+        else:
+            label = f"field '{where}'"
+        others = sorted({d[0].split("/")[0] for d in diffs[1:]} - {parts[0]})
+        more = (f" ({len(diffs) - 1} more difference(s)" + (f", in {', '.join(others)}" if others else "") + ")"
+                if len(diffs) > 1 else "")
+        raise CertificateError(f"{label}: stated {json.dumps(old)} but the recomputation gives {json.dumps(new)}{more}")
     return fresh

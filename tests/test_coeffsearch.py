@@ -93,8 +93,8 @@ def test_certificate_contains_dense_float64_evaluation(name):
 
 def test_certificate_recheck_and_tamper():
     cert = certify(coeffsearch.get("muon").steps, "1e-3", "1.05", "muon")
-    recheck(json.loads(json.dumps(cert)))
-    bad = json.loads(json.dumps(cert))
+    recheck(json.loads(cert.to_json()))
+    bad = json.loads(cert.to_json())
     bad["steps"][2]["output"][1] = "1.0"
     with pytest.raises(CertificateError, match="step 3"):
         recheck(bad)
