@@ -41,108 +41,19 @@ NS_SCHEDULE = (
 )
 
 
-"""JAX kernels: the one Newton–Schulz, damped Gram roots by eigh, SVD msign, input validation.
-
-The emitted modules inline these functions verbatim (they import nothing but ``jax`` and
-``jax.numpy``), so generated code and the validators run the same algorithms. Every kernel
-batches over leading axes and keeps the input dtype; eigh and SVD run in at least float32.
-
-Hostile values. No NaN or Inf ever reaches LAPACK (eigh, SVD, Schur): :func:`lapack_guard`
-replaces every matrix that holds one by zeros before the call and turns that matrix's results
-into NaN after it (a NaN or Inf in an SVD made jaxlib 0.10's ``dgesdd`` spin forever). This works
-on traced values, so it holds under ``jit`` and ``vmap`` too; the emitted functions then report
-the NaN (naming the input) when they run outside an outer transformation. Scales are taken out
-before squaring (Gram matrices, Frobenius norms), so inputs anywhere in ``[1e-30, 1e30]`` neither
-overflow nor underflow in float32.
-"""
-
-import jax
-import jax.numpy as jnp
-
-MSIGN_METHODS = ("newton_schulz", "svd")
-
-
 def compute_dtype(dtype):
     """Float32 for 16-bit inputs (eigh and SVD have no 16-bit kernels), else the dtype itself."""
     return jnp.float32 if jnp.dtype(dtype).itemsize < 4 else dtype
 
-"""JAX kernels: the one Newton–Schulz, damped Gram roots by eigh, SVD msign, input validation.
-
-The emitted modules inline these functions verbatim (they import nothing but ``jax`` and
-``jax.numpy``), so generated code and the validators run the same algorithms. Every kernel
-batches over leading axes and keeps the input dtype; eigh and SVD run in at least float32.
-
-Hostile values. No NaN or Inf ever reaches LAPACK (eigh, SVD, Schur): :func:`lapack_guard`
-replaces every matrix that holds one by zeros before the call and turns that matrix's results
-into NaN after it (a NaN or Inf in an SVD made jaxlib 0.10's ``dgesdd`` spin forever). This works
-on traced values, so it holds under ``jit`` and ``vmap`` too; the emitted functions then report
-the NaN (naming the input) when they run outside an outer transformation. Scales are taken out
-before squaring (Gram matrices, Frobenius norms), so inputs anywhere in ``[1e-30, 1e30]`` neither
-overflow nor underflow in float32.
-"""
-
-import jax
-import jax.numpy as jnp
-
-MSIGN_METHODS = ("newton_schulz", "svd")
-
-
-def compute_dtype(dtype):
-    """Float32 for 16-bit inputs (eigh and SVD have no 16-bit kernels), else the dtype itself."""
-    return jnp.float32 if jnp.dtype(dtype).itemsize < 4 else dtype
-
-def lapack_guard(a):
-    """``(A with every non-finite matrix zeroed, ok)``; ``ok`` is ``(..., 1, 1)``, True where finite.
-
-    Callers pass the zeroed matrices to LAPACK and NaN the results where ``ok`` is False.
-    """
-    ok = jnp.all(jnp.isfinite(a), axis=(-2, -1), keepdims=True)
-    return jnp.where(ok, a, 0), ok
-
-def max_abs(a):
-    """``max |a_ij|`` per matrix, shape ``(..., 1, 1)``, with 1 in place of 0 (a safe divisor)."""
-    m = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True)
-    return jnp.where(m > 0, m, jnp.ones_like(m))
-
 def gram_eigh(w, damping, side):
-    """Eigenpairs of ``WᵀW + λI`` (``side="right"``) or ``WWᵀ + λI`` (``"left"``), as ``(e, V, s)``.
-
-    The eigenvalues are ``s² e`` (ascending): ``W`` is divided by ``s = max(max|w_ij|, √λ)`` before
-    the Gram matrix is formed, so ``WᵀW`` can neither overflow nor underflow (float32 weights of
-    size 1e30 or 1e-30 work) and the damping ``λ/s² ≤ 1``. A matrix with NaN/Inf gives NaN pairs.
-    """
+    """Eigenpairs of ``WᵀW + λI`` (``side="right"``) or ``WWᵀ + λI`` (``"left"``), ascending."""
     wc = w.astype(compute_dtype(w.dtype))
-    lam = jnp.asarray(damping, wc.dtype)
-    s = jnp.maximum(max_abs(wc), jnp.sqrt(lam))
-    ws = wc / s
-    g = ws.mT @ ws if side == "right" else ws @ ws.mT
+    g = wc.mT @ wc if side == "right" else wc @ wc.mT
     # exact symmetry matters: jax 0.10's CPU eigh never returned on a float32 Gram matrix
     # formed as Wᵀ W without it (seen in benchmarks/halfsplit.py)
-    g = 0.5 * (g + g.mT) + (lam / (s * s)) * jnp.eye(g.shape[-1], dtype=g.dtype)
-    g, ok = lapack_guard(g)
+    g = 0.5 * (g + g.mT) + damping * jnp.eye(g.shape[-1], dtype=g.dtype)
     evals, evecs = jnp.linalg.eigh(g)
-    nan = jnp.asarray(jnp.nan, g.dtype)
-    return jnp.where(ok[..., 0], evals, nan), jnp.where(ok, evecs, nan), s
-
-def gram_eigh(w, damping, side):
-    """Eigenpairs of ``WᵀW + λI`` (``side="right"``) or ``WWᵀ + λI`` (``"left"``), as ``(e, V, s)``.
-
-    The eigenvalues are ``s² e`` (ascending): ``W`` is divided by ``s = max(max|w_ij|, √λ)`` before
-    the Gram matrix is formed, so ``WᵀW`` can neither overflow nor underflow (float32 weights of
-    size 1e30 or 1e-30 work) and the damping ``λ/s² ≤ 1``. A matrix with NaN/Inf gives NaN pairs.
-    """
-    wc = w.astype(compute_dtype(w.dtype))
-    lam = jnp.asarray(damping, wc.dtype)
-    s = jnp.maximum(max_abs(wc), jnp.sqrt(lam))
-    ws = wc / s
-    g = ws.mT @ ws if side == "right" else ws @ ws.mT
-    # exact symmetry matters: jax 0.10's CPU eigh never returned on a float32 Gram matrix
-    # formed as Wᵀ W without it (seen in benchmarks/halfsplit.py)
-    g = 0.5 * (g + g.mT) + (lam / (s * s)) * jnp.eye(g.shape[-1], dtype=g.dtype)
-    g, ok = lapack_guard(g)
-    evals, evecs = jnp.linalg.eigh(g)
-    nan = jnp.asarray(jnp.nan, g.dtype)
-    return jnp.where(ok[..., 0], evals, nan), jnp.where(ok, evecs, nan), s
+    return evals, evecs
 
 def gram_eigh_stacked(ws, damping, side):
     """:func:`gram_eigh` of several same-shape matrices in one batched call.
@@ -151,154 +62,103 @@ def gram_eigh_stacked(ws, damping, side):
     kernels concurrently, each blocking a worker of the intra-op pool while it waits for its
     own batch tasks; with two workers that deadlocks (seen with gdb on a 2-core machine).
     """
-    evals, evecs, s = gram_eigh(jnp.stack(ws), damping, side)
-    return tuple((evals[i], evecs[i], s[i]) for i in range(len(ws)))
+    evals, evecs = gram_eigh(jnp.stack(ws), damping, side)
+    return tuple((evals[i], evecs[i]) for i in range(len(ws)))
+
+def psd_power(eig, p, dtype):
+    """``V diag(w)^p Vᵀ`` from :func:`gram_eigh`; eigenvalues are floored at ``n·eps·max(w)``.
+
+    The floor keeps inverse roots finite for rank-deficient undamped partners; with
+    ``λ > 0`` it is never active.
+    """
+    evals, evecs = eig
+    n = evals.shape[-1]
+    tiny = jnp.finfo(evals.dtype).tiny
+    floor = jnp.maximum(n * jnp.finfo(evals.dtype).eps * evals[..., -1:], tiny)
+    powered = jnp.maximum(evals, floor) ** p
+    return ((evecs * powered[..., None, :]) @ evecs.mT).astype(dtype)
 
 def isotropic_scale(w, damping):
-    """``c_W = (‖W‖_F² / d_h + λ)^{1/2}`` per matrix, shape ``(..., 1, 1)``, computed as ``s (‖W/s‖_F² / d_h + λ/s²)^{1/2}``.
-
-    ``s = max(max|w_ij|, √λ)`` keeps the squares in range.
-    """
+    """``c_W = (‖W‖_F² / d_h + λ)^{1/2}`` per matrix, shape ``(..., 1, 1)``."""
     wc = w.astype(compute_dtype(w.dtype))
-    lam = jnp.asarray(damping, wc.dtype)
-    s = jnp.maximum(max_abs(wc), jnp.sqrt(lam))
-    ws = wc / s
-    sq = jnp.sum(ws * ws, axis=(-2, -1), keepdims=True)
-    return (s * jnp.sqrt(sq / w.shape[-1] + lam / (s * s))).astype(w.dtype)
-
-def isotropic_scale(w, damping):
-    """``c_W = (‖W‖_F² / d_h + λ)^{1/2}`` per matrix, shape ``(..., 1, 1)``, computed as ``s (‖W/s‖_F² / d_h + λ/s²)^{1/2}``.
-
-    ``s = max(max|w_ij|, √λ)`` keeps the squares in range.
-    """
-    wc = w.astype(compute_dtype(w.dtype))
-    lam = jnp.asarray(damping, wc.dtype)
-    s = jnp.maximum(max_abs(wc), jnp.sqrt(lam))
-    ws = wc / s
-    sq = jnp.sum(ws * ws, axis=(-2, -1), keepdims=True)
-    return (s * jnp.sqrt(sq / w.shape[-1] + lam / (s * s))).astype(w.dtype)
+    sq = jnp.sum(wc * wc, axis=(-2, -1), keepdims=True)
+    return jnp.sqrt(sq / w.shape[-1] + damping).astype(w.dtype)
 
 def msign_svd(a):
-    """``U Vᵀ`` over the singular values above ``max(m, n)·eps·σ_max`` (zero ones map to 0).
-
-    ``A`` is divided by ``max|a_ij|`` first (msign ignores positive scale); a matrix with NaN/Inf
-    gives NaN.
-    """
+    """``U Vᵀ`` over the singular values above ``max(m, n)·eps·σ_max`` (zero ones map to 0)."""
     ac = a.astype(compute_dtype(a.dtype))
-    ac, ok = lapack_guard(ac / max_abs(ac))
     u, s, vt = jnp.linalg.svd(ac, full_matrices=False)
     tol = max(a.shape[-2:]) * jnp.finfo(ac.dtype).eps * s[..., :1]
     keep = (s > tol).astype(ac.dtype)
-    out = jnp.where(ok, (u * keep[..., None, :]) @ vt, jnp.nan)
-    return out.astype(a.dtype)
+    return ((u * keep[..., None, :]) @ vt).astype(a.dtype)
 
-def msign_svd(a):
-    """``U Vᵀ`` over the singular values above ``max(m, n)·eps·σ_max`` (zero ones map to 0).
+def newton_schulz(x, schedule, norm_eps=1e-7):
+    """msign by odd-polynomial iterations, one polynomial per entry of ``schedule``.
 
-    ``A`` is divided by ``max|a_ij|`` first (msign ignores positive scale); a matrix with NaN/Inf
-    gives NaN.
+    Step ``(c_0, c_1, …, c_k)`` maps ``X ← c_0 X + (c_1 A + c_2 A² + … + c_k A^k) X`` with
+    ``A = X Xᵀ`` formed on the short side, i.e. each singular value goes to
+    ``p(σ) = c_0 σ + c_1 σ³ + … + c_k σ^{2k+1}``. The input is first divided by
+    ``‖X‖_F + norm_eps`` so that ``σ ≤ 1``. Runs in the input dtype.
     """
-    ac = a.astype(compute_dtype(a.dtype))
-    ac, ok = lapack_guard(ac / max_abs(ac))
-    u, s, vt = jnp.linalg.svd(ac, full_matrices=False)
-    tol = max(a.shape[-2:]) * jnp.finfo(ac.dtype).eps * s[..., :1]
-    keep = (s > tol).astype(ac.dtype)
-    out = jnp.where(ok, (u * keep[..., None, :]) @ vt, jnp.nan)
-    return out.astype(a.dtype)
+    tall = x.shape[-2] > x.shape[-1]
+    if tall:
+        x = x.mT
+    x = x / (jnp.linalg.norm(x.astype(compute_dtype(x.dtype)), axis=(-2, -1), keepdims=True)
+             + norm_eps).astype(x.dtype)
+    eye = jnp.eye(x.shape[-2], dtype=x.dtype)
+    for coeffs in schedule:
+        a = x @ x.mT
+        b = coeffs[-1] * a
+        for c in reversed(coeffs[1:-1]):
+            b = (b + c * eye) @ a
+        x = coeffs[0] * x + b @ x
+    return x.mT if tall else x
 
-def schedule_array(schedule):
-    """A schedule as an array ``(steps, k+1)``; a tuple of coefficient tuples is padded with zeros.
+def spectral_sign(a, method, schedule):
+    """``msign(A)`` by ``"newton_schulz"`` (with ``schedule``) or ``"svd"``."""
+    if method == "svd":
+        return msign_svd(a)
+    return newton_schulz(a, schedule)
 
-    A shorter step padded with zero high-order coefficients is the same polynomial.
-    """
-    if hasattr(schedule, "shape"):
-        return jnp.asarray(schedule)
-    width = max(len(step) for step in schedule)
-    return jnp.asarray([list(step) + [0.0] * (width - len(step)) for step in schedule])
+def spectral_sign_stacked(arrays, method, schedule):
+    """:func:`spectral_sign` of several same-shape matrices in one batched call."""
+    out = spectral_sign(jnp.stack(arrays), method, schedule)
+    return tuple(out[i] for i in range(len(arrays)))
 
 def all_finite(arrays):
     """One boolean: every entry of every array is finite (fuses with the producers under jit)."""
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in arrays]))
 
-def check_scalar(function, name, value, positive=False):
-    """A finite real scalar ``>= 0`` (``> 0`` with ``positive``); tracers pass (checked by nobody)."""
-    if isinstance(value, jax.core.Tracer):
-        return
-    if isinstance(value, (str, bytes, bool)) or value is None or getattr(value, "shape", ()) != ():
-        shape = getattr(value, "shape", None)
-        got = f"an array of shape {tuple(shape)}" if shape is not None else repr(value)
-        raise TypeError(f"{function}: {name} must be a real number, got {got}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{function}: {name} must be a real number, got {value!r}") from None
-    if not (v > 0.0 if positive else v >= 0.0) or v == float("inf"):
-        raise ValueError(f"{function}: {name} must be finite and {'> 0' if positive else '>= 0'}, got {value}")
+def raise_if_not_finite(function, finite, arrays):
+    """After a call: raise ``ValueError`` naming the non-finite input, or the overflow.
 
-def check_schedule(function, schedule):
-    """A non-empty schedule of finite coefficients: a tuple of coefficient tuples or an array ``(steps, k+1)``."""
-    if isinstance(schedule, jax.core.Tracer):
+    Skipped when ``finite`` is a tracer (the caller is inside an outer ``jit``).
+    """
+    if isinstance(finite, jax.core.Tracer) or bool(finite):
         return
-    if hasattr(schedule, "shape"):
-        if len(schedule.shape) != 2 or 0 in schedule.shape or not jnp.issubdtype(schedule.dtype, jnp.floating):
-            raise ValueError(f"{function}: schedule must be a float array of shape (steps, k+1), got shape "
-                             f"{tuple(schedule.shape)} and dtype {schedule.dtype}")
-        if not bool(jnp.all(jnp.isfinite(schedule))):
-            raise ValueError(f"{function}: schedule contains NaN or Inf")
-        return
-    if not isinstance(schedule, (tuple, list)) or not schedule:
-        raise TypeError(f"{function}: schedule must be a non-empty tuple of coefficient tuples or an array "
-                        f"(steps, k+1), got {type(schedule).__name__}")
-    for step in schedule:
-        if not isinstance(step, (tuple, list)) or not step or not all(
-                isinstance(c, (int, float)) and not isinstance(c, bool) and abs(c) < float("inf") for c in step):
-            raise ValueError(f"{function}: each schedule step must be a tuple of finite floats "
-                             f"(c_0, c_1, ...), got {step!r}")
-
-def check_schedule(function, schedule):
-    """A non-empty schedule of finite coefficients: a tuple of coefficient tuples or an array ``(steps, k+1)``."""
-    if isinstance(schedule, jax.core.Tracer):
-        return
-    if hasattr(schedule, "shape"):
-        if len(schedule.shape) != 2 or 0 in schedule.shape or not jnp.issubdtype(schedule.dtype, jnp.floating):
-            raise ValueError(f"{function}: schedule must be a float array of shape (steps, k+1), got shape "
-                             f"{tuple(schedule.shape)} and dtype {schedule.dtype}")
-        if not bool(jnp.all(jnp.isfinite(schedule))):
-            raise ValueError(f"{function}: schedule contains NaN or Inf")
-        return
-    if not isinstance(schedule, (tuple, list)) or not schedule:
-        raise TypeError(f"{function}: schedule must be a non-empty tuple of coefficient tuples or an array "
-                        f"(steps, k+1), got {type(schedule).__name__}")
-    for step in schedule:
-        if not isinstance(step, (tuple, list)) or not step or not all(
-                isinstance(c, (int, float)) and not isinstance(c, bool) and abs(c) < float("inf") for c in step):
-            raise ValueError(f"{function}: each schedule step must be a tuple of finite floats "
-                             f"(c_0, c_1, ...), got {step!r}")
+    for name, x in arrays.items():
+        if not bool(jnp.all(jnp.isfinite(x))):
+            raise ValueError(f"{function}: {name} contains NaN or Inf")
+    raise ValueError(f"{function}: the update overflowed to NaN/Inf in {next(iter(arrays.values())).dtype} "
+                     f"although every input is finite; use a wider dtype or a larger damping")
 
 def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
     """Check arguments before tracing; raise ``ValueError``/``TypeError`` naming the argument.
 
     ``shapes`` maps each argument name to its two trailing dimension names, e.g.
     ``{"W_Q": ("d", "d_h")}``; every dimension name must get one size, every argument the same
-    leading (batch) shape and the same floating dtype, and ``d_h ≤ d``. Shapes and dtypes are
-    checked under ``jit`` and ``vmap`` too (they are static); values (``eps``, ``damping``,
-    finiteness) only outside them.
+    leading (batch) shape and the same floating dtype, and ``d_h ≤ d``.
     """
     sizes, batch, dtype = {}, None, None
     for name, dims in shapes.items():
         x = arrays[name]
         nd = len(dims)
         if not hasattr(x, "shape") or not hasattr(x, "dtype"):
-            raise TypeError(f"{function}: {name} must be an array, got {type(x).__name__}; "
-                            f"convert it with jnp.asarray({name})")
+            raise TypeError(f"{function}: {name} must be an array, got {type(x).__name__}")
         if x.ndim < nd:
             raise ValueError(f"{function}: {name} must have shape (..., {', '.join(dims)}), got {tuple(x.shape)}")
         if not jnp.issubdtype(x.dtype, jnp.floating):
-            raise TypeError(f"{function}: {name} must be real floating point, got dtype {x.dtype}")
-        if x.dtype == jnp.float64 and not jax.config.jax_enable_x64:
-            raise TypeError(f"{function}: {name} is float64 but JAX's x64 mode is off, so it would be computed "
-                            f"and returned in float32; call jax.config.update('jax_enable_x64', True) first, "
-                            f"or pass float32")
+            raise TypeError(f"{function}: {name} must be floating point, got dtype {x.dtype}")
         if dtype is None:
             dtype = x.dtype
         elif x.dtype != dtype:
@@ -319,12 +179,83 @@ def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
     if "d" in sizes and "d_h" in sizes and sizes["d_h"] > sizes["d"]:
         raise ValueError(f"{function}: head dimension d_h = {sizes['d_h']} exceeds model width d = "
                          f"{sizes['d']}; are the weights transposed? expected W of shape (..., d, d_h)")
-    check_scalar(function, "eps", eps)
-    check_scalar(function, "damping", damping)
+    for name, value in (("eps", eps), ("damping", damping)):
+        if isinstance(value, jax.core.Tracer):
+            continue
+        v = float(value)
+        if not v >= 0.0 or v == float("inf"):
+            raise ValueError(f"{function}: {name} must be finite and >= 0, got {value}")
     if method not in MSIGN_METHODS:
         raise ValueError(f"{function}: msign must be one of {MSIGN_METHODS}, got {method!r}")
     if method == "newton_schulz":
-        check_schedule(function, schedule)
+        if not isinstance(schedule, tuple) or not schedule:
+            raise TypeError(f"{function}: schedule must be a non-empty tuple of coefficient tuples "
+                            f"(it is a static argument), got {type(schedule).__name__}")
+        for step in schedule:
+            if not isinstance(step, tuple) or not step or not all(
+                    isinstance(c, float) and abs(c) < float("inf") for c in step):
+                raise ValueError(f"{function}: each schedule step must be a tuple of finite floats "
+                                 f"(c_0, c_1, ...), got {step!r}")
+
+def sylvester_lowrank(w_q, w_k, damping, d):
+    """``H`` with ``(W_Q W_Qᵀ + λI) H + H (W_K W_Kᵀ + λI) = D`` in ``O(d² d_h)``, ``λ > 0``.
+
+    With thin SVDs ``W_Q = U_Q S_Q ·``, ``W_K = U_K S_K ·`` the operator is diagonal in the bases
+    ``[U_Q, U_Q⊥]`` and ``[U_K, U_K⊥]``: eigenvalues ``s_Q,i² + s_K,j² + 2λ`` (zero ``s`` on the
+    complements). ``D`` is split by the projectors ``P_Q = U_Q U_Qᵀ``, ``P_K = U_K U_Kᵀ`` into four
+    blocks, each divided by its eigenvalues; no ``d × d`` factorization is ever formed.
+    """
+    ct = compute_dtype(d.dtype)
+    dc = d.astype(ct)
+    # one stacked SVD, made to wait for D: on the CPU two LAPACK kernels running at once can
+    # deadlock jaxlib's pool (see gram_eigh_stacked); 0·D adds the data dependency
+    w = jnp.stack([w_q, w_k]).astype(ct) + 0 * dc[..., :1, :1]
+    u, s, _ = jnp.linalg.svd(w, full_matrices=False)
+    uq, uk, sq, sk = u[0], u[1], s[0], s[1]
+    aq, ak = sq * sq, sk * sk
+    lam2 = 2 * damping
+    dq = uq.mT @ dc  # d_h × d
+    dk = dc @ uk  # d × d_h
+    core = uq.mT @ dk  # d_h × d_h
+    h_core = core / (aq[..., :, None] + ak[..., None, :] + lam2)
+    row = (dq - core @ uk.mT) / (aq[..., :, None] + lam2)  # U_Qᵀ D (I − P_K)
+    col = (dk - uq @ core) / (ak[..., None, :] + lam2)  # (I − P_Q) D U_K
+    rest = dc - uq @ dq - dk @ uk.mT + uq @ core @ uk.mT  # (I − P_Q) D (I − P_K)
+    h = uq @ (h_core @ uk.mT + row) + col @ uk.mT + rest / lam2
+    return h.astype(d.dtype)
+
+def sylvester_dense(w_q, w_k, damping, d):
+    """The same ``H`` by Bartels–Stewart (``jax.scipy.linalg.solve_sylvester``), ``O(d³)``."""
+    ct = compute_dtype(d.dtype)
+    wq, wk = w_q.astype(ct), w_k.astype(ct)
+    eye = jnp.eye(d.shape[-1], dtype=ct)
+    a = wq @ wq.mT + damping * eye
+    b = wk @ wk.mT + damping * eye
+    return jax.scipy.linalg.solve_sylvester(a, b, d.astype(ct)).astype(d.dtype)
+
+def sylvester_solve(w_q, w_k, damping, d, solver):
+    """Regularized Sylvester solve by ``"structured"`` (rank-``d_h``) or ``"dense"``."""
+    if solver == "dense":
+        return sylvester_dense(w_q, w_k, damping, d)
+    return sylvester_lowrank(w_q, w_k, damping, d)
+
+def sylvester_gram(w_q, w_k, damping, r):
+    """``X`` with ``(W_QᵀW_Q + λI) X + X (W_KᵀW_K + λI) = R`` (``d_h × d_h``, SPD coefficients).
+
+    Both Grams are diagonalized by one stacked eigh: ``X = V_Q [(V_Qᵀ R V_K) / (α_i + β_j)] V_Kᵀ``.
+    """
+    (aq, vq), (ak, vk) = gram_eigh_stacked((w_q, w_k), damping, "right")
+    rt = vq.mT @ r.astype(vq.dtype) @ vk
+    den = aq[..., :, None] + ak[..., None, :]
+    den = jnp.maximum(den, jnp.finfo(den.dtype).tiny)
+    return (vq @ (rt / den) @ vk.mT).astype(r.dtype)
+
+def block_right(x, blocks):
+    """``X · blockdiag(C_1, …, C_k)`` for ``X: (..., d, k·c)`` and ``blocks: (..., k, c, c)``."""
+    k, c = blocks.shape[-3], blocks.shape[-1]
+    xb = x.reshape(*x.shape[:-1], k, c)
+    out = jnp.einsum("...dkc,...kcj->...dkj", xb, blocks.astype(x.dtype))
+    return out.reshape(x.shape)
 
 
 @functools.partial(jax.jit, static_argnames=("msign", "schedule", "solver",))
