@@ -3,6 +3,14 @@
 The emitted modules inline these functions verbatim (they import nothing but ``jax`` and
 ``jax.numpy``), so generated code and the validators run the same algorithms. Every kernel
 batches over leading axes and keeps the input dtype; eigh and SVD run in at least float32.
+
+Hostile values. No NaN or Inf ever reaches LAPACK (eigh, SVD, Schur): :func:`lapack_guard`
+replaces every matrix that holds one by zeros before the call and turns that matrix's results
+into NaN after it (a NaN or Inf in an SVD made jaxlib 0.10's ``dgesdd`` spin forever). This works
+on traced values, so it holds under ``jit`` and ``vmap`` too; the emitted functions then report
+the NaN (naming the input) when they run outside an outer transformation. Scales are taken out
+before squaring (Gram matrices, Frobenius norms), so inputs anywhere in ``[1e-30, 1e30]`` neither
+overflow nor underflow in float32.
 """
 
 import jax
@@ -16,15 +24,40 @@ def compute_dtype(dtype):
     return jnp.float32 if jnp.dtype(dtype).itemsize < 4 else dtype
 
 
+def lapack_guard(a):
+    """``(A with every non-finite matrix zeroed, ok)``; ``ok`` is ``(..., 1, 1)``, True where finite.
+
+    Callers pass the zeroed matrices to LAPACK and NaN the results where ``ok`` is False.
+    """
+    ok = jnp.all(jnp.isfinite(a), axis=(-2, -1), keepdims=True)
+    return jnp.where(ok, a, 0), ok
+
+
+def max_abs(a):
+    """``max |a_ij|`` per matrix, shape ``(..., 1, 1)``, with 1 in place of 0 (a safe divisor)."""
+    m = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True)
+    return jnp.where(m > 0, m, jnp.ones_like(m))
+
+
 def gram_eigh(w, damping, side):
-    """Eigenpairs of ``WᵀW + λI`` (``side="right"``) or ``WWᵀ + λI`` (``"left"``), ascending."""
+    """Eigenpairs of ``WᵀW + λI`` (``side="right"``) or ``WWᵀ + λI`` (``"left"``), as ``(e, V, s)``.
+
+    The eigenvalues are ``s² e`` (ascending): ``W`` is divided by ``s = max(max|w_ij|, √λ)`` before
+    the Gram matrix is formed, so ``WᵀW`` can neither overflow nor underflow (float32 weights of
+    size 1e30 or 1e-30 work) and the damping ``λ/s² ≤ 1``. A matrix with NaN/Inf gives NaN pairs.
+    """
     wc = w.astype(compute_dtype(w.dtype))
-    g = wc.mT @ wc if side == "right" else wc @ wc.mT
+    lam = jnp.asarray(damping, wc.dtype)
+    s = jnp.maximum(max_abs(wc), jnp.sqrt(lam))
+    ws = wc / s
+    g = ws.mT @ ws if side == "right" else ws @ ws.mT
     # exact symmetry matters: jax 0.10's CPU eigh never returned on a float32 Gram matrix
     # formed as Wᵀ W without it (seen in benchmarks/halfsplit.py)
-    g = 0.5 * (g + g.mT) + damping * jnp.eye(g.shape[-1], dtype=g.dtype)
+    g = 0.5 * (g + g.mT) + (jnp.sqrt(lam) / s) ** 2 * jnp.eye(g.shape[-1], dtype=g.dtype)
+    g, ok = lapack_guard(g)
     evals, evecs = jnp.linalg.eigh(g)
-    return evals, evecs
+    nan = jnp.asarray(jnp.nan, g.dtype)
+    return jnp.where(ok[..., 0], evals, nan), jnp.where(ok, evecs, nan), s
 
 
 def gram_eigh_stacked(ws, damping, side):
@@ -34,60 +67,102 @@ def gram_eigh_stacked(ws, damping, side):
     kernels concurrently, each blocking a worker of the intra-op pool while it waits for its
     own batch tasks; with two workers that deadlocks (seen with gdb on a 2-core machine).
     """
-    evals, evecs = gram_eigh(jnp.stack(ws), damping, side)
-    return tuple((evals[i], evecs[i]) for i in range(len(ws)))
+    evals, evecs, s = gram_eigh(jnp.stack(ws), damping, side)
+    return tuple((evals[i], evecs[i], s[i]) for i in range(len(ws)))
 
 
 def psd_power(eig, p, dtype):
-    """``V diag(w)^p Vᵀ`` from :func:`gram_eigh`; eigenvalues are floored at ``n·eps·max(w)``.
+    """``V diag(s² e)^p Vᵀ`` from :func:`gram_eigh`: a power of the damped Gram matrix.
 
-    The floor keeps inverse roots finite for rank-deficient undamped partners; with
-    ``λ > 0`` it is never active.
+    Negative powers are pseudo-inverse powers: eigenvalues at or below ``n·eps·max(e)`` (the
+    numerical rank cut of ``numpy.linalg.matrix_rank``) map to 0. For an undamped rank-deficient
+    partner this gives the minimum-norm solution of the derived problem (an update along the
+    partner's null space leaves the product unchanged); a zero partner gives a zero update. With
+    ``λ ≥ n·eps·‖W‖²`` the cut is never active.
     """
-    evals, evecs = eig
+    evals, evecs, s = eig
     n = evals.shape[-1]
-    tiny = jnp.finfo(evals.dtype).tiny
-    floor = jnp.maximum(n * jnp.finfo(evals.dtype).eps * evals[..., -1:], tiny)
-    powered = jnp.maximum(evals, floor) ** p
-    return ((evecs * powered[..., None, :]) @ evecs.mT).astype(dtype)
+    cut = n * jnp.finfo(evals.dtype).eps * evals[..., -1:]
+    if p < 0:
+        kept = evals > cut
+        powered = jnp.where(kept, jnp.where(kept, evals, 1) ** p, 0)
+    else:
+        powered = jnp.maximum(evals, 0) ** p
+    return ((evecs * powered[..., None, :]) @ evecs.mT * s ** (2 * p)).astype(dtype)
 
 
 def isotropic_scale(w, damping):
-    """``c_W = (‖W‖_F² / d_h + λ)^{1/2}`` per matrix, shape ``(..., 1, 1)``."""
+    """``c_W = (‖W‖_F² / d_h + λ)^{1/2}`` per matrix, shape ``(..., 1, 1)``, computed as ``s (‖W/s‖_F² / d_h + λ/s²)^{1/2}``.
+
+    ``s = max(max|w_ij|, √λ)`` keeps the squares in range.
+    """
     wc = w.astype(compute_dtype(w.dtype))
-    sq = jnp.sum(wc * wc, axis=(-2, -1), keepdims=True)
-    return jnp.sqrt(sq / w.shape[-1] + damping).astype(w.dtype)
+    lam = jnp.asarray(damping, wc.dtype)
+    s = jnp.maximum(max_abs(wc), jnp.sqrt(lam))
+    ws = wc / s
+    sq = jnp.sum(ws * ws, axis=(-2, -1), keepdims=True)
+    return (s * jnp.sqrt(sq / w.shape[-1] + (jnp.sqrt(lam) / s) ** 2)).astype(w.dtype)
 
 
 def msign_svd(a):
-    """``U Vᵀ`` over the singular values above ``max(m, n)·eps·σ_max`` (zero ones map to 0)."""
+    """``U Vᵀ`` over the singular values above ``max(m, n)·eps·σ_max`` (zero ones map to 0).
+
+    ``A`` is divided by ``max|a_ij|`` first (msign ignores positive scale); a matrix with NaN/Inf
+    gives NaN.
+    """
     ac = a.astype(compute_dtype(a.dtype))
+    ac, ok = lapack_guard(ac / max_abs(ac))
     u, s, vt = jnp.linalg.svd(ac, full_matrices=False)
     tol = max(a.shape[-2:]) * jnp.finfo(ac.dtype).eps * s[..., :1]
     keep = (s > tol).astype(ac.dtype)
-    return ((u * keep[..., None, :]) @ vt).astype(a.dtype)
+    out = jnp.where(ok, (u * keep[..., None, :]) @ vt, jnp.nan)
+    return out.astype(a.dtype)
 
 
-def newton_schulz(x, schedule, norm_eps=1e-7):
-    """msign by odd-polynomial iterations, one polynomial per entry of ``schedule``.
+def schedule_array(schedule):
+    """A schedule as an array ``(steps, k+1)``; a tuple of coefficient tuples is padded with zeros.
+
+    A shorter step padded with zero high-order coefficients is the same polynomial.
+    """
+    if hasattr(schedule, "shape"):
+        return jnp.asarray(schedule)
+    width = max(len(step) for step in schedule)
+    return jnp.asarray([list(step) + [0.0] * (width - len(step)) for step in schedule])
+
+
+def newton_schulz(x, schedule):
+    """msign by odd-polynomial iterations, one polynomial per row of ``schedule``.
 
     Step ``(c_0, c_1, …, c_k)`` maps ``X ← c_0 X + (c_1 A + c_2 A² + … + c_k A^k) X`` with
     ``A = X Xᵀ`` formed on the short side, i.e. each singular value goes to
-    ``p(σ) = c_0 σ + c_1 σ³ + … + c_k σ^{2k+1}``. The input is first divided by
-    ``‖X‖_F + norm_eps`` so that ``σ ≤ 1``. Runs in the input dtype.
+    ``p(σ) = c_0 σ + c_1 σ³ + … + c_k σ^{2k+1}``. The input is first divided by ``max|x_ij|`` and
+    then by the Frobenius norm of the result (which lies in ``[1, √(mn)]``, so nothing overflows
+    or underflows), so ``σ ≤ 1``; a zero matrix stays zero. ``schedule`` is data: an array
+    ``(steps, k+1)`` (or a tuple of coefficient tuples) scanned by ``jax.lax.scan``, so schedules
+    of one shape share one compilation. Runs in the input dtype.
     """
+    coeffs = schedule_array(schedule)
     tall = x.shape[-2] > x.shape[-1]
     if tall:
         x = x.mT
-    x = x / (jnp.linalg.norm(x.astype(compute_dtype(x.dtype)), axis=(-2, -1), keepdims=True)
-             + norm_eps).astype(x.dtype)
+    xc = x.astype(compute_dtype(x.dtype))
+    xc = xc / max_abs(xc)
+    norm = jnp.sqrt(jnp.sum(xc * xc, axis=(-2, -1), keepdims=True))
+    x = (xc / jnp.where(norm > 0, norm, 1)).astype(x.dtype)
     eye = jnp.eye(x.shape[-2], dtype=x.dtype)
-    for coeffs in schedule:
+    degree = coeffs.shape[-1]
+
+    def step(x, c):
+        c = c.astype(x.dtype)
+        if degree == 1:
+            return c[0] * x, None
         a = x @ x.mT
-        b = coeffs[-1] * a
-        for c in reversed(coeffs[1:-1]):
-            b = (b + c * eye) @ a
-        x = coeffs[0] * x + b @ x
+        b = c[-1] * a
+        for j in range(degree - 2, 0, -1):
+            b = (b + c[j] * eye) @ a
+        return c[0] * x + b @ x, None
+
+    x, _ = jax.lax.scan(step, x, coeffs, unroll=True)
     return x.mT if tall else x
 
 
@@ -109,10 +184,16 @@ def all_finite(arrays):
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in arrays]))
 
 
+def nan_unless(ok, arrays):
+    """``arrays`` where ``ok``, else all NaN: an Inf input never yields a finite (wrong) update."""
+    return tuple(jnp.where(ok, a, jnp.nan).astype(a.dtype) for a in arrays)
+
+
 def raise_if_not_finite(function, finite, arrays):
     """After a call: raise ``ValueError`` naming the non-finite input, or the overflow.
 
-    Skipped when ``finite`` is a tracer (the caller is inside an outer ``jit``).
+    Skipped when ``finite`` is a tracer (under an outer ``jit`` or ``vmap`` nothing can be raised:
+    the update is then all NaN for a NaN/Inf input, and LAPACK never sees the bad value).
     """
     if isinstance(finite, jax.core.Tracer) or bool(finite):
         return
@@ -123,23 +204,68 @@ def raise_if_not_finite(function, finite, arrays):
                      f"although every input is finite; use a wider dtype or a larger damping")
 
 
+def check_scalar(function, name, value, positive=False):
+    """A finite real scalar ``>= 0`` (``> 0`` with ``positive``); tracers pass (checked by nobody)."""
+    if isinstance(value, jax.core.Tracer):
+        return
+    if isinstance(value, (str, bytes, bool)) or value is None or getattr(value, "shape", ()) != ():
+        shape = getattr(value, "shape", None)
+        got = f"an array of shape {tuple(shape)}" if shape is not None else repr(value)
+        raise TypeError(f"{function}: {name} must be a real number, got {got}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{function}: {name} must be a real number, got {value!r}") from None
+    if not (v > 0.0 if positive else v >= 0.0) or v == float("inf"):
+        raise ValueError(f"{function}: {name} must be {'> 0 and finite' if positive else 'finite and >= 0'}, "
+                         f"got {value}")
+
+
+def check_schedule(function, schedule):
+    """A non-empty schedule of finite coefficients: a tuple of coefficient tuples or an array ``(steps, k+1)``."""
+    if isinstance(schedule, jax.core.Tracer):
+        return
+    if hasattr(schedule, "shape"):
+        if len(schedule.shape) != 2 or 0 in schedule.shape or not jnp.issubdtype(schedule.dtype, jnp.floating):
+            raise ValueError(f"{function}: schedule must be a float array of shape (steps, k+1), got shape "
+                             f"{tuple(schedule.shape)} and dtype {schedule.dtype}")
+        if not bool(jnp.all(jnp.isfinite(schedule))):
+            raise ValueError(f"{function}: schedule contains NaN or Inf")
+        return
+    if not isinstance(schedule, (tuple, list)) or not schedule:
+        raise TypeError(f"{function}: schedule must be a non-empty tuple of coefficient tuples or an array "
+                        f"(steps, k+1), got {type(schedule).__name__}")
+    for step in schedule:
+        if not isinstance(step, (tuple, list)) or not step or not all(
+                isinstance(c, (int, float)) and not isinstance(c, bool) and abs(c) < float("inf") for c in step):
+            raise ValueError(f"{function}: each schedule step must be a tuple of finite floats "
+                             f"(c_0, c_1, ...), got {step!r}")
+
+
 def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
     """Check arguments before tracing; raise ``ValueError``/``TypeError`` naming the argument.
 
     ``shapes`` maps each argument name to its two trailing dimension names, e.g.
     ``{"W_Q": ("d", "d_h")}``; every dimension name must get one size, every argument the same
-    leading (batch) shape and the same floating dtype, and ``d_h ≤ d``.
+    leading (batch) shape and the same floating dtype, and ``d_h ≤ d``. Shapes and dtypes are
+    checked under ``jit`` and ``vmap`` too (they are static); values (``eps``, ``damping``,
+    finiteness) only outside them.
     """
     sizes, batch, dtype = {}, None, None
     for name, dims in shapes.items():
         x = arrays[name]
         nd = len(dims)
         if not hasattr(x, "shape") or not hasattr(x, "dtype"):
-            raise TypeError(f"{function}: {name} must be an array, got {type(x).__name__}")
+            raise TypeError(f"{function}: {name} must be an array, got {type(x).__name__}; "
+                            f"convert it with jnp.asarray({name})")
         if x.ndim < nd:
             raise ValueError(f"{function}: {name} must have shape (..., {', '.join(dims)}), got {tuple(x.shape)}")
         if not jnp.issubdtype(x.dtype, jnp.floating):
-            raise TypeError(f"{function}: {name} must be floating point, got dtype {x.dtype}")
+            raise TypeError(f"{function}: {name} must be real floating point, got dtype {x.dtype}")
+        if x.dtype == jnp.float64 and not jax.config.jax_enable_x64:
+            raise TypeError(f"{function}: {name} is float64 but JAX's x64 mode is off, so it would be computed "
+                            f"and returned in float32; call jax.config.update('jax_enable_x64', True) first, "
+                            f"or pass float32")
         if dtype is None:
             dtype = x.dtype
         elif x.dtype != dtype:
@@ -160,41 +286,155 @@ def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
     if "d" in sizes and "d_h" in sizes and sizes["d_h"] > sizes["d"]:
         raise ValueError(f"{function}: head dimension d_h = {sizes['d_h']} exceeds model width d = "
                          f"{sizes['d']}; are the weights transposed? expected W of shape (..., d, d_h)")
-    for name, value in (("eps", eps), ("damping", damping)):
-        if isinstance(value, jax.core.Tracer):
-            continue
-        v = float(value)
-        if not v >= 0.0 or v == float("inf"):
-            raise ValueError(f"{function}: {name} must be finite and >= 0, got {value}")
-    if method not in MSIGN_METHODS:
+    check_scalar(function, "eps", eps)
+    check_scalar(function, "damping", damping)
+    if not isinstance(method, str) or method not in MSIGN_METHODS:
         raise ValueError(f"{function}: msign must be one of {MSIGN_METHODS}, got {method!r}")
     if method == "newton_schulz":
-        if not isinstance(schedule, tuple) or not schedule:
-            raise TypeError(f"{function}: schedule must be a non-empty tuple of coefficient tuples "
-                            f"(it is a static argument), got {type(schedule).__name__}")
-        for step in schedule:
-            if not isinstance(step, tuple) or not step or not all(
-                    isinstance(c, float) and abs(c) < float("inf") for c in step):
-                raise ValueError(f"{function}: each schedule step must be a tuple of finite floats "
-                                 f"(c_0, c_1, ...), got {step!r}")
+        check_schedule(function, schedule)
 
 
 SYLVESTER_SOLVERS = ("structured", "dense")
 
 
+def safe_ratio(num, den):
+    """``num / den`` where ``den > 0``, else 0 (a direction with no extent and no damping)."""
+    pos = den > 0
+    return jnp.where(pos, num / jnp.where(pos, den, 1), 0)
+
+
+def sylvester_factor_svd(w_q, w_k, damping, d):
+    """Thin SVDs of both factors (one stacked call) with the shared scale of the Sylvester operator.
+
+    Returns ``(U_Q, U_K, Vᵀ_Q, Vᵀ_K, r_Q, r_K, μ, m, ok)``: singular values ``s = m r`` with
+    ``m = max(s_Q,max, s_K,max, √(2λ))`` and ``μ = 2λ/m²``, so every ratio below is formed from
+    numbers in ``[0, 1]``; ``ok`` is False where a factor holds NaN/Inf (its results are NaN).
+    """
+    ct = compute_dtype(d.dtype)
+    # one stacked SVD, made to wait for D: on the CPU two LAPACK kernels running at once can
+    # deadlock jaxlib's pool (see gram_eigh_stacked); 0·D adds the data dependency
+    w = jnp.stack([w_q, w_k]).astype(ct) + 0 * jnp.where(jnp.isfinite(d[..., :1, :1]), d[..., :1, :1], 0).astype(ct)
+    scale = max_abs(w)
+    w, ok = lapack_guard(w / scale)
+    u, s, vt = jnp.linalg.svd(w, full_matrices=False)
+    s = s * scale[..., 0]
+    root = jnp.sqrt(2 * jnp.asarray(damping, ct))
+    m = jnp.maximum(jnp.maximum(s[0, ..., :1], s[1, ..., :1]), root)
+    m = jnp.where(m > 0, m, 1)
+    return u[0], u[1], vt[0], vt[1], s[0] / m, s[1] / m, (root / m) ** 2, m, ok[0] & ok[1]
+
+
+def sylvester_products(w_q, w_k, damping, d, solver):
+    """``(H W_K, Hᵀ W_Q)`` for ``(W_Q W_Qᵀ + λI) H + H (W_K W_Kᵀ + λI) = D``, ``λ > 0``.
+
+    ``"structured"`` works in the factors' own bases, ``O(d² d_h)``. With thin SVDs
+    ``W = U S Vᵀ`` the operator is diagonal in ``[U_Q, U_Q⊥] ⊗ [U_K, U_K⊥]`` with eigenvalues
+    ``s_Q,i² + s_K,j² + 2λ`` (zero ``s`` on the complements). Only the blocks of ``H`` that meet
+    ``U_K`` (resp. ``U_Q``) survive the product with the partner, so
+
+        H W_K = [U_Q (C ⊘ (a_Q,i + a_K,j + 2λ)) + (I − P_Q) D U_K ⊘ (a_K,j + 2λ)] S_K V_Kᵀ,
+        Hᵀ W_Q = [U_K (C ⊘ (a_Q,i + a_K,j + 2λ))ᵀ + (I − P_K) Dᵀ U_Q ⊘ (a_Q,i + 2λ)] S_Q V_Qᵀ,
+
+    with ``C = U_Qᵀ D U_K`` and ``a = s²``. The complement block ``(I − P_Q) D (I − P_K) / 2λ``
+    of ``H`` (the part of size ``‖D‖/λ``) is never formed, so small damping loses no accuracy:
+    forming ``H`` and then ``H W_K`` loses about ``eps·‖W‖²/λ`` relative. ``"dense"`` does
+    exactly that (``jax.scipy.linalg.solve_sylvester``, ``O(d³)``, a cross-check).
+    """
+    if solver == "dense":
+        h = sylvester_dense(w_q, w_k, damping, d)
+        return h @ w_k.astype(h.dtype), h.mT @ w_q.astype(h.dtype)
+    uq, uk, vtq, vtk, rq, rk, mu, m, ok = sylvester_factor_svd(w_q, w_k, damping, d)
+    dc = d.astype(uq.dtype)
+    dk = dc @ uk  # D U_K, d × d_h
+    core = uq.mT @ dk  # U_Qᵀ D U_K, d_h × d_h
+    col = dk - uq @ core  # (I − P_Q) D U_K
+    row = (uq.mT @ dc - core @ uk.mT).mT  # (I − P_K) Dᵀ U_Q, d × d_h
+    den = rq[..., :, None] ** 2 + rk[..., None, :] ** 2 + mu[..., None]
+    hq = uq @ (core * safe_ratio(rk[..., None, :], den)) + col * safe_ratio(rk, rk * rk + mu)[..., None, :]
+    hk = uk @ (core * safe_ratio(rq[..., :, None], den)).mT + row * safe_ratio(rq, rq * rq + mu)[..., None, :]
+    dq_out = jnp.where(ok, (hq @ vtk) / m[..., None], jnp.nan)
+    dk_out = jnp.where(ok, (hk @ vtq) / m[..., None], jnp.nan)
+    return dq_out.astype(d.dtype), dk_out.astype(d.dtype)
+
+
+def check_dense_damping(function, solver, damping, w_q, w_k, resolution=100):
+    """Refuse ``solver="dense"`` when ``λ < 100·eps·max(‖W_Q‖_F², ‖W_K‖_F²)`` (concrete values only).
+
+    The Bartels–Stewart solution ``H`` (of size ``‖D‖/λ``) times the partner loses about
+    ``eps·‖W‖²/λ`` relative, so below that bound the error exceeds 1% (measured in float32 with
+    ``‖W‖² ≈ 95``: 1e-3 at λ = 1e-2, 0.14 at 1e-4, 2e2 at 1e-6); ``"structured"`` never forms ``H``
+    and is accurate at any ``λ > 0``.
+    """
+    if solver != "dense" or any(isinstance(x, jax.core.Tracer) for x in (damping, w_q, w_k)):
+        return
+    ct = compute_dtype(w_q.dtype)
+    sq = []
+    for w in (w_q, w_k):
+        wc = jnp.asarray(w, ct)
+        m = max_abs(wc)
+        sq.append(float(jnp.max(m[..., 0, 0] ** 2 * jnp.sum(jnp.square(wc / m), axis=(-2, -1)))))
+    need = resolution * float(jnp.finfo(ct).eps) * max(sq)
+    if float(damping) < need:
+        raise ValueError(f"{function}: damping = {damping} is below what solver='dense' resolves in "
+                         f"{jnp.dtype(ct).name} for these weights (need damping >= {need:.3g} = "
+                         f"{resolution}·eps·max ‖W‖_F²); use solver='structured' (accurate at any damping > 0) "
+                         f"or a larger damping")
+
+
+def sylvester_dense(w_q, w_k, damping, d):
+    """``H`` with ``(W_Q W_Qᵀ + λI) H + H (W_K W_Kᵀ + λI) = D`` by Bartels–Stewart (``O(d³)``).
+
+    ``jax.scipy.linalg.solve_sylvester`` (Schur forms); a NaN/Inf coefficient gives NaN.
+    """
+    ct = compute_dtype(d.dtype)
+    wq, wk = w_q.astype(ct), w_k.astype(ct)
+    eye = jnp.eye(d.shape[-1], dtype=ct)
+    a, ok_a = lapack_guard(wq @ wq.mT + damping * eye)
+    b, ok_b = lapack_guard(wk @ wk.mT + damping * eye)
+    rhs, ok_d = lapack_guard(d.astype(ct))
+    h = jax.scipy.linalg.solve_sylvester(a, b, rhs)
+    return jnp.where(ok_a & ok_b & ok_d, h, jnp.nan).astype(d.dtype)
+
+
+def sylvester_gram(w_q, w_k, damping, r):
+    """``X`` with ``(W_QᵀW_Q + λI) X + X (W_KᵀW_K + λI) = R`` (``d_h × d_h``, SPD coefficients).
+
+    Both Grams are diagonalized by one stacked eigh: ``X = V_Q [(V_Qᵀ R V_K) / (α_i + β_j)] V_Kᵀ``
+    with ``α = s_Q² e_Q``, ``β = s_K² e_K`` (scales of :func:`gram_eigh` taken out as ``m = max(s_Q, s_K)``);
+    a pair with ``α_i + β_j = 0`` (undamped rank-deficient partners) gets 0, the minimum-norm solution.
+    """
+    (aq, vq, sq), (ak, vk, sk) = gram_eigh_stacked((w_q, w_k), damping, "right")
+    m = jnp.maximum(sq, sk)
+    alpha, beta = aq * (sq / m)[..., 0] ** 2, ak * (sk / m)[..., 0] ** 2
+    rt = vq.mT @ (r.astype(vq.dtype) / m / m) @ vk
+    den = alpha[..., :, None] + beta[..., None, :]
+    return (vq @ safe_ratio(rt, den) @ vk.mT).astype(r.dtype)
+
+
+def require_arrays(function, arrays):
+    """Each value must already be an array (``.shape``, ``.dtype``, ``.ndim``); the error names it."""
+    for name, x in arrays.items():
+        if not all(hasattr(x, a) for a in ("shape", "dtype", "ndim")):
+            raise TypeError(f"{function}: {name} must be an array, got {type(x).__name__}; "
+                            f"convert it with jnp.asarray({name})")
+
+
 def sylvester_lowrank(w_q, w_k, damping, d):
-    """``H`` with ``(W_Q W_Qᵀ + λI) H + H (W_K W_Kᵀ + λI) = D`` in ``O(d² d_h)``, ``λ > 0``.
+    """``H`` itself with ``(W_Q W_Qᵀ + λI) H + H (W_K W_Kᵀ + λI) = D`` in ``O(d² d_h)``, ``λ > 0``.
 
     With thin SVDs ``W_Q = U_Q S_Q ·``, ``W_K = U_K S_K ·`` the operator is diagonal in the bases
     ``[U_Q, U_Q⊥]`` and ``[U_K, U_K⊥]``: eigenvalues ``s_Q,i² + s_K,j² + 2λ`` (zero ``s`` on the
     complements). ``D`` is split by the projectors ``P_Q = U_Q U_Qᵀ``, ``P_K = U_K U_Kᵀ`` into four
-    blocks, each divided by its eigenvalues; no ``d × d`` factorization is ever formed.
+    blocks, each divided by its eigenvalues; no ``d × d`` factorization is ever formed. The
+    emitted rules need only ``H W_K`` and ``Hᵀ W_Q``: :func:`sylvester_products` forms those
+    without the ``‖D‖/λ`` complement block.
     """
     ct = compute_dtype(d.dtype)
     dc = d.astype(ct)
     # one stacked SVD, made to wait for D: on the CPU two LAPACK kernels running at once can
     # deadlock jaxlib's pool (see gram_eigh_stacked); 0·D adds the data dependency
     w = jnp.stack([w_q, w_k]).astype(ct) + 0 * dc[..., :1, :1]
+    w, ok = lapack_guard(w)
     u, s, _ = jnp.linalg.svd(w, full_matrices=False)
     uq, uk, sq, sk = u[0], u[1], s[0], s[1]
     aq, ak = sq * sq, sk * sk
@@ -207,17 +447,7 @@ def sylvester_lowrank(w_q, w_k, damping, d):
     col = (dk - uq @ core) / (ak[..., None, :] + lam2)  # (I − P_Q) D U_K
     rest = dc - uq @ dq - dk @ uk.mT + uq @ core @ uk.mT  # (I − P_Q) D (I − P_K)
     h = uq @ (h_core @ uk.mT + row) + col @ uk.mT + rest / lam2
-    return h.astype(d.dtype)
-
-
-def sylvester_dense(w_q, w_k, damping, d):
-    """The same ``H`` by Bartels–Stewart (``jax.scipy.linalg.solve_sylvester``), ``O(d³)``."""
-    ct = compute_dtype(d.dtype)
-    wq, wk = w_q.astype(ct), w_k.astype(ct)
-    eye = jnp.eye(d.shape[-1], dtype=ct)
-    a = wq @ wq.mT + damping * eye
-    b = wk @ wk.mT + damping * eye
-    return jax.scipy.linalg.solve_sylvester(a, b, d.astype(ct)).astype(d.dtype)
+    return jnp.where(ok[0] & ok[1], h, jnp.nan).astype(d.dtype)
 
 
 def sylvester_solve(w_q, w_k, damping, d, solver):
@@ -225,18 +455,6 @@ def sylvester_solve(w_q, w_k, damping, d, solver):
     if solver == "dense":
         return sylvester_dense(w_q, w_k, damping, d)
     return sylvester_lowrank(w_q, w_k, damping, d)
-
-
-def sylvester_gram(w_q, w_k, damping, r):
-    """``X`` with ``(W_QᵀW_Q + λI) X + X (W_KᵀW_K + λI) = R`` (``d_h × d_h``, SPD coefficients).
-
-    Both Grams are diagonalized by one stacked eigh: ``X = V_Q [(V_Qᵀ R V_K) / (α_i + β_j)] V_Kᵀ``.
-    """
-    (aq, vq), (ak, vk) = gram_eigh_stacked((w_q, w_k), damping, "right")
-    rt = vq.mT @ r.astype(vq.dtype) @ vk
-    den = aq[..., :, None] + ak[..., None, :]
-    den = jnp.maximum(den, jnp.finfo(den.dtype).tiny)
-    return (vq @ (rt / den) @ vk.mT).astype(r.dtype)
 
 
 def split_heads(w, head_dim):
@@ -258,6 +476,7 @@ def gqa_layout(query_fn, key_fn, W_Q, W_K, G_Q, G_K, head_dim, options):
     ``h // (H / H_kv)`` (consecutive grouping, as ``repeat_kv`` does). Query updates are head-local
     with their group's key head; each shared key head sees its group's queries stacked row-wise.
     """
+    require_arrays("gqa_qk", {"W_Q": W_Q, "W_K": W_K, "G_Q": G_Q, "G_K": G_K})
     for name, x, ref in (("G_Q", G_Q, W_Q), ("G_K", G_K, W_K)):
         if getattr(x, "shape", None) != getattr(ref, "shape", None):
             raise ValueError(f"gqa_qk: {name} must have the shape of its weight {tuple(ref.shape)}, "
@@ -288,6 +507,7 @@ def block_right(x, blocks):
 
 def joint_layout(core, W_Q, W_K, G_Q, G_K, options):
     """``(W_Q, W_K, G_Q, G_K)`` → one block-whitened call with ``P = blockdiag(W_K, W_Q)``, ``G = [G_Q | G_K]``."""
+    require_arrays("joint_qk", {"W_Q": W_Q, "W_K": W_K, "G_Q": G_Q, "G_K": G_K})
     for name, x, ref in (("W_K", W_K, W_Q), ("G_Q", G_Q, W_Q), ("G_K", G_K, W_Q)):
         if getattr(x, "shape", None) != getattr(ref, "shape", None):
             raise ValueError(f"joint_qk: {name} must have the shape of W_Q {tuple(ref.shape)}, "
@@ -305,6 +525,7 @@ def hybrid_ov_layout(o_core, v_core, W_O, W_V, G_O, G_V, head_dim, options):
     ``C_{V,h} = (W_{V,h} W_{V,h}ᵀ)^{1/2}`` (``P = blockdiag(W_{V,h}ᵀ)``); the V side is head-local with
     partner ``W_{O,h}``.
     """
+    require_arrays("hybrid_ov", {"W_O": W_O, "W_V": W_V, "G_O": G_O, "G_V": G_V})
     for name, x, ref in (("G_O", G_O, W_O), ("G_V", G_V, W_V)):
         if getattr(x, "shape", None) != getattr(ref, "shape", None):
             raise ValueError(f"hybrid_ov: {name} must have the shape of its weight {tuple(ref.shape)}, "

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import math
+
+from sympy.matrices.expressions import Transpose
+
 from numerics import jax_kernels as K
 
 from .array_module import docstring, header
-from ..vocabulary import Msign
-from .codegen import EmittedFunction, MatrixCodePrinter, kernel_source
+from ..vocabulary import Msign, RegularizedSylvester
+from .codegen import EmittedFunction, MatrixCodePrinter, UnsupportedNode, kernel_source
 
-KERNELS = (K.compute_dtype, K.gram_eigh, K.gram_eigh_stacked, K.psd_power, K.isotropic_scale, K.msign_svd,
-           K.newton_schulz, K.spectral_sign, K.spectral_sign_stacked, K.all_finite, K.raise_if_not_finite,
-           K.validate_inputs, K.sylvester_lowrank, K.sylvester_dense, K.sylvester_solve,
-           K.sylvester_gram, K.block_right)
+KERNELS = (K.compute_dtype, K.lapack_guard, K.max_abs, K.gram_eigh, K.gram_eigh_stacked, K.psd_power,
+           K.isotropic_scale, K.msign_svd, K.schedule_array, K.newton_schulz, K.spectral_sign,
+           K.spectral_sign_stacked, K.all_finite, K.nan_unless, K.raise_if_not_finite, K.check_scalar,
+           K.check_schedule, K.validate_inputs, K.safe_ratio, K.sylvester_factor_svd, K.sylvester_products,
+           K.sylvester_dense, K.sylvester_gram, K.block_right, K.require_arrays,
+           K.check_dense_damping)
 
 
 class JaxPrinter(MatrixCodePrinter):
@@ -43,27 +49,62 @@ class JaxPrinter(MatrixCodePrinter):
         if expr.side == "inner":
             return (f"sylvester_gram({self._print(expr.left)}, {self._print(expr.right)}, damping, "
                     f"{self._print(expr.rhs)})")
-        return (f"sylvester_solve({self._print(expr.left)}, {self._print(expr.right)}, "
-                f"{self._scalar(expr.damping)}, {self._print(expr.rhs)}, solver)")
+        raise UnsupportedNode("the outer Sylvester solution H is emitted only in the products H W_K and Hᵀ W_Q "
+                              "(sylvester_products: H itself is of size ‖D‖/λ and not formed)")
+
+    def _print_MatMul(self, expr):
+        """``H W_K`` and ``Hᵀ W_Q`` of an outer Sylvester solution: one :func:`sylvester_products` call."""
+        coeff, mats = expr.as_coeff_matrices()
+        if coeff == 1 and len(mats) == 2:
+            first, partner = mats
+            transposed = isinstance(first, Transpose)
+            node = first.arg if transposed else first
+            if (isinstance(node, RegularizedSylvester) and node.side == "outer"
+                    and partner == (node.left if transposed else node.right)):
+                return self._sylvester_products(node)[1 if transposed else 0]
+        return super()._print_MatMul(expr)
+
+    def _sylvester_products(self, node):
+        key = ("sylvester_products", node)
+        if key not in self.temps:
+            names = ("HW_K", "HtW_Q")
+            self.lines.append(f"{', '.join(names)} = sylvester_products({self._print(node.left)}, "
+                              f"{self._print(node.right)}, {self._scalar(node.damping)}, {self._print(node.rhs)}, "
+                              f"solver)")
+            self.temps[key] = names
+        return self.temps[key]
 
     def _print_IsotropicScale(self, expr):
         return f"isotropic_scale({self._print(expr.base)}, damping)"
 
 
+CHECKS_DOC = """Inputs are checked where the computation starts: shapes and dtypes always (also under jit
+    and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
+    input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
+    ValueError naming the input (outside an outer jit/vmap, where nothing can be raised: check the
+    result with jnp.isfinite there). Undamped rank-deficient partners give the minimum-norm update
+    (pseudo-inverse roots); use damping > 0 to regularize."""
+
 ARG_DOC = """Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"
-    or "svd"), schedule (Newton–Schulz steps, a tuple of coefficient tuples), check_finite
-    (raise if an input or the update is NaN/Inf; skipped under an outer jit). Returns the update(s) to add, in the
-    input dtype."""
+    or "svd"), schedule (Newton–Schulz steps: a tuple of coefficient tuples or an array
+    (steps, k+1), passed as data, so schedules of one shape share one compilation), check_finite
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
+    """ + CHECKS_DOC
 
 
 NO_MSIGN_DOC = """Arguments after * : damping (λ >= 0), check_finite (raise if an input or the result is
-    NaN/Inf; skipped under an outer jit). Returns the result(s) in the input dtype."""
+    NaN/Inf). Returns the result(s) in the input dtype.
+    """ + CHECKS_DOC
 
 
 def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedule_name: str,
              schedule: tuple, schedule_source: str, msign_default: str, scalars: dict,
              extra_source: str = "", extra_names: tuple = ()) -> str:
     """The module text (deterministic byte for byte)."""
+    for step in schedule:
+        for c in step:
+            if not (isinstance(c, float) and math.isfinite(c)):
+                raise ValueError(f"schedule {schedule_name}: coefficient {c!r} is not a finite float64 number")
     extra = ["", f"Newton–Schulz schedule: {schedule_name} ({schedule_source}).",
              f"Default msign method: {msign_default}."]
     parts = [header(title, command, functions, extra),
@@ -87,7 +128,7 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
     extra = list(fn.extra_scalars.values())
     extra_params = "".join(f", {n}" for n in extra)
     opts = list(fn.options)
-    static = ", ".join(f'"{o}"' for o in ["msign", "schedule", *opts])
+    static = ", ".join(f'"{o}"' for o in ["msign", *opts])
     opt_params = "".join(f", {o}" for o in opts)
     opt_kw = "".join(f", {o}={d!r}" for o, (d, _) in fn.options.items())
     opt_checks = []
@@ -95,15 +136,16 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
         opt_checks += [f"    if {o} not in {tuple(allowed)!r}:",
                        f"        raise ValueError(f\"{fn.name}: {o} must be one of {tuple(allowed)!r}, got {{{o}!r}}\")"]
     for n in extra:
-        opt_checks += [f"    if not isinstance({n}, jax.core.Tracer) and not 0 < float({n}) < float('inf'):",
-                       f"        raise ValueError(f\"{fn.name}: {n} must be finite and > 0, got {{{n}}}\")"]
+        opt_checks += [f"    check_scalar({fn.name!r}, {n!r}, {n}, positive=True)"]
     if fn.positive_damping:
-        opt_checks += ["    if not isinstance(damping, jax.core.Tracer) and not float(damping) > 0:",
-                       f"        raise ValueError(f\"{fn.name}: damping must be > 0 (the regularized solve divides by "
-                       f"2·damping), got {{damping}}\")"]
+        opt_checks += [f"    check_scalar({fn.name!r}, 'damping', damping, positive=True)  # the solve divides by 2·damping"]
+    if "solver" in fn.options:
+        opt_checks += [f"    check_dense_damping({fn.name!r}, solver, damping, {args[0]}, {args[1]})"]
     uses_msign = any(der.formula.has(Msign) for _, der in fn.outputs)
     sign_kw = f"msign={msign_default!r}, schedule=NS_SCHEDULE" if uses_msign else ""
     sign_args = "msign, schedule" if uses_msign else "'svd', ()"  # no msign in the formula: nothing to choose
+    call_sign = ("msign, schedule_array(schedule) if msign == 'newton_schulz' else None" if uses_msign
+                 else "'svd', None")
     arg_doc = ARG_DOC if uses_msign else NO_MSIGN_DOC
     names = [out for out, _ in fn.outputs]
     casts = "".join(f"    {out} = {out}.astype({dtype_of}.dtype)\n" for out in names)
@@ -114,7 +156,8 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
         f"def _{fn.name}({', '.join(args)}, eps{extra_params}, damping, msign, schedule{opt_params}):",
         *[f"    {line}" for line in body],
         casts.rstrip("\n"),
-        f"    return {outs}, all_finite({outs})",
+        f"    outputs = nan_unless(all_finite(({', '.join(args)}{',' if len(args) == 1 else ''})), {outs})",
+        "    return outputs, all_finite(outputs)",
         "",
         "",
         f"def {fn.name}({', '.join(args)}, *, {'eps, ' if fn.needs_eps else ''}{''.join(n + ', ' for n in extra)}"
@@ -126,7 +169,7 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
         f"                    {'eps' if fn.needs_eps else '0.0'}, damping, {sign_args})",
         *opt_checks,
         f"    outputs, finite = _{fn.name}({', '.join(args)}, {'eps' if fn.needs_eps else '0.0'}{extra_params}, "
-        f"damping, {sign_args}{opt_params})",
+        f"damping, {call_sign}{opt_params})",
         "    if check_finite:",
         f"        raise_if_not_finite({fn.name!r}, finite, {{{', '.join(f'{a!r}: {a}' for a in args)}}})",
         "    return outputs" + ("[0]" if len(fn.outputs) == 1 else ""),
