@@ -29,7 +29,6 @@ from mpmath import iv
 
 from .polynomial import odd_eval
 
-
 DEFAULT_PREC = 200  # bits (about 60 digits)
 BOUNDED = mpmath.mpf("1.5")  # "still converges": the final image stays inside (0, BOUNDED]
 

@@ -2,8 +2,9 @@
 
 Each :class:`Lemma` has a LaTeX statement, its side conditions, a rewrite that finds the
 lemma's left-hand side in an expression and replaces it (checking the facts that the side
-conditions need, and refusing otherwise), and a numerical self-check on random instances of
-its own statement. Lemmas never contain a rule's final formula: they are generic identities.
+conditions need, and refusing otherwise with the reason), and a self-check that exercises both
+the statement and the rewrite code on random instances (:meth:`Lemma.self_check`). Lemmas never
+contain a rule's final formula: they are generic identities.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from .vocabulary import (
     nonnegative_symbol,
     positive_symbol,
 )
-
 
 SELF_CHECK_TOL = 1e-8  # relative error a lemma's self-check tolerates (float64, well-conditioned instances)
 
@@ -157,9 +157,8 @@ class Lemma:
 
     def _values(self, exprs, case, sampler, rng, params):
         env = sampler.sample(rng, free_symbols(*exprs, *(case.substitution or ())))
-        overridden = set()
         if self.instance is not None:
-            env, overridden = self.instance(env, rng, _NP, sampler.dims, **params)
+            env, _ = self.instance(env, rng, _NP, sampler.dims, **params)
         if case.substitution is not None:
             old, expr = case.substitution
             env[old] = evaluate(expr, env, dims=sampler.dims)

@@ -11,7 +11,6 @@ import coeffsearch
 from coeffsearch.certify import Certificate, CertificateError, CertificateFormatError, certify, recheck
 from coeffsearch.minimax import limit_polynomial
 
-
 INPUTS = {"schedule", "interval", "precision_bits", "digits", "name", "kind"}  # what the bounds are computed from
 
 
