@@ -10,6 +10,16 @@ and the derivation is the half-split key problem for the stacked partner with bu
 
 where ``G_{K,g} = Ḡ_Mᵀ W̄_g = Σ_h G_{M_h}ᵀ W_{Q,h}`` is the stored key gradient. Every per-product
 bound holds: ``‖W_{Q,h} ΔW_{K,g}ᵀ‖ ≤ ‖W̄_g ΔW_{K,g}ᵀ‖ = ε/(2G)``; with ``G = 1`` it is half-split.
+
+Shared value heads (GQA on the OV side) are the same problem with the partner on the left: the
+group's output heads stacked row-wise, ``W̄_O = [W_{O,h}]_{h∈g}`` (``G d × d_h``), multiply the shared
+``W_{V,g}`` (``d_h × d``), and the value side gets budget ``ε/(2G)``:
+
+    ΔW_{V,g} = −(ε/2G) C̄_O⁻¹ msign(C̄_O⁻¹ G_{V,g}),   C̄_O² = Σ_h W_{O,h}ᵀW_{O,h},
+
+with ``G_{V,g} = W̄_Oᵀ Ḡ_M = Σ_h W_{O,h}ᵀ G_{M_h}``; ``‖W_{O,h} ΔW_{V,g}‖ ≤ ε/(2G)`` for every head.
+The O side keeps the hybrid rule's global sign with the block-diagonal partner
+``blockdiag(W_{V,g(h)}ᵀ)`` (value blocks repeated over each group).
 """
 
 from __future__ import annotations
@@ -59,8 +69,37 @@ def key_side() -> Derivation:
     return der
 
 
+W_Obar = FactMatrix("W_Obar", n, d_h, [FULL_COLUMN_RANK])  # the group's output heads, stacked
+G_MObar = MatrixSymbol("G_MObar", n, d)  # the group's OV product gradients, stacked
+G_V = halfsplit.G_V
+GRADIENTS_V = {G_V: product(transpose(W_Obar), G_MObar)}
+
+
+@cache
+def value_side() -> Derivation:
+    """Shared value head: ``min ⟨Ḡ_M, W̄_O ΔV⟩ s.t. ‖W̄_O ΔV‖_op ≤ ε/(2G)``."""
+    delta = MatrixSymbol("dW_V", d_h, d)
+    z = MatrixSymbol("Z_V", d_h, d)
+    change = product(W_Obar, delta)
+    problem = Problem(delta, Inner(G_MObar, change), OpNorm(change), eps / (2 * group))
+    ctx = Context(definitions=GRADIENTS_V, check_dims=[{d: 5, d_h: 2, n: 10}, {d: 4, d_h: 3, n: 12},
+                                                       {d: 3, d_h: 3, n: 3}],
+                  symbolic_dims={d: 3, d_h: 2, n: 4}, mpmath_dims={d: 4, d_h: 2, n: 8})
+    der = Derivation("gqa.value", "GQA: shared value update", problem, ctx,
+                     statement="group budget ε/2 divided by the group size G, on the stacked product W̄_O ΔW_V")
+    der.apply(L.POLAR_SUBSTITUTION, matrix=W_Obar, note="polar decomposition of the stacked output heads")
+    der.change_variables(z, GramSqrt(W_Obar), side="left")
+    der.apply(L.ORTHONORMAL_INVARIANCE)
+    der.apply(L.ADJOINT_MOVE, variable=z)
+    der.apply(L.POLAR_INVERSE, matrix=W_Obar, reverse=True)
+    der.apply(L.CHAIN_RULE, gradients=GRADIENTS_V, note="the stored value gradient sums over the group")
+    der.solve()
+    der.back_substitute()
+    return der
+
+
 def derivations():
-    return [halfsplit.query_side(), key_side()]
+    return [halfsplit.query_side(), key_side(), value_side()]
 
 
 def emitted_functions():
@@ -71,10 +110,21 @@ def emitted_functions():
                         ["Identical to the half-split query update."]),
         EmittedFunction("gqa_key", "GQA shared key update, one key head (partner: its group's stacked queries)",
                         [W_Qbar, G_K], [("dW_K", key_side())],
-                        ["W_Qbar stacks the group's query heads row-wise, shape (..., G·d, d_h); "
-                         "‖W_Qbar ΔW_Kᵀ‖_op = ε/(2G)."],
+                        [("W_Qbar stacks the group's query heads row-wise, shape (..., G·d, d_h); "
+                          "‖W_Qbar ΔW_Kᵀ‖_op = ε/(2G).")],
                         extra_scalars={group: "group_size"}),
+        value_function(),
     ]
+
+
+def value_function():
+    """The emitted shared-value update (also used by the hybrid OV module's stored-layout entry point)."""
+    from .printing.codegen import EmittedFunction
+    return EmittedFunction("gqa_value", "GQA shared value update, one value head (partner: its group's stacked "
+                           "output heads)", [W_Obar, G_V], [("dW_V", value_side())],
+                           [("W_Obar stacks the group's output heads W_{O,h} (d, d_h) row-wise, shape (..., G·d, d_h); "
+                             "‖W_Obar ΔW_V‖_op = ε/(2G), so ‖W_{O,h} ΔW_V‖_op ≤ ε/(2G) for every head.")],
+                           extra_scalars={group: "group_size"})
 
 
 def jax_extra():

@@ -8,6 +8,10 @@ O side: with ``P = blockdiag(W_{V,1}ᵀ, …, W_{V,H}ᵀ)`` (``H d × H d_h``) t
 side; its operator norm equals the stacked bound ``‖[ΔW_{O,h} C_{V,h}]_h‖_op``. The block-whitened
 derivation gives ``S = msign([G_{O,h} C_{V,h}⁻¹]_h)`` split into head blocks
 ``ΔW_{O,h} = −(ε/2) S_h C_{V,h}⁻¹``, with ``‖[ΔW_{O,h} C_{V,h}]_h‖_op = ε/2``.
+
+Shared value heads (GQA, ``H_kv < H``): the V side is :func:`derivations.gqa.value_side` (the
+group's output heads stacked, budget ``ε/(2G)``; at ``G = 1`` the head-local rule above), the O side
+the same block-whitened derivation with the value blocks repeated over each group.
 """
 
 from __future__ import annotations
@@ -43,10 +47,12 @@ def o_side():
 
 
 def derivations():
-    return [halfsplit.value_side(), o_side()]
+    from . import gqa
+    return [halfsplit.value_side(), o_side(), gqa.value_side()]
 
 
 def emitted_functions():
+    from . import gqa
     from .printing.codegen import EmittedFunction
     return [
         EmittedFunction("hybrid_o", "Global O update of the hybrid OV rule (core)", [P, G_O], [("dW_O", o_side())],
@@ -55,24 +61,27 @@ def emitted_functions():
         EmittedFunction("hybrid_v", "Head-local V update of the hybrid OV rule", [halfsplit.W_O, halfsplit.G_V],
                         [("dW_V", halfsplit.value_side())],
                         ["One head: W_O (..., d, d_h), G_V (..., d_h, d)."]),
+        gqa.value_function(),
     ]
 
 
 def jax_extra():
     from numerics import jax_kernels as K
+    from numerics import ov_layout
 
     from .printing.codegen import kernel_source
-    src = kernel_source([K.split_heads, K.merge_heads, K.hybrid_ov_layout]) + '''
+    src = kernel_source([K.split_heads, K.merge_heads, ov_layout.gqa_ov_layout]) + '''
 
 
 def hybrid_ov(W_O, W_V, G_O, G_V, *, head_dim, eps, damping=0.0, msign="newton_schulz", schedule=NS_SCHEDULE,
               check_finite=True):
-    """Hybrid OV update from stored layouts: W_O, G_O (..., d, H·d_h); W_V, G_V (..., H·d_h, d).
+    """Hybrid OV update from stored layouts: W_O, G_O (..., d, H·d_h); W_V, G_V (..., H_kv·d_h, d).
 
-    Returns (ΔW_O, ΔW_V) in the same layouts.
+    H_kv = H: head-local V side. H_kv < H (GQA): each value head is shared by H/H_kv consecutive output
+    heads and gets budget ε/(2G) (gqa_value). Returns (ΔW_O, ΔW_V) in the same layouts.
     """
     options = {"eps": eps, "damping": damping, "msign": msign, "schedule": schedule, "check_finite": check_finite}
-    return hybrid_ov_layout(hybrid_o, hybrid_v, W_O, W_V, G_O, G_V, head_dim, options)
+    return gqa_ov_layout(hybrid_o, gqa_value, W_O, W_V, G_O, G_V, head_dim, options)
 '''
     return src, ("hybrid_ov",)
 

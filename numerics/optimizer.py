@@ -1,0 +1,525 @@
+"""Compositional Muon as an optax optimizer.
+
+``compositional_muon(learning_rate, pairs=...)`` returns an :class:`optax.GradientTransformation`.
+Attention factors are updated as pairs by the derived rules of :mod:`derivations` (through the
+emitted modules shipped in :mod:`numerics.emitted`), the other matrices by Muon with the project's
+one Newton–Schulz, vectors by AdamW:
+
+* a query/key pair ``M_h = W_{Q,h} W_{K,h}ᵀ`` by ``qk_rule``: ``"half_split"``
+  (``ΔW_Q = −(ε/2) msign(G_Q C_K⁻¹) C_K⁻¹``, the key side likewise; with ``kv_heads < heads`` the
+  grouped-query rule, whose shared key side has budget ``ε/(2G)``), ``"joint"`` (one sign over
+  ``[G_Q C_K⁻¹ | G_K C_Q⁻¹]``), ``"isotropic"`` (``ΔW_Q = −(ε/2) c_K⁻¹ msign(G_Q)``);
+* an output/value pair ``M_h = W_{O,h} W_{V,h}`` by the hybrid OV rule (head-local V side, one
+  global sign on the O side; shared value heads when ``kv_heads < heads``);
+* every other matrix by Muon, ``ΔW = −η √max(1, fan_out/fan_in) msign(m)`` (as
+  ``optax.contrib.muon``), and vectors (or what ``adamw_params`` selects) by ``optax.adamw``.
+
+``G`` above is the momentum, not the raw gradient: ``m ← β m + (1 − β) g`` with bias correction and
+Nesterov's look-ahead, exactly as ``optax.contrib.scale_by_muon`` forms it. The rules are positively
+homogeneous of degree 0 in ``G`` and linear in ``ε``; the learning rate ``η`` is the budget of each
+half, ``ε = 2η``: ``‖ΔW_Q W_Kᵀ‖_op = ‖W_Q ΔW_Kᵀ‖_op = η``, so at partners with orthonormal columns the
+half-split step is Muon's step with the same ``η``. Learning-rate schedules and decoupled weight
+decay work as in optax (``scale_by_learning_rate``, ``add_decayed_weights``).
+
+Gauge (``M = W_Q W_Kᵀ`` is unchanged by ``(W_Q R, W_K R⁻ᵀ)``): ``gauge="horizontal_projection"``
+projects the stored momentum of every pair onto the horizontal space each step (derived in
+``derivations.gauge``: ``(m_Q + W_Q X, m_K − W_K Xᵀ)`` with ``X`` from a ``d_h × d_h`` Sylvester
+equation); ``gauge="rebalance"`` moves the factors along the gauge after every step so that both
+factors of each head have the same Gram matrix (:func:`numerics.gauge_balance.balance`).
+
+Reference: Compositional Muon (per-head whitened steepest descent on the attention products);
+Muon: Jordan et al. 2024; optax: ``optax.contrib.muon``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+import coeffsearch
+
+from .emitted import gauge as _gauge
+from .emitted import gqa as _gqa
+from .emitted import halfsplit as _halfsplit
+from .emitted import hybrid_ov as _hybrid_ov
+from .emitted import joint as _joint
+from .gauge_balance import balance
+
+QK_RULES = ("half_split", "joint", "isotropic")
+OV_RULES = ("hybrid",)
+GAUGES = ("none", "horizontal_projection", "rebalance")
+GRAM_ROOTS = ("eigh",)
+
+
+class QKPair(NamedTuple):
+    """A query/key pair: ``query`` and ``key`` are parameter paths (``"layers/0/attn/wq"``).
+
+    Stored layouts ``W_Q (..., d, heads·d_h)`` and ``W_K (..., d, kv_heads·d_h)`` (``q = x @ W_Q``,
+    which is also a flax ``Dense`` kernel); leading axes (stacked layers) are batched.
+    """
+
+    query: str
+    key: str
+    heads: int
+    kv_heads: int | None = None
+
+
+class OVPair(NamedTuple):
+    """An output/value pair of parameter paths.
+
+    Stored layouts ``W_O (..., d, heads·d_h)`` and ``W_V (..., kv_heads·d_h, d)`` (``v = x @ W_Vᵀ``,
+    ``y = o @ W_Oᵀ``). With ``kernels=True`` both are stored as ``x @ W`` kernels (flax ``Dense``):
+    ``W_O (..., heads·d_h, d)`` and ``W_V (..., d, kv_heads·d_h)``.
+    """
+
+    output: str
+    value: str
+    heads: int
+    kv_heads: int | None = None
+    kernels: bool = False
+
+
+Pairs = Callable[[Any], list]
+
+
+class CompositionalMuonState(NamedTuple):
+    """``count``: steps taken; ``mu``: momentum of every matrix the transformation updates."""
+
+    count: jax.Array
+    mu: Any
+
+
+def path_name(path) -> str:
+    """``"a/b/0/c"`` for a pytree key path (dict keys, sequence indices, attribute names)."""
+    parts = []
+    for k in path:
+        for attr in ("key", "idx", "name"):
+            if hasattr(k, attr):
+                parts.append(str(getattr(k, attr)))
+                break
+        else:
+            parts.append(str(k))
+    return "/".join(parts)
+
+
+def named_leaves(tree) -> dict:
+    """``{path name: leaf}`` of a pytree (masked leaves of ``optax.partition`` have none)."""
+    return {path_name(p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def resolve_schedule(ns_coeffs, ns_steps):
+    """A Newton–Schulz schedule as a tuple of coefficient tuples.
+
+    ``ns_coeffs``: a name in :mod:`coeffsearch`'s registry, one tuple ``(a, b, c)`` repeated
+    ``ns_steps`` times, or a tuple of tuples (then ``ns_steps`` is ignored, as in optax).
+    """
+    if isinstance(ns_coeffs, str):
+        try:
+            return tuple(tuple(float(c) for c in step) for step in coeffsearch.resolve(ns_coeffs).as_floats())
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"compositional_muon: ns_coeffs {ns_coeffs!r} is not a schedule: {exc}") from None
+    try:
+        arr = [[float(c) for c in step] for step in ns_coeffs] if hasattr(ns_coeffs[0], "__len__") else None
+    except (TypeError, IndexError):
+        raise ValueError(f"compositional_muon: ns_coeffs must be a registry name, (a, b, c) or a tuple of "
+                         f"tuples, got {ns_coeffs!r}") from None
+    if arr is None:
+        if len(ns_coeffs) < 2 or not isinstance(ns_steps, int) or ns_steps < 1:
+            raise ValueError(f"compositional_muon: ns_coeffs must have shape (k,) or (n, k) with k >= 2 and "
+                             f"ns_steps >= 1, got {ns_coeffs!r} and ns_steps={ns_steps!r}")
+        arr = [[float(c) for c in ns_coeffs]] * ns_steps
+    if not arr or any(len(s) < 2 or not all(math.isfinite(c) for c in s) for s in arr):
+        raise ValueError(f"compositional_muon: every Newton–Schulz step needs >= 2 finite coefficients, "
+                         f"got {ns_coeffs!r}")
+    return tuple(tuple(s) for s in arr)
+
+
+def _schedule_for(module, schedule):
+    """The schedule in the form the emitted ``module`` takes (its ``NS_SCHEDULE``'s type)."""
+    return schedule if isinstance(module.NS_SCHEDULE, tuple) else jnp.asarray(schedule)
+
+
+# ---- the pair declaration -------------------------------------------------------------------
+class _Plan(NamedTuple):
+    """Resolved pairs: per pair its kind, member paths, heads, kv heads and head dimension."""
+
+    pairs: tuple  # (kind, (path_a, path_b), heads, kv_heads, head_dim, kernels)
+    members: frozenset
+
+
+def _check_pair_shapes(kind, a_name, b_name, a, b, heads, kv_heads, kernels):
+    """Shapes of one declared pair; returns the head dimension. Raises naming the parameter."""
+    where = f"compositional_muon: {kind} pair ({a_name!r}, {b_name!r})"
+    for name, x in ((a_name, a), (b_name, b)):
+        if getattr(x, "ndim", 0) < 2:
+            raise ValueError(f"{where}: {name} must be a matrix (..., rows, cols), got shape "
+                             f"{tuple(getattr(x, 'shape', ()))}")
+    if not isinstance(heads, int) or heads < 1:
+        raise ValueError(f"{where}: heads must be a positive int, got {heads!r}")
+    if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"{where}: kv_heads = {kv_heads!r} must be a positive int dividing heads = {heads}")
+    if kind == "qk":
+        d_a, width_a, d_b, width_b = a.shape[-2], a.shape[-1], b.shape[-2], b.shape[-1]
+    else:  # o: (d, H·d_h) and v: (H_kv·d_h, d); transposed as kernels
+        (width_a, d_a), (d_b, width_b) = (a.shape[-2:], b.shape[-2:]) if kernels else (a.shape[-2:][::-1],
+                                                                                          b.shape[-2:][::-1])
+    if width_a % heads:
+        raise ValueError(f"{where}: {a_name} has {width_a} head columns, not divisible into heads = {heads}")
+    head_dim = width_a // heads
+    if width_b != kv_heads * head_dim:
+        raise ValueError(f"{where}: {b_name} has {width_b} head columns, expected kv_heads·d_h = "
+                         f"{kv_heads}·{head_dim} = {kv_heads * head_dim}")
+    if d_a != d_b:
+        raise ValueError(f"{where}: model widths differ: {a_name} has d = {d_a}, {b_name} has d = {d_b}")
+    if a.shape[:-2] != b.shape[:-2]:
+        raise ValueError(f"{where}: leading (layer) axes differ: {a.shape[:-2]} and {b.shape[:-2]}")
+    if head_dim > d_a:
+        raise ValueError(f"{where}: head dimension {head_dim} exceeds the model width {d_a}")
+    return head_dim
+
+
+def plan_pairs(pairs: Pairs | None, params) -> _Plan:
+    """Call the user's declaration on ``params`` and check every pair against the params."""
+    if pairs is None:
+        return _Plan((), frozenset())
+    leaves = named_leaves(params)
+    declared = pairs(params)
+    out, members = [], set()
+    for p in declared:
+        if isinstance(p, QKPair):
+            kind, names, kernels = "qk", (p.query, p.key), False
+        elif isinstance(p, OVPair):
+            kind, names, kernels = "ov", (p.output, p.value), p.kernels
+        else:
+            raise TypeError(f"compositional_muon: pairs must return QKPair/OVPair items, got {p!r}")
+        for name in names:
+            if name not in leaves:
+                near = sorted(n for n in leaves if n.split("/")[-1] == str(name).split("/")[-1])[:3]
+                hint = f"; parameters with that last name: {near}" if near else \
+                    f"; parameters are named like {next(iter(leaves), '')!r}"
+                raise ValueError(f"compositional_muon: the {kind} pair names {name!r}, which is not a parameter"
+                                 f"{hint}")
+            if name in members:
+                raise ValueError(f"compositional_muon: parameter {name!r} is declared in two pairs")
+            members.add(name)
+        kv = p.heads if p.kv_heads is None else p.kv_heads
+        head_dim = _check_pair_shapes(kind, *names, leaves[names[0]], leaves[names[1]], p.heads, kv, kernels)
+        out.append((kind, names, p.heads, kv, head_dim, kernels))
+    return _Plan(tuple(out), frozenset(members))
+
+
+def _check_options(qk_rule, ov_rule, gauge, gram_roots, plan_kv):
+    if qk_rule not in QK_RULES:
+        raise ValueError(f"compositional_muon: qk_rule must be one of {QK_RULES}, got {qk_rule!r}")
+    if ov_rule not in OV_RULES:
+        raise ValueError(f"compositional_muon: ov_rule must be one of {OV_RULES}, got {ov_rule!r}")
+    if gauge not in GAUGES:
+        raise ValueError(f"compositional_muon: gauge must be one of {GAUGES}, got {gauge!r}")
+    if gram_roots not in GRAM_ROOTS:
+        raise ValueError(f"compositional_muon: gram_roots must be one of {GRAM_ROOTS}, got {gram_roots!r}")
+
+
+# ---- the rules on one pair ------------------------------------------------------------------
+def _split(w, head_dim):
+    return _gqa.split_heads(w, head_dim)
+
+
+def _merge(w):
+    return _gqa.merge_heads(w)
+
+
+def after(token, *arrays):
+    """``arrays`` made to wait for ``token`` (``x + 0·token``, a data dependency, same values).
+
+    On the CPU, jaxlib runs independent LAPACK kernels (eigh, SVD) of one program concurrently and
+    two of them can deadlock its intra-op pool (seen on 2 cores); the optimizer therefore chains
+    every call that factorizes a matrix after the previous one.
+    """
+    if token is None:
+        return arrays
+    zero = 0 * jnp.ravel(token)[0]
+    return tuple(a + zero.astype(a.dtype) for a in arrays)
+
+
+def _qk_direction(rule, w_q, w_k, m_q, m_k, heads, kv_heads, head_dim, opts):
+    """``(ΔW_Q, ΔW_K)`` at budget ``ε = 2`` (so that each half has operator norm 1)."""
+    if kv_heads != heads:
+        if rule != "half_split":
+            raise ValueError(f"compositional_muon: qk_rule={rule!r} has no grouped-query form (kv_heads = "
+                             f"{kv_heads} < heads = {heads}); use qk_rule='half_split'")
+        done = []
+
+        def query(*args, **kw):
+            done.append(_gqa.gqa_query(*args, **kw))
+            return done[-1]
+
+        def key(stacked, g, **kw):  # after the query side (see :func:`after`)
+            return _gqa.gqa_key(*after(done[-1], stacked), g, **kw)
+
+        return _gqa.gqa_layout(query, key, w_q, w_k, m_q, m_k, head_dim, opts(_gqa))
+    q, k, gq, gk = (_split(x, head_dim) for x in (w_q, w_k, m_q, m_k))
+    if rule == "half_split":
+        dq, dk = _halfsplit.halfsplit_qk(q, k, gq, gk, **opts(_halfsplit))
+    elif rule == "isotropic":
+        dq, dk = _halfsplit.isotropic_qk(q, k, gq, gk, **opts(_halfsplit))
+    else:
+        dq, dk = _joint.joint_qk(q, k, gq, gk, **opts(_joint))
+    return _merge(dq), _merge(dk)
+
+
+def _ov_direction(w_o, w_v, m_o, m_v, head_dim, kernels, opts):
+    if kernels:  # flax kernels (H·d_h, d) and (d, H_kv·d_h): the stored layouts transposed
+        d_o, d_v = _hybrid_ov.hybrid_ov(w_o.mT, w_v.mT, m_o.mT, m_v.mT, head_dim=head_dim, **opts(_hybrid_ov))
+        return d_o.mT, d_v.mT
+    return _hybrid_ov.hybrid_ov(w_o, w_v, m_o, m_v, head_dim=head_dim, **opts(_hybrid_ov))
+
+
+def _as_qk(kind, a, b, kernels):
+    """The pair as ``(W_Q-like, W_K-like)`` factors of ``M = A Bᵀ``, both ``(..., d, ·)``.
+
+    An involution: applied to the result it gives back the stored layouts.
+    """
+    if kind == "qk":
+        return a, b
+    return (a.mT, b) if kernels else (a, b.mT)
+
+
+def _project_pair(kind, w_a, w_b, m_a, m_b, heads, kv_heads, head_dim, kernels, damping):
+    """The momentum of one pair projected onto the horizontal space, head by head."""
+    if kv_heads != heads:
+        raise ValueError("compositional_muon: gauge='horizontal_projection' needs kv_heads == heads "
+                         f"(got {kv_heads} < {heads}); the shared head's gauge couples a whole group")
+    wa, wb = _as_qk(kind, w_a, w_b, kernels)
+    ma, mb = _as_qk(kind, m_a, m_b, kernels)
+    qa, qb, pa, pb = (_split(x, head_dim) for x in (wa, wb, ma, mb))
+    ha, hb = _gauge.horizontal_projection(qa, qb, pa, pb, damping=damping, check_finite=False)
+    return _as_qk(kind, _merge(ha), _merge(hb), kernels)
+
+
+def scale_by_compositional_muon(
+    pairs: Pairs | None = None,
+    ns_coeffs="polar-express-5",
+    ns_steps: int = 5,
+    beta: float = 0.95,
+    mu_dtype=None,
+    *,
+    nesterov: bool = True,
+    qk_rule: Literal["half_split", "joint", "isotropic"] = "half_split",
+    ov_rule: Literal["hybrid"] = "hybrid",
+    damping: float = 1e-2,
+    gauge: Literal["none", "horizontal_projection", "rebalance"] = "none",
+    msign: Literal["newton_schulz", "svd"] = "newton_schulz",
+    gram_roots: Literal["eigh"] = "eigh",
+) -> optax.GradientTransformation:
+    """The direction of Compositional Muon (before weight decay and the learning rate).
+
+    Pairs get the derived rule at budget ``ε = 2`` with the sign flipped, i.e. a direction whose
+    halves have operator norm 1; other matrices get ``√max(1, fan_out/fan_in) msign(m)``.
+    ``optax.scale_by_learning_rate(η)`` then makes the step ``−η ·`` direction. Expects
+    ``update(updates, state, params)`` with ``params``.
+    """
+    schedule = resolve_schedule(ns_coeffs, ns_steps)
+    _check_options(qk_rule, ov_rule, gauge, gram_roots, None)
+    if not (isinstance(damping, (int, float)) and math.isfinite(damping) and damping >= 0):
+        raise ValueError(f"compositional_muon: damping must be finite and >= 0, got {damping!r}")
+
+    def opts(module):
+        return {"eps": 2.0, "damping": float(damping), "msign": msign,
+                "schedule": _schedule_for(module, schedule), "check_finite": False}
+
+    def init_fn(params):
+        plan_pairs(pairs, params)  # errors at init, naming the parameter
+        mu = jax.tree.map(lambda x: jnp.zeros_like(x, dtype=mu_dtype or x.dtype), params)
+        return CompositionalMuonState(count=jnp.zeros([], jnp.int32), mu=mu)
+
+    def update_fn(updates, state, params=None):
+        if params is None:
+            raise ValueError("compositional_muon: update needs the params: call update(grads, state, params)")
+        plan = plan_pairs(pairs, params)
+        mu = optax.tree.update_moment(updates, state.mu, beta, 1)
+        count = optax.safe_increment(state.count)
+        p = named_leaves(params)
+        token = None  # every factorization waits for the previous one (see :func:`after`)
+        if gauge == "horizontal_projection":
+            m = named_leaves(mu)
+            for kind, (a, b), heads, kv, hd, kernels in plan.pairs:
+                wa, wb = after(token, p[a], p[b])
+                m[a], m[b] = _project_pair(kind, wa, wb, m[a], m[b], heads, kv, hd, kernels, float(damping))
+                token = m[a]
+            mu = jax.tree_util.tree_unflatten(jax.tree.structure(mu), [m[k] for k in named_leaves(mu)])
+        if nesterov:
+            mu_hat = jax.tree.map(lambda m, g: beta * m + (1 - beta) * g,
+                                  optax.tree.bias_correction(mu, beta, optax.safe_increment(count)),
+                                  optax.tree.bias_correction(updates, beta, count))
+        else:
+            mu_hat = optax.tree.bias_correction(mu, beta, count)
+        g = named_leaves(mu_hat)
+        out = {}
+        for kind, (a, b), heads, kv, hd, kernels in plan.pairs:
+            wa, wb = after(token, p[a], p[b])
+            if kind == "qk":
+                da, db = _qk_direction(qk_rule, wa, wb, g[a], g[b], heads, kv, hd, opts)
+            else:
+                da, db = _ov_direction(wa, wb, g[a], g[b], hd, kernels, opts)
+            out[a], out[b] = -da, -db
+            token = da
+        for name, x in g.items():
+            if name not in out:
+                fan_in, fan_out = x.shape[-2], x.shape[-1]
+                if msign == "svd":  # LAPACK: chained like the pairs
+                    (x,) = after(token, x)
+                sign = _halfsplit.spectral_sign(x, msign, _schedule_for(_halfsplit, schedule))
+                token = sign if msign == "svd" else token
+                out[name] = math.sqrt(max(1.0, fan_out / fan_in)) * sign
+        treedef = jax.tree.structure(mu_hat)
+        new = jax.tree_util.tree_unflatten(treedef, [out[k].astype(v.dtype) for k, v in g.items()])
+        mu = optax.tree.cast(mu, mu_dtype)
+        return new, CompositionalMuonState(count=count, mu=mu)
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+def rebalance_pairs(pairs: Pairs | None) -> optax.GradientTransformation:
+    """Final step of ``gauge="rebalance"``: ``u ← balance(W + u) − W`` on every pair (head by head)."""
+
+    def update_fn(updates, state, params=None):
+        plan = plan_pairs(pairs, params)
+        p, u = named_leaves(params), named_leaves(updates)
+        token = None
+        for kind, (a, b), heads, kv, hd, kernels in plan.pairs:
+            if kv != heads:
+                raise ValueError("compositional_muon: gauge='rebalance' needs kv_heads == heads "
+                                 f"(got {kv} < {heads})")
+            wa, wb = _as_qk(kind, *after(token, p[a] + u[a], p[b] + u[b]), kernels)
+            ba, bb = balance(_split(wa, hd), _split(wb, hd))
+            token = ba
+            na, nb = _as_qk(kind, _merge(ba), _merge(bb), kernels)
+            u[a], u[b] = na - p[a], nb - p[b]
+        return jax.tree_util.tree_unflatten(jax.tree.structure(updates), list(u.values())), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
+
+
+def check_finite_gradients() -> optax.GradientTransformation:
+    """Raise ``ValueError`` naming the first parameter whose gradient has a NaN or Inf.
+
+    Eagerly the error is a ``ValueError``; under ``jit`` it is raised from a host callback that runs
+    only when a gradient is non-finite (one fused reduction per leaf on the hot path), and JAX
+    reports it as a runtime error carrying the same message. Either way no NaN reaches the params.
+    """
+
+    def fail(flags, names):
+        bad = [n for n, ok in zip(names, flags) if not ok]
+        raise ValueError(f"compositional_muon.update: the gradient of {bad[0]!r} contains NaN or Inf"
+                         + (f" (also {len(bad) - 1} more)" if len(bad) > 1 else ""))
+
+    def update_fn(updates, state, params=None):
+        del params
+        named = named_leaves(updates)
+        names = tuple(named)
+        flags = jnp.stack([jnp.all(jnp.isfinite(x)) for x in named.values()]) if names else jnp.ones(0, bool)
+        if not isinstance(flags, jax.core.Tracer):
+            if not bool(jnp.all(flags)):
+                fail([bool(f) for f in flags], names)
+            return updates, state
+        jax.lax.cond(jnp.all(flags), lambda f: None,
+                     lambda f: jax.debug.callback(lambda v: fail(list(v), names), f), flags)
+        return updates, state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
+
+
+def compositional_muon(
+    learning_rate: optax.ScalarOrSchedule,
+    ns_coeffs="polar-express-5",
+    ns_steps: int = 5,
+    beta: float = 0.95,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    weight_decay_mask=None,
+    mu_dtype=None,
+    *,
+    pairs: Pairs | None = None,
+    nesterov: bool = True,
+    qk_rule: Literal["half_split", "joint", "isotropic"] = "half_split",
+    ov_rule: Literal["hybrid"] = "hybrid",
+    damping: float = 1e-2,
+    gauge: Literal["none", "horizontal_projection", "rebalance"] = "none",
+    msign: Literal["newton_schulz", "svd"] = "newton_schulz",
+    gram_roots: Literal["eigh"] = "eigh",
+    adam_b1: float = 0.9,
+    adam_b2: float = 0.999,
+    adam_eps_root: float = 0.0,
+    adam_weight_decay: float = 0.0,
+    adam_learning_rate: optax.ScalarOrSchedule | None = None,
+    adamw_params: Callable[[str, Any], bool] | None = None,
+    check_finite: bool = True,
+) -> optax.GradientTransformation:
+    r"""Compositional Muon: derived per-head rules on attention pairs, Muon and AdamW elsewhere.
+
+    Arguments shared with ``optax.contrib.muon`` mean the same: ``learning_rate`` (float or
+    schedule), ``ns_coeffs`` (here also a :mod:`coeffsearch` registry name, default
+    ``"polar-express-5"``) and ``ns_steps``, ``beta`` and ``nesterov`` (momentum), ``eps`` (AdamW),
+    ``weight_decay`` and ``weight_decay_mask`` (decoupled, on the matrices), ``mu_dtype``, and the
+    ``adam_*`` arguments of the AdamW part (``adam_learning_rate`` defaults to ``learning_rate``).
+
+    Args:
+      pairs: ``params -> [QKPair | OVPair, ...]``: which parameters form attention pairs, with their
+        heads and kv heads; paths are ``"/"``-joined pytree keys (``"params/Block_0/q/kernel"``
+        for flax). Checked at ``init`` and ``update``; bad names or shapes raise ``ValueError``
+        naming the parameter.
+      qk_rule: ``"half_split"`` (GQA when ``kv_heads < heads``), ``"joint"``, ``"isotropic"``.
+      ov_rule: ``"hybrid"`` (head-local V, global O; shared value heads with GQA).
+      damping: ``λ`` in every Gram root ``(WᵀW + λI)^{1/2}`` (default ``1e-2``).
+      gauge: ``"none"``, ``"horizontal_projection"`` (project the momentum of every pair onto the
+        horizontal space), ``"rebalance"`` (equal Grams of both factors after every step).
+      msign: ``"newton_schulz"`` or ``"svd"``.
+      gram_roots: ``"eigh"`` (the emitted code's Gram roots).
+      adamw_params: ``(path, array) -> bool`` selecting matrices for AdamW (embeddings, heads);
+        default: AdamW exactly for the parameters with fewer than 2 axes.
+      check_finite: raise (naming the parameter) when a gradient has a NaN or Inf.
+
+    The update of a pair is ``−η·`` the derived rule at ``ε = 2``: each half of the product change
+    has operator norm ``η``, e.g. for half-split
+
+    .. math:: \Delta W_Q = -\eta\,\mathrm{msign}(\hat m_Q C_K^{-1}) C_K^{-1},\quad
+              C_K = (W_K^\top W_K + \lambda I)^{1/2},
+
+    with ``\hat m`` the (Nesterov) momentum. Matrices of more than two axes are batched over the
+    leading axes (stacked layers).
+    """
+    _check_options(qk_rule, ov_rule, gauge, gram_roots, None)
+    if adam_learning_rate is None:
+        adam_learning_rate = learning_rate
+
+    def labels(params):
+        plan = plan_pairs(pairs, params)
+
+        def label(path, x):
+            name = path_name(path)
+            if name in plan.members:
+                return "cm"
+            if getattr(x, "ndim", 0) < 2 or (adamw_params is not None and adamw_params(name, x)):
+                return "adam"
+            return "cm"
+
+        return jax.tree_util.tree_map_with_path(label, params)
+
+    core = [scale_by_compositional_muon(pairs, ns_coeffs, ns_steps, beta, mu_dtype, nesterov=nesterov,
+                                        qk_rule=qk_rule, ov_rule=ov_rule, damping=damping, gauge=gauge,
+                                        msign=msign, gram_roots=gram_roots),
+            optax.add_decayed_weights(weight_decay, weight_decay_mask),
+            optax.scale_by_learning_rate(learning_rate)]
+    if gauge == "rebalance":
+        core.append(rebalance_pairs(pairs))
+    parts = optax.partition(
+        {"cm": optax.chain(*core),
+         "adam": optax.adamw(adam_learning_rate, b1=adam_b1, b2=adam_b2, eps=eps, eps_root=adam_eps_root,
+                             weight_decay=adam_weight_decay, mu_dtype=mu_dtype, nesterov=nesterov)},
+        labels)
+    return optax.chain(check_finite_gradients(), parts) if check_finite else parts
