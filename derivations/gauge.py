@@ -28,7 +28,7 @@ from . import lemmas as L
 from .algebra import product, total, transpose
 from .engine import Context, identity_chain
 from .vocabulary import (FULL_COLUMN_RANK, ORTHONORMAL_COLUMNS, FactMatrix, GramSqrt, Inner, PolarFactor,
-                         RegularizedSylvester, dimension)
+                         dimension)
 
 d, d_h = dimension("d"), dimension("d_h")
 W_Q = FactMatrix("W_Q", d, d_h, [FULL_COLUMN_RANK])
@@ -90,9 +90,11 @@ def gradients_horizontal():
 
 
 def projection_solution():
-    """``X`` of the momentum projection (right-hand side ``m_KᵀW_K − W_Qᵀm_Q``)."""
-    rhs = total(product(transpose(m_K), W_K), product(-1, transpose(W_Q), m_Q))
-    return RegularizedSylvester(W_Q, W_K, 0, rhs, "inner")
+    """``X`` of the momentum projection (right-hand side ``m_KᵀW_K − W_Qᵀm_Q``), derived as the normal
+    equations of the orthogonal projection onto the complement of the vertical directions
+    (:mod:`derivations.projection`)."""
+    from .projection import coefficient
+    return coefficient()
 
 
 def projected():
@@ -143,7 +145,8 @@ def equivariance():
 
 
 def derivations():
-    return [vertical_invisible(), horizontality(), gradients_horizontal(), projection_horizontal(),
+    from .projection import normal_operator
+    return [vertical_invisible(), horizontality(), gradients_horizontal(), normal_operator(), projection_horizontal(),
             projection_same_change(), equivariance()]
 
 

@@ -91,21 +91,26 @@ def normal_operator():
     return der
 
 
-def sylvester_operator(expr, h):
-    """``(A, B, λ)`` of ``A Aᵀ h + h B Bᵀ + 2λ h`` (the regularized Sylvester operator applied to ``h``)."""
+def sylvester_operator(expr, h, side: str = "outer"):
+    """``(A, B, λ)`` of the regularized Sylvester operator applied to ``h``, read off ``expr``:
+    ``A Aᵀ h + h B Bᵀ + 2λ h`` (``side="outer"``) or ``AᵀA h + h BᵀB + 2λ h`` (``"inner"``)."""
     terms = expr.args if isinstance(expr, MatAdd) else (expr,)
-    found = {}
+    found = {"damping": S.Zero}
     for t in terms:
         coeff, mats = t.as_coeff_matrices() if isinstance(t, MatMul) else (S.One, [t])
         mats = list(mats)
-        if coeff == 1 and len(mats) == 3 and mats[2] == h and mats[1] == transpose(mats[0]):
-            found["left"] = mats[0]
-        elif coeff == 1 and len(mats) == 3 and mats[0] == h and mats[2] == transpose(mats[1]):
-            found["right"] = mats[1]
-        elif mats == [h]:
+        if mats == [h]:
             found["damping"] = coeff / 2
-    if set(found) != {"left", "right", "damping"}:
-        raise DerivationError(f"{expr} is not A Aᵀ {h} + {h} B Bᵀ + 2λ {h}")
+            continue
+        if coeff != 1 or len(mats) != 3 or h not in (mats[0], mats[2]):
+            break
+        pair = mats[:2] if mats[2] == h else mats[1:]
+        if pair[1] != transpose(pair[0]):
+            break
+        found["left" if mats[2] == h else "right"] = pair[0] if side == "outer" else pair[1]  # A Aᵀ or AᵀA
+    if set(found) != {"left", "right", "damping"} or len(terms) > 3:
+        form = "A Aᵀ {h} + {h} B Bᵀ" if side == "outer" else "AᵀA {h} + {h} BᵀB"
+        raise DerivationError(f"{expr} is not {form.format(h=h)} + 2λ {h}")
     return found["left"], found["right"], found["damping"]
 
 
