@@ -108,3 +108,22 @@ def test_missing_rule_names_node_and_interpreter():
         NumericEvaluator({A: np.ones((5, 3))})(Unknown(A))
     with pytest.raises(TypeError, match="NumpyPrinter has no rule for Unknown"):
         NumpyPrinter({"A": "A"}, {}).body([("out", Unknown(A))])
+
+
+@pytest.mark.parametrize("lemma", [*N.NORM_LEMMAS, *(N.solve_lemma(f) for f in N.FAMILIES)], ids=lambda lem: lem.key)
+def test_family_lemmas_pass_their_self_checks(lemma):
+    result = lemma.self_check(np.random.default_rng(0))
+    assert result.passed, result.failures
+
+
+def test_planted_false_rewrite_fails_the_self_check():
+    """A 'unitary invariance' that also drops a factor without orthonormal columns is caught."""
+    from sympy.matrices.expressions import MatMul
+
+    def drop_outer(expr, **_):
+        if isinstance(expr, N.FrobeniusNorm) and isinstance(expr.args[0], MatMul):
+            return N.FrobeniusNorm(expr.args[0].args[0]), []
+        return N._isometry_rewrite(expr)
+
+    planted = dataclasses.replace(N.UNITARY_INVARIANCE, rewrite=drop_outer)
+    assert not planted.self_check(np.random.default_rng(0)).passed

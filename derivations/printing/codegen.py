@@ -113,7 +113,13 @@ class MatrixCodePrinter:
 
     cse_always = (Msign, GramSqrt, GramInvSqrt, IsotropicScale, RegularizedSylvester)
     #: rule lookup (:func:`derivations.interpret.find_rule`): node method, then ``_print_<Class>``
-    rule_prefix, printmethod = "_print_", None
+    rule_prefix = "_print_"
+
+    @property
+    def printmethod(self) -> str:
+        """The node method a target's printer calls, by SymPy's convention: ``JaxPrinter`` → ``_jaxcode``,
+        ``NumpyPrinter`` → ``_numpycode``."""
+        return f"_{type(self).__name__.removesuffix('Printer').lower()}code"
     #: stack same-shape eigendecompositions and spectral signs into one batched call
     stack_heavy = False
     #: block-diagonal partners arrive as their stacked blocks (else as dense matrices)
