@@ -16,6 +16,8 @@ overflow nor underflow in float32.
 import jax
 import jax.numpy as jnp
 
+from .argcheck import check_group, check_scalar, check_shapes
+
 MSIGN_METHODS = ("newton_schulz", "svd")
 
 
@@ -204,23 +206,6 @@ def raise_if_not_finite(function, finite, arrays):
                      f"although every input is finite; use a wider dtype or a larger damping")
 
 
-def check_scalar(function, name, value, positive=False):
-    """A finite real scalar ``>= 0`` (``> 0`` with ``positive``); tracers pass (checked by nobody)."""
-    if isinstance(value, jax.core.Tracer):
-        return
-    if isinstance(value, (str, bytes, bool)) or value is None or getattr(value, "shape", ()) != ():
-        shape = getattr(value, "shape", None)
-        got = f"an array of shape {tuple(shape)}" if shape is not None else repr(value)
-        raise TypeError(f"{function}: {name} must be a real number, got {got}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{function}: {name} must be a real number, got {value!r}") from None
-    if not (v > 0.0 if positive else v >= 0.0) or v == float("inf"):
-        raise ValueError(f"{function}: {name} must be {'> 0 and finite' if positive else 'finite and >= 0'}, "
-                         f"got {value}")
-
-
 def check_schedule(function, schedule):
     """A non-empty schedule of finite coefficients: a tuple of coefficient tuples or an array ``(steps, k+1)``."""
     if isinstance(schedule, jax.core.Tracer):
@@ -251,15 +236,12 @@ def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
     checked under ``jit`` and ``vmap`` too (they are static); values (``eps``, ``damping``,
     finiteness) only outside them.
     """
-    sizes, batch, dtype = {}, None, None
-    for name, dims in shapes.items():
+    dtype = None
+    for name in shapes:
         x = arrays[name]
-        nd = len(dims)
-        if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        if not hasattr(x, "shape") or not hasattr(x, "dtype") or not hasattr(x, "ndim"):
             raise TypeError(f"{function}: {name} must be an array, got {type(x).__name__}; "
                             f"convert it with jnp.asarray({name})")
-        if x.ndim < nd:
-            raise ValueError(f"{function}: {name} must have shape (..., {', '.join(dims)}), got {tuple(x.shape)}")
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise TypeError(f"{function}: {name} must be real floating point, got dtype {x.dtype}")
         if x.dtype == jnp.float64 and not jax.config.jax_enable_x64:
@@ -271,23 +253,10 @@ def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
         elif x.dtype != dtype:
             raise TypeError(f"{function}: {name} has dtype {x.dtype} but earlier arguments have {dtype}; "
                             f"cast all inputs to one dtype")
-        lead = tuple(x.shape[:-nd])
-        if batch is None:
-            batch = lead
-        elif lead != batch:
-            raise ValueError(f"{function}: {name} has leading (batch) shape {lead}, expected {batch}")
-        for dim, size in zip(dims, x.shape[-nd:]):
-            if sizes.setdefault(dim, size) != size:
-                raise ValueError(f"{function}: {name} has {dim} = {size} but an earlier argument has "
-                                 f"{dim} = {sizes[dim]}; expected shape (..., {', '.join(dims)})")
-    if "k" in sizes and "d_h" in sizes and "m" in sizes and sizes["m"] != sizes["k"] * sizes["d_h"]:
-        raise ValueError(f"{function}: the gradient has m = {sizes['m']} columns but the partner has "
-                         f"{sizes['k']} blocks of width {sizes['d_h']}")
-    if "d" in sizes and "d_h" in sizes and sizes["d_h"] > sizes["d"]:
-        raise ValueError(f"{function}: head dimension d_h = {sizes['d_h']} exceeds model width d = "
-                         f"{sizes['d']}; are the weights transposed? expected W of shape (..., d, d_h)")
-    check_scalar(function, "eps", eps)
-    check_scalar(function, "damping", damping)
+    check_shapes(function, shapes, arrays)
+    for name, value in (("eps", eps), ("damping", damping)):
+        if not isinstance(value, jax.core.Tracer):
+            check_scalar(function, name, value)
     if not isinstance(method, str) or method not in MSIGN_METHODS:
         raise ValueError(f"{function}: msign must be one of {MSIGN_METHODS}, got {method!r}")
     if method == "newton_schulz":

@@ -49,7 +49,7 @@ class NumpyBackend:
         w, v = np.linalg.eigh(a)
         if p < 0 and np.any(w <= 0):
             raise np.linalg.LinAlgError("negative power of a singular PSD matrix")
-        return numpy_kernels.psd_power((w, v), p)
+        return numpy_kernels.psd_power((w, v, 1.0), p)
 
     sylvester = staticmethod(numpy_kernels.sylvester_dense)
     inverse = staticmethod(np.linalg.inv)

@@ -30,12 +30,13 @@ def header(title: str, command: str, functions: list[EmittedFunction], extra: li
     return '"""' + "\n".join(lines).rstrip() + '\n"""\n'
 
 
-def docstring(fn: EmittedFunction, arg_doc: str, indent: str = "    ") -> str:
+def docstring(fn: EmittedFunction, arg_doc: str, indent: str = "    ", shapes: dict | None = None) -> str:
+    """The function's docstring: formulas, notes, the shapes it takes (``shapes``, default its own) and ``arg_doc``."""
     lines = [f"{fn.summary}.", ""]
     for out, der in fn.outputs:
         lines.append(f"{out} = {sstr(der.formula)}    ({der.name})")
     lines += [""] + fn.notes + ([""] if fn.notes else [])
-    shapes = ", ".join(f"{n}: (..., {', '.join(dims)})" for n, dims in fn.shapes().items())
+    shapes = ", ".join(f"{n}: (..., {', '.join(dims)})" for n, dims in (shapes or fn.shapes()).items())
     lines += [f"Shapes: {shapes}; leading axes (layers, heads) are batched.", arg_doc]
     body = "\n".join((indent + ln) if ln else "" for ln in lines)
     return f'{indent}"""{body.lstrip()}\n{indent}"""'

@@ -15,6 +15,7 @@ from .codegen import EmittedFunction, MatrixCodePrinter, UnsupportedNode, kernel
 KERNELS = (K.compute_dtype, K.lapack_guard, K.max_abs, K.gram_eigh, K.gram_eigh_stacked, K.psd_power,
            K.isotropic_scale, K.msign_svd, K.schedule_array, K.newton_schulz, K.spectral_sign,
            K.spectral_sign_stacked, K.all_finite, K.nan_unless, K.raise_if_not_finite, K.check_scalar,
+           K.check_shapes, K.check_group,
            K.check_schedule, K.validate_inputs, K.safe_ratio, K.sylvester_factor_svd, K.sylvester_products,
            K.sylvester_dense, K.sylvester_gram, K.block_right, K.require_arrays,
            K.check_dense_damping)
@@ -136,9 +137,14 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
         opt_checks += [f"    if {o} not in {tuple(allowed)!r}:",
                        f"        raise ValueError(f\"{fn.name}: {o} must be one of {tuple(allowed)!r}, got {{{o}!r}}\")"]
     for n in extra:
-        opt_checks += [f"    check_scalar({fn.name!r}, {n!r}, {n}, positive=True)"]
+        opt_checks += [f"    if not isinstance({n}, jax.core.Tracer):",
+                       f"        check_scalar({fn.name!r}, {n!r}, {n}, positive=True)"]
+        if n == "group_size":
+            opt_checks += [f"        check_group({fn.name!r}, group_size, {fn.shapes()!r}, "
+                           f"{{{', '.join(f'{a!r}: {a}' for a in args)}}})"]
     if fn.positive_damping:
-        opt_checks += [f"    check_scalar({fn.name!r}, 'damping', damping, positive=True)  # the solve divides by 2·damping"]
+        opt_checks += ["    if not isinstance(damping, jax.core.Tracer):  # the solve divides by 2·damping",
+                       f"        check_scalar({fn.name!r}, 'damping', damping, positive=True)"]
     if "solver" in fn.options:
         opt_checks += [f"    check_dense_damping({fn.name!r}, solver, damping, {args[0]}, {args[1]})"]
     uses_msign = any(der.formula.has(Msign) for _, der in fn.outputs)

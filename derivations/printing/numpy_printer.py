@@ -7,13 +7,12 @@ from numerics import numpy_kernels as K
 from .array_module import docstring, header
 from .codegen import EmittedFunction, MatrixCodePrinter, kernel_source
 
-KERNELS = (K.gram_eigh, K.psd_power, K.isotropic_scale, K.msign_svd, K.sylvester_dense, K.sylvester_gram)
+KERNELS = (K.check_scalar, K.check_shapes, K.check_group, K.validate_arrays, K.finite_for_lapack, K.scale_of, K.gram_eigh,
+           K.psd_power, K.isotropic_scale, K.msign_svd, K.sylvester_dense, K.sylvester_gram)
 
 
 class NumpyPrinter(MatrixCodePrinter):
     """``_print_<Node>`` rules that call the inlined NumPy kernels."""
-
-    printmethod = "_numpycode"  # a node may carry its own rule for this target
 
     def _print_Msign(self, expr):
         return f"msign_svd({self._print(expr.arg)})"
@@ -35,8 +34,15 @@ class NumpyPrinter(MatrixCodePrinter):
         return f"isotropic_scale({self._print(expr.base)}, damping)"
 
 
-ARG_DOC = """Arguments after * : eps (step budget ε >= 0), damping (λ >= 0). Inputs are converted to
-    float64; msign is computed by SVD over the nonzero singular values."""
+def _arg_doc(fn: EmittedFunction) -> str:
+    """What the keyword arguments are and what the function checks, for this function only."""
+    kws = (["eps (step budget ε >= 0)"] if fn.needs_eps else []) + \
+        [f"{n} (> 0)" for n in fn.extra_scalars.values()] + \
+        ["damping (λ > 0, required)" if fn.positive_damping else "damping (λ >= 0)"]
+    return (f"Arguments after * : {', '.join(kws)}. Inputs must be real and finite (checked, with a ValueError or\n"
+            "    TypeError naming the argument) and are converted to float64; msign is computed by SVD over\n"
+            "    the nonzero singular values; undamped rank-deficient partners give the minimum-norm result\n"
+            "    (pseudo-inverse roots). Leading axes are batched.")
 
 
 def emit_numpy(title: str, command: str, functions: list[EmittedFunction], scalars: dict) -> str:
@@ -46,12 +52,21 @@ def emit_numpy(title: str, command: str, functions: list[EmittedFunction], scala
              "\n" + kernel_source(KERNELS) + "\n"]
     for fn in functions:
         args = fn.argument_names
+        shapes = {m.name: (str(m.rows), str(m.cols)) for m in fn.inputs}  # dense, as the symbols are
         printer = NumpyPrinter({a: a for a in args}, {**scalars, **fn.extra_scalars})
         body = printer.body([(out, der.formula) for out, der in fn.outputs])
         outs = ", ".join(out for out, _ in fn.outputs)
-        eps_kw = ("eps, " if fn.needs_eps else "") + "".join(f"{v}, " for v in fn.extra_scalars.values())
-        lines = ["", f"def {fn.name}({', '.join(args)}, *, {eps_kw}damping=0.0):", docstring(fn, ARG_DOC),
-                 *[f"    {a} = np.asarray({a}, dtype=np.float64)" for a in args],
+        extra = list(fn.extra_scalars.values())
+        kw = (["eps"] if fn.needs_eps else []) + extra + (["damping"] if fn.positive_damping else ["damping=0.0"])
+        checked = (["eps"] if fn.needs_eps else []) + extra + ["damping"]
+        positive = tuple(extra + (["damping"] if fn.positive_damping else []))
+        lines = ["", f"def {fn.name}({', '.join(args)}, *, {', '.join(kw)}):",
+                 docstring(fn, _arg_doc(fn), shapes=shapes),
+                 f"    {', '.join(args)}{',' if len(args) == 1 else ''} = validate_arrays(",
+                 f"        {fn.name!r}, {shapes!r},",
+                 f"        {{{', '.join(f'{a!r}: {a}' for a in args)}}},",
+                 f"        {{{', '.join(f'{c.split(chr(61))[0]!r}: {c.split(chr(61))[0]}' for c in checked)}}}, "
+                 f"positive={positive!r})",
                  *[f"    {line}" for line in body],
                  f"    return {outs}"]
         parts.append("\n".join(lines) + "\n")

@@ -1,0 +1,64 @@
+"""Argument checks shared by the emitted JAX and NumPy modules (plain Python: inlined into both).
+
+Every error names the function and the argument, shows what was given, and says what would work.
+"""
+
+
+def check_scalar(function, name, value, positive=False):
+    """A finite real scalar ``>= 0`` (``> 0`` with ``positive``): not a string, bool, None or array."""
+    if isinstance(value, (str, bytes, bool)) or value is None or getattr(value, "shape", ()) != ():
+        shape = getattr(value, "shape", None)
+        got = f"an array of shape {tuple(shape)}" if shape is not None else repr(value)
+        raise TypeError(f"{function}: {name} must be a real number, got {got}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{function}: {name} must be a real number, got {value!r}") from None
+    if not (v > 0.0 if positive else v >= 0.0) or v == float("inf"):
+        raise ValueError(f"{function}: {name} must be {'> 0 and finite' if positive else 'finite and >= 0'}, "
+                         f"got {value}")
+
+
+def check_shapes(function, shapes, arrays):
+    """Trailing dimensions by name, one leading (batch) shape, ``d_h ≤ d``, blocks that tile the gradient.
+
+    ``shapes`` maps each argument name to its trailing dimension names, e.g. ``{"W_Q": ("d", "d_h")}``;
+    every dimension name must get one size and every argument the same leading shape.
+    """
+    sizes, batch = {}, None
+    for name, dims in shapes.items():
+        x = arrays[name]
+        nd = len(dims)
+        if x.ndim < nd:
+            raise ValueError(f"{function}: {name} must have shape (..., {', '.join(dims)}), got {tuple(x.shape)}")
+        lead = tuple(x.shape[:-nd])
+        if batch is None:
+            batch = lead
+        elif lead != batch:
+            raise ValueError(f"{function}: {name} has leading (batch) shape {lead}, expected {batch}")
+        for dim, size in zip(dims, x.shape[-nd:]):
+            if sizes.setdefault(dim, size) != size:
+                raise ValueError(f"{function}: {name} has {dim} = {size} but an earlier argument has "
+                                 f"{dim} = {sizes[dim]}; expected shape (..., {', '.join(dims)})")
+    if "k" in sizes and "d_h" in sizes and "m" in sizes and sizes["m"] != sizes["k"] * sizes["d_h"]:
+        raise ValueError(f"{function}: the gradient has m = {sizes['m']} columns but the partner has "
+                         f"{sizes['k']} blocks of width {sizes['d_h']}")
+    if "d" in sizes and "d_h" in sizes and sizes["d_h"] > sizes["d"]:
+        raise ValueError(f"{function}: head dimension d_h = {sizes['d_h']} exceeds model width d = "
+                         f"{sizes['d']}; are the weights transposed? expected W of shape (..., d, d_h)")
+    return sizes
+
+
+def check_group(function, group_size, shapes, arrays):
+    """A stacked group ``n = G·d`` (``G = group_size``, a whole number >= 1) of ``d``-row blocks."""
+    sizes = {}
+    for name, dims in shapes.items():
+        for dim, size in zip(dims, arrays[name].shape[-len(dims):]):
+            sizes.setdefault(dim, size)
+    g = float(group_size)
+    if g != int(g) or g < 1:
+        raise ValueError(f"{function}: group_size must be a whole number >= 1, got {group_size}")
+    if "n" in sizes and "d" in sizes and sizes["n"] != int(g) * sizes["d"]:
+        stacked = next(name for name, dims in shapes.items() if "n" in dims)
+        raise ValueError(f"{function}: {stacked} stacks {sizes['n']} rows but group_size = {int(g)} query heads of "
+                         f"d = {sizes['d']} rows need {int(g) * sizes['d']}; stack the group's heads row-wise")
