@@ -26,6 +26,7 @@ import pytest
 pytest.importorskip("sphinx", reason="the docs extra is not installed (pip install -e '.[docs]')")
 from sphinx.application import Sphinx
 from sphinx.errors import SphinxError
+from sphinx.util.docutils import docutils_namespace, patch_docutils
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
@@ -88,9 +89,10 @@ def build(tmp_path, pages: dict, modules=("derivations.sylvester",), api=(), com
             (src / f"{name}.rst").parent.mkdir(parents=True, exist_ok=True)
             (src / f"{name}.rst").write_text(textwrap.dedent(body))
     out = tmp_path / "html"
-    app = Sphinx(str(src), str(src), str(out), str(tmp_path / "doctrees"), "html", status=io.StringIO(),
-                 warning=io.StringIO(), warningiserror=True, freshenv=True)
-    app.build()
+    with patch_docutils(str(src)), docutils_namespace():   # as sphinx-build does: no state between builds
+        app = Sphinx(str(src), str(src), str(out), str(tmp_path / "doctrees"), "html", status=io.StringIO(),
+                     warning=io.StringIO(), warningiserror=True, freshenv=True)
+        app.build()
     if app.statuscode:
         raise SphinxError(app._warning.getvalue() if hasattr(app, "_warning") else "build failed")
     return out
@@ -173,9 +175,14 @@ def test_undocumented_public_name_stops_the_build(tmp_path, monkeypatch):
     (pkg / "mod.py").write_text('"""Module."""\n\n\ndef documented():\n    """Has a docstring."""\n\n\n'
                                 'def undocumented():\n    pass\n')
     assert public_api("planted_pkg") == ["planted_pkg.mod.documented", "planted_pkg.mod.undocumented"]
-    page = "API\n===\n\n.. api-modules:: planted_pkg\n"
-    with pytest.raises(SphinxError, match=r"1 public names have no API reference entry.*planted_pkg\.mod\.undocumented"):
+    page = "API\n===\n\n.. api-reference:: planted_pkg\n"
+    with pytest.raises(SphinxError, match=r"1 public names have no API reference entry or no docstring"
+                                          r".*: planted_pkg\.mod\.undocumented$"):
         build(tmp_path, {"api": page}, api=["planted_pkg"])
+    (pkg / "mod.py").write_text('"""Module."""\n\n\ndef documented():\n    """Has a docstring."""\n')
+    monkeypatch.delitem(sys.modules, "planted_pkg.mod")
+    out = build(tmp_path, {"api": page}, api=["planted_pkg"])        # documented: the build passes
+    assert 'id="planted_pkg.mod.documented"' in (out / "api.html").read_text()
 
 
 def test_missing_page_stops_the_build(tmp_path):

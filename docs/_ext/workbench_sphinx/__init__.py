@@ -78,7 +78,7 @@ def setup(app):
     app.add_directive("schedule-comparison", schedules.ScheduleComparisonDirective)
     app.add_directive("band-challenge", schedules.BandChallengeDirective)
     app.add_directive("executed", execute.ExecutedDirective)
-    app.add_directive("api-modules", api.ApiModulesDirective)
+    app.add_directive("api-reference", api.ApiReferenceDirective)
 
     app.connect("config-inited", _config_mathjax)
     app.connect("builder-inited", schedules.start_build)

@@ -1,32 +1,60 @@
-"""``.. api-modules:: PACKAGE`` — an autodoc section for each public module of a package.
+"""``.. api-reference:: PACKAGE`` — an autodoc entry for every public name of a package.
 
-The list of modules is read from the package at build time, so a new module gets its section
-(and the API coverage check holds it to a docstring on every public name) without editing pages.
+The names are read from the package when the docs build (its ``__all__``; without one, each public
+module's ``__all__`` or the functions and classes it defines, see :func:`checks.public_api`), so a
+new public name gets its entry, and the coverage check holds it to a docstring, without editing
+pages. Lazily exported names (a module ``__getattr__``) are resolved like any other.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import inspect
 
 from sphinx.util.docutils import SphinxDirective
 
 from . import rst
+from .checks import public_api
 
 
-def public_modules(package_name: str) -> list[str]:
-    package = importlib.import_module(package_name)
-    return [f"{package_name}.{info.name}" for info in pkgutil.iter_modules(package.__path__)
-            if not info.name.startswith("_") and not info.ispkg]
+def resolve(dotted: str):
+    """The object a dotted public name refers to (``derivations.render``, ``numerics.spectra.x``)."""
+    module_name, _, attr = dotted.rpartition(".")
+    return getattr(importlib.import_module(module_name), attr)
 
 
-class ApiModulesDirective(SphinxDirective):
+def auto_directive(obj) -> str:
+    if inspect.ismodule(obj):
+        return "automodule"
+    if inspect.isclass(obj):
+        return "autoclass"
+    if callable(obj):
+        return "autofunction"
+    return "autodata"
+
+
+def entries(names) -> list[str]:
+    lines = []
+    for name in names:
+        lines += [f".. {auto_directive(resolve(name))}:: {name}", ""]
+    return lines
+
+
+class ApiReferenceDirective(SphinxDirective):
     required_arguments = 1
     has_content = False
 
     def run(self):
-        lines = []
-        for module in public_modules(self.arguments[0]):
+        package_name = self.arguments[0]
+        package = importlib.import_module(package_name)
+        names = public_api(package_name)
+        if hasattr(package, "__all__"):
+            return rst.parse(self, entries(names))
+        lines, by_module = [], {}
+        for name in names:
+            by_module.setdefault(name.rpartition(".")[0], []).append(name)
+        for module, members in by_module.items():
             head = f"``{module}``"
-            lines += [head, "-" * len(head), "", f".. automodule:: {module}", "   :members:", ""]
+            lines += [head, "-" * len(head), "", f".. automodule:: {module}", "   :no-members:", "",
+                      *entries(members)]
         return rst.parse(self, lines)

@@ -59,10 +59,11 @@ def missing_objects(app, env) -> list[str]:
     done = rendered(env)
     cat = catalogue(app.config)
     missing = []
+    directive = {"rule": "rule-derivations", "emitted": "emitted-functions", "listing": "emitted-listing"}
     for entry in cat.rules.values():
         for kind in ("rule", "emitted", "listing"):
             if (kind, entry.name) not in done:
-                missing.append(f"{kind} page of rule module {entry.name}")
+                missing.append(f"rule module {entry.name} (no page has '.. {directive[kind]}:: {entry.name}')")
         for der in entry.derivations:
             if ("derivation", der.name) not in done:
                 missing.append(f"derivation {der.name}")
@@ -101,10 +102,21 @@ def public_api(package_name: str) -> list[str]:
     return out
 
 
+def has_docstring(obj) -> bool:
+    """A function or class needs its own docstring; data (constants) cannot carry one."""
+    if inspect.isclass(obj):
+        return bool((obj.__dict__.get("__doc__") or "").strip())
+    if callable(obj) or inspect.ismodule(obj):
+        return bool((getattr(obj, "__doc__", None) or "").strip())
+    return True
+
+
 def undocumented(app, env) -> list[str]:
+    """Public names without an API entry, or functions and classes without a docstring."""
+    from .api import resolve
     documented = set(env.get_domain("py").objects)
     return [name for package in app.config.workbench_api_packages for name in public_api(package)
-            if name not in documented]
+            if name not in documented or not has_docstring(resolve(name))]
 
 
 def check_consistency(app, env):
@@ -114,8 +126,8 @@ def check_consistency(app, env):
             raise IncompleteDocs("no page renders: " + "; ".join(missing))
     names = undocumented(app, env)
     if names:
-        raise IncompleteDocs(f"{len(names)} public names have no API reference entry (give each a docstring "
-                             f"so autodoc documents it): {', '.join(names)}")
+        raise IncompleteDocs(f"{len(names)} public names have no API reference entry or no docstring "
+                             f"(add '.. api-reference:: PACKAGE' and a docstring): {', '.join(names)}")
 
 
 # ---- offline site --------------------------------------------------------------------------

@@ -30,15 +30,20 @@ class ExecutedDirective(SphinxDirective):
         namespaces = self.env.temp_data.setdefault("workbench_namespaces", {})
         namespace = namespaces.setdefault(self.env.docname, {"__name__": f"docs.{self.env.docname}"})
         code = "\n".join(self.content)
+        name = f"<{self.env.docname}.rst, line {self.lineno}>"
         out = io.StringIO()
         try:
-            compiled = compile(code, f"<{self.env.docname}.rst, line {self.lineno}>", "exec")
+            compiled = compile(code, name, "exec")
             with contextlib.redirect_stdout(out):
                 exec(compiled, namespace)  # noqa: S102 — the documentation's own example
         except Exception as exc:
-            where = traceback.extract_tb(exc.__traceback__)[-1]
+            frames = traceback.extract_tb(exc.__traceback__)
+            ours = [f.lineno for f in frames if f.filename == name] or [getattr(exc, "lineno", None)]
+            where = f"line {ours[-1]} of the block" if ours[-1] else "the block"
+            if frames and frames[-1].filename != name:
+                where += f", raised in {frames[-1].filename}:{frames[-1].lineno}"
             raise ExampleFailed(f"{self.env.docname}.rst, line {self.lineno}: the example raised "
-                                f"{type(exc).__name__}: {exc} (block line {where.lineno})") from exc
+                                f"{type(exc).__name__}: {exc} ({where})") from exc
         lines = rst.literal_block(code, "python")
         printed = out.getvalue()
         if printed.strip():
