@@ -301,7 +301,8 @@ def self_check_description(lemma) -> list[str]:
     pairs, sampler = _cases(lemma)
     dims = getattr(sampler, "dims", {}) or {}
     method = _doc_paragraphs(type(lemma).self_check)
-    lines = [rst.text(" ".join(method[1:]) if len(method) > 1 else "Evaluates both sides on random instances."),
+    # the method's docstring is public API (autodoc renders it too), so it is reST already
+    lines = [" ".join(method[1:]) if len(method) > 1 else "Evaluates both sides on random instances.",
              "", rst.text("The instances of the statement it uses"
                           + (f" (random matrices at sizes {_sizes(dims)})" if dims else "") + ":"), ""]
     for lhs, rhs in pairs:
