@@ -161,6 +161,14 @@ def test_failing_derivation_stops_the_build_naming_it(tmp_path):
     assert "planted.wrong" in message and "planted_rule" in message
 
 
+def test_classic_that_does_not_hold_stops_the_build(tmp_path, monkeypatch):
+    from derivations import classics
+    planted = classics.Classic("classics.planted", "Planted", "1 = 2", lambda: (False, "1 - 2 = -1"))
+    monkeypatch.setattr(classics, "CLASSICS", (planted,))
+    with pytest.raises(SphinxError, match=r"classic classics\.planted \(Planted\) does not hold: 1 - 2 = -1"):
+        build(tmp_path, {"page": "Page\n====\n\n.. classics::\n"})
+
+
 def test_broken_example_stops_the_build(tmp_path):
     page = "Tutorial\n========\n\n.. executed::\n\n   x = 1\n   assert x == 2, 'the example is stale'\n"
     with pytest.raises(SphinxError, match=r"tutorial\.rst, line \d+: .*AssertionError: the example is stale"):

@@ -7,6 +7,7 @@ Directives (each renders objects imported and built while the docs build, never 
 * ``.. lemma-reference::`` — every lemma with its self-check and its users;
 * ``.. schedule:: polar-express-5``, ``.. schedule-comparison::``, ``.. band-challenge::`` —
   Newton–Schulz schedules, certified while the docs build;
+* ``.. classics::`` — the classic results, each checked during the build;
 * ``.. executed::`` — example code run during the build.
 
 An unknown name, a derivation that fails its checks, an object without a page, a public name
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from sphinx.util.fileutil import copy_asset
 
-from . import api, checks, execute, proofs, schedules
+from . import api, checks, classics, execute, proofs, schedules
 
 MATHJAX_DIR = "mathjax"
 #: the parts of the MathJax distribution the site needs (the TeX-to-CHTML build and what it loads)
@@ -79,6 +80,7 @@ def setup(app):
     app.add_directive("band-challenge", schedules.BandChallengeDirective)
     app.add_directive("executed", execute.ExecutedDirective)
     app.add_directive("api-reference", api.ApiReferenceDirective)
+    app.add_directive("classics", classics.ClassicsDirective)
 
     app.connect("config-inited", _config_mathjax)
     app.connect("builder-inited", schedules.start_build)

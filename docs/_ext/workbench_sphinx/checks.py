@@ -73,6 +73,10 @@ def missing_objects(app, env) -> list[str]:
     for name in coeffsearch.names():
         if ("schedule", name) not in done:
             missing.append(f"schedule {name}")
+    from .classics import classics
+    for classic in classics():
+        if ("classic", classic.name) not in done:
+            missing.append(f"classic {classic.name} (no page has '.. classics::')")
     return sorted(set(missing))
 
 
