@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from numerics.reference import NumpyBackend
 
-from .interpret import Interpreter
+from .interpret import Interpreter, MissingRule
 
 
 class EvaluationError(ValueError):
-    """A free symbol or a dimension has no value."""
+    """A free symbol or a dimension has no value, or a node has no evaluation rule."""
+
+
+class NoEvaluationRule(MissingRule, EvaluationError):
+    """The numeric evaluator has no rule for a node (a :class:`MissingRule` like every interpreter's)."""
 
 
 class NumericEvaluator(Interpreter):
@@ -38,6 +42,9 @@ class NumericEvaluator(Interpreter):
         return value
 
     __call__ = _print
+
+    def emptyPrinter(self, expr):
+        raise NoEvaluationRule(self.interpreter_name, expr)
 
     def size(self, dim) -> int:
         """A dimension (symbol or expression) as an integer."""

@@ -16,33 +16,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sympy import MatAdd, MatMul, Matrix, S, Symbol, Transpose, cancel, symbols
-from sympy.matrices.expressions import Identity, Inverse, MatrixSymbol, ZeroMatrix
+from sympy import Matrix, S, Symbol, cancel, diag, symbols
 
 from .algebra import is_symmetric
-from .vocabulary import (
-    BlockDiag,
-    GramInvSqrt,
-    GramSqrt,
-    HStack,
-    Inner,
-    IsotropicScale,
-    Msign,
-    NuclearNorm,
-    OpNorm,
-    PolarFactor,
-    Projector,
-)
+from .interpret import Interpreter, MissingRule
+from .vocabulary import GramSqrt, PolarFactor
 
 
-class Unsupported(Exception):
-    """The expression holds a node that has no exact explicit model."""
+class Unsupported(MissingRule):
+    """The expression holds a node that has no exact explicit model (a :class:`MissingRule`)."""
+
+    def __init__(self, message: str, expr=None):
+        TypeError.__init__(self, message)
+        self.interpreter, self.node = "symbolic model", type(expr).__name__ if expr is not None else ""
 
 
-class ExplicitModel:
-    """Explicit symbolic matrices for the nodes of a set of expressions."""
+class ExplicitModel(Interpreter):
+    """Explicit symbolic matrices for the nodes of a set of expressions.
+
+    One ``_eval_<Node>`` rule per node (or the node's own ``_symbolic``), dispatched along the class
+    hierarchy like the numeric evaluator and the printers; a node without one is :class:`Unsupported`.
+    """
+
+    printmethod = "_symbolic"
+    interpreter_name = "symbolic model"
 
     def __init__(self, sizes: dict, definitions: dict | None = None):
+        super().__init__()
         self.sizes = sizes
         self.definitions = definitions or {}
         self.cache = {}
@@ -63,73 +63,87 @@ class ExplicitModel:
     def value(self, expr):
         if expr in self.cache:
             return self.cache[expr]
-        out = self._value(expr)
+        out = self._print(expr)
         self.cache[expr] = out
         return out
 
-    def _value(self, e):
-        if isinstance(e, MatrixSymbol):
-            if e in self.definitions:
-                return self.value(self.definitions[e])
-            return self._fresh(self._dim(e.rows), self._dim(e.cols), is_symmetric(e))
-        if isinstance(e, Identity):
-            return Matrix.eye(self._dim(e.rows))
-        if isinstance(e, ZeroMatrix):
-            return Matrix.zeros(self._dim(e.rows), self._dim(e.cols))
-        if isinstance(e, MatMul):
-            coeff, mats = e.as_coeff_matrices()
-            out = self.value(mats[0])
-            for m in mats[1:]:
-                out = out * self.value(m)
-            return self.value(coeff) * out
-        if isinstance(e, MatAdd):
-            vals = [self.value(t) for t in e.args]
-            out = vals[0]
-            for v in vals[1:]:
-                out = out + v
-            return out
-        if isinstance(e, Transpose):
-            return self.value(e.arg).T
-        if isinstance(e, Inverse):
-            return self.value(e.arg).inv()
-        if isinstance(e, GramSqrt):
-            n = self._dim(e.size)
-            return self._fresh(n, n, symmetric=True)
-        if isinstance(e, GramInvSqrt):
-            return self.value(GramSqrt(*e.args)).inv()
-        if isinstance(e, PolarFactor):
-            w, ci = self.value(e.base), self.value(e.gram_inv_sqrt())
-            return w * ci if e.side == "right" else ci * w
-        if isinstance(e, HStack):
-            return Matrix.hstack(*[self.value(b) for b in e.args])
-        if isinstance(e, BlockDiag):
-            from sympy import diag
-            return diag(*[self.value(b) for b in e.args])
-        if isinstance(e, Projector):
-            u = self.value(PolarFactor(e.base))
-            return u * u.T
-        if isinstance(e, Msign):
-            # msign of equal arguments is the same matrix: key the opaque value by the argument
-            arg = self.value(e.arg)
-            key = ("msign", arg.shape, tuple(cancel(x) for x in arg))
-            if key not in self.cache:
-                self.cache[key] = self._fresh(*arg.shape)
-            return self.cache[key]
-        if isinstance(e, Inner):
-            a, b = self.value(e.args[0]), self.value(e.args[1])
-            return sum((a[i] * b[i] for i in range(len(a))), S.Zero)
-        if isinstance(e, IsotropicScale):
-            self.counter += 1
-            return Symbol(f"c{self.counter}", positive=True)
-        if isinstance(e, (OpNorm, NuclearNorm)):
-            raise Unsupported("norms have no polynomial model; compare their arguments instead")
-        if not getattr(e, "is_Matrix", False):
-            if e.is_Symbol or e.is_Number:
-                return e
-            return e.func(*[self.value(a) for a in e.args])
-        raise Unsupported(f"no explicit model for {type(e).__name__}")
+    def emptyPrinter(self, expr):
+        raise Unsupported(f"no explicit model for {type(expr).__name__}", expr)
 
+    def _eval_MatrixSymbol(self, e):
+        if e in self.definitions:
+            return self.value(self.definitions[e])
+        return self._fresh(self._dim(e.rows), self._dim(e.cols), is_symmetric(e))
 
+    def _eval_Identity(self, e):
+        return Matrix.eye(self._dim(e.rows))
+
+    def _eval_ZeroMatrix(self, e):
+        return Matrix.zeros(self._dim(e.rows), self._dim(e.cols))
+
+    def _eval_MatMul(self, e):
+        coeff, mats = e.as_coeff_matrices()
+        out = self.value(mats[0])
+        for m in mats[1:]:
+            out = out * self.value(m)
+        return self.value(coeff) * out
+
+    def _eval_MatAdd(self, e):
+        vals = [self.value(t) for t in e.args]
+        return sum(vals[1:], vals[0])
+
+    def _eval_Transpose(self, e):
+        return self.value(e.arg).T
+
+    def _eval_Inverse(self, e):
+        return self.value(e.arg).inv()
+
+    def _eval_GramSqrt(self, e):
+        n = self._dim(e.size)
+        return self._fresh(n, n, symmetric=True)
+
+    def _eval_GramInvSqrt(self, e):
+        return self.value(GramSqrt(*e.args)).inv()
+
+    def _eval_PolarFactor(self, e):
+        w, ci = self.value(e.base), self.value(e.gram_inv_sqrt())
+        return w * ci if e.side == "right" else ci * w
+
+    def _eval_HStack(self, e):
+        return Matrix.hstack(*[self.value(b) for b in e.args])
+
+    def _eval_BlockDiag(self, e):
+        return diag(*[self.value(b) for b in e.args])
+
+    def _eval_Projector(self, e):
+        u = self.value(PolarFactor(e.base))
+        return u * u.T
+
+    def _eval_MatrixFunction(self, e):
+        """msign and the sharp maps: opaque, one fresh matrix per function and (equal) argument."""
+        arg = self.value(e.arg)
+        key = (type(e).__name__, arg.shape, tuple(cancel(x) for x in arg))
+        if key not in self.cache:
+            self.cache[key] = self._fresh(*arg.shape)
+        return self.cache[key]
+
+    def _eval_Inner(self, e):
+        a, b = self.value(e.args[0]), self.value(e.args[1])
+        return sum((a[i] * b[i] for i in range(len(a))), S.Zero)
+
+    def _eval_IsotropicScale(self, e):
+        self.counter += 1
+        return Symbol(f"c{self.counter}", positive=True)
+
+    def _eval__MatrixScalar(self, e):  # norms (and any other matrix scalar without a rule of its own)
+        raise Unsupported("norms have no polynomial model; compare their arguments instead", e)
+
+    def _eval_Expr(self, e):  # scalar arithmetic; a matrix node without a rule is unsupported
+        if getattr(e, "is_Matrix", False):
+            return self.emptyPrinter(e)
+        if e.is_Symbol or e.is_Number:
+            return e
+        return e.func(*[self.value(a) for a in e.args])
 
 
 def _equal(a, b) -> bool:
@@ -142,8 +156,13 @@ def _equal(a, b) -> bool:
     return cancel(a - b) == 0
 
 
+def _norm_types() -> tuple:
+    from .norms import FAMILIES, EntrywiseL1Norm
+    return (EntrywiseL1Norm, *(f.norm for f in FAMILIES))
+
+
 def _pair_value(model, expr):
-    if isinstance(expr, (OpNorm, NuclearNorm)):
+    if isinstance(expr, _norm_types()):
         return (type(expr).__name__, model.value(expr.args[0]))
     return (None, model.value(expr))
 

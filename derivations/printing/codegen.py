@@ -17,7 +17,7 @@ from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol, Transpose
 
 from ..algebra import product
 from ..engine import Derivation
-from ..interpret import find_rule
+from ..interpret import MissingRule, find_rule
 from ..vocabulary import (
     BLOCK_DIAGONAL,
     GramInvSqrt,
@@ -30,8 +30,11 @@ from ..vocabulary import (
 )
 
 
-class UnsupportedNode(TypeError):
-    """The printer has no rule for a node of the expression."""
+class UnsupportedNode(MissingRule):
+    """The printer has no rule for a node of the expression (a :class:`MissingRule`, as in every interpreter)."""
+
+    def __init__(self, message: str):
+        TypeError.__init__(self, message)
 
 
 @dataclass
