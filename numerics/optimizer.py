@@ -157,7 +157,7 @@ def _check_pair_shapes(kind, a_name, b_name, a, b, heads, kv_heads, kernels):
     where = f"compositional_muon: {kind} pair ({a_name!r}, {b_name!r})"
     for name, x in ((a_name, a), (b_name, b)):
         if getattr(x, "ndim", 0) < 2:
-            raise ValueError(f"{where}: {name} must be a matrix (..., rows, cols), got shape "
+            raise ValueError(f"{where}: {name!r} must be a matrix (..., rows, cols), got shape "
                              f"{tuple(getattr(x, 'shape', ()))}")
     if not isinstance(heads, int) or heads < 1:
         raise ValueError(f"{where}: heads must be a positive int, got {heads!r}")
@@ -169,13 +169,13 @@ def _check_pair_shapes(kind, a_name, b_name, a, b, heads, kv_heads, kernels):
         (width_a, d_a), (d_b, width_b) = (a.shape[-2:], b.shape[-2:]) if kernels else (a.shape[-2:][::-1],
                                                                                           b.shape[-2:][::-1])
     if width_a % heads:
-        raise ValueError(f"{where}: {a_name} has {width_a} head columns, not divisible into heads = {heads}")
+        raise ValueError(f"{where}: {a_name!r} has {width_a} head columns, not divisible into heads = {heads}")
     head_dim = width_a // heads
     if width_b != kv_heads * head_dim:
-        raise ValueError(f"{where}: {b_name} has {width_b} head columns, expected kv_heads·d_h = "
+        raise ValueError(f"{where}: {b_name!r} has {width_b} head columns, expected kv_heads·d_h = "
                          f"{kv_heads}·{head_dim} = {kv_heads * head_dim}")
     if d_a != d_b:
-        raise ValueError(f"{where}: model widths differ: {a_name} has d = {d_a}, {b_name} has d = {d_b}")
+        raise ValueError(f"{where}: model widths differ: {a_name!r} has d = {d_a}, {b_name!r} has d = {d_b}")
     if a.shape[:-2] != b.shape[:-2]:
         raise ValueError(f"{where}: leading (layer) axes differ: {a.shape[:-2]} and {b.shape[:-2]}")
     if head_dim > d_a:

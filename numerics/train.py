@@ -20,6 +20,7 @@ the peak learning rate multiplies the update outside the jitted step, so a sweep
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -40,7 +41,7 @@ VOCAB = 128  # ASCII; bytes above 127 map to 127
 
 #: peak learning rates swept per optimizer (``--compare``)
 SWEEPS = {
-    "adamw": (1e-3, 3e-3, 1e-2),
+    "adamw": (3e-3, 1e-2, 3e-2),
     "muon": (1e-2, 3e-2, 1e-1),
     "cm": (1e-2, 3e-2, 1e-1),
     "cm-proj": (1e-2, 3e-2, 1e-1),
@@ -81,7 +82,7 @@ def corpus(max_bytes: int = 4_000_000) -> tuple[np.ndarray, np.ndarray]:
             continue
         (val if i % 10 == 9 else train).append(np.minimum(data, VOCAB - 1))
         size += data.size
-        if size >= max_bytes:
+        if size >= max_bytes and val:
             break
     return np.concatenate(train).astype(np.int32), np.concatenate(val).astype(np.int32)
 
@@ -109,8 +110,8 @@ def init_params(cfg: Config, key) -> dict:
         "embed": normal(ks[0], (VOCAB, d), 1.0) * 0.02,
         "pos": normal(ks[1], (cfg.context, d), 1.0) * 0.02,
         "layers": {
-            "norm1": jnp.ones((L, d)),
-            "norm2": jnp.ones((L, d)),
+            "norm1": jnp.ones((L, d), jnp.float32),
+            "norm2": jnp.ones((L, d), jnp.float32),
             "wq": normal(ks[2], (L, d, cfg.heads * hd), d),
             "wk": normal(ks[3], (L, d, cfg.kv_heads * hd), d),
             "wv": normal(ks[4], (L, cfg.kv_heads * hd, d), d),
@@ -118,7 +119,7 @@ def init_params(cfg: Config, key) -> dict:
             "w1": normal(ks[6], (L, d, 4 * d), d),
             "w2": normal(ks[7], (L, 4 * d, d), 4 * d),
         },
-        "norm_f": jnp.ones((d,)),
+        "norm_f": jnp.ones((d,), jnp.float32),
         "head": normal(ks[8], (d, VOCAB), d),
     }
 
@@ -225,8 +226,14 @@ def make_step(opt: optax.GradientTransformation, cfg: Config):
     return jax.jit(step)
 
 
+@functools.cache
+def _eval_fn(cfg: Config):
+    return jax.jit(lambda p, x, y: loss_fn(p, x, y, cfg))
+
+
 def evaluate(params, val_batches, cfg: Config):
-    fn = jax.jit(lambda p, x, y: loss_fn(p, x, y, cfg))
+    """Mean validation loss over fixed batches (one compilation per configuration)."""
+    fn = _eval_fn(cfg)
     return float(np.mean([fn(params, x, y) for x, y in val_batches]))
 
 

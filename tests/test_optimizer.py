@@ -1,0 +1,248 @@
+"""Compositional Muon as an optax optimizer: the derived rules on declared pairs, errors, gauge options."""
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from numerics import emitted
+from numerics.gauge_balance import balance
+from numerics.optimizer import OVPair, QKPair, compositional_muon
+
+D, H, DH = 16, 2, 4
+
+
+def heads(w, d_h):
+    return [w[..., :, i * d_h:(i + 1) * d_h] for i in range(w.shape[-1] // d_h)]
+
+
+def op(x):
+    return float(np.linalg.norm(np.asarray(x, np.float64), 2))
+
+
+def model(rng, kv=H, dtype=np.float64):
+    return {"attn": {"wq": rng.standard_normal((D, H * DH)), "wk": rng.standard_normal((D, kv * DH)),
+                     "wo": rng.standard_normal((D, H * DH)), "wv": rng.standard_normal((kv * DH, D))},
+            "mlp": rng.standard_normal((D, 3 * D)), "bias": rng.standard_normal(D)}
+
+
+def pairs_of(kv=H):
+    return lambda params: [QKPair("attn/wq", "attn/wk", H, kv), OVPair("attn/wo", "attn/wv", H, kv)]
+
+
+def grads(rng, params):
+    return jax.tree.map(lambda x: rng.standard_normal(x.shape), params)
+
+
+def step(opt, params, g):
+    state = opt.init(params)
+    return opt.update(g, state, params)[0]
+
+
+def test_shipped_emitted_modules_are_fresh():
+    assert emitted.stale() == []
+
+
+def test_stale_shipped_copy_is_detected(tmp_path, monkeypatch):
+    """Planted mistake: a shipped copy edited by hand."""
+    monkeypatch.setattr(emitted, "HERE", tmp_path)
+    (tmp_path / "gauge.py").write_text(emitted.emit("gauge") + "# edited\n")
+    assert emitted.stale(("gauge",)) == ["gauge"]
+    out = subprocess.run([sys.executable, "-m", "numerics.emitted", "--rule", "nope", "--check"],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+
+
+def test_half_split_step_is_the_derived_rule_with_per_head_bounds():
+    rng = np.random.default_rng(0)
+    params, lr = model(rng), 0.05
+    g = grads(rng, params)
+    u = step(compositional_muon(lr, pairs=pairs_of(), msign="svd", damping=0.0), params, g)
+    a = params["attn"]
+    dq, _ = emitted.halfsplit.halfsplit_qk(*(np.stack(heads(x, DH)) for x in (a["wq"], a["wk"], g["attn"]["wq"],
+                                                                               g["attn"]["wk"])),
+                                            eps=2 * lr, msign="svd")
+    np.testing.assert_allclose(np.concatenate(list(dq), axis=-1), u["attn"]["wq"], rtol=1e-10, atol=1e-12)
+    for q, k, uq, uk in zip(heads(a["wq"], DH), heads(a["wk"], DH), heads(u["attn"]["wq"], DH),
+                            heads(u["attn"]["wk"], DH)):
+        assert op(uq @ k.T) == pytest.approx(lr, rel=1e-9)  # each half of ΔM has operator norm lr
+        assert op(q @ uk.T) == pytest.approx(lr, rel=1e-9)
+    # all heads' O-side product changes ΔW_O,h W_V,h side by side
+    stacked = np.concatenate([uo @ v.T for uo, v in zip(heads(u["attn"]["wo"], DH), heads(a["wv"].T, DH))], axis=1)
+    assert op(stacked) == pytest.approx(lr, rel=1e-9)
+    for o, uv in zip(heads(a["wo"], DH), heads(u["attn"]["wv"].T, DH)):
+        assert op(o @ uv.T) == pytest.approx(lr, rel=1e-9)
+
+
+def test_wrong_budget_is_caught():
+    """Planted mistake: a step with the whole budget ε = lr per half instead of η gives 2× the bound."""
+    rng = np.random.default_rng(1)
+    params, lr = model(rng), 0.05
+    u = step(compositional_muon(2 * lr, pairs=pairs_of(), msign="svd", damping=0.0), params, grads(rng, params))
+    q_k = [op(uq @ k.T) for uq, k in zip(heads(u["attn"]["wq"], DH), heads(params["attn"]["wk"], DH))]
+    assert not np.allclose(q_k, lr, rtol=1e-6)
+
+
+def test_other_matrices_are_muon_and_vectors_adamw():
+    rng = np.random.default_rng(2)
+    params = model(rng)
+    g = grads(rng, params)
+    sched = tuple(tuple(s) for s in np.asarray([(3.4445, -4.7750, 2.0315)] * 5))
+    u = step(compositional_muon(0.1, sched, pairs=pairs_of()), params, g)
+    ref = step(optax.contrib.muon(0.1, ns_coeffs=sched), {"mlp": params["mlp"], "bias": params["bias"]},
+               {"mlp": g["mlp"], "bias": g["bias"]})
+    np.testing.assert_allclose(u["mlp"], ref["mlp"], rtol=2e-3, atol=2e-4)
+    np.testing.assert_allclose(u["bias"], ref["bias"], rtol=1e-6)
+
+
+def test_gqa_pairs_keep_every_per_product_bound():
+    rng = np.random.default_rng(3)
+    kv, lr = 1, 0.02
+    params = model(rng, kv=kv)
+    u = step(compositional_muon(lr, pairs=pairs_of(kv), msign="svd", damping=0.0), params, grads(rng, params))
+    a, group = params["attn"], H // kv
+    (uk,), (uv,) = heads(u["attn"]["wk"], DH), heads(u["attn"]["wv"].T, DH)
+    for q, o in zip(heads(a["wq"], DH), heads(a["wo"], DH)):
+        assert op(q @ uk.T) <= lr / group * (1 + 1e-9)
+        assert op(o @ uv.T) <= lr / group * (1 + 1e-9)
+    bar_o = np.concatenate(heads(a["wo"], DH), axis=0)
+    assert op(bar_o @ uv.T) == pytest.approx(lr / group, rel=1e-9)  # the stacked bound is attained
+
+
+def test_gqa_value_matches_hand_formula():
+    """ΔW_V,g = −(ε/2G) C̄⁻¹ msign(C̄⁻¹ G_V), C̄² = Σ_h W_O,hᵀW_O,h (independent NumPy formula)."""
+    rng = np.random.default_rng(4)
+    d, h, kv, dh, eps = 12, 4, 2, 3, 0.3
+    w_o, w_v = rng.standard_normal((d, h * dh)), rng.standard_normal((kv * dh, d))
+    g_o, g_v = rng.standard_normal(w_o.shape), rng.standard_normal(w_v.shape)
+    _, d_v = emitted.hybrid_ov.hybrid_ov(w_o, w_v, g_o, g_v, head_dim=dh, eps=eps, msign="svd")
+    group = h // kv
+    for gi in range(kv):
+        os_ = heads(w_o, dh)[gi * group:(gi + 1) * group]
+        evals, evecs = np.linalg.eigh(sum(o.T @ o for o in os_))
+        c_inv = evecs @ np.diag(evals ** -0.5) @ evecs.T
+        u, _, vt = np.linalg.svd(c_inv @ g_v[gi * dh:(gi + 1) * dh], full_matrices=False)
+        np.testing.assert_allclose(d_v[gi * dh:(gi + 1) * dh], -eps / (2 * group) * c_inv @ u @ vt, rtol=1e-9)
+
+
+def test_kernel_layout_and_flax_style_params():
+    """Flax Dense kernels: O stored (H·d_h, d), V stored (d, H·d_h); same step as the stored layouts."""
+    rng = np.random.default_rng(5)
+    params = model(rng)
+    g = grads(rng, params)
+    flax = {"params": {"o": {"kernel": params["attn"]["wo"].T}, "v": {"kernel": params["attn"]["wv"].T}}}
+    gflax = {"params": {"o": {"kernel": g["attn"]["wo"].T}, "v": {"kernel": g["attn"]["wv"].T}}}
+    decl = lambda p: [OVPair("params/o/kernel", "params/v/kernel", H, kernels=True)]
+    u = step(compositional_muon(0.1, pairs=decl), flax, gflax)
+    ref = step(compositional_muon(0.1, pairs=lambda p: [OVPair("attn/wo", "attn/wv", H)]), params, g)
+    np.testing.assert_allclose(u["params"]["o"]["kernel"], ref["attn"]["wo"].T, rtol=1e-9)
+    np.testing.assert_allclose(u["params"]["v"]["kernel"], ref["attn"]["wv"].T, rtol=1e-9)
+
+
+@pytest.mark.parametrize("decl, message", [
+    (lambda p: [QKPair("attn/wq", "attn/nope", H)], "'attn/nope', which is not a parameter"),
+    (lambda p: [QKPair("attn/wq", "attn/wk", 3)], "not divisible into heads = 3"),
+    (lambda p: [QKPair("attn/wq", "attn/wk", H, 3)], "kv_heads = 3 must be a positive int dividing heads"),
+    (lambda p: [OVPair("attn/wo", "attn/wq", H)], "attn/wq"),
+    (lambda p: [QKPair("attn/wq", "attn/wk", H), QKPair("attn/wq", "attn/wo", H)], "declared in two pairs"),
+    (lambda p: [QKPair("attn/wq", "bias", H)], "'bias' must be a matrix"),
+])
+def test_bad_declarations_fail_at_init_naming_the_parameter(decl, message):
+    params = model(np.random.default_rng(6))
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        compositional_muon(0.1, pairs=decl).init(params)
+
+
+def test_bad_options_fail_at_construction():
+    with pytest.raises(ValueError, match="qk_rule must be one of"):
+        compositional_muon(0.1, qk_rule="sylvster")
+    with pytest.raises(ValueError, match="gauge must be one of"):
+        compositional_muon(0.1, gauge="balance")
+    with pytest.raises(ValueError, match="ns_coeffs"):
+        compositional_muon(0.1, ns_coeffs="no-such-schedule")
+    with pytest.raises(ValueError, match="qk_rule='joint' has no grouped-query form"):
+        params = model(np.random.default_rng(7), kv=1)
+        step(compositional_muon(0.1, pairs=pairs_of(1), qk_rule="joint"), params, params)
+
+
+def test_non_finite_gradient_is_named_eagerly_and_under_jit():
+    rng = np.random.default_rng(8)
+    params = model(rng)
+    g = grads(rng, params)
+    g["attn"]["wk"][0, 0] = np.nan
+    opt = compositional_muon(0.1, pairs=pairs_of())
+    state = opt.init(params)
+    with pytest.raises(ValueError, match="gradient of 'attn/wk' contains NaN or Inf"):
+        opt.update(g, state, params)
+    with pytest.raises(Exception, match="gradient of 'attn/wk' contains NaN or Inf"):
+        jax.block_until_ready(jax.jit(opt.update)(g, state, params))
+    g["attn"]["wk"][0, 0] = 0.0  # finite again: no error under jit
+    jax.block_until_ready(jax.jit(opt.update)(g, state, params))
+
+
+@pytest.mark.parametrize("rule", ["joint", "isotropic"])
+def test_other_qk_rules_run_and_keep_the_budget(rule):
+    rng = np.random.default_rng(9)
+    params, lr = model(rng), 0.05
+    u = step(compositional_muon(lr, pairs=pairs_of(), qk_rule=rule, msign="svd", damping=0.0), params,
+             grads(rng, params))
+    bounds = [op(uq @ k.T) for uq, k in zip(heads(u["attn"]["wq"], DH), heads(params["attn"]["wk"], DH))]
+    assert max(bounds) <= lr * (1 + 1e-9) if rule == "joint" else min(bounds) > 0
+
+
+def test_momentum_projection_is_horizontal_and_keeps_the_product_change():
+    rng = np.random.default_rng(10)
+    params = model(rng)
+    opt = compositional_muon(0.01, pairs=pairs_of(), gauge="horizontal_projection", damping=0.0)
+    state = opt.init(params)
+    for _ in range(3):  # momentum of changing factors drifts off the horizontal space, unless projected
+        u, state = opt.update(grads(rng, params), state, params)
+        params, before = optax.apply_updates(params, u), params
+    mu = state[1].inner_states["cm"].inner_state[0].mu["attn"]  # projected at the factors before the step
+    for q, k, mq, mk in zip(*(heads(before["attn"][n], DH) for n in ("wq", "wk")),
+                            *(heads(mu[n], DH) for n in ("wq", "wk"))):
+        np.testing.assert_allclose(q.T @ mq, mk.T @ k, atol=1e-8 * np.abs(q.T @ mq).max())
+
+
+def test_rebalance_equalizes_grams_and_keeps_the_product():
+    rng = np.random.default_rng(11)
+    params = model(rng)
+    params["attn"]["wq"] *= 5.0  # unbalanced: W_Q much larger than W_K
+    g = grads(rng, params)
+    plain = optax.apply_updates(params, step(compositional_muon(0.01, pairs=pairs_of()), params, g))
+    bal = optax.apply_updates(params, step(compositional_muon(0.01, pairs=pairs_of(), gauge="rebalance"), params, g))
+    for n_a, n_b, tr in (("wq", "wk", False), ("wo", "wv", True)):
+        for a, b, pa, pb in zip(heads(bal["attn"][n_a], DH), heads(bal["attn"][n_b].T if tr else bal["attn"][n_b], DH),
+                                heads(plain["attn"][n_a], DH),
+                                heads(plain["attn"][n_b].T if tr else plain["attn"][n_b], DH)):
+            np.testing.assert_allclose(a.T @ a, b.T @ b, rtol=1e-8, atol=1e-8)
+            np.testing.assert_allclose(a @ b.T, pa @ pb.T, rtol=1e-8, atol=1e-10)
+
+
+def test_balance_planted_mistake_is_caught():
+    """Planted mistake: swapping the quarter powers keeps the product but not the Gram equality."""
+    rng = np.random.default_rng(12)
+    q, k = 3 * rng.standard_normal((10, 3)), rng.standard_normal((10, 3))
+    bq, bk = (np.asarray(x) for x in balance(jnp.asarray(q), jnp.asarray(k)))
+    np.testing.assert_allclose(bq.T @ bq, bk.T @ bk, rtol=1e-9)
+    wrong_q, wrong_k = bq @ np.diag([2.0, 1, 1]), bk @ np.diag([0.5, 1, 1])  # still a gauge move
+    np.testing.assert_allclose(wrong_q @ wrong_k.T, q @ k.T, rtol=1e-9)
+    assert not np.allclose(wrong_q.T @ wrong_q, wrong_k.T @ wrong_k, rtol=1e-3)
+
+
+def test_schedule_and_weight_decay_and_jit():
+    rng = np.random.default_rng(13)
+    params = jax.tree.map(jnp.asarray, model(rng))
+    sched = optax.linear_schedule(0.1, 0.0, 4)
+    opt = compositional_muon(sched, pairs=pairs_of(), weight_decay=0.1)
+    state = opt.init(params)
+    update = jax.jit(opt.update)
+    norms = []
+    for _ in range(5):
+        u, state = update(grads(rng, params), state, params)
+        norms.append(float(optax.tree.norm(u["mlp"])))
+    assert norms[0] > norms[2] > 0 and norms[-1] == 0.0  # the schedule reaches 0 at step 4
