@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -41,6 +42,24 @@ _positive = _number(0, strict=True)
 _nonneg = _number(0, strict=False)
 
 
+def _fraction(text):
+    """An argparse type: a number in ``[0, 1)`` (a cushion ``c·u`` must stay below ``u``)."""
+    v = _nonneg(text)
+    if not float(v) < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1) (the solve interval is [max(l, cushion·u), u]), got {text}")
+    return v
+
+
+def _seed(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= v < 2**63:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**63), got {v}")
+    return v
+
+
 def _count(text):
     try:
         v = int(text)
@@ -66,7 +85,8 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--steps", type=_count, required=True)
     m.add_argument("--lower", type=_positive, required=True, help="smallest normalized singular value l")
     m.add_argument("--upper", type=_positive, default="1", help="largest normalized singular value (default 1)")
-    m.add_argument("--cushion", type=_nonneg, default="0", help="solve on [max(l, cushion·u), u] (default 0)")
+    m.add_argument("--cushion", type=_fraction, default="0", help="solve on [max(l, cushion·u), u], cushion in [0, 1) "
+                                                                  "(default 0)")
     m.add_argument("--safety", type=_nonneg, default="0", help="δ of the safety factor s = 1 + δ (default 0)")
     m.add_argument("--dps", type=_count, default=30, help="decimal digits of working precision (default 30)")
     m.add_argument("--json", metavar="FILE", help="write the schedule and its report as JSON")
@@ -77,7 +97,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--upper", type=_positive, default="1")
     b.add_argument("--band", type=_positive, nargs=2, metavar=("LO", "HI"), help="target band (max-slope objective)")
     b.add_argument("--slope", type=_positive, help="fix a and find the narrowest band containing 1 instead")
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--seed", type=_seed, default=0)
     b.add_argument("--json", metavar="FILE")
 
     c = sub.add_parser("certify", help="rigorous per-step images by interval arithmetic, or re-check a certificate")
@@ -100,7 +120,7 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("schedules", nargs="+")
     k.add_argument("--lower", type=_positive, default="1e-3")
     k.add_argument("--upper", type=_positive, default="1")
-    k.add_argument("--plot", metavar="PNG")
+    k.add_argument("--plot", metavar="PNG", help="write the plot as PNG to exactly this path (must end in .png)")
     k.add_argument("--json", metavar="FILE")
     return p
 
@@ -126,12 +146,24 @@ def resolve(spec: str):
     return sched.name, [list(step) for step in sched.steps], sched.lower, raw
 
 
+def finite_json(obj):
+    """``obj`` with every non-finite float replaced by ``None``: standard JSON has no Infinity or NaN."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v) for v in obj]
+    return obj
+
+
 def _write_json(path, payload):
     if path is None:
         return
+    text = payload if isinstance(payload, str) else json.dumps(finite_json(payload), indent=2, allow_nan=False) + "\n"
     try:
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(payload if isinstance(payload, str) else json.dumps(payload, indent=2) + "\n")
+            fh.write(text)
     except OSError as exc:
         raise UsageError(f"cannot write --json {path}: {exc.strerror}") from None
 
@@ -147,7 +179,12 @@ def cmd_minimax(a):
     _check_interval(a.lower, a.upper)
     from .minimax import greedy_schedule
     with _progress(a.steps, "minimax") as bar:
-        doc = greedy_schedule(a.lower, a.steps, a.degree, a.cushion, a.safety, a.upper, a.dps, progress=bar)
+        try:
+            doc = greedy_schedule(a.lower, a.steps, a.degree, a.cushion, a.safety, a.upper, a.dps, progress=bar)
+        except ZeroDivisionError:
+            sys.stderr.write(f"coeffsearch: minimax failed: the levelled Remez system is numerically singular on "
+                             f"[{a.lower}, {a.upper}] at {a.dps} digits; use a smaller --upper or more --dps\n")
+            return 1
     print(f"greedy minimax, degree {a.degree}, {a.steps} steps, l = {a.lower}, u = {a.upper}, cushion {a.cushion}, "
           f"safety {a.safety}, {a.dps} digits")
     print(f"{'step':>4}  {'solved on':<33} {'max |1-p|':>12}  coefficients")
@@ -180,7 +217,10 @@ def cmd_band(a):
            "image": list(res.band) if res.band else None, "violation": res.violation,
            "feasible_from_lower": res.feasible_from_lower, "notes": res.notes,
            "muon": {"coefficients": list(muon), "image": [m_lo, m_hi]}}
-    if res.objective == "max_slope" and not res.feasible:
+    if res.objective == "narrowest_band" and not res.feasible:
+        print(f"INFEASIBLE: slope a = {a.slope} gives no band around 1: {res.notes[0]}")
+        print(f"  best (a, b, c) = {coeffs}")
+    elif res.objective == "max_slope" and not res.feasible:
         print(f"INFEASIBLE: no fixed quintic maps [{a.lower}, {a.upper}] into [{lo}, {hi}] in {a.steps} steps")
         print(f"  best violation found: {res.violation:.6g} with (a, b, c) = {coeffs}, image "
               f"[{res.band[0]:.6f}, {res.band[1]:.6f}]")
@@ -261,6 +301,8 @@ def cmd_validate(a):
 def cmd_compare(a):
     from .compare import compare_rows, format_compare, plot
     _check_interval(a.lower, a.upper)
+    if a.plot and (not a.plot.lower().endswith(".png") or os.path.isdir(a.plot)):
+        raise UsageError(f"argument --plot: must name a .png file (it is written to exactly that path), got {a.plot}")
     named = [(n, s) for n, s, _, _ in (resolve(x) for x in a.schedules)]
     rows = compare_rows(named, float(a.lower), float(a.upper))
     sys.stdout.write(format_compare(rows, float(a.lower), float(a.upper)))
@@ -279,13 +321,19 @@ def main(argv=None) -> int:
         args = parser().parse_args(argv)
         handler = {"minimax": cmd_minimax, "band": cmd_band, "certify": cmd_certify,
                    "validate": cmd_validate, "compare": cmd_compare}[args.command]
-        return handler(args) or 0
+        status = handler(args) or 0
+        sys.stdout.flush()  # a full disk shows here, not at interpreter exit
+        return status
     except (UsageError, ScheduleError) as exc:
         sys.stderr.write(f"coeffsearch: error: {exc}\n")
         return 2
     except BrokenPipeError:  # the reader (e.g. `| head`) closed stdout: stop quietly
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115
         return 0
+    except OSError as exc:  # stdout cannot be written (e.g. a full disk)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        sys.stderr.write(f"coeffsearch: error: cannot write to stdout: {exc.strerror or exc}\n")
+        return 2
 
 
 if __name__ == "__main__":

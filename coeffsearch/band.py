@@ -159,4 +159,8 @@ def narrowest_band(slope, lower, upper, steps, seed=0, maxiter=300, progress=Non
     coeffs = (slope, float(f"{x[0]:.16g}"), float(f"{x[1]:.16g}"))
     cert = certify([[repr(v) for v in coeffs]] * steps, repr(lower), repr(upper), "band")
     band = (float(cert["band"][0]), float(cert["band"][1]))
-    return BandResult("narrowest_band", band[0] > 0, coeffs, band, 0.0, cert)
+    # feasible: a finite certified image inside (0, ∞) that contains 1; a diverged image is not
+    feasible = math.isfinite(band[0]) and math.isfinite(band[1]) and 0 < band[0] <= 1 <= band[1]
+    notes = [] if feasible else [(f"the certified image {list(band)} is not a band around 1 in (0, ∞): slope {slope} "
+                                  f"diverges or collapses within {steps} steps")]
+    return BandResult("narrowest_band", feasible, coeffs, band, 0.0, cert, notes=notes)

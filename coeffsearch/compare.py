@@ -26,9 +26,10 @@ def format_compare(rows, lower, upper) -> str:
     head = (f"{'schedule':<18} {'steps':>5} {'matmuls':>7} {'certified band on [l, u]':>28} {'worst |1-p|':>11} "
             f"{'bf16 observed band':>22} {'u_max':>9}")
     out = [f"l = {lower:g}, u = {upper:g}", head, "-" * len(head)]
+    num = lambda x: f"{x:.6f}" if abs(x) < 1e6 else f"{x:.3e}"  # a diverging schedule has a huge band
     for r in rows:
         cb, ob = r["certified_band"], r["bf16_observed_band"]
-        out.append(f"{r['schedule']:<18} {r['steps']:>5} {r['matmuls']:>7} {f'[{cb[0]:.6f}, {cb[1]:.6f}]':>28} "
+        out.append(f"{r['schedule']:<18} {r['steps']:>5} {r['matmuls']:>7} {f'[{num(cb[0])}, {num(cb[1])}]':>28} "
                    f"{r['worst_error']:>11.3e} {f'[{ob[0]:.4f}, {ob[1]:.4f}]':>22} {r['u_max']!s:>9}")
     return "\n".join(out) + "\n"
 
@@ -56,5 +57,5 @@ def plot(named, path: str, lower: float = 1e-3):
     ax.set_title("Newton–Schulz schedules: composed polynomial")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, format="png")  # exactly ``path``: no suffix is added
     plt.close(fig)

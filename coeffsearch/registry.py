@@ -71,9 +71,64 @@ def names() -> list:
     return sorted(_REGISTRY)
 
 
+#: a coefficient: a JSON number or a decimal string (kept exactly for the interval arithmetic)
+_COEFF = {"anyOf": [{"type": "number"}, {"type": "string", "pattern": r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"}]}
+_STEPS = {"type": "array", "minItems": 1, "items": {"type": "array", "minItems": 1, "items": _COEFF}}
+
+#: what ``python -m coeffsearch minimax --json`` writes and ``--schedule FILE`` reads
+SCHEDULE_SCHEMA = {
+    "type": "object",
+    "required": ["steps"],
+    "properties": {
+        "kind": {"const": "schedule"},
+        "name": {"type": "string"},
+        "parameters": {"type": "object", "properties": {"lower": _COEFF}},
+        "steps": _STEPS,
+        "report": {"type": "array", "items": {"type": "object"}},
+    },
+}
+
+#: the fields of a certificate that a schedule is read from (the certifier checks the rest)
+CERTIFICATE_SCHEDULE_SCHEMA = {
+    "type": "object",
+    "required": ["kind", "schedule"],
+    "properties": {
+        "kind": {"const": "certificate"},
+        "name": {"type": "string"},
+        "schedule": _STEPS,
+        "interval": {"type": "array", "minItems": 2, "maxItems": 2, "items": _COEFF},
+    },
+}
+
+
+def _check_schema(data, schema, spec):
+    """One line naming the first bad field (JSON pointer style) or nothing."""
+    import jsonschema
+
+    from .polynomial import ScheduleError
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise ScheduleError(f"{spec}: field {where}: {error.message}")
+
+
+def _check_float64(steps, spec):
+    """Every coefficient must be a finite float64 number: the emitted code and validators run in floats."""
+    import math
+
+    from .polynomial import ScheduleError
+    for i, step in enumerate(steps):
+        for c in step:
+            if not math.isfinite(float(c)):
+                raise ScheduleError(f"{spec}: step {i + 1} has coefficient {c} outside the float64 range "
+                                    f"(|c| <= 1.8e308)")
+
+
 def resolve(spec: str) -> Schedule:
     """A registered name, or a schedule / certificate JSON file, as a :class:`Schedule`.
 
+    Files are validated against :data:`SCHEDULE_SCHEMA` (or, for certificates, the fields
+    :data:`CERTIFICATE_SCHEDULE_SCHEMA` names) and every coefficient must be finite in float64.
     Raises ``KeyError`` for an unknown name that is not a file, and
     :class:`coeffsearch.polynomial.ScheduleError` for a malformed file.
     """
@@ -88,20 +143,25 @@ def resolve(spec: str) -> Schedule:
     try:
         with open(spec, encoding="utf-8") as fh:
             text = fh.read()
-    except OSError as exc:
-        raise ScheduleError(f"cannot read {spec}: {exc.strerror}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScheduleError(f"cannot read {spec}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ScheduleError(f"{spec}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        data = json.loads(text, parse_constant=lambda c: float("nan"))
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ScheduleError(f"{spec}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
     if isinstance(data, dict) and data.get("kind") == "certificate":
-        doc = ScheduleDoc.from_json(json.dumps({"steps": data.get("schedule"), "name": data.get("name")}), spec)
+        _check_schema(data, CERTIFICATE_SCHEDULE_SCHEMA, spec)
+        doc = ScheduleDoc.from_json(json.dumps({"steps": data["schedule"], "name": data.get("name", spec)}), spec)
         lower = data.get("interval", [None])[0]
     else:
+        _check_schema(data, SCHEDULE_SCHEMA, spec)
         doc = ScheduleDoc.from_json(text, spec)
         lower = doc.parameters.get("lower")
-    return Schedule(doc.name or spec, tuple(tuple(st) for st in doc.steps), f"file {spec}",
-                    float(lower) if lower else None)
+    _check_float64(doc.steps, spec)
+    lower = float(lower) if lower is not None else None
+    if lower is not None and not 0 < lower < 1:
+        raise ScheduleError(f"{spec}: the design lower bound must be in (0, 1), got {lower}")
+    return Schedule(doc.name or spec, tuple(tuple(st) for st in doc.steps), f"file {spec}", lower)
 
 
 register(Schedule(

@@ -152,7 +152,14 @@ def format_table(table: dict) -> str:
 
 def _write(text: str, out: str | None):
     if out is None:
-        sys.stdout.write(text)
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()  # a full disk shows here, not at interpreter exit
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (nothing more can be written there)
+            raise UsageError(f"cannot write to stdout: {exc.strerror or exc}") from None
         return
     try:
         with open(out, "w", encoding="utf-8") as fh:
@@ -173,6 +180,8 @@ def main(rule: RuleModule, argv=None) -> int:
             raise UsageError(f"argument --schedule: {exc}") from None
         if args.trials < 1:
             raise UsageError(f"argument --trials: must be >= 1, got {args.trials}")
+        if not 0 <= args.seed < 2**63:
+            raise UsageError(f"argument --seed: must be an integer in [0, 2**63), got {args.seed}")
         if args.out and os.path.isdir(args.out):
             raise UsageError(f"argument --out: {args.out} is a directory")
         if args.check:
