@@ -37,7 +37,7 @@ def context(definitions=None) -> Context:
                    symbolic_dims={H.d: 3, H.d_h: 2}, mpmath_dims={H.d: 5, H.d_h: 2})
 
 
-def _damped(name, title, delta, change, partner, side, gradients):
+def _damped(name, title, delta, change, partner, side, gradients, solve_lemma=None):
     """``min ⟨G_M, change⟩ s.t. ‖Δ C_λ‖_op ≤ ε/2`` (or ``‖C_λ Δ‖``): the half-split problem with the
     constraint measured in the damped whitened norm."""
     c = GramSqrt(partner, lam)
@@ -52,17 +52,18 @@ def _damped(name, title, delta, change, partner, side, gradients):
     der.apply(L.ADJOINT_MOVE, variable=z)
     der.apply(L.POLAR_INVERSE, matrix=partner, damping=lam, reverse=True, note="express U_λ through the partner")
     der.apply(L.CHAIN_RULE, gradients=gradients, note="only factor gradients are available")
-    der.solve()
+    der.solve(lemma=solve_lemma)
     der.back_substitute()
     return der
 
 
 @cache
-def query_side() -> Derivation:
-    """``ΔW_Q = −(ε/2) msign(G_Q C_{K,λ}⁻¹) C_{K,λ}⁻¹``, exact for ``‖ΔW_Q C_{K,λ}‖_op ≤ ε/2``."""
+def query_side(solve_lemma=None) -> Derivation:
+    """``ΔW_Q = −(ε/2) msign(G_Q C_{K,λ}⁻¹) C_{K,λ}⁻¹``, exact for ``‖ΔW_Q C_{K,λ}‖_op ≤ ε/2``
+    (``solve_lemma`` replaces Lemma 1, to plant a mistake)."""
     dq = MatrixSymbol("dW_Q", H.d, H.d_h)
     return _damped("damped.query", "Damped half-split: query update", dq, product(dq, transpose(H.W_K)), H.W_K,
-                   "right", H.GRADIENTS_QK)
+                   "right", H.GRADIENTS_QK, solve_lemma)
 
 
 @cache

@@ -41,7 +41,7 @@ from . import lemmas as L
 from .algebra import product, replace_free, tidy
 from .evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
 from .symbolic import size_label, verify_equal
-from .vocabulary import GramSqrt, Inner, OpNorm
+from .vocabulary import GramSqrt, Inner
 
 FLOAT64_TOL = 1e-9
 MPMATH_DPS = 50
@@ -252,14 +252,19 @@ class Derivation:
         return self
 
     def solve(self, note: str = "", lemma: L.Lemma | None = None):
-        """Lemma 1 (or ``lemma``, with a ``solution`` function) on ``min ⟨A, Z⟩ s.t. ‖Z‖_op ≤ β``."""
-        lemma = lemma or L.LINEAR_STEEPEST_DESCENT
+        """Steepest descent in a norm ball: ``min ⟨A, Z⟩ s.t. ‖Z‖ ≤ β`` for a norm of
+        :data:`derivations.norms.FAMILIES` (Lemma 1 for the operator norm; ``lemma`` may override,
+        with a ``solution`` function), through the family's dual norm."""
+        from .norms import family_of, solve_lemma
+        family = family_of(self.state.constraint) if isinstance(self.state, Problem) else None
+        lemma = lemma or (solve_lemma(family) if family is not None else L.LINEAR_STEEPEST_DESCENT)
         where = self._where("solve", lemma)
         problem = self._need(Problem, "solve", where)
         z = problem.variable
         obj, con = problem.objective, problem.constraint
-        if not (isinstance(con, OpNorm) and con.args[0] == z):
-            raise DerivationError(f"{where}: Lemma 1 needs the constraint ‖{z}‖_op ≤ β, got {con} "
+        if family is None or con.args[0] != z:
+            raise DerivationError(f"{where}: the solve step needs the constraint ‖{z}‖ ≤ β for a norm family "
+                                  f"(operator, Frobenius, nuclear, max-abs, RMS→RMS), got {con} "
                                   f"(a change of variables or an isometry step is missing)")
         if not isinstance(obj, Inner) or z not in obj.args or obj.args[0].has(z) == obj.args[1].has(z):
             raise DerivationError(f"{where}: Lemma 1 needs the objective ⟨A, {z}⟩ with A free of {z}, got {obj}")
@@ -437,34 +442,43 @@ class Derivation:
         return {"before = after": float(err)}, env
 
     def _duality_errors(self, problem, sol, sampler, rng, backend):
-        """Duality certificate of ``sol`` for ``problem``: ``min ⟨G, L(X)⟩ s.t. ‖L(X)‖_op ≤ β``.
+        """Duality certificate of ``sol`` for ``problem``: ``min ⟨G, L(X)⟩ s.t. ‖K(X)‖ ≤ β``.
 
-        ``L`` is read off the problem (the objective's and the constraint's argument must be the
-        same expression in ``X``). Its matrix is built column by column on the instance; ``A`` is
-        the orthogonal projection of ``G`` onto the range of ``L``, so ``⟨G, Y⟩ = ⟨A, Y⟩`` on that
-        range and ``−β‖A‖_*`` bounds every feasible value from below (Hölder). The certificate
-        (:func:`derivations.lemmas.operator_ball_certificate`) then checks ``Y* = L(X*)``.
+        ``L`` and ``K`` are read off the problem; ``‖·‖`` is a norm of a family of
+        :mod:`derivations.norms`. Their matrices are built column by column on the instance. When
+        ``L = K``, ``A`` is the orthogonal projection of ``G`` onto the range of ``L``; otherwise (a
+        damped constraint, ``K`` of full column rank) ``A = K (KᵀK)⁻¹ Lᵀ G``, so that
+        ``⟨G, L(X)⟩ = ⟨A, K(X)⟩`` for every ``X``. Either way ``−β‖A‖_†`` bounds every feasible value
+        from below (Hölder, ``‖·‖_†`` the dual norm), and the certificate
+        (:func:`derivations.lemmas.operator_ball_certificate`, :func:`derivations.norms.ball_certificate`)
+        checks ``Y* = K(X*)`` against it.
         """
+        from .norms import OPERATOR, ball_certificate, family_of
         ev = lambda e, env: evaluate(e, env, backend, sampler.dims)
         x, obj, con = problem.variable, problem.objective, problem.constraint
-        if not isinstance(con, OpNorm) or not isinstance(obj, Inner):
-            raise L.NotApplicable(f"no duality certificate for {obj} s.t. {con}: need ⟨G, L(X)⟩ and ‖L(X)‖_op")
+        family = family_of(con)
+        if family is None or not isinstance(obj, Inner):
+            raise L.NotApplicable(f"no duality certificate for {obj} s.t. {con}: need ⟨G, L(X)⟩ and ‖K(X)‖ "
+                                  "for a norm family")
         g_expr, y_expr = obj.args if obj.args[1].has(x) else obj.args[::-1]
-        if g_expr.has(x) or y_expr != con.args[0]:
-            raise L.NotApplicable(f"the objective ⟨G, L(X)⟩ and the constraint ‖L(X)‖_op use different maps: "
-                                  f"{y_expr} and {con.args[0]}")
+        k_expr = con.args[0]
+        if g_expr.has(x):
+            raise L.NotApplicable(f"the objective {obj} is not ⟨G, L(X)⟩ with G free of {x}")
         syms = free_symbols(obj, con, problem.budget, sol.argmin, sol.value) - {x}
         env = sampler.sample(rng, syms, backend)
         beta, g = ev(problem.budget, env), ev(g_expr, env)
         env[x] = ev(sol.argmin, env)
-        y_star, value = ev(y_expr, env), ev(sol.value, env)
+        y_star, value = ev(k_expr, env), ev(sol.value, env)
         directions = None
-        if y_expr == x:
+        if y_expr == k_expr == x:
             a = g
-        else:
+        elif y_expr == k_expr:
             a, directions = _range_projection(x, y_expr, g, env, ev, backend)
-        errs = L.operator_ball_certificate(a, y_star, value, beta, backend, rng, directions)
-        return errs, env
+        else:
+            a, directions = _pulled_back(x, y_expr, k_expr, g, env, ev, backend)
+        if family is OPERATOR:
+            return L.operator_ball_certificate(a, y_star, value, beta, backend, rng, directions), env
+        return ball_certificate(family, a, y_star, value, beta, backend, rng, directions), env
 
 
 def _range_projection(x, y_expr, g, env, ev, backend):
@@ -487,6 +501,33 @@ def _range_projection(x, y_expr, g, env, ev, backend):
     u = u[:, s > s.max() * 1e-12]
     projected = (u @ (u.T @ np.ravel(g))).reshape(y_shape)
     return projected, lambda r: (lmat @ r.standard_normal(lmat.shape[1])).reshape(y_shape)
+
+
+def _columns(x, expr, env, ev, backend):
+    rows, cols = (env[x].rows, env[x].cols) if backend.name == "mpmath" else np.shape(env[x])
+    out = []
+    for k in range(rows * cols):
+        basis = backend.zeros((rows, cols))
+        basis[k // cols, k % cols] = 1
+        out.append(_flat(ev(expr, {**env, x: basis}), backend))
+    return out
+
+
+def _pulled_back(x, y_expr, k_expr, g, env, ev, backend):
+    """``A = K (KᵀK)⁻¹ Lᵀ g`` with ``⟨g, L(X)⟩ = ⟨A, K(X)⟩`` for all ``X`` (``K`` of full column rank on
+    this instance), shaped like ``K(X)``, and a sampler of random directions in the range of ``K``."""
+    l_cols, k_cols = _columns(x, y_expr, env, ev, backend), _columns(x, k_expr, env, ev, backend)
+    k_shape = (ev(k_expr, env).rows, ev(k_expr, env).cols) if backend.name == "mpmath" else np.shape(ev(k_expr, env))
+    if backend.name == "mpmath":
+        lmat = mpmath.matrix([[c[i] for c in l_cols] for i in range(len(l_cols[0]))])
+        kmat = mpmath.matrix([[c[i] for c in k_cols] for i in range(len(k_cols[0]))])
+        flat = kmat * mpmath.lu_solve(kmat.T * kmat, lmat.T * mpmath.matrix(_flat(g, backend)))
+        return mpmath.matrix([[flat[i * k_shape[1] + j] for j in range(k_shape[1])] for i in range(k_shape[0])]), None
+    lmat, kmat = np.stack(l_cols, axis=1), np.stack(k_cols, axis=1)
+    if np.linalg.matrix_rank(kmat) < kmat.shape[1]:
+        raise L.NotApplicable("the constraint's map K is not injective on this instance: no pull-back of G")
+    flat = kmat @ np.linalg.solve(kmat.T @ kmat, lmat.T @ np.ravel(g))
+    return flat.reshape(k_shape), lambda r: (kmat @ r.standard_normal(kmat.shape[1])).reshape(k_shape)
 
 
 def _flat(v, backend):

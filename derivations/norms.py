@@ -369,6 +369,39 @@ def duality_errors(family: NormFamily, a_value, beta: float, backend=None, rng=N
     return out
 
 
+def ball_certificate(family: NormFamily, a, z, value, beta, backend, rng=None, directions=None) -> dict:
+    """Duality certificate that ``z`` solves ``min ⟨a, Z⟩ s.t. ‖Z‖ ≤ β`` in ``family``'s norm with ``value``.
+
+    The family's analogue of :func:`derivations.lemmas.operator_ball_certificate` (same sub-checks):
+    the dual norm ``‖a‖_†`` is evaluated directly (an entrywise sum, a Frobenius norm, an SVD),
+    never from the claimed solution; weak duality ``⟨a, Z⟩ ≥ −β‖a‖_†`` on the ball makes a feasible
+    ``z`` attaining it optimal.
+    """
+    from sympy.matrices.expressions import MatrixSymbol
+
+    from .numeric import NumericEvaluator
+    rows, cols = (a.rows, a.cols) if isinstance(a, mpmath.matrix) else np.shape(a)
+    A = MatrixSymbol("A", rows, cols)
+    norm = lambda v: NumericEvaluator({A: v}, backend)(family.norm(A))
+    dual = -beta * NumericEvaluator({A: a}, backend)(family.dual_of(A))
+    scale = max(1.0, abs(float(dual)))
+    attained = backend.inner(a, z)
+    out = {"feasible": max(0.0, float(norm(z) - beta)) / float(beta),
+           "attains the dual bound": abs(float(attained - dual)) / scale,
+           "stated value": abs(float(value - dual)) / scale}
+    if rng is not None and backend.name == "float64":
+        draw = directions or (lambda g: g.standard_normal(np.shape(z)))
+        worst = 0.0
+        for _ in range(6):
+            d = draw(rng)
+            for t in (1e-3, 1e-1):
+                y = z + t * d * max(1.0, float(np.max(np.abs(z))))
+                y = y * min(1.0, float(beta) / float(norm(y)))
+                worst = max(worst, (attained - backend.inner(a, y)) / scale)
+        out["no improving direction"] = max(0.0, worst - 1e-12)
+    return out
+
+
 # ---- lemmas of the families ------------------------------------------------------------------
 def _isometry_rewrite(expr, **_):
     """``‖Z Uᵀ‖ → ‖Z‖`` and ``‖U Z‖ → ‖Z‖`` for the Frobenius and nuclear norms (unitarily invariant)."""
@@ -494,15 +527,6 @@ def solve_lemma(family: NormFamily):
 _SOLVE_LEMMAS: dict = {}
 
 
-def solve_step(der):
-    """Record the solve of ``min ⟨A, Z⟩ s.t. ‖Z‖ ≤ β`` on ``der`` for the constraint's norm family."""
-    from .engine import Solution
-    family, a = ball_parts(der.state)
-    argmin, value = family.solve(a, der.state.budget)
-    return der._record("solve", solve_lemma(family), Solution(der.state.variable, argmin, value),
-                       [f"β = {der.state.budget} > 0", f"{family.title}: dual {family.dual_of(a)}"])
-
-
 __all__ = [
     "FAMILIES",
     "FROBENIUS",
@@ -523,9 +547,9 @@ __all__ = [
     "RmsOpNorm",
     "Sign",
     "TopSingular",
+    "ball_certificate",
     "ball_parts",
     "duality_errors",
     "family_of",
     "solve_lemma",
-    "solve_step",
 ]

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from sympy.matrices.expressions import MatrixSymbol
 
-from derivations import Context, Problem, SearchFailed, derive
+from derivations import Context, Derivation, EmittedFunction, Problem, RuleModule, SearchFailed, derive, render
 from derivations import halfsplit as H
+from derivations import lemmas as L
 from derivations import norms as N
 from derivations.algebra import product, transpose
 from derivations.evaluate import evaluate_on
@@ -23,6 +24,7 @@ from derivations.vocabulary import (
     FULL_COLUMN_RANK,
     FactMatrix,
     GramInvSqrt,
+    GramSqrt,
     Inner,
     Msign,
     OpNorm,
@@ -89,6 +91,56 @@ def test_middle_factor():
     der = derive(Problem(X, Inner(g, change), OpNorm(change), eps), ctx, name="middle")
     ca, cb = GramInvSqrt(a), GramInvSqrt(b)
     assert der.formula == product(-eps, ca, Msign(product(ca, transpose(a), g, b, cb)), cb)
+
+
+@pytest.mark.parametrize("family", N.FAMILIES, ids=lambda f: f.key)
+def test_plain_steepest_descent_in_every_norm_family(family):
+    der = derive(Problem(X, Inner(G, X), family.norm(X), eps), PLAIN, name=f"plain.{family.key}")
+    assert der.formula == family.solve(G, eps)[0]
+    assert der.steps[-1].check.passed  # certified by the family's dual norm
+
+
+def _scripted_frobenius_query():
+    """The Frobenius half-split query side written step by step (as a researcher would)."""
+    dq, z = MatrixSymbol("dW_Q", H.d, H.d_h), MatrixSymbol("Z_Q", H.d, H.d_h)
+    change = product(dq, transpose(H.W_K))
+    der = Derivation("scripted.frobenius", "Frobenius query", Problem(dq, Inner(H.G_M, change),
+                     N.FrobeniusNorm(change), H.BUDGET), _light(H.context(H.GRADIENTS_QK)))
+    der.apply(L.POLAR_SUBSTITUTION, matrix=H.W_K)
+    der.change_variables(z, GramSqrt(H.W_K))
+    der.apply(N.UNITARY_INVARIANCE)
+    der.apply(L.ADJOINT_MOVE, variable=z)
+    der.apply(L.POLAR_INVERSE, matrix=H.W_K, reverse=True)
+    der.apply(L.CHAIN_RULE, gradients=H.GRADIENTS_QK)
+    der.solve()
+    der.back_substitute()
+    return der
+
+
+@pytest.mark.parametrize("family", [N.FROBENIUS, N.NUCLEAR], ids=lambda f: f.key)
+def test_frobenius_and_nuclear_half_split_found_checked_and_emitted(family):
+    dq = MatrixSymbol("dW_Q", H.d, H.d_h)
+    change = product(dq, transpose(H.W_K))
+    der = derive(Problem(dq, Inner(H.G_M, change), family.norm(change), H.BUDGET),
+                 _light(H.context(H.GRADIENTS_QK)), name=f"{family.key}.query")
+    c_inv = GramInvSqrt(H.W_K)
+    assert der.formula == product(-H.BUDGET, family.sharp_of(product(H.G_Q, c_inv)), c_inv)
+    if family is N.FROBENIUS:
+        assert der.formula == _scripted_frobenius_query().formula
+    fn = EmittedFunction(f"{family.key}_q", "query update", [H.W_K, H.G_Q], [("dW_Q", der)])
+    source = render(RuleModule(name=family.key, title=family.title, derivations=lambda: [der],
+                               functions=lambda: [fn], scalars={H.eps: "eps"}), "jax")
+    module = {}
+    exec(source, module)  # noqa: S102 (the emitted JAX module)
+    rng = np.random.default_rng(2)
+    wk, gm = rng.standard_normal((2, 9, 3)), rng.standard_normal((2, 9, 9))
+    gq = gm @ wk
+    got = np.asarray(module[f"{family.key}_q"](wk, gq, eps=0.4))
+    for i in range(2):  # batched over the leading axis; the constraint is tight in the family's norm
+        ref = evaluate_on(der.formula, {"W_K": wk[i], "G_Q": gq[i], "epsilon": 0.4})
+        assert np.allclose(got[i], ref, atol=1e-10)
+        norm = {"frobenius": "fro", "nuclear": "nuc"}[family.key]
+        assert np.linalg.norm(got[i] @ wk[i].T, norm) == pytest.approx(0.2)
 
 
 def test_unsolvable_problem_says_where_each_branch_stopped():
