@@ -263,7 +263,7 @@ class Derivation:
         z = problem.variable
         obj, con = problem.objective, problem.constraint
         if family is None or con.args[0] != z:
-            raise DerivationError(f"{where}: the solve step needs the constraint ‖{z}‖ ≤ β for a norm family "
+            raise DerivationError(f"{where}: Lemma {lemma.number} needs the constraint ‖{z}‖ ≤ β for a norm family "
                                   f"(operator, Frobenius, nuclear, max-abs, RMS→RMS), got {con} "
                                   f"(a change of variables or an isometry step is missing)")
         if not isinstance(obj, Inner) or z not in obj.args or obj.args[0].has(z) == obj.args[1].has(z):
