@@ -1,0 +1,108 @@
+"""One prepared accelerator run (at most about 5 minutes); on the CPU it runs at small sizes.
+
+    python -m benchmarks.gpu [--small] [--budget SECONDS]
+
+Measures, in one process, on ``jax.devices()[0]``:
+
+1. the device's bfloat16 matmul rate (``n × n`` products), and bfloat16 Newton–Schulz throughput
+   (5-step Polar Express on a batch of ``d × d`` matrices) as a fraction of that rate (flops per
+   step counted as ``2·(2m²n + m³)`` for ``m ≤ n``, i.e. ``XXᵀ``, ``A²`` and the product with ``X``);
+2. one Compositional Muon update against ``optax.contrib.muon`` at Llama-3-8B attention shapes
+   (``python -m benchmarks.step``'s measurement);
+3. Gram inverse roots by ``eigh`` against the matmul-only coupled Newton–Schulz iteration
+   (error against float64 and time);
+4. the optimizer update sharded over all local devices against the unsharded one.
+
+``--small`` (default on a CPU) shrinks every size so that continuous integration keeps it working.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def timed(fn, *args, repeats=5):
+    jax.block_until_ready(fn(*args))
+    out = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        out.append(time.perf_counter() - t)
+    return statistics.median(out)
+
+
+def matmul_rate(n, dtype):
+    a = jnp.ones((n, n), dtype)
+    f = jax.jit(lambda x: x @ x)
+    return 2 * n ** 3 / timed(f, a)
+
+
+def ns_throughput(batch, m, n, dtype):
+    from numerics.emitted import halfsplit
+    from numerics.optimizer import _schedule_for, resolve_schedule
+    sched = resolve_schedule("polar-express-5", 5)
+    x = jax.random.normal(jax.random.PRNGKey(0), (batch, m, n), dtype)
+    f = jax.jit(lambda x: halfsplit.spectral_sign(x, "newton_schulz", _schedule_for(halfsplit, sched)))
+    flops = batch * len(sched) * 2 * (2 * m * m * n + m ** 3)
+    return flops / timed(f, x)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n\n")[0])
+    p.add_argument("--small", action="store_true", help="small sizes (default on a CPU)")
+    args = p.parse_args(argv)
+    dev = jax.devices()[0]
+    small = args.small or dev.platform == "cpu"
+    t0 = time.perf_counter()
+    print(f"device: {dev.device_kind} ({dev.platform}), {len(jax.devices())} device(s), small={small}", flush=True)
+
+    n = 512 if small else 8192
+    rate = matmul_rate(n, jnp.bfloat16)
+    print(f"[1] bf16 matmul {n}x{n}: {rate / 1e12:.3f} TFLOP/s", flush=True)
+    for batch, m, d in ((4, 64, 256),) if small else ((32, 4096, 4096), (32, 128, 4096)):
+        thr = ns_throughput(batch, m, d, jnp.bfloat16)
+        print(f"    bf16 Newton-Schulz {batch} x ({m}, {d}): {thr / 1e12:.3f} TFLOP/s = {thr / rate:.2f} of matmul",
+              flush=True)
+
+    from benchmarks import step
+    shapes = ("gpt2",) if small else ("gpt2", "llama3")
+    ratios = []
+    for name in shapes:
+        t_cm, t_muon = step.measure(name, 3, jnp.float32 if small else jnp.bfloat16)
+        ratios.append(t_cm / t_muon)
+        print(f"[2] {name}: cm {1e3 * t_cm:.1f} ms, muon {1e3 * t_muon:.1f} ms, ratio {ratios[-1]:.3f}", flush=True)
+
+    import coeffsearch
+    from benchmarks import gram_roots as gr
+    from numerics.gram_roots import DEFAULT_SCHEDULE, gram_inv_sqrt
+    sched = tuple(coeffsearch.resolve(DEFAULT_SCHEDULE).as_floats())
+    h, d, dh = (4, 256, 32) if small else gr.SHAPES["llama3"]
+    w64 = np.random.default_rng(0).standard_normal((h, d, dh)) / np.sqrt(d)
+    ref = gr.reference(w64)
+    w32 = jnp.asarray(w64, jnp.float32)
+    ns = jax.jit(lambda w: gram_inv_sqrt(w, gr.DAMPING, sched))
+    eg = jax.jit(lambda w: gr.eigh_inv_sqrt(w, gr.DAMPING))
+    print(f"[3] Gram roots {h} x ({d}, {dh}): coupled NS err {gr.rel(ns(w32), ref):.1e} in {1e3 * timed(ns, w32):.2f} ms; "
+          f"eigh err {gr.rel(eg(w32), ref):.1e} in {1e3 * timed(eg, w32):.2f} ms; "
+          f"bf16 input err {gr.rel(ns(w32.astype(jnp.bfloat16)).astype(jnp.float32), ref):.1e}", flush=True)
+
+    from numerics import sharding
+    count = len(jax.devices())
+    mesh_shape = (2, count // 2) if count >= 2 and count % 2 == 0 else (1, count)
+    worst, _ = sharding.compare(layers=2, d=64 if small else 1024, heads=4 if small else 16, kv_heads=4,
+                                head_dim=16 if small else 64, steps=2, mesh_shape=mesh_shape)
+    print(f"[4] sharded over a {mesh_shape} mesh vs unsharded: max relative difference {worst:.2e}", flush=True)
+    print(f"total {time.perf_counter() - t0:.0f} s")
+    print(f"cm/muon median step time ratio: {max(ratios):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
