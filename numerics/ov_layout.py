@@ -6,6 +6,8 @@ Imports nothing but ``jax.numpy`` (the emitted module inlines this source next t
 
 import jax.numpy as jnp
 
+from .jax_kernels import require_arrays
+
 
 def gqa_ov_layout(o_core, v_core, W_O, W_V, G_O, G_V, head_dim, options):
     """Stored OV layouts with ``H_kv`` value heads → O side (one global sign) and shared V side.
@@ -15,6 +17,7 @@ def gqa_ov_layout(o_core, v_core, W_O, W_V, G_O, G_V, head_dim, options):
     ``P = blockdiag(W_{V,g(h)}ᵀ)``; each value head sees its group's output heads stacked row-wise,
     with budget ``ε/(2G)``. With ``H_kv = H`` this is the head-local hybrid rule.
     """
+    require_arrays("hybrid_ov", {"W_O": W_O, "W_V": W_V, "G_O": G_O, "G_V": G_V})
     for name, x, ref in (("G_O", G_O, W_O), ("G_V", G_V, W_V)):
         if getattr(x, "shape", None) != getattr(ref, "shape", None):
             raise ValueError(f"hybrid_ov: {name} must have the shape of its weight {tuple(ref.shape)}, "

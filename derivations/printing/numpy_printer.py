@@ -38,7 +38,7 @@ def _arg_doc(fn: EmittedFunction) -> str:
     """What the keyword arguments are and what the function checks, for this function only."""
     kws = (["eps (step budget ε >= 0)"] if fn.needs_eps else []) + \
         [f"{n} (> 0)" for n in fn.extra_scalars.values()] + \
-        ["damping (λ > 0, required)" if fn.positive_damping else "damping (λ >= 0)"]
+        ["damping (λ > 0; required)" if fn.positive_damping else "damping (λ >= 0)"]
     return (f"Arguments after * : {', '.join(kws)}. Inputs must be real and finite (checked, with a ValueError or\n"
             "    TypeError naming the argument) and are converted to float64; msign is computed by SVD over\n"
             "    the nonzero singular values; undamped rank-deficient partners give the minimum-norm result\n"
