@@ -9,8 +9,10 @@ from sympy import sstr
 from .codegen import EmittedFunction, derivation_list, lemmas_used
 
 DAMPING_NOTE = ("Damping: every Gram root C_W = (W^T W)^(1/2) is computed as (W^T W + damping I)^(1/2) "
-                "(damped polar factor); the derivation is exact at damping = 0, and damping > 0 keeps the "
-                "update finite for rank-deficient partners.")
+                "(damped polar factor); the derivation is exact at damping = 0, where its side condition is a "
+                "partner of full column rank. An undamped rank-deficient partner gets pseudo-inverse roots "
+                "(eigenvalues at or below n eps max cut to zero): the minimum-norm update, finite, zero for a zero "
+                "partner; damping > 0 regularizes instead.")
 
 
 def header(title: str, command: str, functions: list[EmittedFunction], extra: list[str]) -> str:
