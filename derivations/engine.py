@@ -41,7 +41,7 @@ from . import lemmas as L
 from .algebra import product, replace_free, tidy
 from .evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
 from .symbolic import size_label, verify_equal
-from .vocabulary import GramSqrt, Inner
+from .vocabulary import GramInvSqrt, GramSqrt, Inner
 
 FLOAT64_TOL = 1e-9
 MPMATH_DPS = 50
@@ -243,7 +243,7 @@ class Derivation:
                 raise DerivationError(f"{where}: the substitution failed on {part}: {exc}") from None
             parts.append(out)
             conditions.extend(conds)
-        inv = L.GramInvSqrt(*factor.args)
+        inv = GramInvSqrt(*factor.args)
         back = product(new, inv) if side == "right" else product(inv, new)
         after = problem.with_parts(*parts, variable=new)
         self._record("change_of_variables", L.CHANGE_OF_VARIABLES, after, list(dict.fromkeys(conditions)),

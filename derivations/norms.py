@@ -405,46 +405,17 @@ def ball_certificate(family: NormFamily, a, z, value, beta, backend, rng=None, d
 # ---- lemmas of the families ------------------------------------------------------------------
 def _isometry_rewrite(expr, **_):
     """``‖Z Uᵀ‖ → ‖Z‖`` and ``‖U Z‖ → ‖Z‖`` for the Frobenius and nuclear norms (unitarily invariant)."""
-    from sympy.matrices.expressions import MatMul, Transpose
-
-    from .algebra import map_bottom_up, product
-    from .lemmas import NotApplicable, _isometry_condition, _orthonormal_cols
-    conditions = []
-
-    def visit(e):
-        if not isinstance(e, (FrobeniusNorm, NuclearNorm)) or not isinstance(e.args[0], MatMul):
-            return e
-        coeff, mats = e.args[0].as_coeff_matrices()
-        mats, n = list(mats), len(mats)
-        while len(mats) > 1 and isinstance(mats[-1], Transpose) and _orthonormal_cols(mats[-1].arg):
-            conditions.append(_isometry_condition(mats.pop().arg))
-        while len(mats) > 1 and _orthonormal_cols(mats[0]):
-            conditions.append(_isometry_condition(mats.pop(0)))
-        return e if len(mats) == n else type(e)(product(coeff, *mats))
-
-    new = map_bottom_up(expr, visit)
-    if not conditions:
-        raise NotApplicable("no Frobenius or nuclear norm with an outer factor known to have orthonormal columns")
-    return new, conditions
+    from .lemmas.base import rewrite_nodes
+    from .lemmas.isometry import strip_isometries
+    return rewrite_nodes(expr, strip_isometries((FrobeniusNorm, NuclearNorm)),
+                         "no Frobenius or nuclear norm with an outer factor known to have orthonormal columns")
 
 
 def _transpose_rewrite(expr, **_):
-    from sympy.matrices.expressions import Transpose
-
-    from .algebra import map_bottom_up
-    from .lemmas import NotApplicable
-    hits = []
-
-    def visit(e):
-        if isinstance(e, (FrobeniusNorm, NuclearNorm, MaxAbsNorm, EntrywiseL1Norm)) and isinstance(e.args[0], Transpose):
-            hits.append(e)
-            return type(e)(e.args[0].arg)
-        return e
-
-    new = map_bottom_up(expr, visit)
-    if not hits:
-        raise NotApplicable("no Frobenius, nuclear, max-abs or entrywise-1 norm of a transpose")
-    return new, []
+    from .lemmas.base import rewrite_nodes
+    from .lemmas.isometry import drop_transpose
+    return rewrite_nodes(expr, drop_transpose((FrobeniusNorm, NuclearNorm, MaxAbsNorm, EntrywiseL1Norm)),
+                         "no Frobenius, nuclear, max-abs or entrywise-1 norm of a transpose")
 
 
 def _lemmas():

@@ -1,0 +1,125 @@
+"""The named lemmas of Compositional Muon (Lemmas 1–6 and their companions) as rewrite rules.
+
+Each :class:`Lemma` is a small rule object: a LaTeX statement, its side conditions, a rewrite that
+finds the lemma's left-hand side in an expression and replaces it (checking the facts the side
+conditions need, and refusing otherwise with the reason), and a self-check that exercises both the
+statement and the rewrite code on random instances. Rewrites that act node by node run on one
+traversal driver (:func:`derivations.lemmas.base.rewrite_nodes`). The lemmas live in one module per
+family; :data:`ALL_LEMMAS` is collected from those modules (no hand-kept list). Lemmas never contain
+a rule's final formula: they are generic identities.
+"""
+
+from ..vocabulary import GramInvSqrt, NuclearNorm  # noqa: F401 (names the single-module lemmas re-exported)
+from . import adjoint, chain_rule, descent, isometry, msign, ring, whitening
+from .adjoint import ADJOINT_MOVE, INNER_LINEARITY, _adjoint_ids, _adjoint_rewrite, _linearity_ids, _linearity_rewrite  # noqa: F401
+from .base import (  # noqa: F401
+    _NP,
+    _SMALL,
+    SELF_CHECK_TOL,
+    Case,
+    Lemma,
+    NotApplicable,
+    SelfCheck,
+    _contexts,
+    _fresh,
+    _full_rank_known,
+    _invertibility,
+    _isometry_condition,
+    _k,
+    _m,
+    _n,
+    _orthonormal_cols,
+    _orthonormal_rows,
+    _tall,
+)
+from .chain_rule import (  # noqa: F401
+    CHAIN_RULE,
+    _chain_ids,
+    _chain_instance,
+    _chain_rule_rewrite,
+    _jax_gradient_fn,
+    _jax_loss_gradients,
+    _loss_gradient,
+    chain_rule_products,
+)
+from .descent import (  # noqa: F401
+    LINEAR_STEEPEST_DESCENT,
+    _lsd_check,
+    _lsd_rewrite,
+    _lsd_solution,
+    operator_ball_certificate,
+    singular_values,
+)
+from .isometry import (  # noqa: F401
+    ORTHONORMAL_INVARIANCE,
+    TRANSPOSITION,
+    _ortho_norm_ids,
+    _ortho_norm_rewrite,
+    _transpose_ids,
+    _transpose_rewrite,
+)
+from .msign import (  # noqa: F401
+    BLOCK_PRODUCT,
+    MSIGN_ISOMETRY,
+    MSIGN_ORTHOGONAL,
+    MSIGN_POLAR_FORM,
+    MSIGN_SCALE,
+    MSIGN_TRANSPOSE,
+    ORTHOGONAL_BLOCKS,
+    _block_product_ids,
+    _block_product_rewrite,
+    _msign_absorb_ids,
+    _msign_absorb_rewrite,
+    _msign_extract_ids,
+    _msign_extract_rewrite,
+    _msign_scale_ids,
+    _msign_scale_rewrite,
+    _msign_transpose_ids,
+    _msign_transpose_rewrite,
+    _orthogonal_gram_rewrite,
+    _orthogonal_ids,
+    _polar_form_ids,
+    _polar_form_rewrite,
+)
+from .ring import (  # noqa: F401
+    RING,
+    SYLVESTER_EQUATION,
+    _collect_ids,
+    _collect_rewrite,
+    _distribute,
+    _split_coeff,
+    _sylvester_ids,
+    _sylvester_rewrite,
+)
+from .whitening import (  # noqa: F401
+    CHANGE_OF_VARIABLES,
+    GAUGE_POLAR,
+    ISOTROPIC_PARTNER,
+    POLAR_INVERSE,
+    POLAR_SUBSTITUTION,
+    PROJECTOR,
+    _cov_ids,
+    _cov_rewrite,
+    _gauge_ids,
+    _gauge_polar_rewrite,
+    _isotropic_ids,
+    _isotropic_rewrite,
+    _polar_ids,
+    _polar_inverse_ids,
+    _polar_inverse_rewrite,
+    _polar_pairs,
+    _polar_sub_rewrite,
+    _projector_ids,
+    _projector_rewrite,
+)
+
+#: the family modules, in reading order
+FAMILY_MODULES = (descent, isometry, adjoint, whitening, msign, chain_rule, ring)
+
+
+def collect(modules=FAMILY_MODULES) -> tuple:
+    """Every :class:`Lemma` defined in ``modules``, in definition order (the registry)."""
+    return tuple(obj for module in modules for obj in vars(module).values() if isinstance(obj, Lemma))
+
+
+ALL_LEMMAS = collect()

@@ -1,0 +1,252 @@
+"""Lemma objects, their self-check, and the one traversal driver every lemma's rewrite runs on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from sympy import Basic
+from sympy.matrices.expressions import MatrixSymbol
+
+from ..algebra import map_bottom_up, product, total
+from ..evaluate import evaluate, free_symbols, relative_error
+from ..vocabulary import (
+    FULL_COLUMN_RANK,
+    FULL_ROW_RANK,
+    ORTHONORMAL_COLUMNS,
+    ORTHONORMAL_ROWS,
+    FactMatrix,
+    PolarFactor,
+    dimension,
+    facts_of,
+    positive_symbol,
+)
+
+SELF_CHECK_TOL = 1e-8  # relative error a lemma's self-check tolerates (float64, well-conditioned instances)
+
+
+class NotApplicable(ValueError):
+    """A lemma found nothing to rewrite, or a side condition is not known to hold (the message says which)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One instance of a lemma's statement, ``lhs = rhs``, that its self-check exercises.
+
+    ``params`` are the keyword arguments the rewrite needs (``variable=``, ``matrix=`` …);
+    ``substitution = (X, expr)`` binds ``X := expr`` when evaluating (a change of variables);
+    ``rewrites=False`` marks a part of the statement that the rewrite does not perform (it is
+    still evaluated on both sides).
+    """
+
+    lhs: Basic
+    rhs: Basic
+    params: dict = field(default_factory=dict)
+    substitution: tuple | None = None
+    rewrites: bool = True
+
+
+@dataclass
+class SelfCheck:
+    """Outcome of a lemma's self-check: the worst error of each sub-check and the failures."""
+
+    lemma: str
+    errors: dict
+    failures: list
+    tolerance: float = SELF_CHECK_TOL
+
+    @property
+    def error(self) -> float:
+        return max(self.errors.values(), default=0.0)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def __float__(self):
+        return self.error
+
+    def __format__(self, spec):
+        return format(self.error, spec)
+
+
+@dataclass(frozen=True)
+class Lemma:
+    """A named rewrite rule with its statement, side conditions and self-check.
+
+    ``identities() -> (cases, sampler)``: instances of the statement (``Case`` or ``(lhs, rhs)``
+    pairs) that the self-check evaluates on both sides and feeds to ``rewrite`` inside random
+    surrounding expressions. ``check(rng) -> {sub-check: error}`` replaces that for lemmas that
+    are not rewrites (Lemma 1). ``algebraic``: the explicit symbolic model of
+    :mod:`derivations.symbolic` encodes everything the lemma uses, so a symbolic disagreement
+    refutes a step; otherwise ``not_modelled`` says why the symbolic check does not apply.
+    ``instance(env, rng, backend, dims, **params) -> (env, overridden)`` replaces sampled values
+    where the lemma's facts are not identities of the sampled matrices (the chain rule: gradients
+    from automatic differentiation). ``solution(A, β) -> (argmin, value)`` for Lemma 1.
+    """
+
+    key: str
+    number: str
+    title: str
+    statement: str  # LaTeX
+    conditions: tuple = ()
+    rewrite: Callable = field(default=None, repr=False, compare=False)
+    identities: Callable = field(default=None, repr=False, compare=False)  # () -> ([Case | (lhs, rhs)], sampler)
+    check: Callable = field(default=None, repr=False, compare=False)  # (rng) -> {sub-check: error}
+    algebraic: bool = False
+    not_modelled: str = "uses facts the explicit symbolic model does not encode"
+    instance: Callable = field(default=None, repr=False, compare=False)
+    solution: Callable = field(default=None, repr=False, compare=False)
+
+    def apply(self, expr: Basic, **params):
+        """Rewrite ``expr``; returns ``(new_expr, instantiated side conditions)``."""
+        new, conditions = self.rewrite(expr, **params)
+        return new, conditions
+
+    def cases(self):
+        """``([Case], sampler)`` of the self-check."""
+        raw, sampler = self.identities()
+        return [c if isinstance(c, Case) else Case(*c) for c in raw], sampler
+
+    def self_check(self, rng: np.random.Generator, trials: int = 3) -> SelfCheck:
+        """Check the statement *and the rewrite code* on random instances.
+
+        For every case: both sides of the statement agree numerically (sub-check ``statement``);
+        the rewrite fires on the bare left-hand side (``rewrite fires``); and, inside random
+        surrounding expressions (bare, multiplied on either side, summed, scaled), the rewritten
+        expression has the value of the original (``rewrite preserves value``). A context in which
+        the rewrite declines is skipped; the bare one must fire.
+        """
+        errors, failures = {}, []
+        if self.check is not None:
+            for _ in range(trials):
+                for name, err in self.check(rng, self).items():
+                    errors[name] = max(errors.get(name, 0.0), float(err))
+        else:
+            cases, sampler = self.cases()
+            for i, case in enumerate(cases, 1):
+                self._check_case(i, case, sampler, rng, trials, errors, failures)
+        for name, err in errors.items():
+            if not err <= SELF_CHECK_TOL:
+                failures.append(f"lemma {self.number} ({self.title}) self-check, sub-check '{name}': "
+                                f"error {err:.3e} > {SELF_CHECK_TOL:.0e}")
+        return SelfCheck(self.number, errors, failures)
+
+    def _values(self, exprs, case, sampler, rng, params):
+        env = sampler.sample(rng, free_symbols(*exprs, *(case.substitution or ())))
+        if self.instance is not None:
+            env, _ = self.instance(env, rng, _NP, sampler.dims, **params)
+        if case.substitution is not None:
+            old, expr = case.substitution
+            env[old] = evaluate(expr, env, dims=sampler.dims)
+        return [np.asarray(evaluate(e, env, dims=sampler.dims)) for e in exprs]
+
+    def _check_case(self, i, case, sampler, rng, trials, errors, failures):
+        def record(name, err):
+            errors[name] = max(errors.get(name, 0.0), float(err))
+
+        for _ in range(trials):
+            a, b = self._values([case.lhs, case.rhs], case, sampler, rng, case.params)
+            record("statement", relative_error(a, b, _NP))
+        if not case.rewrites:
+            return
+        for label, wrapped in _contexts(case.lhs):
+            try:
+                new, _ = self.apply(wrapped, **case.params)
+            except NotApplicable as exc:
+                if label == "bare":
+                    failures.append(f"lemma {self.number} ({self.title}) self-check, case {i}: the rewrite "
+                                    f"does not fire on its own left-hand side {case.lhs}: {exc}")
+                continue
+            if new == wrapped:
+                if label == "bare":
+                    failures.append(f"lemma {self.number} ({self.title}) self-check, case {i}: the rewrite "
+                                    f"left {case.lhs} unchanged")
+                continue
+            for _ in range(trials):
+                a, b = self._values([wrapped, new], case, sampler, rng, case.params)
+                record("rewrite preserves value", relative_error(a, b, _NP))
+
+
+def rewrite_nodes(expr, rule, nothing: str, *, enter_derived: bool = False, normalize=None):
+    """The traversal driver of the node-wise lemmas.
+
+    ``rule(node)`` returns ``None`` (no match here) or ``(replacement, side conditions)``; it is
+    applied to every node, children first (derived nodes such as ``C_W`` are leaves unless
+    ``enter_derived``), and ``normalize`` tidies the result. Returns ``(new_expr, conditions)``; when
+    no node matched, raises :class:`NotApplicable` with ``nothing`` (the reason, for the reports).
+    """
+    conditions, hits = [], 0
+
+    def visit(e):
+        nonlocal hits
+        found = rule(e)
+        if found is None:
+            return e
+        hits += 1
+        conditions.extend(found[1])
+        return found[0]
+
+    new = map_bottom_up(expr, visit, enter_derived=enter_derived)
+    if not hits:
+        raise NotApplicable(nothing)
+    return (normalize(new) if normalize else new), list(dict.fromkeys(conditions))
+
+
+def _contexts(lhs):
+    """``lhs`` bare and inside random-valued surroundings (fresh symbols, sampled like the rest)."""
+    out = [("bare", lhs)]
+    if getattr(lhs, "is_Matrix", False):
+        rows, cols = lhs.shape
+        f, h, e = MatrixSymbol("F_ctx", rows, rows), MatrixSymbol("H_ctx", cols, cols), MatrixSymbol("E_ctx", rows, cols)
+        out += [("left", product(f, lhs)), ("right", product(lhs, h)), ("both", product(f, lhs, h)),
+                ("sum", total(lhs, e)), ("scaled sum", total(product(positive_symbol("s_ctx"), lhs), e))]
+    else:
+        c, s = positive_symbol("c_ctx"), positive_symbol("s_ctx")
+        out += [("scaled", c * lhs), ("affine", c * lhs + s)]
+    return out
+
+
+from numerics.reference import NumpyBackend
+
+_NP = NumpyBackend()
+
+# ---- symbols used by the self-checks -------------------------------------------------------
+_m, _n, _k = dimension("m"), dimension("n"), dimension("k")
+_SMALL = {_m: 7, _n: 3, _k: 5}
+
+
+def _tall(name, *facts):
+    return FactMatrix(name, _m, _n, facts)
+
+
+def _fresh(name, rows, cols):
+    return MatrixSymbol(name, rows, cols)
+
+
+# ---- helpers ------------------------------------------------------------------------------
+def _orthonormal_cols(e) -> bool:
+    return ORTHONORMAL_COLUMNS in facts_of(e)
+
+
+def _orthonormal_rows(e) -> bool:
+    return ORTHONORMAL_ROWS in facts_of(e)
+
+
+def _invertibility(c) -> str:
+    side = "column" if c.side == "right" else "row"
+    rank = f"{c.label()} invertible: {c.base} has full {side} rank"
+    return rank if c.damping == 0 else f"{rank}, or λ = {c.damping} > 0"
+
+
+def _full_rank_known(c) -> bool:
+    need = FULL_COLUMN_RANK if c.side == "right" else FULL_ROW_RANK
+    return need in facts_of(c.base) or bool(c.damping.is_positive)
+
+
+def _isometry_condition(u) -> str:
+    if isinstance(u, PolarFactor):
+        return (f"{u} has orthonormal {'columns' if u.side == 'right' else 'rows'}: "
+                f"{u.base} has full rank and λ = 0")
+    return f"{u} has orthonormal columns"

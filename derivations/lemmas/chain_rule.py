@@ -1,0 +1,207 @@
+"""The chain rule through a product: factor gradients, checked against automatic differentiation (Lemma CR)."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import mpmath
+import numpy as np
+from sympy import S
+from sympy.matrices.expressions import MatMul, Transpose
+
+from ..algebra import product, replace_free, rewrite_adjacent, transpose
+from ..evaluate import InstanceSampler
+from ..vocabulary import (
+    FULL_COLUMN_RANK,
+    FactMatrix,
+)
+from .base import (
+    _SMALL,
+    Case,
+    Lemma,
+    NotApplicable,
+    _fresh,
+    _m,
+    _n,
+    _tall,
+)
+
+
+# ---- chain rule: factor gradients ---------------------------------------------------------
+def _chain_rule_rewrite(expr, *, gradients, reverse=False, **_):
+    """Replace ``G_M W_K`` by ``G_Q`` (or, reversed, ``G_Q`` by ``G_M W_K``)."""
+    out, used = expr, []
+    for name, definition in gradients.items():
+        if reverse:
+            before = out
+            out = replace_free(out, name, definition)
+            out = replace_free(out, transpose(name), transpose(definition))
+            if out != before:
+                used.append(f"{name} = {definition}")
+            continue
+        _coeff, mats = definition.as_coeff_matrices() if isinstance(definition, MatMul) else (1, [definition])
+        for pattern, replacement in ((list(mats), [name]),
+                                     ([transpose(m) for m in reversed(mats)], [transpose(name)])):
+            out, hits = rewrite_adjacent(out, pattern, replacement)
+            if hits:
+                used.append(f"{name} = {definition}")
+    if not used:
+        raise NotApplicable("no product of the loss gradient and a partner to name as a factor gradient")
+    return out, [f"{u} (chain rule through M)" for u in dict.fromkeys(used)]
+
+
+def _loss_gradient(gradients, loss_gradient=None):
+    """The loss gradient ``G_M`` in the definitions: given, common to all of them, or the factor without facts."""
+    if loss_gradient is not None:
+        return loss_gradient
+    factor_sets = []
+    for definition in gradients.values():
+        mats = definition.as_coeff_matrices()[1] if isinstance(definition, MatMul) else [definition]
+        factor_sets.append({m.arg if isinstance(m, Transpose) else m for m in mats})
+    common = set.intersection(*factor_sets) if len(factor_sets) > 1 else set()
+    if len(common) == 1:
+        return common.pop()
+    plain = {m for m in factor_sets[0] if not isinstance(m, FactMatrix)}
+    if not common and len(factor_sets) == 1 and len(plain) == 1:
+        return plain.pop()
+    raise NotApplicable(f"cannot tell the loss gradient from the partners in {dict(gradients)}; "
+                        f"pass loss_gradient=")
+
+
+def chain_rule_products(gradients, loss_gradient=None):
+    """How each factor gradient arises: ``(G_M, left, right, slots)`` with ``M = left · right``.
+
+    ``left`` and ``right`` are ``(partner, transposed)`` or ``None`` (a factor no definition
+    names); ``slots[G] = (side, transposed)`` is the factor that ``G`` differentiates. Read off
+    the definitions: ``G = G_M W`` is the gradient of ``L(X Wᵀ)`` in ``X``, ``G = G_Mᵀ W`` of
+    ``L(W Xᵀ)``, ``G = Wᵀ G_M`` of ``L(W X)``.
+    """
+    s = _loss_gradient(gradients, loss_gradient)
+    left, right, slots = None, None, {}
+
+    def put(current, value, what):
+        if current is not None and current != value:
+            raise NotApplicable(f"the factor gradients do not come from one product: {what} is both "
+                                f"{current[0]} and {value[0]}")
+        return value
+
+    for name, definition in gradients.items():
+        coeff, mats = definition.as_coeff_matrices() if isinstance(definition, MatMul) else (S.One, [definition])
+        if coeff != 1 or len(mats) != 2:
+            raise NotApplicable(f"{name} = {definition} is not a loss gradient times one partner")
+        a, b = mats
+        if a == s:  # G = G_M W: M = X Wᵀ
+            slots[name] = ("left", False)
+            right = put(right, (b, True), "the right factor")
+        elif a == transpose(s):  # G = G_Mᵀ W: M = W Xᵀ
+            slots[name] = ("right", True)
+            left = put(left, (b, False), "the left factor")
+        elif b == s and isinstance(a, Transpose):  # G = Wᵀ G_M: M = W X
+            slots[name] = ("right", False)
+            left = put(left, (a.arg, False), "the left factor")
+        else:
+            raise NotApplicable(f"{name} = {definition} is none of G_M W, G_Mᵀ W, Wᵀ G_M for G_M = {s}")
+    return s, left, right, slots
+
+
+@cache
+def _jax_gradient_fn(lt: bool, rt: bool):
+    """Jitted ``(∂L/∂M, ∂L/∂left, ∂L/∂right)`` for ``L(M) = Σ c sin(M) + ½ Σ b M²``, ``M = left · right``."""
+    import jax
+    import jax.numpy as jnp
+
+    def loss_of_m(m, c, b):
+        return jnp.sum(c * jnp.sin(m) + 0.5 * b * m * m)
+
+    def loss(lx, rx, c, b):
+        return loss_of_m((lx.T if lt else lx) @ (rx.T if rt else rx), c, b)
+
+    def grads(lx, rx, c, b):
+        m = (lx.T if lt else lx) @ (rx.T if rt else rx)
+        return (jax.grad(loss_of_m)(m, c, b),) + jax.grad(loss, argnums=(0, 1))(lx, rx, c, b)
+
+    return jax.jit(grads)
+
+
+def _jax_loss_gradients(lv, rv, c, b, lt, rt):
+    import jax
+    with jax.enable_x64(True):
+        return tuple(np.asarray(g) for g in _jax_gradient_fn(bool(lt), bool(rt))(lv, rv, c, b))
+
+
+def _chain_instance(env, rng, backend, dims, *, gradients, loss_gradient=None, **_):
+    """Values for ``G_M`` and the factor gradients from differentiating a random scalar loss.
+
+    ``L(M) = Σ c_ij sin(M_ij) + ½ Σ b_ij M_ij²`` of ``M = left · right``
+    (:func:`chain_rule_products`; the factors come from ``env`` where sampled, fresh otherwise).
+    float64: ``jax.grad`` of ``L`` in ``M`` and in each factor; mpmath: complex-step derivatives
+    ``Im L(X + i h E_k) / h`` at the working precision (exact to ``O(h²)``, no cancellation). The
+    chain rule's own definitions are never used, so a step that rewrites with a wrong definition
+    disagrees with the derivatives.
+    """
+    from ..evaluate import _size
+    s, left, right, slots = chain_rule_products(gradients, loss_gradient)
+    m_shape = tuple(_size(x, dims) for x in s.shape)
+    out = dict(env)
+
+    def factor(side):
+        spec = left if side == "left" else right
+        if spec is not None and spec[0] in env:
+            return env[spec[0]], spec[1]
+        name = next(g for g, (sd, _) in slots.items() if sd == side)
+        value = backend.asarray(rng.standard_normal(tuple(_size(x, dims) for x in name.shape)))
+        if spec is not None:
+            out[spec[0]] = value
+        return value, slots[name][1] if spec is None else spec[1]
+
+    (lv, lt), (rv, rt) = factor("left"), factor("right")
+    c, b = rng.uniform(0.5, 1.5, m_shape) * rng.choice([-1.0, 1.0], m_shape), rng.uniform(-1.0, 1.0, m_shape)
+    if backend.name == "float64":
+        grad_m, grad_left, grad_right = _jax_loss_gradients(lv, rv, c, b, lt, rt)
+        out[s] = grad_m
+        for name, (side, _) in slots.items():
+            out[name] = grad_left if side == "left" else grad_right
+        return out, {s, *slots}
+    cm, bm = backend.asarray(c), backend.asarray(b)
+    prod = lambda lx, rx: (lx.T if lt else lx) * (rx.T if rt else rx)
+    h = mpmath.mpf(10) ** (-(mpmath.mp.dps + 10))
+
+    def loss(m):
+        return mpmath.fsum(cm[i, j] * mpmath.sin(m[i, j]) + bm[i, j] * m[i, j] ** 2 / 2
+                           for i in range(m.rows) for j in range(m.cols))
+
+    def complex_step(f, x):
+        g = mpmath.zeros(x.rows, x.cols)
+        for i in range(x.rows):
+            for j in range(x.cols):
+                shifted = mpmath.matrix(x)
+                shifted[i, j] += mpmath.mpc(0, h)
+                g[i, j] = mpmath.im(f(shifted)) / h
+        return g
+
+    out[s] = complex_step(loss, prod(lv, rv))
+    for name, (side, _) in slots.items():
+        out[name] = complex_step((lambda x: loss(prod(x, rv))) if side == "left" else (lambda x: loss(prod(lv, x))),
+                                 lv if side == "left" else rv)
+    return out, {s, *slots}
+
+
+def _chain_ids():
+    w_q, w_k = _tall("W_Q", FULL_COLUMN_RANK), _tall("W_K", FULL_COLUMN_RANK)
+    g_m, g_q, g_k = _fresh("G_M", _m, _m), _fresh("G_Q", _m, _n), _fresh("G_K", _m, _n)
+    qk = {g_q: product(g_m, w_k), g_k: product(transpose(g_m), w_q)}
+    w_o, g_v = _tall("W_O", FULL_COLUMN_RANK), _fresh("G_V", _n, _m)
+    ov = {g_v: product(transpose(w_o), g_m)}
+    cases = [Case(definition, name, {"gradients": grads}) for grads in (qk, ov) for name, definition in grads.items()]
+    cases += [Case(name, definition, {"gradients": grads, "reverse": True})
+              for grads in (qk, ov) for name, definition in grads.items()]
+    return cases, InstanceSampler(_SMALL)
+
+
+CHAIN_RULE = Lemma(
+    key="chain_rule", number="CR", title="Chain rule through the product",
+    statement=(r"M = W_Q W_K^{\top}:\ G_Q = \frac{\partial L}{\partial W_Q} = G_M W_K,\ "
+               r"G_K = \frac{\partial L}{\partial W_K} = G_M^{\top} W_Q"),
+    rewrite=_chain_rule_rewrite, identities=_chain_ids, instance=_chain_instance,
+    not_modelled="checked against automatic differentiation of a random loss, not against its own definitions",
+)

@@ -1,0 +1,114 @@
+"""Ring axioms and the regularized Sylvester equation (Lemmas R, S)."""
+
+from __future__ import annotations
+
+from sympy import S
+from sympy.matrices.expressions import MatAdd, MatMul, ZeroMatrix
+
+from ..algebra import product, tidy, total
+from ..evaluate import InstanceSampler
+from ..vocabulary import (
+    FULL_COLUMN_RANK,
+    RegularizedSylvester,
+    positive_symbol,
+)
+from .base import (
+    _SMALL,
+    Lemma,
+    _fresh,
+    _k,
+    _m,
+    _n,
+    _tall,
+    rewrite_nodes,
+)
+
+
+# ---- regularized Sylvester equation -------------------------------------------------------
+def _sylvester_rewrite(expr, **_):
+    """``A Aᵀ H + H B Bᵀ → D − 2λH`` for ``H`` the regularized Sylvester solution."""
+    def rule(e):
+        if not isinstance(e, MatAdd):
+            return None
+        terms, conditions = list(e.args), []
+        for h in sorted({a for t in terms for a in t.atoms(RegularizedSylvester)}, key=str):
+            ga, gb = (product(m.args[0], m.args[1]) for m in h.grams())
+            left, right = product(ga, h), product(h, gb)
+            if left in terms and right in terms:
+                terms.remove(left)
+                terms.remove(right)
+                terms += [h.rhs] + ([product(-2 * h.damping, h)] if h.damping != 0 else [])
+                conditions.append(f"{h} solves ({ga} + λI) {h} + {h} ({gb} + λI) = {h.rhs}, λ = {h.damping}"
+                                  + (" > 0" if h.side == "outer" else " (SPD Grams: full column rank)"))
+        return (total(*terms), conditions) if conditions else None
+
+    return rewrite_nodes(expr, rule, "no A Aᵀ H + H B Bᵀ with H a regularized Sylvester solution")
+
+
+def _sylvester_ids():
+    a, b, dd = _tall("A"), _tall("B"), _fresh("D", _m, _m)
+    lam = positive_symbol("lambda")
+    h = RegularizedSylvester(a, b, lam, dd)
+    inner = RegularizedSylvester(_tall("A", FULL_COLUMN_RANK), _tall("B", FULL_COLUMN_RANK), 0,
+                                 _fresh("R", _n, _n), "inner")
+    ia, ib = inner.left, inner.right
+    return ([(total(product(a, a.T, h), product(h, b, b.T)), total(dd, product(-2 * lam, h))),
+             (total(product(ia.T, ia, inner), product(inner, ib.T, ib)), inner.rhs)],
+            InstanceSampler(_SMALL))
+
+
+SYLVESTER_EQUATION = Lemma(
+    key="sylvester_equation", number="S", title="Regularized Sylvester equation",
+    statement=(r"(\mathcal{A} + \lambda I) H + H (\mathcal{B} + \lambda I) = D \;\Rightarrow\;"
+               r" \mathcal{A} H + H \mathcal{B} = D - 2\lambda H,\ "
+               r"\mathcal{A} = AA^{\top} \text{ or } A^{\top}A"),
+    conditions=(r"\lambda > 0 \text{ (outer) or full-rank factors (inner)}",), rewrite=_sylvester_rewrite, identities=_sylvester_ids,
+)
+
+
+# ---- ring axioms: distribute and collect -------------------------------------------------------
+def _split_coeff(term):
+    if isinstance(term, MatMul):
+        coeff, mats = term.as_coeff_matrices()
+        return coeff, product(*mats)
+    return S.One, term
+
+
+def _distribute(e):
+    """``(A + B) C → A C + B C`` and ``C (A + B) → C A + C B`` inside products."""
+    if not isinstance(e, MatMul):
+        return e
+    coeff, mats = e.as_coeff_matrices()
+    for i, m in enumerate(mats):
+        if isinstance(m, MatAdd):
+            pre, post = mats[:i], mats[i + 1:]
+            return total(*[_distribute(product(coeff, *pre, t, *post)) for t in m.args])
+    return e
+
+
+def _collect_rewrite(expr, **_):
+    def rule(e):
+        e2 = _distribute(e)
+        if isinstance(e2, MatAdd):
+            groups = {}
+            for t in e2.args:
+                c, m = _split_coeff(t)
+                groups[m] = groups.get(m, S.Zero) + c
+            terms = [product(c, m) for m, c in groups.items() if c != 0]
+            e2 = total(*terms) if terms else ZeroMatrix(*e2.shape)
+        return (e2, []) if e2 != e else None
+
+    return rewrite_nodes(expr, rule, "nothing to distribute or collect", normalize=tidy)
+
+
+def _collect_ids():
+    a, b, c = _fresh("A", _k, _n), _fresh("B", _k, _n), _fresh("C", _n, _n)
+    return ([(product(total(a, b), c), total(product(a, c), product(b, c))),
+             (total(a, product(-1, a), b), b)], InstanceSampler(_SMALL))
+
+
+RING = Lemma(
+    key="ring", number="R", title="Distributivity and collection of like terms",
+    statement=r"(A + B) C = AC + BC,\quad \alpha X + \beta X = (\alpha + \beta) X",
+    rewrite=_collect_rewrite, identities=_collect_ids, algebraic=True,
+)
