@@ -27,7 +27,7 @@ import itertools
 import time
 from dataclasses import dataclass, field, replace
 
-from sympy import MatMul, srepr
+from sympy import MatMul, S, srepr
 from sympy.matrices.expressions import MatrixSymbol, Transpose
 
 from . import lemmas as L
@@ -169,18 +169,25 @@ class Searcher:
         except norms.NotABall:
             pass
         parts = _parts(st)
-        rooted = {g.base for p in parts for g in p.atoms(GramSqrt, GramInvSqrt, PolarFactor)}
+        atoms = set().union(*(p.atoms(GramSqrt, GramInvSqrt, PolarFactor) for p in parts))
         for w in sorted(set().union(*(_free_matrices(p) for p in parts)), key=str):
-            if w == z or w in rooted:  # substituted already: W = U_W C_W again would only cycle
+            if w == z:
                 continue
             facts = facts_of(w)
             if not facts & {FULL_COLUMN_RANK, FULL_ROW_RANK} and w.is_Matrix and any(
                     p.has(product(z, transpose(w))) or p.has(product(w, z)) for p in parts):
                 self.notes.add(f"{w} is not known to have full rank: no polar substitution, it cannot be whitened")
-            for side, fact in (("right", FULL_COLUMN_RANK), ("left", FULL_ROW_RANK)):
-                if fact in facts:
-                    out.append(Move(f"Lemma {L.POLAR_SUBSTITUTION.number} ({w}, {side})",
-                                    lambda d, w=w, side=side: d.apply(L.POLAR_SUBSTITUTION, matrix=w, side=side)))
+            # W = U_λ C_λ for the dampings its Gram roots already carry (0 for the undamped problem)
+            dampings = sorted({S.Zero} | {g.damping for g in atoms if g.base == w}, key=str)
+            for lam in dampings:
+                if any(g.base == w and g.damping == lam and isinstance(g, (PolarFactor, GramInvSqrt)) for g in atoms):
+                    continue  # substituted already: W = U_W C_W again would only cycle
+                for side, fact in (("right", FULL_COLUMN_RANK), ("left", FULL_ROW_RANK)):
+                    if fact in facts or (lam != 0 and lam.is_positive):
+                        out.append(Move(f"Lemma {L.POLAR_SUBSTITUTION.number} ({w}, {side}"
+                                        + (f", λ = {lam})" if lam != 0 else ")"),
+                                        lambda d, w=w, side=side, lam=lam: d.apply(
+                                            L.POLAR_SUBSTITUTION, matrix=w, side=side, damping=lam)))
         grams = sorted(set().union(*(p.atoms(GramSqrt) for p in parts)), key=str)
         for g in grams:
             for side in ("right", "left"):
@@ -191,10 +198,10 @@ class Searcher:
             out.append(Move(f"Lemma {lemma.number} ({lemma.title})", lambda d, lemma=lemma: d.apply(lemma)))
         out.append(Move(f"Lemma {L.ADJOINT_MOVE.number} (adjoint onto {z})",
                         lambda d, z=z: d.apply(L.ADJOINT_MOVE, variable=z)))
-        polar = sorted({u.base for p in parts for u in p.atoms(PolarFactor)}, key=str)
-        for w in polar:
-            out.append(Move(f"Lemma {L.POLAR_INVERSE.number} (U_{w} through {w})",
-                            lambda d, w=w: d.apply(L.POLAR_INVERSE, matrix=w, reverse=True)))
+        for u in sorted({u for p in parts for u in p.atoms(PolarFactor)}, key=str):
+            out.append(Move(f"Lemma {L.POLAR_INVERSE.number} (U_{u.base} through {u.base})",
+                            lambda d, u=u: d.apply(L.POLAR_INVERSE, matrix=u.base, damping=u.damping, side=u.side,
+                                                   reverse=True)))
         if self.gradients:
             out.append(Move(f"Lemma {L.CHAIN_RULE.number} (name the factor gradients)",
                             lambda d: d.apply(L.CHAIN_RULE, gradients=self.gradients)))

@@ -36,3 +36,20 @@ def test_wrong_budget_fails_the_certificate():
     doubled = replace(L.LINEAR_STEEPEST_DESCENT, solution=lambda a, beta: L._lsd_solution(a, 2 * beta))
     with pytest.raises(StepCheckFailed, match="solve"):
         D.query_side(doubled)
+
+
+def test_search_finds_the_damped_rule():
+    from dataclasses import replace
+
+    from sympy.matrices.expressions import MatrixSymbol
+
+    from derivations import halfsplit as H
+    from derivations.algebra import product, transpose
+    from derivations.engine import Problem
+    from derivations.search import derive
+    from derivations.vocabulary import GramSqrt, Inner, OpNorm
+    dq = MatrixSymbol("dW_Q", H.d, H.d_h)
+    problem = Problem(dq, Inner(H.G_M, product(dq, transpose(H.W_K))), OpNorm(product(dq, GramSqrt(H.W_K, D.lam))),
+                      H.BUDGET)
+    found = derive(problem, replace(D.context(H.GRADIENTS_QK), symbolic_dims={}), name="found.damped")
+    assert found.formula == D.query_side().formula
