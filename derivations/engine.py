@@ -484,12 +484,7 @@ class Derivation:
 def _range_projection(x, y_expr, g, env, ev, backend):
     """Orthogonal projection of ``g`` onto the range of the linear map ``X ↦ y_expr`` (on this instance),
     and a sampler of random directions inside that range."""
-    rows, cols = (env[x].rows, env[x].cols) if backend.name == "mpmath" else np.shape(env[x])
-    columns = []
-    for k in range(rows * cols):
-        basis = backend.zeros((rows, cols))
-        basis[k // cols, k % cols] = 1
-        columns.append(_flat(ev(y_expr, {**env, x: basis}), backend))
+    columns = _columns(x, y_expr, env, ev, backend)
     y_shape = (g.rows, g.cols) if backend.name == "mpmath" else np.shape(g)
     if backend.name == "mpmath":
         lmat = mpmath.matrix([[c[i] for c in columns] for i in range(len(columns[0]))])
@@ -504,6 +499,8 @@ def _range_projection(x, y_expr, g, env, ev, backend):
 
 
 def _columns(x, expr, env, ev, backend):
+    """The matrix of the linear map ``X ↦ expr`` on this instance, column by column (flattened images
+    of the basis matrices)."""
     rows, cols = (env[x].rows, env[x].cols) if backend.name == "mpmath" else np.shape(env[x])
     out = []
     for k in range(rows * cols):

@@ -390,15 +390,8 @@ def ball_certificate(family: NormFamily, a, z, value, beta, backend, rng=None, d
            "attains the dual bound": abs(float(attained - dual)) / scale,
            "stated value": abs(float(value - dual)) / scale}
     if rng is not None and backend.name == "float64":
-        draw = directions or (lambda g: g.standard_normal(np.shape(z)))
-        worst = 0.0
-        for _ in range(6):
-            d = draw(rng)
-            for t in (1e-3, 1e-1):
-                y = z + t * d * max(1.0, float(np.max(np.abs(z))))
-                y = y * min(1.0, float(beta) / float(norm(y)))
-                worst = max(worst, (attained - backend.inner(a, y)) / scale)
-        out["no improving direction"] = max(0.0, worst - 1e-12)
+        from .lemmas.descent import no_improving_direction
+        out["no improving direction"] = no_improving_direction(a, z, beta, norm, backend, rng, directions, scale)
     return out
 
 

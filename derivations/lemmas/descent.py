@@ -58,16 +58,24 @@ def operator_ball_certificate(a, z, value, beta, backend, rng=None, directions=N
            "attains the dual bound": abs(float(attained - dual)) / scale,
            "stated value": abs(float(value - dual)) / scale}
     if rng is not None and backend.name == "float64":
-        draw = directions or (lambda g: g.standard_normal(np.shape(z)))
-        worst = 0.0
-        for _ in range(6):
-            d = draw(rng)
-            for t in (1e-3, 1e-1):
-                y = z + t * d * max(1.0, float(np.max(np.abs(z))))
-                y = y * min(1.0, float(beta) / backend.op_norm(y))
-                worst = max(worst, (attained - backend.inner(a, y)) / scale)
-        out["no improving direction"] = max(0.0, worst - 1e-12)
+        out["no improving direction"] = no_improving_direction(a, z, beta, backend.op_norm, backend, rng, directions,
+                                                               scale)
     return out
+
+
+def no_improving_direction(a, z, beta, norm, backend, rng, directions=None, scale=1.0) -> float:
+    """First-order optimality test of ``z`` on ``min ⟨a, Z⟩ s.t. norm(Z) ≤ β``: moving ``z`` along random
+    directions (``directions(rng)``; default Gaussian) and scaling back into the ball never lowers
+    ``⟨a, ·⟩``. Returns the largest relative improvement found (0 when none)."""
+    draw = directions or (lambda g: g.standard_normal(np.shape(z)))
+    attained, worst = backend.inner(a, z), 0.0
+    for _ in range(6):
+        d = draw(rng)
+        for t in (1e-3, 1e-1):
+            y = z + t * d * max(1.0, float(np.max(np.abs(z))))
+            y = y * min(1.0, float(beta) / float(norm(y)))
+            worst = max(worst, (attained - backend.inner(a, y)) / scale)
+    return max(0.0, worst - 1e-12)
 
 
 def _lsd_check(rng, lemma):
