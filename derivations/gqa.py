@@ -111,7 +111,8 @@ def emitted_functions():
         EmittedFunction("gqa_key", "GQA shared key update, one key head (partner: its group's stacked queries)",
                         [W_Qbar, G_K], [("dW_K", key_side())],
                         [("W_Qbar stacks the group's query heads row-wise, shape (..., G·d, d_h); "
-                          "‖W_Qbar ΔW_Kᵀ‖_op = ε/(2G).")],
+                          "‖ΔW_K C̄‖_op = ε/(2G) with C̄ = (W_QbarᵀW_Qbar + λI)^(1/2), hence ‖W_Qbar ΔW_Kᵀ‖_op ≤ ε/(2G) "
+                          "(equality at λ = 0) and ‖W_{Q,h} ΔW_Kᵀ‖_op ≤ ε/(2G) for every head.")],
                         extra_scalars={group: "group_size"}),
         value_function(),
     ]
@@ -123,7 +124,8 @@ def value_function():
     return EmittedFunction("gqa_value", "GQA shared value update, one value head (partner: its group's stacked "
                            "output heads)", [W_Obar, G_V], [("dW_V", value_side())],
                            [("W_Obar stacks the group's output heads W_{O,h} (d, d_h) row-wise, shape (..., G·d, d_h); "
-                             "‖W_Obar ΔW_V‖_op = ε/(2G), so ‖W_{O,h} ΔW_V‖_op ≤ ε/(2G) for every head.")],
+                             "‖C̄_O ΔW_V‖_op = ε/(2G) with C̄_O = (W_ObarᵀW_Obar + λI)^(1/2), hence ‖W_Obar ΔW_V‖_op ≤ ε/(2G) "
+                             "(equality at λ = 0), so ‖W_{O,h} ΔW_V‖_op ≤ ε/(2G) for every head.")],
                            extra_scalars={group: "group_size"})
 
 

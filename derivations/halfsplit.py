@@ -170,14 +170,16 @@ def emitted_functions():
     return [
         EmittedFunction("halfsplit_qk", "Half-split QK update of Compositional Muon",
                         [W_Q, W_K, G_Q, G_K], [("dW_Q", query_side()), ("dW_K", key_side())],
-                        ["Each half of ΔM gets budget ε/2: ‖ΔW_Q W_Kᵀ‖_op = ‖W_Q ΔW_Kᵀ‖_op = ε/2."]),
+                        [("Each half of ΔM gets budget ε/2: ‖ΔW_Q C_K‖_op = ‖ΔW_K C_Q‖_op = ε/2 with C_W = (WᵀW + λI)^(1/2), "
+                         "hence ‖ΔW_Q W_Kᵀ‖_op, ‖W_Q ΔW_Kᵀ‖_op ≤ ε/2, with equality at damping λ = 0.")]),
         EmittedFunction("halfsplit_v", "Head-local V update of the hybrid OV rule (partner W_O on the left)",
                         [W_O, G_V], [("dW_V", value_side())],
-                        ["W_O is one head's (d, d_h) block of the output projection; ‖W_O ΔW_V‖_op = ε/2."]),
+                        [("W_O is one head's (d, d_h) block of the output projection; ‖C_O ΔW_V‖_op = ε/2 with "
+                         "C_O = (W_OᵀW_O + λI)^(1/2), hence ‖W_O ΔW_V‖_op ≤ ε/2, with equality at λ = 0.")]),
         EmittedFunction("isotropic_qk", "Isotropic approximation of the half-split QK update",
                         [W_Q, W_K, G_Q, G_K], [("dW_Q", isotropic_query()), ("dW_K", isotropic_key())],
-                        ["Exact when the partner has orthogonal columns of equal norm; c_W = "
-                         "(‖W‖_F²/d_h + λ)^(1/2)."]),
+                        [("Exact when the partner has orthogonal columns of equal norm; c_W = "
+                         "(‖W‖_F²/d_h + λ)^(1/2).")]),
     ]
 
 

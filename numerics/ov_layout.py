@@ -6,7 +6,7 @@ Imports nothing but ``jax.numpy`` (the emitted module inlines this source next t
 
 import jax.numpy as jnp
 
-from .jax_kernels import require_arrays
+from .jax_kernels import merge_heads, require_arrays, split_heads
 
 
 def gqa_ov_layout(o_core, v_core, W_O, W_V, G_O, G_V, head_dim, options):
@@ -34,12 +34,12 @@ def gqa_ov_layout(o_core, v_core, W_O, W_V, G_O, G_V, head_dim, options):
     if heads % kv_heads:
         raise ValueError(f"hybrid_ov: {heads} output heads cannot be grouped over {kv_heads} value heads")
     group = heads // kv_heads
-    v_heads = split_heads(jnp.asarray(W_V).mT, head_dim)  # noqa: F821 (inlined) (..., H_kv, d, d_h): W_{V,g}ᵀ
+    v_heads = split_heads(jnp.asarray(W_V).mT, head_dim)  # (..., H_kv, d, d_h): W_{V,g}ᵀ
     d_o = o_core(jnp.repeat(v_heads, group, axis=-3), jnp.asarray(G_O), **options)
     # 0·ΔW_O makes the V side wait for the O side: two LAPACK kernels (eigh) running at once can
     # deadlock jaxlib's CPU pool
-    o_heads = split_heads(jnp.asarray(W_O) + 0 * d_o[..., :1, :1], head_dim)  # noqa: F821 (inlined)
+    o_heads = split_heads(jnp.asarray(W_O) + 0 * d_o[..., :1, :1], head_dim)
     stacked = o_heads.reshape(*o_heads.shape[:-3], kv_heads, group * o_heads.shape[-2], head_dim)
-    gv_heads = split_heads(jnp.asarray(G_V).mT, head_dim).mT  # noqa: F821 (inlined) (..., H_kv, d_h, d)
+    gv_heads = split_heads(jnp.asarray(G_V).mT, head_dim).mT  # (..., H_kv, d_h, d)
     d_v = v_core(stacked, gv_heads, group_size=float(group), **options)
-    return d_o, merge_heads(d_v.mT).mT  # noqa: F821 (inlined)
+    return d_o, merge_heads(d_v.mT).mT

@@ -98,7 +98,7 @@ def test_hybrid_batched_layers_damped_and_bad_shapes(hmod):
     assert np.all(np.isfinite(dO)) and np.all(np.asarray(dV) == 0)
     with pytest.raises(ValueError, match="W_V must have shape"):
         hmod.hybrid_ov(W_O, np.zeros((2, 12, 6)), W_O, np.zeros((2, 12, 6)), head_dim=3, eps=0.1)
-    with pytest.raises(ValueError, match="not a multiple of head_dim"):
+    with pytest.raises(ValueError, match="must be multiples of head_dim"):
         hmod.hybrid_ov(W_O, W_V, W_O, W_V, head_dim=4, eps=0.1)
 
 

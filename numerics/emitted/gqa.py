@@ -23,10 +23,12 @@ Lemmas used:
     Lemma T: Transposition invariance
 
 Damping: every Gram root C_W = (W^T W)^(1/2) is computed as (W^T W + damping I)^(1/2)
-(damped polar factor); the derivation is exact at damping = 0, where its side condition is a
-partner of full column rank. An undamped rank-deficient partner gets pseudo-inverse roots
-(eigenvalues at or below n eps max cut to zero): the minimum-norm update, finite, zero for a
-zero partner; damping > 0 regularizes instead.
+(damped polar factor). At damping = 0 the update solves the stated problem, whose side
+condition is a partner of full column rank; at damping > 0 it is the exact solution of the
+damped problem (constraint ‖ΔW_Q C_K‖_op ≤ budget, derived in derivations.damped), which
+implies the bound ‖ΔW_Q W_Kᵀ‖_op ≤ budget on the product. An undamped rank-deficient partner
+gets pseudo-inverse roots (eigenvalues at or below n eps max cut to zero): the minimum-norm
+update, finite, zero for a zero partner; damping > 0 regularizes instead.
 
 Newton–Schulz schedule: polar-express-5 (Amsel, Persson, Musco, Gower 2025 (Polar Express), 5 steps as shipped by modded-nanogpt: l = 1e-3, cushion 0.02, safety 1.02).
 Default msign method: newton_schulz.
@@ -510,7 +512,7 @@ def gqa_key(W_Qbar, G_K, *, eps, group_size, damping=0.0, msign='newton_schulz',
 
     dW_K = (-epsilon/(2*G))*msign(G_K*C_Qbar^-1)*C_Qbar^-1    (gqa.key)
 
-    W_Qbar stacks the group's query heads row-wise, shape (..., G·d, d_h); ‖W_Qbar ΔW_Kᵀ‖_op = ε/(2G).
+    W_Qbar stacks the group's query heads row-wise, shape (..., G·d, d_h); ‖ΔW_K C̄‖_op = ε/(2G) with C̄ = (W_QbarᵀW_Qbar + λI)^(1/2), hence ‖W_Qbar ΔW_Kᵀ‖_op ≤ ε/(2G) (equality at λ = 0) and ‖W_{Q,h} ΔW_Kᵀ‖_op ≤ ε/(2G) for every head.
 
     Shapes: W_Qbar: (..., n, d_h), G_K: (..., d, d_h); leading axes (layers, heads) are batched.
     Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"
@@ -552,7 +554,7 @@ def gqa_value(W_Obar, G_V, *, eps, group_size, damping=0.0, msign='newton_schulz
 
     dW_V = (-epsilon/(2*G))*C_Obar^-1*msign(C_Obar^-1*G_V)    (gqa.value)
 
-    W_Obar stacks the group's output heads W_{O,h} (d, d_h) row-wise, shape (..., G·d, d_h); ‖W_Obar ΔW_V‖_op = ε/(2G), so ‖W_{O,h} ΔW_V‖_op ≤ ε/(2G) for every head.
+    W_Obar stacks the group's output heads W_{O,h} (d, d_h) row-wise, shape (..., G·d, d_h); ‖C̄_O ΔW_V‖_op = ε/(2G) with C̄_O = (W_ObarᵀW_Obar + λI)^(1/2), hence ‖W_Obar ΔW_V‖_op ≤ ε/(2G) (equality at λ = 0), so ‖W_{O,h} ΔW_V‖_op ≤ ε/(2G) for every head.
 
     Shapes: W_Obar: (..., n, d_h), G_V: (..., d_h, d); leading axes (layers, heads) are batched.
     Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"

@@ -29,10 +29,12 @@ Lemmas used:
     Lemma 5b: msign ignores positive scale
 
 Damping: every Gram root C_W = (W^T W)^(1/2) is computed as (W^T W + damping I)^(1/2)
-(damped polar factor); the derivation is exact at damping = 0, where its side condition is a
-partner of full column rank. An undamped rank-deficient partner gets pseudo-inverse roots
-(eigenvalues at or below n eps max cut to zero): the minimum-norm update, finite, zero for a
-zero partner; damping > 0 regularizes instead.
+(damped polar factor). At damping = 0 the update solves the stated problem, whose side
+condition is a partner of full column rank; at damping > 0 it is the exact solution of the
+damped problem (constraint ‖ΔW_Q C_K‖_op ≤ budget, derived in derivations.damped), which
+implies the bound ‖ΔW_Q W_Kᵀ‖_op ≤ budget on the product. An undamped rank-deficient partner
+gets pseudo-inverse roots (eigenvalues at or below n eps max cut to zero): the minimum-norm
+update, finite, zero for a zero partner; damping > 0 regularizes instead.
 
 Newton–Schulz schedule: polar-express-5 (Amsel, Persson, Musco, Gower 2025 (Polar Express), 5 steps as shipped by modded-nanogpt: l = 1e-3, cushion 0.02, safety 1.02).
 Default msign method: newton_schulz.
@@ -481,7 +483,7 @@ def halfsplit_qk(W_Q, W_K, G_Q, G_K, *, eps, damping=0.0, msign='newton_schulz',
     dW_Q = (-epsilon/2)*msign(G_Q*C_K^-1)*C_K^-1    (halfsplit.query)
     dW_K = (-epsilon/2)*msign(G_K*C_Q^-1)*C_Q^-1    (halfsplit.key)
 
-    Each half of ΔM gets budget ε/2: ‖ΔW_Q W_Kᵀ‖_op = ‖W_Q ΔW_Kᵀ‖_op = ε/2.
+    Each half of ΔM gets budget ε/2: ‖ΔW_Q C_K‖_op = ‖ΔW_K C_Q‖_op = ε/2 with C_W = (WᵀW + λI)^(1/2), hence ‖ΔW_Q W_Kᵀ‖_op, ‖W_Q ΔW_Kᵀ‖_op ≤ ε/2, with equality at damping λ = 0.
 
     Shapes: W_Q: (..., d, d_h), W_K: (..., d, d_h), G_Q: (..., d, d_h), G_K: (..., d, d_h); leading axes (layers, heads) are batched.
     Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"
@@ -520,7 +522,7 @@ def halfsplit_v(W_O, G_V, *, eps, damping=0.0, msign='newton_schulz', schedule=N
 
     dW_V = (-epsilon/2)*C_O^-1*msign(C_O^-1*G_V)    (halfsplit.value)
 
-    W_O is one head's (d, d_h) block of the output projection; ‖W_O ΔW_V‖_op = ε/2.
+    W_O is one head's (d, d_h) block of the output projection; ‖C_O ΔW_V‖_op = ε/2 with C_O = (W_OᵀW_O + λI)^(1/2), hence ‖W_O ΔW_V‖_op ≤ ε/2, with equality at λ = 0.
 
     Shapes: W_O: (..., d, d_h), G_V: (..., d_h, d); leading axes (layers, heads) are batched.
     Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"

@@ -22,10 +22,12 @@ Lemmas used:
     Lemma 1: Linear steepest descent (Muon)
 
 Damping: every Gram root C_W = (W^T W)^(1/2) is computed as (W^T W + damping I)^(1/2)
-(damped polar factor); the derivation is exact at damping = 0, where its side condition is a
-partner of full column rank. An undamped rank-deficient partner gets pseudo-inverse roots
-(eigenvalues at or below n eps max cut to zero): the minimum-norm update, finite, zero for a
-zero partner; damping > 0 regularizes instead.
+(damped polar factor). At damping = 0 the update solves the stated problem, whose side
+condition is a partner of full column rank; at damping > 0 it is the exact solution of the
+damped problem (constraint ‖ΔW_Q C_K‖_op ≤ budget, derived in derivations.damped), which
+implies the bound ‖ΔW_Q W_Kᵀ‖_op ≤ budget on the product. An undamped rank-deficient partner
+gets pseudo-inverse roots (eigenvalues at or below n eps max cut to zero): the minimum-norm
+update, finite, zero for a zero partner; damping > 0 regularizes instead.
 
 Newton–Schulz schedule: polar-express-5 (Amsel, Persson, Musco, Gower 2025 (Polar Express), 5 steps as shipped by modded-nanogpt: l = 1e-3, cushion 0.02, safety 1.02).
 Default msign method: newton_schulz.
@@ -548,7 +550,7 @@ def gqa_value(W_Obar, G_V, *, eps, group_size, damping=0.0, msign='newton_schulz
 
     dW_V = (-epsilon/(2*G))*C_Obar^-1*msign(C_Obar^-1*G_V)    (gqa.value)
 
-    W_Obar stacks the group's output heads W_{O,h} (d, d_h) row-wise, shape (..., G·d, d_h); ‖W_Obar ΔW_V‖_op = ε/(2G), so ‖W_{O,h} ΔW_V‖_op ≤ ε/(2G) for every head.
+    W_Obar stacks the group's output heads W_{O,h} (d, d_h) row-wise, shape (..., G·d, d_h); ‖C̄_O ΔW_V‖_op = ε/(2G) with C̄_O = (W_ObarᵀW_Obar + λI)^(1/2), hence ‖W_Obar ΔW_V‖_op ≤ ε/(2G) (equality at λ = 0), so ‖W_{O,h} ΔW_V‖_op ≤ ε/(2G) for every head.
 
     Shapes: W_Obar: (..., n, d_h), G_V: (..., d_h, d); leading axes (layers, heads) are batched.
     Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"
@@ -609,15 +611,15 @@ def gqa_ov_layout(o_core, v_core, W_O, W_V, G_O, G_V, head_dim, options):
     if heads % kv_heads:
         raise ValueError(f"hybrid_ov: {heads} output heads cannot be grouped over {kv_heads} value heads")
     group = heads // kv_heads
-    v_heads = split_heads(jnp.asarray(W_V).mT, head_dim)  # noqa: F821 (inlined) (..., H_kv, d, d_h): W_{V,g}ᵀ
+    v_heads = split_heads(jnp.asarray(W_V).mT, head_dim)  # (..., H_kv, d, d_h): W_{V,g}ᵀ
     d_o = o_core(jnp.repeat(v_heads, group, axis=-3), jnp.asarray(G_O), **options)
     # 0·ΔW_O makes the V side wait for the O side: two LAPACK kernels (eigh) running at once can
     # deadlock jaxlib's CPU pool
-    o_heads = split_heads(jnp.asarray(W_O) + 0 * d_o[..., :1, :1], head_dim)  # noqa: F821 (inlined)
+    o_heads = split_heads(jnp.asarray(W_O) + 0 * d_o[..., :1, :1], head_dim)
     stacked = o_heads.reshape(*o_heads.shape[:-3], kv_heads, group * o_heads.shape[-2], head_dim)
-    gv_heads = split_heads(jnp.asarray(G_V).mT, head_dim).mT  # noqa: F821 (inlined) (..., H_kv, d_h, d)
+    gv_heads = split_heads(jnp.asarray(G_V).mT, head_dim).mT  # (..., H_kv, d_h, d)
     d_v = v_core(stacked, gv_heads, group_size=float(group), **options)
-    return d_o, merge_heads(d_v.mT).mT  # noqa: F821 (inlined)
+    return d_o, merge_heads(d_v.mT).mT
 
 
 def hybrid_ov(W_O, W_V, G_O, G_V, *, head_dim, eps, damping=0.0, msign="newton_schulz", schedule=NS_SCHEDULE,

@@ -18,10 +18,12 @@ Lemmas used:
     Lemma 1: Linear steepest descent (Muon)
 
 Damping: every Gram root C_W = (W^T W)^(1/2) is computed as (W^T W + damping I)^(1/2)
-(damped polar factor); the derivation is exact at damping = 0, where its side condition is a
-partner of full column rank. An undamped rank-deficient partner gets pseudo-inverse roots
-(eigenvalues at or below n eps max cut to zero): the minimum-norm update, finite, zero for a
-zero partner; damping > 0 regularizes instead.
+(damped polar factor). At damping = 0 the update solves the stated problem, whose side
+condition is a partner of full column rank; at damping > 0 it is the exact solution of the
+damped problem (constraint ‖ΔW_Q C_K‖_op ≤ budget, derived in derivations.damped), which
+implies the bound ‖ΔW_Q W_Kᵀ‖_op ≤ budget on the product. An undamped rank-deficient partner
+gets pseudo-inverse roots (eigenvalues at or below n eps max cut to zero): the minimum-norm
+update, finite, zero for a zero partner; damping > 0 regularizes instead.
 
 Newton–Schulz schedule: polar-express-5 (Amsel, Persson, Musco, Gower 2025 (Polar Express), 5 steps as shipped by modded-nanogpt: l = 1e-3, cushion 0.02, safety 1.02).
 Default msign method: newton_schulz.
