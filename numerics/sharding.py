@@ -36,10 +36,12 @@ def specs():
 
 
 def block_pairs(heads, kv_heads):
+    """Pair declaration of one attention block stored as ``wq, wk, wo, wv`` (``H`` heads, ``H_kv`` kv heads)."""
     return lambda params: [QKPair("wq", "wk", heads, kv_heads), OVPair("wo", "wv", heads, kv_heads)]
 
 
 def mesh(layers_axis: int, heads_axis: int) -> Mesh:
+    """A ``(layers, heads)`` device mesh of ``layers_axis × heads_axis`` of the visible devices."""
     devices = np.array(jax.devices()[:layers_axis * heads_axis]).reshape(layers_axis, heads_axis)
     return Mesh(devices, ("layers", "heads"))
 

@@ -333,6 +333,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv=None) -> int:
+    """Command line: train one optimizer (``--optimizer``) or compare all (``--compare``); returns the exit status."""
     p = _Parser(prog="python -m numerics.train", description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter,
                 epilog="examples:\n  python -m numerics.train --optimizer cm --steps 300\n"

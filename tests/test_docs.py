@@ -31,7 +31,8 @@ from sphinx.util.docutils import docutils_namespace, patch_docutils
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 
-from workbench_sphinx.checks import external_assets, public_api
+from workbench_sphinx.api import resolve
+from workbench_sphinx.checks import external_assets, has_docstring, public_api
 
 CONF = """
 import sys
@@ -274,3 +275,10 @@ def test_browser_renders_the_math_of_the_half_split_page(tmp_path):
     shot.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([*flags, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=240, check=True)
     assert shot.stat().st_size > 10_000
+
+
+def test_every_public_name_of_the_real_packages_has_a_docstring():
+    """The API-coverage rule of the full build, checked without building (catches it in the suite)."""
+    missing = [name for package in ("derivations", "coeffsearch", "numerics") for name in public_api(package)
+               if not has_docstring(resolve(name))]
+    assert not missing, f"public names without a docstring: {missing}"
