@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 
 from sympy.matrices.expressions import Transpose
 
@@ -107,7 +108,11 @@ def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedul
             if not (isinstance(c, float) and math.isfinite(c)):
                 raise ValueError(f"schedule {schedule_name}: coefficient {c!r} is not a finite float64 number")
     extra = ["", f"Newton–Schulz schedule: {schedule_name} ({schedule_source}).",
-             f"Default msign method: {msign_default}."]
+             f"Default msign method: {msign_default}.",
+             *textwrap.wrap("The norm equalities above hold for the exact msign (msign=\"svd\"). Newton–Schulz "
+                            "maps each singular value into the schedule's certified image instead of to 1 "
+                            f"(python -m coeffsearch certify {schedule_name} prints it), so with "
+                            "msign=\"newton_schulz\" they hold up to that factor.", 92)]
     parts = [header(title, command, functions, extra),
              "import functools\n\nimport jax\nimport jax.numpy as jnp\n",
              f"__all__ = {sorted([fn.name for fn in functions] + list(extra_names))!r}\n",

@@ -32,6 +32,10 @@ update, finite, zero for a zero partner; damping > 0 regularizes instead.
 
 Newton–Schulz schedule: polar-express-5 (Amsel, Persson, Musco, Gower 2025 (Polar Express), 5 steps as shipped by modded-nanogpt: l = 1e-3, cushion 0.02, safety 1.02).
 Default msign method: newton_schulz.
+The norm equalities above hold for the exact msign (msign="svd"). Newton–Schulz maps each
+singular value into the schedule's certified image instead of to 1 (python -m coeffsearch
+certify polar-express-5 prints it), so with msign="newton_schulz" they hold up to that
+factor.
 """
 
 import functools
