@@ -932,6 +932,10 @@ def _parser():
 
 def run(argv=None) -> tuple[int, str]:
     """``(exit status, stdout text)``; raises :class:`BadInput` for bad input."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # a formula may start with a minus sign ('-(eps/2)*msign(...)'): a leading space keeps argparse
+    # from reading it as an option (the formula grammar ignores the space); only --long options and -h exist
+    argv = [f" {a}" if a.startswith("-") and not a.startswith("--") and a != "-h" else a for a in argv]
     args = _parser().parse_args(argv)
     if args.list:
         return 0, "\n".join(sorted(derivation_names())) + "\n"

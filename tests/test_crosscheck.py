@@ -83,6 +83,10 @@ def test_cli_json_object(capsys):
     assert {"verdict", "method", "scale", "diagnosis", "counterexample"} <= set(out)
     assert out["verdict"] == "different" and out["scale"] == "2" and out["method"] in ("numeric", "symbolic")
     assert crosscheck.main(["halfsplit.query", "(-epsilon/2)*msign(G_Q*C_K^-1)*C_K^-1"]) == 0
+    # a formula with a leading minus and no space is a formula, not an unknown option
+    capsys.readouterr()
+    assert crosscheck.main(["halfsplit.query", "-(eps/2)*msign(G_Q*C_K^-1)*C_K^-1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "equal"
 
 
 @pytest.mark.parametrize("argv, words", [
