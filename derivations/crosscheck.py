@@ -48,6 +48,7 @@ from numerics.reference import MpmathBackend, NumpyBackend
 from .algebra import product, tidy, transpose
 from .evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
 from .formula import Builder, FormulaError, GramPower, matrix_power, parse_tree
+from .stdout import write_result
 from .symbolic import ExplicitModel, Unsupported, prove_equal
 from .vocabulary import (
     FULL_COLUMN_RANK,
@@ -973,12 +974,7 @@ def main(argv=None) -> int:
     except RecursionError:
         sys.stderr.write(f"{prog}: error: input nested too deeply\n")
         return 2
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-    return status
+    return write_result(prog, text, status)
 
 
 if __name__ == "__main__":  # run the imported module's main, so its exception classes are the ones raised

@@ -18,11 +18,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import re
 import sys
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
+
+from .stdout import write_result
 
 MAX_SIZE = 10**7  # any one dimension
 MAX_LAYERS = 10**5
@@ -267,12 +268,7 @@ def main(argv=None) -> int:
     except UsageError as exc:
         sys.stderr.write(f"derivations.params: error: {exc}\n")
         return 2
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-    return 0
+    return write_result("derivations.params", text, 0)
 
 
 if __name__ == "__main__":

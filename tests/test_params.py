@@ -1,6 +1,8 @@
 """Parameter counts of Llama-3-style decoders derived from their shapes, and explained hand totals."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -74,3 +76,16 @@ def test_bad_input_is_one_line_exit_2(bad, capsys):
     assert P.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["derivations.params", "--hidden", "64", "--layers", "2", "--vocab", "100", "--ffn", "128", "--heads", "4",
+     "--kv-heads", "2"],
+    ["derivations.crosscheck", "--list"],
+])
+def test_stdout_on_a_full_disk_is_one_line_exit_2(argv):
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", *argv], check=False, stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [f"{argv[0]}: error: cannot write to stdout: No space left on device"]
