@@ -236,13 +236,17 @@ def _merge(w):
 def after(token, *arrays):
     """``arrays`` made to wait for ``token`` (``x + 0·token``, a data dependency, same values).
 
-    On the CPU, jaxlib runs independent LAPACK kernels (eigh, SVD) of one program concurrently and
-    two of them can deadlock its intra-op pool (seen on 2 cores); the optimizer therefore chains
-    every call that factorizes a matrix after the previous one.
+    ``token`` is an array or a tuple of arrays (wait for all of them). On the CPU, jaxlib runs
+    independent LAPACK kernels (eigh, SVD) of one program concurrently, and a batched kernel waits
+    inside a worker of the intra-op pool for its batch to finish on the same pool: two at once on a
+    2-thread pool deadlock (seen at Llama-3-8B shapes, where the QK key side and the OV side both
+    factorize 8 heads). The optimizer therefore chains every call that factorizes a matrix after
+    the previous one, waiting on *both* outputs of a pair.
     """
     if token is None:
         return arrays
-    zero = 0 * jnp.ravel(token)[0]
+    tokens = token if isinstance(token, tuple) else (token,)
+    zero = sum(0 * jnp.ravel(t)[0].astype(jnp.float32) for t in tokens)
     return tuple(a + zero.astype(a.dtype) for a in arrays)
 
 
@@ -350,7 +354,7 @@ def scale_by_compositional_muon(
             for kind, (a, b), heads, kv, hd, kernels in plan.pairs:
                 wa, wb = after(token, p[a], p[b])
                 m[a], m[b] = _project_pair(kind, wa, wb, m[a], m[b], heads, kv, hd, kernels, float(damping))
-                token = m[a]
+                token = (m[a], m[b])
             mu = jax.tree_util.tree_unflatten(jax.tree.structure(mu), [m[k] for k in named_leaves(mu)])
         if nesterov:
             mu_hat = jax.tree.map(lambda m, g: beta * m + (1 - beta) * g,
@@ -367,7 +371,7 @@ def scale_by_compositional_muon(
             else:
                 da, db = _ov_direction(wa, wb, g[a], g[b], hd, kernels, opts)
             out[a], out[b] = -da, -db
-            token = da
+            token = (da, db)  # both: the pair's last factorization may be on either side
         for name, x in g.items():
             if name not in out:
                 fan_in, fan_out = x.shape[-2], x.shape[-1]
@@ -397,7 +401,7 @@ def rebalance_pairs(pairs: Pairs | None) -> optax.GradientTransformation:
                                  f"(got {kv} < {heads})")
             wa, wb = _as_qk(kind, *after(token, p[a] + u[a], p[b] + u[b]), kernels)
             ba, bb = balance(_split(wa, hd), _split(wb, hd))
-            token = ba
+            token = (ba, bb)
             na, nb = _as_qk(kind, _merge(ba), _merge(bb), kernels)
             u[a], u[b] = na - p[a], nb - p[b]
         return jax.tree_util.tree_unflatten(jax.tree.structure(updates), list(u.values())), state

@@ -246,3 +246,42 @@ def test_schedule_and_weight_decay_and_jit():
         u, state = update(grads(rng, params), state, params)
         norms.append(float(optax.tree.norm(u["mlp"])))
     assert norms[0] > norms[2] > 0 and norms[-1] == 0.0  # the schedule reaches 0 at step 4
+
+
+
+_GQA_LAYER = """
+import jax, jax.numpy as jnp, numpy as np
+from numerics.emitted import gqa, hybrid_ov
+from numerics.optimizer import OVPair, QKPair, compositional_muon
+d, heads, kv, hd = 256, 16, 4, 128
+rng = np.random.default_rng(0)
+shapes = {"wq": (d, heads * hd), "wk": (d, kv * hd), "wo": (d, heads * hd), "wv": (kv * hd, d)}
+p = {k: jnp.asarray(rng.standard_normal(s) / np.sqrt(d), jnp.float32) for k, s in shapes.items()}
+g = jax.tree.map(lambda x: jnp.asarray(rng.standard_normal(x.shape), jnp.float32), p)
+if "{which}" == "emitted":
+    kw = dict(head_dim=hd, eps=2.0, damping=1e-2, check_finite=False)
+    u = jax.jit(lambda p, g: (gqa.gqa_qk(p["wq"], p["wk"], g["wq"], g["wk"], **kw),
+                              hybrid_ov.hybrid_ov(p["wo"], p["wv"], g["wo"], g["wv"], **kw)))(p, g)
+else:
+    opt = compositional_muon(0.02, pairs=lambda p: [QKPair("wq", "wk", heads, kv), OVPair("wo", "wv", heads, kv)])
+    u, _ = jax.jit(opt.update)(g, opt.init(p), p)
+print(all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(u)))
+"""
+
+
+@pytest.mark.parametrize("which", ["emitted", "optimizer"])
+def test_grouped_query_layer_update_does_not_deadlock_the_cpu_pool(which):
+    """Two batched eighs at once (QK key side, OV side) deadlocked jaxlib's 2-worker CPU pool.
+
+    Planted mistakes, each hung here forever: batched ``jnp.linalg.eigh`` on the CPU in the
+    kernels (the emitted case, and the optimizer case with the pair chain below), and the
+    optimizer chaining the OV pair after ``ΔW_Q`` only. A subprocess with a time limit turns a
+    regression into a failure instead of a hung suite.
+    """
+    try:
+        out = subprocess.run([sys.executable, "-c", _GQA_LAYER.replace("{which}", which)],
+                             capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the jitted GQA layer update ({which}) hung: concurrent LAPACK kernels deadlocked the pool")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "True"

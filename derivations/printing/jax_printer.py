@@ -13,7 +13,7 @@ from .array_module import docstring, header
 from ..vocabulary import Msign, RegularizedSylvester
 from .codegen import EmittedFunction, MatrixCodePrinter, UnsupportedNode, kernel_source
 
-KERNELS = (K.compute_dtype, K.lapack_guard, K.max_abs, K.gram_eigh, K.gram_eigh_stacked, K.psd_power,
+KERNELS = (K.compute_dtype, K.lapack_guard, K.max_abs, K.per_matrix_on_cpu, K.gram_eigh, K.gram_eigh_stacked, K.psd_power,
            K.isotropic_scale, K.msign_svd, K.schedule_array, K.newton_schulz, K.spectral_sign,
            K.spectral_sign_stacked, K.all_finite, K.nan_unless, K.raise_if_not_finite, K.check_scalar,
            K.check_shapes, K.check_group,
@@ -27,7 +27,7 @@ class JaxPrinter(MatrixCodePrinter):
 
     Same-shape eigendecompositions and spectral signs are stacked into one batched call: fewer
     kernel launches, and on the CPU it avoids running two LAPACK kernels at once, which
-    deadlocks jaxlib 0.10's thread pool on small machines (see ``gram_eigh_stacked``).
+    can deadlock jaxlib 0.10's thread pool (see ``per_matrix_on_cpu``).
     """
 
     printmethod = "_jaxcode"  # a node may carry its own rule for this target

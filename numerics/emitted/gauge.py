@@ -64,6 +64,24 @@ def max_abs(a):
     m = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True)
     return jnp.where(m > 0, m, jnp.ones_like(m))
 
+def per_matrix_on_cpu(fn, a):
+    """``fn(a)`` for a batched LAPACK ``fn``; on the CPU one matrix at a time (``lax.map``).
+
+    jaxlib's CPU kernels split a batch over the intra-op pool and wait inside a pool worker for
+    it; two such kernels at once on a 2-worker pool deadlock (seen at Llama-3-8B attention shapes
+    with gdb). One matrix per call never waits on the pool, and on 2 cores it is also faster
+    (32 × 128² eigh: 55 ms against 76 ms batched). Other platforms keep the batched call.
+    """
+    if a.ndim == 2:
+        return fn(a)
+
+    def sequential(x):
+        flat = x.reshape(-1, *x.shape[-2:])
+        out = jax.lax.map(fn, flat)
+        return jax.tree.map(lambda y: y.reshape(*x.shape[:-2], *y.shape[1:]), out)
+
+    return jax.lax.platform_dependent(a, cpu=sequential, default=fn)
+
 def gram_eigh(w, damping, side):
     """Eigenpairs of ``WᵀW + λI`` (``side="right"``) or ``WWᵀ + λI`` (``"left"``), as ``(e, V, s)``.
 
@@ -80,16 +98,14 @@ def gram_eigh(w, damping, side):
     # formed as Wᵀ W without it (seen in benchmarks/halfsplit.py)
     g = 0.5 * (g + g.mT) + (jnp.sqrt(lam) / s) ** 2 * jnp.eye(g.shape[-1], dtype=g.dtype)
     g, ok = lapack_guard(g)
-    evals, evecs = jnp.linalg.eigh(g)
+    evals, evecs = per_matrix_on_cpu(jnp.linalg.eigh, g)
     nan = jnp.asarray(jnp.nan, g.dtype)
     return jnp.where(ok[..., 0], evals, nan), jnp.where(ok, evecs, nan), s
 
 def gram_eigh_stacked(ws, damping, side):
     """:func:`gram_eigh` of several same-shape matrices in one batched call.
 
-    One LAPACK call instead of several: on the CPU, jaxlib 0.10 runs independent eigh/SVD
-    kernels concurrently, each blocking a worker of the intra-op pool while it waits for its
-    own batch tasks; with two workers that deadlocks (seen with gdb on a 2-core machine).
+    One LAPACK call instead of several (fewer kernel launches; see :func:`per_matrix_on_cpu`).
     """
     evals, evecs, s = gram_eigh(jnp.stack(ws), damping, side)
     return tuple((evals[i], evecs[i], s[i]) for i in range(len(ws)))
@@ -133,7 +149,7 @@ def msign_svd(a):
     """
     ac = a.astype(compute_dtype(a.dtype))
     ac, ok = lapack_guard(ac / max_abs(ac))
-    u, s, vt = jnp.linalg.svd(ac, full_matrices=False)
+    u, s, vt = per_matrix_on_cpu(lambda x: jnp.linalg.svd(x, full_matrices=False), ac)
     tol = max(a.shape[-2:]) * jnp.finfo(ac.dtype).eps * s[..., :1]
     keep = (s > tol).astype(ac.dtype)
     out = jnp.where(ok, (u * keep[..., None, :]) @ vt, jnp.nan)
@@ -342,12 +358,11 @@ def sylvester_factor_svd(w_q, w_k, damping, d):
     numbers in ``[0, 1]``; ``ok`` is False where a factor holds NaN/Inf (its results are NaN).
     """
     ct = compute_dtype(d.dtype)
-    # one stacked SVD, made to wait for D: on the CPU two LAPACK kernels running at once can
-    # deadlock jaxlib's pool (see gram_eigh_stacked); 0·D adds the data dependency
+    # one stacked SVD (see per_matrix_on_cpu), made to wait for D (0·D, a data dependency)
     w = jnp.stack([w_q, w_k]).astype(ct) + 0 * jnp.where(jnp.isfinite(d[..., :1, :1]), d[..., :1, :1], 0).astype(ct)
     scale = max_abs(w)
     w, ok = lapack_guard(w / scale)
-    u, s, vt = jnp.linalg.svd(w, full_matrices=False)
+    u, s, vt = per_matrix_on_cpu(lambda x: jnp.linalg.svd(x, full_matrices=False), w)
     s = s * scale[..., 0]
     root = jnp.sqrt(2 * jnp.asarray(damping, ct))
     m = jnp.maximum(jnp.maximum(s[0, ..., :1], s[1, ..., :1]), root)
