@@ -15,7 +15,7 @@ import importlib
 from pathlib import Path
 
 #: rule modules of :mod:`derivations` whose JAX emission is shipped here
-RULES = ("halfsplit", "joint", "hybrid_ov", "gqa", "gauge")
+RULES = ("halfsplit", "joint", "hybrid_ov", "gqa", "gauge", "sylvester")
 
 HERE = Path(__file__).resolve().parent
 
