@@ -8,7 +8,9 @@ one Newton–Schulz, vectors by AdamW:
 * a query/key pair ``M_h = W_{Q,h} W_{K,h}ᵀ`` by ``qk_rule``: ``"half_split"``
   (``ΔW_Q = −(ε/2) msign(G_Q C_K⁻¹) C_K⁻¹``, the key side likewise; with ``kv_heads < heads`` the
   grouped-query rule, whose shared key side has budget ``ε/(2G)``), ``"joint"`` (one sign over
-  ``[G_Q C_K⁻¹ | G_K C_Q⁻¹]``), ``"isotropic"`` (``ΔW_Q = −(ε/2) c_K⁻¹ msign(G_Q)``);
+  ``[G_Q C_K⁻¹ | G_K C_Q⁻¹]``), ``"isotropic"`` (``ΔW_Q = −(ε/2) c_K⁻¹ msign(G_Q)``),
+  ``"sylvester"`` (the minimum-norm step ``(H W_K, Hᵀ W_Q)`` towards the Muon step ``D = −msign(Ĝ_M)``
+  on the product, ``(W_QW_Qᵀ + λI) H + H (W_KW_Kᵀ + λI) = D``; :func:`product_gradient` gives ``Ĝ_M``);
 * an output/value pair ``M_h = W_{O,h} W_{V,h}`` by the hybrid OV rule (head-local V side, one
   global sign on the O side; shared value heads when ``kv_heads < heads``);
 * every other matrix by Muon, ``ΔW = −η √max(1, fan_out/fan_in) msign(m)`` (as
@@ -18,7 +20,10 @@ one Newton–Schulz, vectors by AdamW:
 Nesterov's look-ahead, exactly as ``optax.contrib.scale_by_muon`` forms it. The rules are positively
 homogeneous of degree 0 in ``G`` and linear in ``ε``; the learning rate ``η`` is the budget of each
 half, ``ε = 2η``: ``‖ΔW_Q W_Kᵀ‖_op = ‖W_Q ΔW_Kᵀ‖_op = η``, so at partners with orthonormal columns the
-half-split step is Muon's step with the same ``η``. Learning-rate schedules and decoupled weight
+half-split step is Muon's step with the same ``η``. The Sylvester rule has no halves; it is called with
+target ``D = −η msign(Ĝ_M)`` (``‖D‖_op = η``) and its first-order product change
+``T(ΔW_Q, ΔW_K) = D − 2λH`` satisfies ``‖T(ΔW_Q, ΔW_K)‖_op ≤ 2η``, the bound ``η + η`` of the other rules'
+two halves: ``H = ∫₀^∞ e^{−t(W_QW_Qᵀ+λI)} D e^{−t(W_KW_Kᵀ+λI)} dt`` gives ``‖2λH‖_op ≤ ‖D‖_op``. Learning-rate schedules and decoupled weight
 decay work as in optax (``scale_by_learning_rate``, ``add_decayed_weights``).
 
 Gauge (``M = W_Q W_Kᵀ`` is unchanged by ``(W_Q R, W_K R⁻ᵀ)``): ``gauge="horizontal_projection"``
@@ -43,14 +48,16 @@ import optax
 
 import coeffsearch
 
+from . import jax_kernels
 from .emitted import gauge as _gauge
 from .emitted import gqa as _gqa
 from .emitted import halfsplit as _halfsplit
 from .emitted import hybrid_ov as _hybrid_ov
 from .emitted import joint as _joint
+from .emitted import sylvester as _sylvester
 from .gauge_balance import balance
 
-QK_RULES = ("half_split", "joint", "isotropic")
+QK_RULES = ("half_split", "joint", "isotropic", "sylvester")
 OV_RULES = ("hybrid",)
 GAUGES = ("none", "horizontal_projection", "rebalance")
 GRAM_ROOTS = ("eigh",)
@@ -267,6 +274,12 @@ def _qk_direction(rule, w_q, w_k, m_q, m_k, heads, kv_heads, head_dim, opts):
 
         return _gqa.gqa_layout(query, key, w_q, w_k, m_q, m_k, head_dim, opts(_gqa))
     q, k, gq, gk = (_split(x, head_dim) for x in (w_q, w_k, m_q, m_k))
+    if rule == "sylvester":
+        kw = opts(_sylvester)
+        kw["eps"] = kw["eps"] / 2  # target D = −msign(Ĝ_M): ‖D‖_op = 1, achieved change ≤ 2‖D‖_op
+        g_m = product_gradient(q, k, gq, gk, kw["damping"])
+        dq, dk = _sylvester.sylvester_qk(*after(g_m, q, k), g_m, solver="structured", **kw)
+        return _merge(dq), _merge(dk)
     if rule == "half_split":
         dq, dk = _halfsplit.halfsplit_qk(q, k, gq, gk, **opts(_halfsplit))
     elif rule == "isotropic":
@@ -274,6 +287,31 @@ def _qk_direction(rule, w_q, w_k, m_q, m_k, heads, kv_heads, head_dim, opts):
     else:
         dq, dk = _joint.joint_qk(q, k, gq, gk, **opts(_joint))
     return _merge(dq), _merge(dk)
+
+
+def product_gradient(w_q, w_k, g_q, g_k, damping):
+    """``Ĝ_M``: the product gradient of one head seen through its factor gradients (batched).
+
+    The optimizer has ``G_Q = G_M W_K`` and ``G_K = G_Mᵀ W_Q`` (momentum of them), never ``G_M``.
+    They determine exactly the part of ``G_M`` that touches the factors' column spaces,
+    ``G_M P_K + P_Q G_M − P_Q G_M P_K`` (``P_W = W (WᵀW)⁻¹ Wᵀ``); the rest,
+    ``(I − P_Q) G_M (I − P_K)``, is invisible to both and is taken to be 0 (the minimum-Frobenius-norm
+    ``G_M`` consistent with the factor gradients):
+
+        Ĝ_M = G_Q R_K W_Kᵀ + W_Q R_Q G_Kᵀ − W_Q R_Q S R_K W_Kᵀ,   R_W = (WᵀW + λI)⁻¹,
+        S = ½ (W_QᵀG_Q + G_KᵀW_K)
+
+    (``W_QᵀG_Q = G_KᵀW_K = W_QᵀG_M W_K`` for horizontal gradients; ``S`` averages the two when
+    momentum has drifted). Exact for ``λ = 0`` and ``G_M`` with no invisible part. Shapes
+    ``(..., d, d_h)``; the result is ``(..., d, d)``. One stacked eigh for both Grams.
+    """
+    ct = jnp.promote_types(w_q.dtype, jnp.float32)
+    eig_q, eig_k = jax_kernels.gram_eigh_stacked((w_q, w_k), damping, "right")
+    r_q, r_k = (jax_kernels.psd_power(e, -1.0, ct) for e in (eig_q, eig_k))
+    wq, wk, gq, gk = (x.astype(ct) for x in (w_q, w_k, g_q, g_k))
+    s = 0.5 * (wq.mT @ gq + gk.mT @ wk)
+    left, right = wq @ r_q, r_k @ wk.mT  # (d, d_h), (d_h, d)
+    return (gq @ right + left @ gk.mT - left @ s @ right).astype(w_q.dtype)
 
 
 def _ov_direction(w_o, w_v, m_o, m_v, head_dim, kernels, opts):
@@ -313,7 +351,7 @@ def scale_by_compositional_muon(
     mu_dtype=None,
     *,
     nesterov: bool = True,
-    qk_rule: Literal["half_split", "joint", "isotropic"] = "half_split",
+    qk_rule: Literal["half_split", "joint", "isotropic", "sylvester"] = "half_split",
     ov_rule: Literal["hybrid"] = "hybrid",
     damping: float = 1e-2,
     gauge: Literal["none", "horizontal_projection", "rebalance"] = "none",
@@ -331,6 +369,9 @@ def scale_by_compositional_muon(
     _check_options(qk_rule, ov_rule, gauge, gram_roots, None)
     if not (isinstance(damping, (int, float)) and math.isfinite(damping) and damping >= 0):
         raise ValueError(f"compositional_muon: damping must be finite and >= 0, got {damping!r}")
+    if qk_rule == "sylvester" and not damping > 0:
+        raise ValueError("compositional_muon: qk_rule='sylvester' needs damping > 0 (the regularization "
+                         f"weight 2λ of its least-squares problem), got {damping!r}")
 
     def opts(module):
         return {"eps": 2.0, "damping": float(damping), "msign": msign,
@@ -450,7 +491,7 @@ def compositional_muon(
     *,
     pairs: Pairs | None = None,
     nesterov: bool = True,
-    qk_rule: Literal["half_split", "joint", "isotropic"] = "half_split",
+    qk_rule: Literal["half_split", "joint", "isotropic", "sylvester"] = "half_split",
     ov_rule: Literal["hybrid"] = "hybrid",
     damping: float = 1e-2,
     gauge: Literal["none", "horizontal_projection", "rebalance"] = "none",
@@ -477,9 +518,14 @@ def compositional_muon(
         heads and kv heads; paths are ``"/"``-joined pytree keys (``"params/Block_0/q/kernel"``
         for flax). Checked at ``init`` and ``update``; bad names or shapes raise ``ValueError``
         naming the parameter.
-      qk_rule: ``"half_split"`` (GQA when ``kv_heads < heads``), ``"joint"``, ``"isotropic"``.
+      qk_rule: ``"half_split"`` (GQA when ``kv_heads < heads``), ``"joint"``, ``"isotropic"``,
+        ``"sylvester"`` (per head, ``O(d³)`` per head for the sign of the ``d × d`` product gradient;
+        no grouped-query form).
       ov_rule: ``"hybrid"`` (head-local V, global O; shared value heads with GQA).
-      damping: ``λ`` in every Gram root ``(WᵀW + λI)^{1/2}`` (default ``1e-2``).
+      damping: ``λ`` in every Gram root ``(WᵀW + λI)^{1/2}`` (default ``1e-2``). For
+        ``qk_rule="sylvester"`` it is also the derivation's ``λ``: the step minimizes
+        ``‖T(ΔW_Q, ΔW_K) − D‖_F² + 2λ‖(ΔW_Q, ΔW_K)‖_F²``, so ``(W_QW_Qᵀ + λI) H + H (W_KW_Kᵀ + λI) = D``;
+        it must be ``> 0`` there (the achieved change is ``D − 2λH``).
       gauge: ``"none"``, ``"horizontal_projection"`` (project the momentum of every pair onto the
         horizontal space), ``"rebalance"`` (equal Grams of both factors after every step).
       msign: ``"newton_schulz"`` or ``"svd"``.

@@ -194,6 +194,79 @@ def test_other_qk_rules_run_and_keep_the_budget(rule):
     assert max(bounds) <= lr * (1 + 1e-9) if rule == "joint" else min(bounds) > 0
 
 
+def visible(g_m, q, k):
+    """``G_M P_K + P_Q G_M − P_Q G_M P_K``: the part of ``G_M`` the factor gradients determine."""
+    p_q, p_k = (w @ np.linalg.solve(w.T @ w, w.T) for w in (q, k))
+    return g_m @ p_k + p_q @ g_m - p_q @ g_m @ p_k
+
+
+def sylvester_setup(seed):
+    """Params, and factor gradients of per-head product gradients with no invisible part."""
+    rng = np.random.default_rng(seed)
+    params = model(rng)
+    g = grads(rng, params)
+    a = params["attn"]
+    g_ms = [visible(rng.standard_normal((D, D)), q, k) for q, k in zip(heads(a["wq"], DH), heads(a["wk"], DH))]
+    g["attn"]["wq"] = np.concatenate([g_m @ k for g_m, k in zip(g_ms, heads(a["wk"], DH))], axis=-1)
+    g["attn"]["wk"] = np.concatenate([g_m.T @ q for g_m, q in zip(g_ms, heads(a["wq"], DH))], axis=-1)
+    return params, g, g_ms
+
+
+def test_product_gradient_recovers_the_visible_part():
+    from numerics.optimizer import product_gradient
+    params, g, g_ms = sylvester_setup(20)
+    a = params["attn"]
+    for q, k, gq, gk, g_m in zip(*(heads(x, DH) for x in (a["wq"], a["wk"], g["attn"]["wq"], g["attn"]["wk"])), g_ms):
+        got = np.asarray(product_gradient(jnp.asarray(q), jnp.asarray(k), jnp.asarray(gq), jnp.asarray(gk), 0.0))
+        np.testing.assert_allclose(got, g_m, atol=1e-10 * np.abs(g_m).max())
+        wrong = np.asarray(product_gradient(jnp.asarray(q), jnp.asarray(k), jnp.asarray(gk), jnp.asarray(gq), 0.0))
+        assert not np.allclose(wrong, g_m, atol=1e-3)  # planted mistake: the factor gradients swapped
+
+
+def test_sylvester_step_is_the_emitted_rule_per_head():
+    """Planted mistakes: the transposed product gradient, another regularization, the whole budget."""
+    params, g, g_ms = sylvester_setup(21)
+    lr, lam = 0.05, 1e-9  # λ → 0: the step's Ĝ_M is the visible part of G_M to ~λ/σ²
+    u = step(compositional_muon(lr, pairs=pairs_of(), qk_rule="sylvester", msign="svd", damping=lam), params, g)
+    a = params["attn"]
+    qs, ks = heads(a["wq"], DH), heads(a["wk"], DH)
+
+    def rule(g_m, damping=lam, eps=lr):
+        dq, dk = emitted.sylvester.sylvester_qk(np.stack(qs), np.stack(ks), np.stack(g_m), eps=eps, damping=damping,
+                                                 msign="svd")
+        return np.concatenate(list(dq), axis=-1), np.concatenate(list(dk), axis=-1)
+
+    ref_q, ref_k = rule(g_ms)
+    np.testing.assert_allclose(u["attn"]["wq"], ref_q, rtol=1e-6, atol=1e-8 * np.abs(ref_q).max())
+    np.testing.assert_allclose(u["attn"]["wk"], ref_k, rtol=1e-6, atol=1e-8 * np.abs(ref_k).max())
+    for planted in (rule([x.T for x in g_ms]), rule(g_ms, eps=2 * lr)):
+        assert not np.allclose(u["attn"]["wq"], planted[0], atol=1e-3 * np.abs(ref_q).max())
+    # the product change is at most 2η (the two halves of the other rules: η + η)
+    for q, k, uq, uk in zip(qs, ks, heads(u["attn"]["wq"], DH), heads(u["attn"]["wk"], DH)):
+        assert 0.5 * lr < op(uq @ k.T + q @ uk.T) <= 2 * lr * (1 + 1e-9)
+
+
+def test_sylvester_regularization_is_the_damping():
+    from numerics.optimizer import product_gradient
+    params, g, _ = sylvester_setup(22)
+    lr, lam = 0.05, 0.3
+    u = step(compositional_muon(lr, pairs=pairs_of(), qk_rule="sylvester", msign="svd", damping=lam), params, g)
+    a = params["attn"]
+    qs, ks, gqs, gks = (np.stack(heads(x, DH)) for x in (a["wq"], a["wk"], g["attn"]["wq"], g["attn"]["wk"]))
+    g_m = product_gradient(*(jnp.asarray(x) for x in (qs, ks, gqs, gks)), lam)
+    dq = [emitted.sylvester.sylvester_qk(qs, ks, g_m, eps=lr, damping=x, msign="svd")[0] for x in (lam, 2 * lam)]
+    np.testing.assert_allclose(u["attn"]["wq"], np.concatenate(list(dq[0]), axis=-1), rtol=1e-8, atol=1e-12)
+    # planted mistake: the regularization weight 2λ passed as λ
+    assert not np.allclose(u["attn"]["wq"], np.concatenate(list(dq[1]), axis=-1), rtol=1e-3)
+    for q, k, uq, uk in zip(*(heads(x, DH) for x in (a["wq"], a["wk"], u["attn"]["wq"], u["attn"]["wk"]))):
+        assert op(uq @ k.T + q @ uk.T) <= 2 * lr * (1 + 1e-9)
+    with pytest.raises(ValueError, match="qk_rule='sylvester' needs damping > 0"):
+        compositional_muon(lr, qk_rule="sylvester", damping=0.0)
+    with pytest.raises(ValueError, match="qk_rule='sylvester' has no grouped-query form"):
+        params = model(np.random.default_rng(7), kv=1)
+        step(compositional_muon(0.1, pairs=pairs_of(1), qk_rule="sylvester"), params, params)
+
+
 def test_momentum_projection_is_horizontal_and_keeps_the_product_change():
     rng = np.random.default_rng(10)
     params = model(rng)
