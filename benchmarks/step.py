@@ -7,7 +7,9 @@ layer: GPT-2-small (``d = 768``, 12 heads of 64) and Llama-3-8B (``d = 4096``, 3
 128; ``W_K, W_V`` are ``4096 × 1024``). Compositional Muon uses half-split QK (grouped-query when
 ``H_kv < H``) and the hybrid OV rule, damping ``1e-2``; Muon orthogonalizes each matrix whole. Both
 use the same 5-step Polar Express schedule. The two are timed interleaved in one run; the last
-line is ``cm/muon median step time ratio: R``, the largest ratio over the shapes.
+line is ``cm/muon median step time ratio: R``, the largest ratio over the shapes. Each row also
+prints the flop model of both updates (:func:`flop_model`), the floor the measured ratio would
+reach if every flop ran at the same rate.
 """
 
 from __future__ import annotations
@@ -31,6 +33,41 @@ def layer(rng, d, heads, kv_heads, head_dim, dtype):
     shapes = {"wq": (d, heads * head_dim), "wk": (d, kv_heads * head_dim), "wo": (d, heads * head_dim),
               "wv": (kv_heads * head_dim, d)}
     return {k: jnp.asarray(rng.standard_normal(s) / np.sqrt(d), dtype) for k, s in shapes.items()}
+
+
+def ns_flops(m, n, steps, degree):
+    """Multiply-add flops (2 per MAC) of Newton–Schulz on an ``m × n`` matrix (short side ``a``).
+
+    Per step: ``A = X Xᵀ`` (``2a²b``), ``degree − 2`` products of ``a × a`` matrices in the Horner
+    form (``2a³`` each), and ``B X`` (``2a²b``).
+    """
+    a, b = min(m, n), max(m, n)
+    return steps * (4 * a * a * b + max(degree - 2, 0) * 2 * a ** 3)
+
+
+def eigh_flops(n):
+    """``≈ 9 n³`` for a symmetric eigendecomposition with eigenvectors (tridiagonal reduction plus
+    back-transformation; Golub & Van Loan's count)."""
+    return 9 * n ** 3
+
+
+def flop_model(d, heads, kv_heads, head_dim, steps, degree):
+    """``(cm, muon)`` flops of one update on a layer's four attention matrices (Gram roots by eigh).
+
+    CM: half-split QK (per query head: its key head's Gram root, whitened sign of ``d_h × d``; per key
+    head: the stacked group's Gram root) and hybrid OV (per value head: Gram root; one global sign of
+    ``d × H·d_h`` on the O side; per value head: the stacked output heads' Gram root and a
+    ``d_h × d`` sign). Muon: one sign per matrix. Elementwise work and momentum are left out.
+    """
+    g, dh = heads // kv_heads, head_dim
+    root = lambda rows: 2 * rows * dh * dh + eigh_flops(dh) + 2 * dh ** 3  # Gram, eigh, V f(Λ) Vᵀ
+    whiten = 2 * d * dh * dh  # G C⁻¹ or C⁻¹ G for one head
+    head_sign = ns_flops(d, dh, steps, degree)
+    qk = heads * (root(d) + 2 * whiten + head_sign) + kv_heads * (root(g * d) + 2 * whiten + head_sign)
+    ov = (kv_heads * root(d) + heads * 2 * whiten + ns_flops(d, heads * dh, steps, degree)
+          + kv_heads * (root(g * d) + 2 * whiten + head_sign))
+    muon = (2 * ns_flops(d, heads * dh, steps, degree) + 2 * ns_flops(d, kv_heads * dh, steps, degree))
+    return qk + ov, muon
 
 
 def timed(fn, *args):
@@ -80,14 +117,18 @@ def main(argv=None) -> int:
     if args.repeats < 1:
         p.error(f"argument --repeats: must be >= 1, got {args.repeats}")
     dtype = jnp.dtype(args.dtype)
-    print(f"{'shape':<8} {'d':>5} {'H':>3} {'H_kv':>4} {'d_h':>4} {'cm ms':>10} {'muon ms':>10} {'ratio':>6}")
+    schedule = resolve_schedule("polar-express-5", 5)
+    steps, degree = len(schedule), max(len(c) for c in schedule)
+    print(f"{'shape':<8} {'d':>5} {'H':>3} {'H_kv':>4} {'d_h':>4} {'cm ms':>10} {'muon ms':>10} {'ratio':>6} "
+          f"{'cm GF':>7} {'muon GF':>8} {'flop ratio':>10}")
     ratios = []
     for name in names:
         d, h, kv, hd = SHAPES[name]
         t_cm, t_muon = measure(name, args.repeats, dtype)
         ratios.append(t_cm / t_muon)
-        print(f"{name:<8} {d:>5} {h:>3} {kv:>4} {hd:>4} {1e3 * t_cm:>10.1f} {1e3 * t_muon:>10.1f} {ratios[-1]:>6.3f}",
-              flush=True)
+        f_cm, f_muon = flop_model(d, h, kv, hd, steps, degree)
+        print(f"{name:<8} {d:>5} {h:>3} {kv:>4} {hd:>4} {1e3 * t_cm:>10.1f} {1e3 * t_muon:>10.1f} {ratios[-1]:>6.3f} "
+              f"{f_cm / 1e9:>7.2f} {f_muon / 1e9:>8.2f} {f_cm / f_muon:>10.3f}", flush=True)
     print(f"device: {jax.devices()[0].device_kind}, dtype {args.dtype}, {args.repeats} interleaved repeats")
     print(f"cm/muon median step time ratio: {max(ratios):.3f}")
     return 0

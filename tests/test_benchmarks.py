@@ -1,0 +1,31 @@
+"""The benchmark commands' models and argument handling (their timings are never asserted)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks.step import flop_model, ns_flops
+
+
+def test_newton_schulz_flops_count_every_product():
+    # one quintic step on 2 × 3: A = X Xᵀ (2·2·2·3 = 24), A·A (2·8 = 16), B X (24)
+    assert ns_flops(2, 3, 1, 3) == 64
+    assert ns_flops(3, 2, 1, 3) == 64  # formed on the short side
+    assert ns_flops(2, 3, 5, 2) == 5 * 48  # cubic: no A·A
+
+
+def test_flop_model_reproduces_the_published_estimate_at_gpt2_small():
+    cm, muon = flop_model(768, 12, 12, 64, steps=5, degree=3)
+    assert cm / muon == pytest.approx(0.31, abs=0.01)  # the issue's flop model
+    # Llama-3-8B: the O side's global d × H·d_h sign alone is half of Muon's two square signs
+    cm, muon = flop_model(4096, 32, 8, 128, steps=5, degree=3)
+    assert 0.5 < cm / muon < 0.52
+
+
+@pytest.mark.parametrize("args", [["--shapes", "gpt3"], ["--repeats", "0"], ["--dtype", "int8"]])
+def test_step_benchmark_rejects_bad_arguments_with_one_line(args):
+    out = subprocess.run([sys.executable, "-m", "benchmarks.step", *args], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "error" in out.stderr
