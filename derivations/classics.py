@@ -1,28 +1,32 @@
-"""Classic results that hand derivations about Muon-style optimizers lean on, each checked.
+"""Classic results that hand derivations about Muon-style optimizers lean on, each a checked derivation.
 
-Every entry of :data:`CLASSICS` is a named statement with a check that can fail (each has a
-planted wrong variant in the tests):
+Every classic is one or more derivations of the engine (:mod:`derivations.engine`): a start, a chain
+of steps that each apply a named lemma (:mod:`derivations.lemmas.spectral` and the other families)
+with its side conditions, and every step checked on random instances in float64 and in mpmath at
+50 digits. Bound steps (``rank(A B) ≤ rank(A)``) are checked as inequalities, ``before ≤ after``.
 
-* ``classics.shampoo`` — Shampoo's one-step preconditioner with exponent ``-1/4`` on both sides
-  is the spectral sign: ``(G Gᵀ)^{-1/4} G (Gᵀ G)^{-1/4} = msign(G)`` for an invertible ``G``
-  (Gupta, Koren, Singer 2018; Bernstein & Newhouse 2024, *Old optimizer, new norm*). With
-  ``G = U Σ Vᵀ`` both sides are ``U Vᵀ``.
-* ``classics.odd_polynomial`` — an odd matrix polynomial acts on singular values only:
-  ``a X + b X XᵀX + c X (XᵀX)² = msign(X) (XᵀX)^{1/2} (a I + b XᵀX + c (XᵀX)²)``, i.e.
-  ``p(X) = U p(Σ) Vᵀ``; this is why Newton–Schulz schedules are searched on scalars.
-* ``classics.attention_rank`` — ``rank(Q Kᵀ) ≤ d_h`` for ``Q, K ∈ R^{n×d_h}``: the product factors
-  through ``R^{d_h}`` (the inner dimension read off the shapes); checked by the singular values
-  of random products at 50 digits.
-* ``classics.linear_attention`` — ``(Q Kᵀ) V = Q (Kᵀ V)`` (proved symbolically) and the flop
-  counts of the two association orders, derived from the shapes: ``4 n² d`` against ``4 n d²``.
-* ``classics.eckart_young`` — the best rank-``r`` approximation ``A_r`` (truncated SVD) has errors
-  ``‖A − A_r‖_op = σ_{r+1}`` and ``‖A − A_r‖_F = (Σ_{i>r} σ_i²)^{1/2}`` (Eckart & Young 1936;
-  Mirsky 1960), checked against random rank-``r`` competitors, which must not do better.
-* ``classics.lora`` — LoRA's trainable parameters ``r (d_in + d_out)`` per adapted matrix
-  ``W ∈ R^{d_out×d_in}`` (Hu et al. 2021), derived from the shapes of ``B ∈ R^{d_out×r}`` and
-  ``A ∈ R^{r×d_in}``.
+* ``classics.shampoo`` — Shampoo's one-step preconditioner with exponent ``-1/4`` on both sides is
+  the spectral sign (Gupta, Koren, Singer 2018; Bernstein & Newhouse 2024, *Old optimizer, new
+  norm*): ``G = U Σ Vᵀ`` → ``G Gᵀ = U Σ² Uᵀ`` → ``(G Gᵀ)^{-1/4} = U Σ^{-1/2} Uᵀ`` and likewise
+  ``(Gᵀ G)^{-1/4} = V Σ^{-1/2} Vᵀ`` → the product collapses to ``U Vᵀ = msign(G)``.
+* ``classics.odd_polynomial`` — ``a X + b X XᵀX + c X (XᵀX)² = U (a Σ + b Σ³ + c Σ⁵) Vᵀ``:
+  ``X (XᵀX)^k = U Σ^{2k+1} Vᵀ`` (each ``XᵀX`` contributes ``V Σ² Vᵀ``), so an odd polynomial acts on
+  the singular values only, which is why Newton–Schulz schedules are searched on scalars.
+* ``classics.attention_rank`` — ``rank(Q Kᵀ) ≤ rank(Q) ≤ min(n, d_h) ≤ d_h``: the product factors
+  through ``R^{d_h}``; random instances attain the bound.
+* ``classics.linear_attention`` — ``(Q Kᵀ) V = Q (Kᵀ V)`` (associativity), and
+  ``classics.linear_attention.flops_quadratic`` / ``.flops_linear``: the flop counts of the two
+  orders, ``2 m k p`` per product read off the shapes: ``4 n² d`` and ``4 n d²``, equal at ``n = d``.
+* ``classics.eckart_young`` and ``classics.eckart_young.frobenius`` — the truncated SVD ``A_r`` has
+  ``‖A − A_r‖_op = σ_{r+1}`` and ``‖A − A_r‖_F = (Σ_{i>r} σ_i²)^{1/2}`` (Eckart & Young 1936; Mirsky
+  1960); random rank-``r`` competitors do no better.
+* ``classics.lora`` and ``classics.lora.fraction`` — LoRA's trainable parameters ``r (d_in + d_out)``
+  per adapted ``W ∈ R^{d_out×d_in}`` (Hu et al. 2021), from the shapes of ``B ∈ R^{d_out×r}`` and
+  ``A ∈ R^{r×d_in}``, and their fraction ``r (d_in + d_out) / (d_in d_out)`` of ``W``.
 
-``python -m derivations.classics`` prints every statement and the result of its check.
+``python -m derivations.classics`` prints every step (lemma, side conditions, check) and exits 1 if a
+step fails; ``python -m derivations.crosscheck classics.shampoo "U V^T"`` checks a hand formula against
+a classic's result.
 """
 
 from __future__ import annotations
@@ -30,206 +34,413 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 
-import mpmath
 import numpy as np
-from sympy import expand, symbols
+from sympy import Eq, solve
+from sympy.matrices.expressions import MatrixSymbol
 
-from .crosscheck import Verdict, compare, identity_target, parse_assumptions
-from .formula import Builder, parse_tree
+from . import lemmas as L
+from .algebra import product, transpose
+from .engine import (
+    FLOAT64_TOL,
+    MPMATH_DPS,
+    MPMATH_TOL,
+    Context,
+    Derivation,
+    DerivationError,
+    StepCheckFailed,
+    identity_chain,
+)
+from .evaluate import evaluate
+from .formula import parse
+from .lemmas import spectral as S
+from .norms import UNITARY_INVARIANCE, FrobeniusNorm
+from .vocabulary import FULL_COLUMN_RANK, FactMatrix, OpNorm, dimension, positive_symbol
 
-DPS = 50
+DPS = MPMATH_DPS
 
 
+class ClassicDerivation(Derivation):
+    """A derivation whose steps may be bounds: a lemma of :data:`derivations.lemmas.spectral.BOUND_LEMMAS`
+    records a ``bound`` step, checked as ``before ≤ after`` on every instance (sub-check ``before ≤ after``,
+    the excess relative to ``max(1, |after|)``)."""
+
+    #: the dimension symbols a cross-check may name (``4 n^2 d``)
+    dimensions: tuple = ()
+    #: nodes a cross-check may name besides the start's symbols (the SVD factors ``U``, ``Σ``, ``V``)
+    names: tuple = ()
+
+    def _record(self, kind, lemma, after, conditions, note="", substitution=None, params=None):
+        if kind == "rewrite" and lemma.key in S.BOUND_LEMMAS:
+            kind = "bound"
+        return super()._record(kind, lemma, after, conditions, note, substitution, params)
+
+    def _instance_errors(self, step, sampler, rng, backend):
+        if step.kind != "bound":
+            return super()._instance_errors(step, sampler, rng, backend)
+        from .engine import _Failure
+        try:
+            env = sampler.sample(rng, L.base.free_symbols(*step.before.parts(), *step.after.parts()), backend)
+            worst = 0.0
+            for b, a in zip(step.before.parts(), step.after.parts()):
+                vb, va = (float(evaluate(e, env, backend, sampler.dims)) for e in (b, a))
+                worst = max(worst, max(0.0, vb - va) / max(1.0, abs(va)))
+        except (ValueError, ZeroDivisionError, np.linalg.LinAlgError) as exc:
+            raise _Failure("evaluation", f"{self._header(step, 'evaluation')}: {type(exc).__name__}: {exc}") from None
+        return {"before ≤ after": worst}, env
+
+
+def _chain(name, title, start, context, statement, *, dimensions=(), names=()) -> ClassicDerivation:
+    der = identity_chain(name, title, start, context, statement)
+    der.__class__ = ClassicDerivation
+    der.dimensions, der.names = tuple(dimensions), tuple(names)
+    return der
+
+
+def _pick(plant, lemma):
+    """``lemma``, or the planted variant of it (same key, number and title) that a test substitutes."""
+    return (plant or {}).get(lemma.key, lemma)
+
+
+# ---- Shampoo ---------------------------------------------------------------------------------------
+n, m, d, d_h, r, d_in, d_out = (dimension(s) for s in ("n", "m", "d", "d_h", "r", "d_in", "d_out"))
+
+
+def build_shampoo(plant=None) -> ClassicDerivation:
+    """``(G Gᵀ)^{-1/4} G (Gᵀ G)^{-1/4} = msign(G)`` for a square invertible ``G``."""
+    g = FactMatrix("G", n, n, [FULL_COLUMN_RANK])
+    start = parse("(G G^T)^{-1/4} G (G^T G)^{-1/4}", {"G": g})
+    ctx = Context(check_dims=[{n: 3}, {n: 4}, {n: 6}], mpmath_dims={n: 3})
+    der = _chain("classics.shampoo", "Shampoo's one-step preconditioner is msign", start, ctx,
+                 "Shampoo with exponent −1/4 on both sides, one step, G square of full rank",
+                 names=S.svd_parts(g))
+    p = lambda lemma: _pick(plant, lemma)
+    der.apply(p(S.GRAM_POWER), note="(G Gᵀ)^{-1/4} and (Gᵀ G)^{-1/4} as powers of PSD matrices")
+    der.apply(p(S.SVD), matrix=g, note="G = U Σ Vᵀ")
+    der.apply(p(S.ORTHONORMAL_CANCEL), note="G Gᵀ = U Σ Vᵀ V Σ Uᵀ, Gᵀ G = V Σ Uᵀ U Σ Vᵀ")
+    der.apply(p(S.DIAGONAL_POWERS), note="G Gᵀ = U Σ² Uᵀ, Gᵀ G = V Σ² Vᵀ")
+    der.apply(p(S.SPECTRAL_CALCULUS), note="(U Σ² Uᵀ)^{-1/4} = U Σ^{-1/2} Uᵀ, likewise with V")
+    der.apply(p(S.ORTHONORMAL_CANCEL), note="Uᵀ U = I, Vᵀ V = I in the product")
+    der.apply(p(S.DIAGONAL_POWERS), note="Σ^{-1/2} Σ Σ^{-1/2} = I")
+    der.apply(p(S.MSIGN_SVD), note="U Vᵀ = msign(G)")
+    return der
+
+
+@cache
+def shampoo() -> ClassicDerivation:
+    """:func:`build_shampoo` (built and checked once)."""
+    return build_shampoo()
+
+
+# ---- odd matrix polynomials -----------------------------------------------------------------------
+def build_odd_polynomial(plant=None) -> ClassicDerivation:
+    """``a X + b X XᵀX + c X (XᵀX)² = U (a Σ + b Σ³ + c Σ⁵) Vᵀ``."""
+    x = FactMatrix("X", m, n, [FULL_COLUMN_RANK])
+    names = {"X": x, **{k: positive_symbol(k) for k in "abc"}}
+    start = parse("a X + b X X^T X + c X X^T X X^T X", names)
+    ctx = Context(check_dims=[{m: 5, n: 3}, {m: 4, n: 4}, {m: 6, n: 2}], mpmath_dims={m: 4, n: 3})
+    der = _chain("classics.odd_polynomial", "Odd matrix polynomials act on singular values", start, ctx,
+                 "p(X) = a X + b X(XᵀX) + c X(XᵀX)², X of full column rank", names=S.svd_parts(x))
+    p = lambda lemma: _pick(plant, lemma)
+    der.apply(p(S.SVD), matrix=x, note="X = U Σ Vᵀ")
+    der.apply(p(S.ORTHONORMAL_CANCEL), note="XᵀX = V Σ² Vᵀ: X (XᵀX)^k = U Σ (Vᵀ V) Σ (Uᵀ U) Σ … Vᵀ")
+    der.apply(p(S.DIAGONAL_POWERS), note="X (XᵀX)^k = U Σ^{2k+1} Vᵀ")
+    der.apply(p(S.FACTOR_OUTER), note="p(X) = U p(Σ) Vᵀ")
+    return der
+
+
+@cache
+def odd_polynomial() -> ClassicDerivation:
+    """:func:`build_odd_polynomial` (built and checked once)."""
+    return build_odd_polynomial()
+
+
+# ---- rank of attention logits -----------------------------------------------------------------------
+def build_attention_rank(plant=None) -> ClassicDerivation:
+    """``rank(Q Kᵀ) ≤ rank(Q) ≤ min(n, d_h) ≤ d_h``."""
+    q, k = MatrixSymbol("Q", n, d_h), MatrixSymbol("K", n, d_h)
+    ctx = Context(check_dims=[{n: 6, d_h: 2}, {n: 7, d_h: 3}, {n: 4, d_h: 4}], mpmath_dims={n: 5, d_h: 2})
+    der = _chain("classics.attention_rank", "Rank of attention logits", S.Rank(product(q, transpose(k))), ctx,
+                 "Q, K ∈ R^{n×d_h}", dimensions=(n, d_h))
+    p = lambda lemma: _pick(plant, lemma)
+    der.apply(p(S.RANK_PRODUCT), note="Q Kᵀ factors through R^{d_h}: its columns are combinations of Q's")
+    der.apply(p(S.RANK_SHAPE), note="Q is n × d_h")
+    der.apply(p(S.MIN_BOUND), keep=d_h, note="min(n, d_h) ≤ d_h")
+    return der
+
+
+@cache
+def attention_rank() -> ClassicDerivation:
+    """:func:`build_attention_rank` (built and checked once)."""
+    return build_attention_rank()
+
+
+# ---- linear attention ------------------------------------------------------------------------------------
+def _qkv():
+    return MatrixSymbol("Q", n, d), MatrixSymbol("K", n, d), MatrixSymbol("V", n, d)
+
+
+_QKV_DIMS = [{n: 5, d: 2}, {n: 3, d: 4}, {n: 4, d: 4}]
+
+
+def build_linear_attention(plant=None) -> ClassicDerivation:
+    """``(Q Kᵀ) V = Q (Kᵀ V)``."""
+    q, k, v = _qkv()
+    ctx = Context(check_dims=_QKV_DIMS, mpmath_dims={n: 4, d: 2})
+    der = _chain("classics.linear_attention", "Linear attention reassociation", product(S.Group(product(q, k.T)), v),
+                 ctx, "softmax-free attention, Q, K, V ∈ R^{n×d}")
+    der.apply(_pick(plant, S.ASSOCIATIVITY), note="regroup: the n × n matrix Q Kᵀ is never formed")
+    return der
+
+
+def build_flops(order: str, plant=None) -> ClassicDerivation:
+    """Flops of ``(Q Kᵀ) V`` (``order="quadratic"``) or of ``Q (Kᵀ V)`` (``"linear"``)."""
+    q, k, v = _qkv()
+    expr = product(S.Group(product(q, k.T)), v) if order == "quadratic" else product(q, S.Group(product(k.T, v)))
+    ctx = Context(check_dims=_QKV_DIMS, mpmath_dims={n: 3, d: 2})
+    der = _chain(f"classics.linear_attention.flops_{order}", f"Flops of {expr}", S.Flops(expr), ctx,
+                 f"evaluate {expr} as parenthesized", dimensions=(n, d))
+    der.apply(_pick(plant, S.PRODUCT_COST), note="2·m·k·p per product, from the shapes")
+    return der
+
+
+@cache
+def linear_attention() -> ClassicDerivation:
+    """:func:`build_linear_attention` (built and checked once)."""
+    return build_linear_attention()
+
+
+@cache
+def flops_quadratic() -> ClassicDerivation:
+    """Flops of ``(Q Kᵀ) V``."""
+    return build_flops("quadratic")
+
+
+@cache
+def flops_linear() -> ClassicDerivation:
+    """Flops of ``Q (Kᵀ V)``."""
+    return build_flops("linear")
+
+
+def crossover():
+    """The sequence lengths where both orders cost the same, solved from the two derived counts."""
+    return solve(Eq(flops_quadratic().formula, flops_linear().formula), n)
+
+
+# ---- Eckart–Young --------------------------------------------------------------------------------------------
+def build_eckart_young(norm: str = "op", plant=None) -> ClassicDerivation:
+    """``‖A − A_r‖_op = σ_{r+1}`` (``norm="op"``) or ``‖A − A_r‖_F = (Σ_{i>r} σ_i²)^{1/2}`` (``"frobenius"``)."""
+    a = FactMatrix("A", m, n, [FULL_COLUMN_RANK])
+    diff = product(-1, S.TruncatedSvd(a, r))
+    from .algebra import total
+    err = (OpNorm if norm == "op" else FrobeniusNorm)(total(a, diff))
+    ctx = Context(check_dims=[{m: 6, n: 4, r: 2}, {m: 7, n: 5, r: 3}, {m: 5, n: 5, r: 2}],
+                  mpmath_dims={m: 5, n: 4, r: 2})
+    name = "classics.eckart_young" + ("" if norm == "op" else ".frobenius")
+    which = "operator" if norm == "op" else "Frobenius"
+    der = _chain(name, f"Eckart–Young: {which} error of the truncated SVD", err, ctx,
+                 f"{which} error of the rank-r truncation A_r of A ∈ R^(m×n)", names=S.svd_parts(a),
+                 dimensions=(r,))
+    p = lambda lemma: _pick(plant, lemma)
+    der.apply(p(S.TRUNCATED_SVD), note="A_r = U Σ_{≤r} Vᵀ")
+    der.apply(p(S.SVD), matrix=a, note="A = U Σ Vᵀ")
+    der.apply(p(S.FACTOR_OUTER), note="A − A_r = U (Σ − Σ_{≤r}) Vᵀ")
+    der.apply(p(S.DIAGONAL_SPLIT), note="Σ − Σ_{≤r} = Σ_{>r}")
+    der.apply(p(L.ORTHONORMAL_INVARIANCE if norm == "op" else UNITARY_INVARIANCE), note="drop U and Vᵀ")
+    der.apply(p(S.DIAGONAL_NORMS), note="the norm of a diagonal matrix, σ sorted")
+    return der
+
+
+@cache
+def eckart_young() -> ClassicDerivation:
+    """:func:`build_eckart_young` in the operator norm."""
+    return build_eckart_young("op")
+
+
+@cache
+def eckart_young_frobenius() -> ClassicDerivation:
+    """:func:`build_eckart_young` in the Frobenius norm."""
+    return build_eckart_young("frobenius")
+
+
+def competitors(seed=0, trials=60) -> tuple[bool, str]:
+    """Random rank-``r`` matrices ``B`` (near the truncation and far from it) must not beat the derived errors:
+    ``‖A − B‖ ≥`` the derived value of ``‖A − A_r‖``, both norms, on every instance."""
+    rng = np.random.default_rng(seed)
+    worst = np.inf
+    op, fro = eckart_young().formula, eckart_young_frobenius().formula
+    for dims in eckart_young().context.check_dims:
+        rows, cols, rank = (dims[s] for s in (m, n, r))
+        base = rng.standard_normal((rows, cols))
+        derived = [float(evaluate(f, {sym: base for sym in f.atoms(MatrixSymbol)}, dims=dims)) for f in (op, fro)]
+        u, s, vt = np.linalg.svd(base, full_matrices=False)
+        left, right = u[:, :rank], s[:rank, None] * vt[:rank]
+        for t in range(trials):
+            scale = 0.1 if t % 2 else 1.0
+            b = (left + scale * rng.standard_normal(left.shape)) @ (right + scale * rng.standard_normal(right.shape))
+            got = (np.linalg.norm(base - b, 2), np.linalg.norm(base - b, "fro"))
+            margin = min(got[0] - derived[0], got[1] - derived[1])
+            worst = min(worst, margin)
+            if margin < -1e-12:
+                return False, f"a rank-{rank} matrix beats the derived error at {rows}×{cols}: {got} < {derived}"
+    return True, f"{trials} random rank-r competitors per size do no better (smallest margin {worst:.2e})"
+
+
+# ---- LoRA ------------------------------------------------------------------------------------------------------
+def _lora_shapes():
+    b, a, w = MatrixSymbol("B", d_out, r), MatrixSymbol("A", r, d_in), MatrixSymbol("W", d_out, d_in)
+    if product(b, a).shape != w.shape:
+        raise DerivationError("classics.lora: B A must have the shape of W")
+    return b, a, w
+
+
+_LORA_DIMS = [{d_out: 5, d_in: 4, r: 2}, {d_out: 3, d_in: 6, r: 2}, {d_out: 4, d_in: 4, r: 3}]
+
+
+def build_lora(fraction: bool = False, plant=None) -> ClassicDerivation:
+    """``#B + #A = r (d_in + d_out)``, or divided by ``#W = d_out d_in``."""
+    b, a, w = _lora_shapes()
+    count = S.Entries(b) + S.Entries(a)
+    start = count / S.Entries(w) if fraction else count
+    ctx = Context(check_dims=_LORA_DIMS, mpmath_dims={d_out: 3, d_in: 2, r: 2})
+    der = _chain("classics.lora" + (".fraction" if fraction else ""),
+                 "LoRA: trainable fraction of W" if fraction else "LoRA trainable parameters", start, ctx,
+                 "W + B A with B ∈ R^(d_out×r), A ∈ R^(r×d_in) trained, W frozen", dimensions=(r, d_in, d_out))
+    der.apply(_pick(plant, S.ENTRY_COUNT), note="count the entries from the shapes")
+    der.apply(_pick(plant, S.SCALAR_ALGEBRA), how="factor")
+    return der
+
+
+@cache
+def lora() -> ClassicDerivation:
+    """:func:`build_lora` (the count)."""
+    return build_lora()
+
+
+@cache
+def lora_fraction() -> ClassicDerivation:
+    """:func:`build_lora` (the fraction of ``W``)."""
+    return build_lora(fraction=True)
+
+
+def llama_example(rank: int = 16) -> int:
+    """Trainable parameters of rank-``rank`` LoRA on ``W_Q`` and ``W_V`` of every layer of Llama-3-8B, from the
+    derived count evaluated at the shapes of :mod:`derivations.params`."""
+    from .params import Shape, tensors
+    shapes = {t.name: t.shape for t in tensors(Shape(4096, 32, 128256, 14336, 32, 8, 128))}
+    count = lora().formula
+    per_layer = sum(int(count.subs({d_out: shapes[w][0], d_in: shapes[w][1], r: rank})) for w in ("W_Q", "W_V"))
+    return per_layer * 32
+
+
+# ---- the catalogue -----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Classic:
-    """A named classic result: its statement and a check returning ``(holds, evidence)``."""
+    """A named classic: its derivations (the first is the headline), and an extra check ``() -> (holds, evidence)``
+    for what is not a step (competitors, a crossover, a worked example)."""
 
     name: str
     title: str
     statement: str
-    check: Callable[[], tuple[bool, str]]
+    derivations: Callable
+    extra: Callable | None = None
+
+    def check(self) -> tuple[bool, str]:
+        """``(holds, evidence)``: every step of every derivation re-checked (float64 and mpmath), then ``extra``."""
+        try:
+            ders = self.derivations()
+            for der in ders:
+                der.check(trials=3, mp=True)
+        except (StepCheckFailed, DerivationError) as exc:
+            return False, str(exc)
+        steps = sum(len(der.steps) for der in ders)
+        evidence = f"{steps} steps checked in float64 and at {DPS} digits"
+        if self.extra is not None:
+            ok, more = self.extra()
+            if not ok:
+                return False, more
+            evidence += f"; {more}"
+        return True, evidence
 
 
-# ---- identities, checked by the cross-checker ----------------------------------------------------
-def identity(lhs: str, rhs: str, assume=()) -> Verdict:
-    """The cross-checker's verdict on ``lhs = rhs`` under ``assume`` (``"G: square, full column rank"``)."""
-    target, cand = identity_target(lhs, rhs, parse_assumptions(list(assume)))
-    return compare(target, cand)
+def _crossover_check():
+    roots = [x for x in crossover() if x.is_positive]
+    q, lin = flops_quadratic().formula, flops_linear().formula
+    return roots == [d], f"flops (QKᵀ)V = {q}, Q(KᵀV) = {lin}; equal at n = {', '.join(map(str, roots))}"
 
 
-SHAMPOO = ("(G G^T)^{-1/4} G (G^T G)^{-1/4}", "msign(G)", ["G: square, full column rank"])
-ODD_POLYNOMIAL = ("a X + b X X^T X + c X X^T X X^T X",
-                  "msign(X) sqrtm(X^T X) (a I + b X^T X + c X^T X X^T X)", ["X: full column rank"])
-REASSOCIATION = ("(Q K^T) V", "Q (K^T V)", [])
+def _rank_attained():
+    der = attention_rank()
+    start = der.start.expr
+    rng = np.random.default_rng(1)
+    for dims in der.context.check_dims:
+        values = {s: rng.standard_normal((dims[n], dims[d_h])) for s in start.atoms(MatrixSymbol)}
+        got = int(evaluate(start, values, dims=dims))
+        if got != dims[d_h]:
+            return False, f"rank {got} ≠ d_h = {dims[d_h]} on a random instance at n = {dims[n]}"
+    return True, "random instances attain the bound (rank = d_h)"
 
 
-def _identity_check(spec) -> Callable[[], tuple[bool, str]]:
-    def check():
-        v = identity(*spec)
-        return v.verdict == "equal", f"{v.verdict} ({v.method}, {v.instances} instances at {DPS} digits)"
-    return check
-
-
-# ---- shapes: ranks and flop counts -----------------------------------------------------------------
-n, d, d_h, r, d_in, d_out = symbols("n d d_h r d_in d_out", integer=True, positive=True)
-
-
-def _shaped(names_shapes: dict) -> dict:
-    from sympy.matrices.expressions import MatrixSymbol
-    return {k: MatrixSymbol(k, *shape) for k, shape in names_shapes.items()}
-
-
-def matmul_flops(text: str, namespace: dict):
-    """Flops of ``text`` evaluated as written (parentheses respected, left to right otherwise):
-    ``2 m k p`` for each product of an ``m×k`` and a ``k×p`` matrix (a multiply and an add)."""
-    builder = Builder(namespace)
-
-    def cost(node):
-        if node.kind == "mul":
-            total, acc = 0, None
-            for _, factor in node.args:
-                c, shape = cost(factor)
-                total += c
-                if acc is not None:
-                    total += 2 * acc[0] * acc[1] * shape[1]
-                    acc = (acc[0], shape[1])
-                else:
-                    acc = shape
-            return total, acc
-        if node.kind in ("T",):
-            c, shape = cost(node.args[0])
-            return c, (shape[1], shape[0])
-        value = builder.build(node)
-        return 0, tuple(value.shape)
-    return expand(cost(parse_tree(text))[0])
-
-
-def linear_attention_flops() -> dict:
-    """Flop counts of the two association orders of ``Q Kᵀ V`` with ``Q, K, V ∈ R^{n×d}``."""
-    ns = _shaped({"Q": (n, d), "K": (n, d), "V": (n, d)})
-    return {"(Q K^T) V": matmul_flops("(Q K^T) V", ns), "Q (K^T V)": matmul_flops("Q (K^T V)", ns)}
-
-
-def _linear_attention_check():
-    v = identity(*REASSOCIATION)
-    flops = linear_attention_flops()
-    ok = v.verdict == "equal" and expand(flops["(Q K^T) V"] - 4 * n**2 * d) == 0 and expand(
-        flops["Q (K^T V)"] - 4 * n * d**2) == 0
-    return ok, (f"reassociation {v.verdict} ({v.method}); flops (QKᵀ)V = {flops['(Q K^T) V']}, "
-                f"Q(KᵀV) = {flops['Q (K^T V)']}")
-
-
-def product_rank_bound(text: str, namespace: dict):
-    """An upper bound on the rank of a product: the smallest dimension it passes through."""
-    expr = Builder(namespace).build(parse_tree(text))
-    dims = [expr.shape[0], expr.shape[1]]
-    for m in getattr(expr, "args", ()):
-        if getattr(m, "is_Matrix", False):
-            dims += list(m.shape)
-    return dims
-
-
-def numerical_rank(a: mpmath.matrix, tol=None) -> int:
-    with mpmath.workdps(DPS):
-        s = mpmath.svd_r(a, compute_uv=False)
-        tol = tol or mpmath.mpf(10) ** (-DPS + 10) * max(s)
-        return sum(1 for x in s if x > tol)
-
-
-def _attention_rank_check(seed=0):
-    rng = np.random.default_rng(seed)
-    worst = 0
-    ns = _shaped({"Q": (n, d_h), "K": (n, d_h)})
-    bound = product_rank_bound("Q K^T", ns)
-    if d_h not in bound:
-        return False, f"the product does not pass through d_h: dimensions {bound}"
-    for rows, heads in ((6, 2), (7, 3), (5, 5)):
-        with mpmath.workdps(DPS):
-            q = mpmath.matrix(rng.standard_normal((rows, heads)).tolist())
-            k = mpmath.matrix(rng.standard_normal((rows, heads)).tolist())
-            rank = numerical_rank(q * k.T)
-        if rank > heads:
-            return False, f"rank {rank} > d_h = {heads} at n = {rows}"
-        worst = max(worst, heads - rank)
-    return worst == 0, "rank(Q Kᵀ) = d_h exactly on random instances (the bound is attained)"
-
-
-# ---- Eckart–Young and LoRA -------------------------------------------------------------------------
-def truncated_svd(a: np.ndarray, rank: int) -> np.ndarray:
-    u, s, vt = np.linalg.svd(a, full_matrices=False)
-    return (u[:, :rank] * s[:rank]) @ vt[:rank]
-
-
-def eckart_young_errors(sigma, rank: int) -> tuple[float, float]:
-    """The claimed errors ``(σ_{r+1}, (Σ_{i>r} σ_i²)^{1/2})`` of the best rank-``r`` approximation."""
-    rest = np.asarray(sigma[rank:], dtype=float)
-    return (float(rest[0]) if rest.size else 0.0), float(np.sqrt(np.sum(rest**2)))
-
-
-def check_eckart_young(errors=eckart_young_errors, seed=0, trials=200) -> tuple[bool, str]:
-    """The truncated SVD attains ``errors`` and no random rank-``r`` matrix does better."""
-    rng = np.random.default_rng(seed)
-    worst_gap = 0.0
-    for m, k, rank in ((6, 4, 1), (7, 5, 2), (5, 5, 3)):
-        a = rng.standard_normal((m, k))
-        s = np.linalg.svd(a, compute_uv=False)
-        ar = truncated_svd(a, rank)
-        u, _, vt = np.linalg.svd(a, full_matrices=False)
-        left, right = u[:, :rank], s[:rank, None] * vt[:rank]
-        op, fro = errors(s, rank)
-        got = (np.linalg.norm(a - ar, 2), np.linalg.norm(a - ar, "fro"))
-        gap = max(abs(got[0] - op), abs(got[1] - fro)) / s[0]
-        worst_gap = max(worst_gap, gap)
-        if gap > 1e-12:
-            return False, f"truncated SVD errors {got} differ from the claimed {(op, fro)} at {m}x{k}, r = {rank}"
-        for _ in range(trials // 3):  # competitors near the optimum and random ones
-            b = (left + 0.1 * rng.standard_normal(left.shape)) @ (right + 0.1 * rng.standard_normal(right.shape))
-            if np.linalg.norm(a - b, 2) < op - 1e-12 or np.linalg.norm(a - b, "fro") < fro - 1e-12:
-                return False, f"a rank-{rank} matrix beats the claimed optimum at {m}x{k}"
-    return True, f"errors attained (max gap {worst_gap:.1e}); no rank-r competitor does better"
-
-
-def lora_parameters(d_out_, d_in_, rank):
-    """Trainable parameters of a LoRA adapter ``W + B A``: the sizes of ``B`` and ``A``."""
-    ns = _shaped({"B": (d_out_, rank), "A": (rank, d_in_)})
-    expr = Builder(ns).build(parse_tree("B A"))
-    if tuple(expr.shape) != (d_out_, d_in_):
-        raise ValueError("B A must have the shape of W")
-    return expand(sum(m.shape[0] * m.shape[1] for m in ns.values()))
-
-
-def _lora_check():
-    count = lora_parameters(d_out, d_in, r)
-    ok = expand(count - r * (d_in + d_out)) == 0
-    from .params import Shape, tensors
-    shapes = {t.name: t.shape for t in tensors(Shape(4096, 32, 128256, 14336, 32, 8, 128))}
-    qv = sum(lora_parameters(*shapes[w], 16) for w in ("W_Q", "W_V")) * 32
-    return ok, f"r (d_in + d_out) = {count}; rank 16 on W_Q and W_V of Llama-3-8B: {int(qv):,} trainable"
+def _lora_example():
+    return True, f"rank 16 on W_Q and W_V of Llama-3-8B: {llama_example():,} trainable"
 
 
 CLASSICS = (
     Classic("classics.shampoo", "Shampoo's one-step preconditioner is msign",
-            "(G Gᵀ)^{-1/4} G (Gᵀ G)^{-1/4} = msign(G) for invertible G", _identity_check(SHAMPOO)),
+            "(G Gᵀ)^{-1/4} G (Gᵀ G)^{-1/4} = msign(G) for invertible G", lambda: (shampoo(),)),
     Classic("classics.odd_polynomial", "Odd matrix polynomials act on singular values",
-            "a X + b XXᵀX + c X(XᵀX)² = msign(X)(XᵀX)^{1/2}(aI + bXᵀX + c(XᵀX)²) = U p(Σ) Vᵀ",
-            _identity_check(ODD_POLYNOMIAL)),
-    Classic("classics.attention_rank", "Rank of attention logits", "rank(Q Kᵀ) ≤ d_h", _attention_rank_check),
+            "a X + b X XᵀX + c X (XᵀX)² = U (a Σ + b Σ³ + c Σ⁵) Vᵀ = U p(Σ) Vᵀ", lambda: (odd_polynomial(),)),
+    Classic("classics.attention_rank", "Rank of attention logits", "rank(Q Kᵀ) ≤ d_h",
+            lambda: (attention_rank(),), _rank_attained),
     Classic("classics.linear_attention", "Linear attention reassociation",
-            "(Q Kᵀ) V = Q (Kᵀ V); flops 4n²d against 4nd²", _linear_attention_check),
-    Classic("classics.eckart_young", "Eckart–Young", "‖A − A_r‖_op = σ_{r+1}, ‖A − A_r‖_F = (Σ_{i>r} σ_i²)^{1/2}",
-            check_eckart_young),
-    Classic("classics.lora", "LoRA trainable parameters", "r (d_in + d_out) per adapted d_out × d_in matrix",
-            _lora_check),
+            "(Q Kᵀ) V = Q (Kᵀ V); flops 4n²d against 4nd², equal at n = d",
+            lambda: (linear_attention(), flops_quadratic(), flops_linear()), _crossover_check),
+    Classic("classics.eckart_young", "Eckart–Young",
+            "‖A − A_r‖_op = σ_{r+1}, ‖A − A_r‖_F = (Σ_{i>r} σ_i²)^{1/2}",
+            lambda: (eckart_young(), eckart_young_frobenius()), competitors),
+    Classic("classics.lora", "LoRA trainable parameters",
+            "r (d_in + d_out) per adapted d_out × d_in matrix, a fraction r (d_in + d_out)/(d_in d_out) of W",
+            lambda: (lora(), lora_fraction()), _lora_example),
 )
 
 
+def derivations() -> list:
+    """Every derivation of every classic, in catalogue order."""
+    return [der for c in CLASSICS for der in c.derivations()]
+
+
 def by_name(name: str) -> Classic:
+    """The classic called ``name`` (``KeyError`` listing the known names)."""
     for c in CLASSICS:
         if c.name == name:
             return c
     raise KeyError(f"unknown classic {name!r}; known: {', '.join(c.name for c in CLASSICS)}")
+
+
+def planted(lemma: L.Lemma, rewrite) -> L.Lemma:
+    """A wrong variant of ``lemma`` for the tests: the same key, number and title, another rewrite."""
+    return replace(lemma, rewrite=rewrite)
+
+
+# ---- command line -----------------------------------------------------------------------------------------------
+def step_lines(der) -> list[str]:
+    """The steps of ``der`` as text: result, lemma, side conditions and check."""
+    out = [f"{der.name}: {der.title}", f"  start: {der.start.expr}"]
+    for s in der.steps:
+        c = s.check
+        rel = "≤" if s.kind == "bound" else "="
+        mp = "n/a" if c.mpmath_error is None else f"{c.mpmath_error:.1e}"
+        status = "FAILS: " + c.failure.splitlines()[0] if not c.passed else (
+            f"holds (float64 {c.float64_error:.1e} ≤ {FLOAT64_TOL:.0e} over {c.trials} instances, "
+            f"mpmath {mp} ≤ {MPMATH_TOL:.0e})")
+        out += [f"  {rel} {s.after.expr}", f"      step {s.index}: lemma {s.lemma.number} ({s.lemma.title})"
+                + (f" — {s.note}" if s.note else "")]
+        out += [f"      side condition: {cond}" for cond in s.conditions]
+        out.append(f"      check: {status}")
+    out.append(f"  result: {der.formula}")
+    return out
 
 
 def main(argv=None) -> int:
@@ -245,8 +456,16 @@ def main(argv=None) -> int:
     for c in chosen:
         ok, evidence = c.check()
         failed += not ok
-        print(f"{c.name:<28} {'holds' if ok else 'FAILS'}  {c.statement}\n{'':<28} {evidence}")
+        print(f"== {c.name}: {c.title} — {'holds' if ok else 'FAILS'}\n   {c.statement}")
+        if ok:
+            for der in c.derivations():
+                print("\n".join(step_lines(der)))
+        print(f"   evidence: {evidence}\n")
     return 1 if failed else 0
+
+
+__all__ = ["CLASSICS", "Classic", "ClassicDerivation", "by_name", "competitors", "crossover", "derivations",
+           "llama_example", "main", "planted", "step_lines"]
 
 
 if __name__ == "__main__":
