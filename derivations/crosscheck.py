@@ -79,7 +79,7 @@ DPS = 50
 EQUAL_TOL = 1e-30  # relative, at 50 digits
 SCREEN_TOL = 1e-8  # relative, float64 screening of near variants
 INSTANCES_PER_SIZE = 2
-RULE_MODULES = ("halfsplit", "sylvester", "gauge", "gqa", "joint", "hybrid_ov")
+RULE_MODULES = ("halfsplit", "sylvester", "gauge", "gqa", "joint", "hybrid_ov", "classics")
 
 
 class BadInput(ValueError):
@@ -135,7 +135,7 @@ def target_of(der, module=None) -> Target:
     """The comparison target of a derivation (its result and its context)."""
     ctx = der.context
     definitions = dict(ctx.definitions)
-    exprs = [der.formula, *definitions, *definitions.values(), *der.start.parts()]
+    exprs = [der.formula, *definitions, *definitions.values(), *der.start.parts(), *getattr(der, "names", ())]
     if module is not None:  # the rule's other symbols and chain-rule definitions (G_K next to G_Q)
         for value in vars(module).values():
             if isinstance(value, (MatrixSymbol, Symbol)):
@@ -149,7 +149,10 @@ def target_of(der, module=None) -> Target:
     sizes += [dict(s) for s in ctx.check_dims if dict(s) not in sizes]
     if ctx.symbolic_dims and dict(ctx.symbolic_dims) not in sizes:
         sizes.insert(0, dict(ctx.symbolic_dims))
-    return Target(der.name, der.formula, _named_nodes(exprs), definitions, dict(ctx.scalars), sizes[:3],
+    namespace = _named_nodes(exprs)
+    for dim in getattr(der, "dimensions", ()):  # shape symbols a count or a bound is written in (classics)
+        namespace.setdefault(str(dim), dim)
+    return Target(der.name, der.formula, namespace, definitions, dict(ctx.scalars), sizes[:3],
                   dict(ctx.symbolic_dims) or None)
 
 
@@ -293,6 +296,8 @@ def compare(target: Target, candidate: Basic, *, diagnose: bool = True, seed: in
     if ref_shape != cand_shape:
         show = lambda s: "a scalar" if s is None else f"{s[0]}×{s[1]}"
         raise BadInput(f"the candidate is {show(cand_shape)} but {target.name} is {show(ref_shape)}")
+    if ref_shape is None and not free_symbols(ref, candidate):  # counts in the shape symbols: exact algebra
+        return _compare_in_dimensions(target, ref, candidate)
     insts = _instances(target, [ref, candidate], seed)
     pairs = []
     for inst in insts:
@@ -318,6 +323,27 @@ def compare(target: Target, candidate: Basic, *, diagnose: bool = True, seed: in
         out.scale, out.diagnosis = _diagnose(target, ref, candidate, pairs)
     if not out.diagnosis:
         out.diagnosis = ["no scalar multiple and none of the near variants of the derived result matches"]
+    return out
+
+
+def _compare_in_dimensions(target: Target, ref, candidate) -> Verdict:
+    """Two scalar expressions in the dimension symbols only (flop and parameter counts, rank bounds): equal
+    when their difference simplifies to zero; otherwise the first of the target's sizes where they differ."""
+    out = Verdict("equal", "symbolic", 0, "1", reference=sstr(ref), candidate=sstr(candidate))
+    if cancel(ref - candidate) == 0:
+        return out
+    out.verdict = "different"
+    ratio = cancel(candidate / ref) if ref != 0 else None
+    if ratio is not None and ratio.is_number:
+        out.scale = str(ratio)
+        out.diagnosis = [f"the candidate is {out.scale} × the derived result"]
+    dims = sorted(ref.free_symbols | candidate.free_symbols, key=str)
+    for sizes in [*target.sizes, *({s: k for s in dims} for k in range(2, 9))]:
+        a, b = ref.xreplace(sizes), candidate.xreplace(sizes)
+        if a.is_number and b.is_number and a != b:
+            out.counterexample = {"sizes": {str(k): int(v) for k, v in sizes.items() if k in dims}, "inputs": {},
+                                  "defined": {}, "derived": float(a), "candidate": float(b)}
+            break
     return out
 
 
