@@ -3,7 +3,9 @@
 ``min ⟨G̃, Δ Pᵀ⟩ s.t. ‖Δ Pᵀ‖_op ≤ β`` for a tall partner ``P`` of full column rank gives, through
 the same lemmas as half-split, ``Δ = −β msign(G C_P⁻¹) C_P⁻¹`` with ``G = G̃ P``. When ``P`` is
 block diagonal, ``Δ Pᵀ`` is the side-by-side concatenation of the per-block products, ``C_P`` is
-block diagonal too, and the emitted code works block by block.
+block diagonal too, and the emitted code works block by block. A per-head problem (each block's
+product bounded separately) is first restricted to the stacked constraint (Lemma K,
+:mod:`derivations.lemmas.blocks`).
 """
 
 from __future__ import annotations
@@ -17,12 +19,21 @@ from .vocabulary import GramSqrt, Inner, OpNorm
 
 
 def block_whitened(name: str, title: str, delta: MatrixSymbol, partner, loss_gradient, gradient,
-                   budget, context: Context, statement: str) -> Derivation:
-    """Derive ``argmin ⟨loss_gradient, Δ Pᵀ⟩`` s.t. ``‖Δ Pᵀ‖_op ≤ budget`` in the engine."""
+                   budget, context: Context, statement: str, per_block=None) -> Derivation:
+    """Derive ``argmin ⟨loss_gradient, Δ Pᵀ⟩`` s.t. ``‖Δ Pᵀ‖_op ≤ budget`` in the engine.
+
+    ``per_block = (width, layout, note)``: the problem starts from the per-block constraint
+    ``max_h ‖(Δ Pᵀ)_h‖_op ≤ budget`` over the column blocks of ``width`` (one per head: with a
+    block-diagonal ``P`` they are the per-head products ``Δ_h P_hᵀ``), and the first step restricts it
+    to the stacked one (Lemma K), carrying ``layout`` (a :class:`derivations.lemmas.HeadLayout`).
+    """
     z = MatrixSymbol(f"Z_{name.split('.')[-1]}", *delta.shape)
     change = product(delta, transpose(partner))
-    der = Derivation(name, title, Problem(delta, Inner(loss_gradient, change), OpNorm(change), budget),
+    constraint = OpNorm(change) if per_block is None else L.BlockMaxOpNorm(change, per_block[0], "columns")
+    der = Derivation(name, title, Problem(delta, Inner(loss_gradient, change), constraint, budget),
                      context, statement=statement)
+    if per_block is not None:
+        der.apply(L.BLOCK_STACKING, layout=per_block[1], note=per_block[2])
     der.apply(L.POLAR_SUBSTITUTION, matrix=partner, note=f"polar decomposition of the partner {partner}")
     der.change_variables(z, GramSqrt(partner))
     der.apply(L.ORTHONORMAL_INVARIANCE)

@@ -215,7 +215,13 @@ class Derivation:
         if not changed:
             why = "; ".join(dict.fromkeys(reasons)) or "the rewrite left every part unchanged"
             raise DerivationError(f"{where} did not apply to {self._describe(self.state)}: {why}")
-        return self._record("rewrite", lemma, self.state.with_parts(*parts),
+        kind = "rewrite"
+        if getattr(lemma, "restricts", False):  # a stronger constraint (derivations.lemmas.blocks)
+            kind = "restrict"
+            if not isinstance(self.state, Problem) or self._substitutions or parts[0] != self.state.objective:
+                raise DerivationError(f"{where}: a restriction replaces the constraint of the original problem "
+                                      "(before any change of variables) and leaves the objective alone")
+        return self._record(kind, lemma, self.state.with_parts(*parts),
                             list(dict.fromkeys(conditions)), note, params=params)
 
     def change_variables(self, new: MatrixSymbol, factor: GramSqrt, side: str = "right", note: str = ""):
@@ -373,6 +379,8 @@ class Derivation:
             return step.symbolic
         if step.kind in ("solve", "back_substitute"):
             step.symbolic = "n/a: certified by duality"
+        elif step.kind == "restrict":
+            step.symbolic = "n/a: an inequality, checked on random instances"
         elif not self.context.symbolic_dims:
             step.symbolic = "n/a: no symbolic sizes"
         elif not step.lemma.algebraic:
@@ -414,11 +422,40 @@ class Derivation:
             if step.kind == "solve":
                 return self._duality_errors(step.before, step.after, sampler, rng, backend)
             if step.kind == "back_substitute":
-                return self._duality_errors(self.start, step.after, sampler, rng, backend)
+                return self._certify(step, sampler, rng, backend)
+            if step.kind == "restrict":
+                return self._restriction_errors(step, sampler, rng, backend)
             return self._rewrite_errors(step, sampler, rng, backend)
         except (EvaluationError, np.linalg.LinAlgError, ZeroDivisionError, ValueError, L.NotApplicable) as exc:
             raise _Failure("evaluation", f"{self._header(step, 'evaluation')}: could not evaluate at sizes "
                                          f"{size_label(sampler.dims)}: {type(exc).__name__}: {exc}") from None
+
+    def restricted_problem(self):
+        """The problem the result solves: the start, or the state after the last restriction step."""
+        restricted = [s for s in self.steps if s.kind == "restrict"]
+        return restricted[-1].after if restricted else self.start
+
+    def _certify(self, step, sampler, rng, backend):
+        """Duality certificate against the (restricted) original problem; after a restriction also
+        ``feasible for the original problem``: ``max(0, c(X*) − β) / β`` for the start's constraint."""
+        problem = self.restricted_problem()
+        errs, env = self._duality_errors(problem, step.after, sampler, rng, backend)
+        if problem is not self.start:
+            ev = lambda e: evaluate(e, env, backend, sampler.dims)
+            beta = ev(self.start.budget)
+            errs["feasible for the original problem"] = max(0.0, float(ev(self.start.constraint) - beta)) / float(beta)
+        return errs, env
+
+    def _restriction_errors(self, step, sampler, rng, backend):
+        """A restriction on one random instance (the variable drawn at random too): the objective is
+        unchanged and the new constraint bounds the old one from above, ``c_before(X) ≤ c_after(X)``, so
+        the new feasible set lies inside the old."""
+        ev = lambda e, env: evaluate(e, env, backend, sampler.dims)
+        (obj_b, con_b), (obj_a, con_a) = step.before.parts(), step.after.parts()
+        env = sampler.sample(rng, free_symbols(obj_b, con_b, obj_a, con_a), backend)
+        c_b, c_a = ev(con_b, env), ev(con_a, env)
+        return {"objective unchanged": float(_rel(ev(obj_b, env), ev(obj_a, env), backend)),
+                "constraint tightened": max(0.0, float(c_b - c_a)) / max(1.0, abs(float(c_a)))}, env
 
     def _rewrite_errors(self, step, sampler, rng, backend):
         ev = lambda e, env: evaluate(e, env, backend, sampler.dims)

@@ -32,7 +32,7 @@ from . import halfsplit
 from . import lemmas as L
 from .algebra import product, transpose
 from .engine import Context, Derivation, Problem
-from .vocabulary import FULL_COLUMN_RANK, FactMatrix, GramSqrt, Inner, OpNorm, dimension, positive_symbol
+from .vocabulary import FULL_COLUMN_RANK, FactMatrix, GramSqrt, Inner, dimension, positive_symbol
 
 d, d_h, n = halfsplit.d, halfsplit.d_h, dimension("n")  # n = G·d rows of the stacked queries
 eps = halfsplit.eps
@@ -41,6 +41,9 @@ W_Qbar = FactMatrix("W_Qbar", n, d_h, [FULL_COLUMN_RANK])
 G_Mbar = MatrixSymbol("G_Mbar", n, d)  # the group's product gradients, stacked
 G_K = halfsplit.G_K
 GRADIENTS = {G_K: product(transpose(G_Mbar), W_Qbar)}
+#: the stacked queries in the stored layout: query heads are column blocks of W_Q (d, H·d_h), grouped
+#: consecutively over the key heads of W_K
+KEY_LAYOUT = L.HeadLayout("W_Qbar", "W_Q", "stack_rows", group, shared="W_K")
 
 
 def context() -> Context:
@@ -54,9 +57,12 @@ def key_side() -> Derivation:
     delta = MatrixSymbol("dW_K", d, d_h)
     z = MatrixSymbol("Z_K", d, d_h)
     change = product(W_Qbar, transpose(delta))
-    problem = Problem(delta, Inner(G_Mbar, change), OpNorm(change), eps / (2 * group))
+    problem = Problem(delta, Inner(G_Mbar, change), L.BlockMaxOpNorm(change, d, "rows"), eps / (2 * group))
     der = Derivation("gqa.key", "GQA: shared key update", problem, context(),
-                     statement="group budget ε/2 divided by the group size G, on the stacked product W̄ W_Kᵀ")
+                     statement="every product W_{Q,h} ΔW_Kᵀ of the group (the d-row blocks of W̄ ΔW_Kᵀ) within the "
+                               "group budget ε/2 divided by the group size G")
+    der.apply(L.BLOCK_STACKING, layout=KEY_LAYOUT,
+              note="restrict to the stacked product: max_h ‖W_{Q,h} ΔW_Kᵀ‖_op ≤ ‖W̄ ΔW_Kᵀ‖_op")
     der.apply(L.POLAR_SUBSTITUTION, matrix=W_Qbar, note="polar decomposition of the stacked queries")
     der.change_variables(z, GramSqrt(W_Qbar))
     der.apply(L.ORTHONORMAL_INVARIANCE)
@@ -73,6 +79,8 @@ W_Obar = FactMatrix("W_Obar", n, d_h, [FULL_COLUMN_RANK])  # the group's output 
 G_MObar = MatrixSymbol("G_MObar", n, d)  # the group's OV product gradients, stacked
 G_V = halfsplit.G_V
 GRADIENTS_V = {G_V: product(transpose(W_Obar), G_MObar)}
+#: the stacked output heads: column blocks of W_O (d, H·d_h), grouped over the value heads of W_V (H_kv·d_h, d)
+VALUE_LAYOUT = L.HeadLayout("W_Obar", "W_O", "stack_rows", group, shared="W_V")
 
 
 @cache
@@ -81,12 +89,15 @@ def value_side() -> Derivation:
     delta = MatrixSymbol("dW_V", d_h, d)
     z = MatrixSymbol("Z_V", d_h, d)
     change = product(W_Obar, delta)
-    problem = Problem(delta, Inner(G_MObar, change), OpNorm(change), eps / (2 * group))
+    problem = Problem(delta, Inner(G_MObar, change), L.BlockMaxOpNorm(change, d, "rows"), eps / (2 * group))
     ctx = Context(definitions=GRADIENTS_V, check_dims=[{d: 5, d_h: 2, n: 10}, {d: 4, d_h: 3, n: 12},
                                                        {d: 3, d_h: 3, n: 3}],
                   symbolic_dims={d: 3, d_h: 2, n: 4}, mpmath_dims={d: 4, d_h: 2, n: 8})
     der = Derivation("gqa.value", "GQA: shared value update", problem, ctx,
-                     statement="group budget ε/2 divided by the group size G, on the stacked product W̄_O ΔW_V")
+                     statement="every product W_{O,h} ΔW_V of the group (the d-row blocks of W̄_O ΔW_V) within the "
+                               "group budget ε/2 divided by the group size G")
+    der.apply(L.BLOCK_STACKING, layout=VALUE_LAYOUT,
+              note="restrict to the stacked product: max_h ‖W_{O,h} ΔW_V‖_op ≤ ‖W̄_O ΔW_V‖_op")
     der.apply(L.POLAR_SUBSTITUTION, matrix=W_Obar, note="polar decomposition of the stacked output heads")
     der.change_variables(z, GramSqrt(W_Obar), side="left")
     der.apply(L.ORTHONORMAL_INVARIANCE)

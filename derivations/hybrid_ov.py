@@ -22,6 +22,7 @@ from sympy import Rational
 from sympy.matrices.expressions import MatrixSymbol
 
 from . import halfsplit
+from . import lemmas as L
 from .block_whitened import block_whitened
 from .engine import Context
 from .vocabulary import BLOCK_DIAGONAL, FULL_COLUMN_RANK, FactMatrix, dimension
@@ -39,11 +40,19 @@ def context() -> Context:
                    symbolic_dims={d: 3, m: 2, n: 4}, mpmath_dims={d: 4, m: 2, n: 8})
 
 
+def _o_layout():
+    from . import gqa
+    #: P_V's blocks: the value heads W_{V,g}ᵀ of W_V (H_kv·d_h, d), each repeated over its group of output heads
+    return L.HeadLayout("P_V", "W_V", "diagonal", gqa.group, head_axis="rows", transposed=True)
+
+
 @cache
 def o_side():
     return block_whitened("hybrid_ov.o_side", "Hybrid OV: global O update", dW_O, P, G_tilde, G_O,
                           eps * Rational(1, 2), context(),
-                          "all heads' product changes side by side, operator norm ε/2")
+                          "every head's product change ΔW_{O,h} W_{V,h} (the d-column blocks of ΔW_O P_Vᵀ) "
+                          "within ε/2", per_block=(d, _o_layout(), "restrict to all heads side by side: "
+                                                   "max_h ‖ΔW_{O,h} W_{V,h}‖_op ≤ ‖ΔW_O P_Vᵀ‖_op (one global sign)"))
 
 
 def derivations():

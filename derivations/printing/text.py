@@ -37,6 +37,8 @@ def derivation_text(der: Derivation) -> str:
     for s in der.steps:
         out.append("")
         head = f"Step {s.index}. Lemma {s.lemma.number} ({s.lemma.title})"
+        if s.kind == "restrict":
+            head += " [restriction: a stronger constraint]"
         out.append(head + (f": {s.note}" if s.note else ""))
         out += ["    " + line for line in state_text(s.after)]
         for c in s.conditions:

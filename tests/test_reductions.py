@@ -1,0 +1,91 @@
+"""Block and stacking reductions as engine steps (Lemma K), and the layout adapters printed from them."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from sympy.matrices.expressions import MatrixSymbol
+
+from derivations import gqa, hybrid_ov
+from derivations import lemmas as L
+from derivations.engine import Context, Derivation, DerivationError, Problem, StepCheckFailed
+from derivations.evaluate import evaluate
+from derivations.lemmas.base import rewrite_nodes
+from derivations.printing.text import derivation_text
+from derivations.vocabulary import FULL_COLUMN_RANK, FactMatrix, Inner, OpNorm, dimension, positive_symbol
+
+
+def test_block_stacking_passes_its_self_check():
+    result = L.BLOCK_STACKING.self_check(np.random.default_rng(0))
+    assert result.passed, result.failures
+    assert set(result.errors) == {"bound (before ≤ after)", "rewrite fires"}
+
+
+def _planted(rewrite_to):
+    """Lemma K with a wrong right-hand side ``rewrite_to(X, BlockMaxOpNorm)``."""
+    def rewrite(expr, **_):
+        return rewrite_nodes(expr, lambda e: (rewrite_to(e.matrix, e), []) if isinstance(e, L.BlockMaxOpNorm) else None,
+                             "nothing")
+    return replace(L.BLOCK_STACKING, key="planted", rewrite=rewrite)
+
+
+@pytest.mark.parametrize("wrong", [
+    lambda x, e: OpNorm(x) / 2,  # too small by a constant
+    lambda x, e: L.BlockMaxOpNorm(x, 1, e.axis),  # single rows/columns instead of the blocks
+])
+def test_planted_false_restriction_fails_the_self_check(wrong):
+    result = _planted(wrong).self_check(np.random.default_rng(0))
+    assert not result.passed
+    assert "bound" in result.failures[0]
+
+
+def _key_problem():
+    d, d_h, n = dimension("d"), dimension("d_h"), dimension("n")
+    w = FactMatrix("W_bar", n, d_h, [FULL_COLUMN_RANK])
+    g = MatrixSymbol("G_bar", n, d)
+    delta = MatrixSymbol("dW", d, d_h)
+    change = w * delta.T
+    ctx = Context(check_dims=[{d: 4, d_h: 2, n: 8}, {d: 3, d_h: 2, n: 9}], mpmath_dims={d: 3, d_h: 2, n: 6})
+    problem = Problem(delta, Inner(g, change), L.BlockMaxOpNorm(change, d, "rows"), positive_symbol("beta"))
+    return problem, ctx, w, delta
+
+
+def test_a_wrong_restriction_step_fails_its_engine_check():
+    problem, ctx, _, _ = _key_problem()
+    der = Derivation("planted.restriction", "planted", problem, ctx)
+    with pytest.raises(StepCheckFailed, match="constraint tightened"):
+        der.apply(_planted(lambda x, e: OpNorm(x) / 2))
+
+
+def test_a_restriction_must_leave_the_objective_alone():
+    problem, ctx, _, _ = _key_problem()
+    greedy = replace(L.BLOCK_STACKING, key="greedy", rewrite=lambda expr, **_: (
+        (2 * expr, []) if isinstance(expr, Inner) else L.BLOCK_STACKING.rewrite(expr)))
+    with pytest.raises(DerivationError, match="leaves the objective alone"):
+        Derivation("greedy.restriction", "greedy", problem, ctx).apply(greedy)
+
+
+def test_block_max_norm_evaluates_blocks_and_refuses_a_bad_tiling():
+    x = np.zeros((6, 2))
+    x[2:4] = [[3.0, 0.0], [0.0, 1.0]]
+    d, n = dimension("d"), dimension("n")
+    X = MatrixSymbol("X", n, 2)
+    assert evaluate(L.BlockMaxOpNorm(X, d, "rows"), {X: x}, dims={d: 2, n: 6}) == pytest.approx(3.0)
+    assert evaluate(L.BlockMaxOpNorm(X.T, d, "columns"), {X: x}, dims={d: 3, n: 6}) == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="do not tile"):
+        evaluate(L.BlockMaxOpNorm(X, d, "rows"), {X: x}, dims={d: 4, n: 6})
+
+
+@pytest.mark.parametrize("derivation, axis", [(gqa.key_side, "rows"), (gqa.value_side, "rows"),
+                                              (hybrid_ov.o_side, "columns")])
+def test_derivations_reduce_the_per_head_problem_by_lemma_k(derivation, axis):
+    der = derivation()
+    assert isinstance(der.start.constraint, L.BlockMaxOpNorm) and der.start.constraint.axis == axis
+    first = der.steps[0]
+    assert first.kind == "restrict" and first.lemma is L.BLOCK_STACKING
+    assert isinstance(first.params["layout"], L.HeadLayout)
+    assert der.restricted_problem() is first.after
+    back = der.steps[-1]
+    assert back.kind == "back_substitute" and "feasible for the original problem" in back.check.subchecks
+    text = derivation_text(der)
+    assert "Step 1. Lemma K (A block's operator norm is at most the stacked matrix's) [restriction" in text
