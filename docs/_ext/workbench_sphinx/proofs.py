@@ -76,6 +76,8 @@ _KIND = {
     "change_of_variables": "both sides evaluated with the old variable expressed through the new one",
     "solve": "the claimed minimizer checked against the problem on random instances",
     "back_substitute": "the minimizer in the original variable checked against the original problem",
+    "restrict": ("the objective compared, and the new constraint checked to bound the old one from above, on "
+                 "random instances (a restriction: the feasible set shrinks)"),
 }
 
 
