@@ -30,7 +30,10 @@ Gauge (``M = W_Q W_Kᵀ`` is unchanged by ``(W_Q R, W_K R⁻ᵀ)``): ``gauge="ho
 projects the stored momentum of every pair onto the horizontal space each step (derived in
 ``derivations.gauge``: ``(m_Q + W_Q X, m_K − W_K Xᵀ)`` with ``X`` from a ``d_h × d_h`` Sylvester
 equation); ``gauge="rebalance"`` moves the factors along the gauge after every step so that both
-factors of each head have the same Gram matrix (:func:`numerics.gauge_balance.balance`).
+factors of each head have the same Gram matrix (:func:`numerics.gauge_balance.balance`). A shared
+key (value) head ``K_g`` of a grouped-query pair carries one gauge for its whole group,
+``(W_{Q,h} R⁻ᵀ for every h in g, K_g R)``: both options act on the stacked pair
+``(Q̄_g = [W_{Q,h}]_{h∈g} stacked row-wise, K_g)`` exactly as on a single head.
 
 Reference: Compositional Muon (per-head whitened steepest descent on the attention products);
 Muon: Jordan et al. 2024; optax: ``optax.contrib.muon``.
@@ -331,16 +334,54 @@ def _as_qk(kind, a, b, kernels):
     return (a.mT, b) if kernels else (a, b.mT)
 
 
-def _project_pair(kind, w_a, w_b, m_a, m_b, heads, kv_heads, head_dim, kernels, damping):
-    """The momentum of one pair projected onto the horizontal space, head by head."""
-    if kv_heads != heads:
-        raise ValueError("compositional_muon: gauge='horizontal_projection' needs kv_heads == heads "
-                         f"(got {kv_heads} < {heads}); the shared head's gauge couples a whole group")
+def group_stack(x, kv_heads):
+    """Per-head factors ``(..., H, d, d_h)`` → the groups' stacked factors ``(..., H_kv, G·d, d_h)``.
+
+    Query head ``h`` belongs to group ``h // G`` (consecutive grouping, as in ``gqa_layout``); the
+    group's heads are stacked row-wise, ``Q̄_g = [W_{Q,gG}; …; W_{Q,gG+G−1}]``.
+    """
+    *lead, heads, d, d_h = x.shape
+    return x.reshape(*lead, kv_heads, (heads // kv_heads) * d, d_h)
+
+
+def group_unstack(x, heads):
+    """Inverse of :func:`group_stack`: ``(..., H_kv, G·d, d_h)`` → ``(..., H, d, d_h)``."""
+    *lead, kv_heads, rows, d_h = x.shape
+    return x.reshape(*lead, heads, rows * kv_heads // heads, d_h)
+
+
+def _grouped_pair(kind, w_a, w_b, heads, kv_heads, head_dim, kernels):
+    """``(Q̄, K)``: the pair's gauge-sharing factors, ``(..., H_kv, G·d, d_h)`` and ``(..., H_kv, d, d_h)``.
+
+    A shared head ``K_g`` is gauged with its whole group: ``(W_{Q,h} R⁻ᵀ for h in g, K_g R)`` keeps
+    every ``W_{Q,h} K_gᵀ``, which is the single-head gauge of the stacked pair ``(Q̄_g, K_g)``
+    (``Q̄_g K_gᵀ`` stacks the group's products). With ``kv_heads = heads`` it is head by head.
+    """
     wa, wb = _as_qk(kind, w_a, w_b, kernels)
-    ma, mb = _as_qk(kind, m_a, m_b, kernels)
-    qa, qb, pa, pb = (_split(x, head_dim) for x in (wa, wb, ma, mb))
-    ha, hb = _gauge.horizontal_projection(qa, qb, pa, pb, damping=damping, check_finite=False)
-    return _as_qk(kind, _merge(ha), _merge(hb), kernels)
+    return group_stack(_split(wa, head_dim), kv_heads), _split(wb, head_dim)
+
+
+def _ungrouped_pair(kind, bar_a, b, heads, kernels):
+    """The stored layouts of a pair given as stacked groups (inverse of :func:`_grouped_pair`)."""
+    return _as_qk(kind, _merge(group_unstack(bar_a, heads)), _merge(b), kernels)
+
+
+def _project_pair(kind, w_a, w_b, m_a, m_b, heads, kv_heads, head_dim, kernels, damping):
+    """The momentum of one pair projected onto the horizontal space of its gauge, group by group.
+
+    For shared heads the projection is the emitted single-head projection of the stacked pair
+    ``(Q̄_g, K_g)`` with momentum ``(m̄_Q,g, m_K,g)`` (:func:`_grouped_pair`). The emitted function takes
+    equal row counts, so ``K_g`` and ``m_K,g`` enter zero-padded to ``G·d`` rows: the projection sees
+    them only through ``K_gᵀK_g`` and ``m_K,gᵀK_g``, which padding leaves unchanged, and the padded
+    rows of the result are ``0 − 0·Xᵀ = 0``.
+    """
+    bar_w, wk = _grouped_pair(kind, w_a, w_b, heads, kv_heads, head_dim, kernels)
+    bar_m, mk = _grouped_pair(kind, m_a, m_b, heads, kv_heads, head_dim, kernels)
+    d = wk.shape[-2]
+    pad = [(0, 0)] * (wk.ndim - 2) + [(0, bar_w.shape[-2] - d), (0, 0)]
+    hq, hk = _gauge.horizontal_projection(bar_w, jnp.pad(wk, pad), bar_m, jnp.pad(mk, pad), damping=damping,
+                                          check_finite=False)
+    return _ungrouped_pair(kind, hq, hk[..., :d, :], heads, kernels)
 
 
 def scale_by_compositional_muon(
@@ -430,20 +471,23 @@ def scale_by_compositional_muon(
 
 
 def rebalance_pairs(pairs: Pairs | None) -> optax.GradientTransformation:
-    """Final step of ``gauge="rebalance"``: ``u ← balance(W + u) − W`` on every pair (head by head)."""
+    """Final step of ``gauge="rebalance"``: ``u ← balance(W + u) − W`` on every pair.
+
+    Head by head; a shared key (value) head is balanced against its group's stacked query (output)
+    heads ``Q̄_g`` (:func:`_grouped_pair`): ``Q̄_gᵀQ̄_g = Σ_{h∈g} W_{Q,h}ᵀW_{Q,h}`` equals ``K_gᵀK_g`` after
+    the step, and every product ``W_{Q,h} K_gᵀ`` is unchanged.
+    """
 
     def update_fn(updates, state, params=None):
         plan = plan_pairs(pairs, params)
         p, u = named_leaves(params), named_leaves(updates)
         token = None
         for kind, (a, b), heads, kv, hd, kernels in plan.pairs:
-            if kv != heads:
-                raise ValueError("compositional_muon: gauge='rebalance' needs kv_heads == heads "
-                                 f"(got {kv} < {heads})")
-            wa, wb = _as_qk(kind, *after(token, p[a] + u[a], p[b] + u[b]), kernels)
-            ba, bb = balance(_split(wa, hd), _split(wb, hd))
-            token = (ba, bb)
-            na, nb = _as_qk(kind, _merge(ba), _merge(bb), kernels)
+            wa, wb = after(token, p[a] + u[a], p[b] + u[b])
+            bar_q, k = _grouped_pair(kind, wa, wb, heads, kv, hd, kernels)
+            bar_q, k = balance(bar_q, k)  # shared heads: balanced with their stacked group
+            token = (bar_q, k)
+            na, nb = _ungrouped_pair(kind, bar_q, k, heads, kernels)
             u[a], u[b] = na - p[a], nb - p[b]
         return jax.tree_util.tree_unflatten(jax.tree.structure(updates), list(u.values())), state
 

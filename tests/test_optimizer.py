@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+import scipy.linalg
 
 from numerics import emitted
 from numerics.gauge_balance import balance
@@ -307,6 +308,86 @@ def test_balance_planted_mistake_is_caught():
     assert not np.allclose(wrong_q.T @ wrong_q, wrong_k.T @ wrong_k, rtol=1e-3)
 
 
+def gqa_model(rng, h=4, kv=2):
+    params = {"attn": {"wq": rng.standard_normal((D, h * DH)), "wk": rng.standard_normal((D, kv * DH)),
+                       "wo": rng.standard_normal((D, h * DH)), "wv": rng.standard_normal((kv * DH, D))}}
+    decl = lambda p: [QKPair("attn/wq", "attn/wk", h, kv), OVPair("attn/wo", "attn/wv", h, kv)]
+    return params, decl
+
+
+def gqa_sides(params, h=4, kv=2):
+    """Per side, per group: (the group's query-like heads, the shared key-like head); M_h = A_h B_gᵀ."""
+    a = params["attn"]
+    out = []
+    for n_a, n_b, tr in (("wq", "wk", False), ("wo", "wv", True)):
+        qs, ks = heads(a[n_a], DH), heads(a[n_b].T if tr else a[n_b], DH)
+        out.append([(qs[g * (h // kv):(g + 1) * (h // kv)], ks[g]) for g in range(kv)])
+    return out
+
+
+def test_gqa_momentum_projection_is_horizontal_for_the_stacked_group():
+    """Horizontal for (Q̄_g, K_g): Σ_h W_{Q,h}ᵀ m_{Q,h} = m_Kᵀ W_K, so the Sylvester-defined vertical part
+    X of the stacked pair vanishes; every head's first-order product change is kept.
+
+    Planted mistake: projecting each query head with the shared key alone (the non-GQA projection
+    per head) is horizontal per head but neither horizontal for the group nor product-preserving.
+    """
+    rng = np.random.default_rng(14)
+    params, decl = gqa_model(rng)
+    opt = compositional_muon(0.01, pairs=decl, gauge="horizontal_projection", damping=0.0)
+    state = opt.init(params)
+    for _ in range(3):
+        u, state = opt.update(grads(rng, params), state, params)
+        params, before = optax.apply_updates(params, u), params
+    mu = {"attn": state[1].inner_states["cm"].inner_state[0].mu["attn"]}
+    for side_w, side_m in zip(gqa_sides(before), gqa_sides(mu)):
+        for (qs, k), (mqs, mk) in zip(side_w, side_m):
+            bar_q, bar_m = np.concatenate(qs), np.concatenate(mqs)
+            gap = bar_q.T @ bar_m - mk.T @ k
+            assert np.abs(gap).max() <= 1e-9 * np.abs(mk.T @ k).max()
+            # the vertical part (Q̄ X, −K Xᵀ) of the stacked momentum: X from its Sylvester equation
+            x = scipy.linalg.solve_sylvester(bar_q.T @ bar_q, k.T @ k, mk.T @ k - bar_q.T @ bar_m)
+            assert np.abs(x).max() <= 1e-9 * np.abs(bar_m).max()
+    # projection keeps each head's change; the per-head (non-GQA) projection does not keep the group horizontal
+    rng = np.random.default_rng(15)
+    qs, k = [rng.standard_normal((D, DH)) for _ in range(2)], rng.standard_normal((D, DH))
+    mqs, mk = [rng.standard_normal((D, DH)) for _ in range(2)], rng.standard_normal((D, DH))
+    w = {"attn": {"wq": np.concatenate(qs, axis=-1), "wk": k}}
+    m = {"attn": {"wq": np.concatenate(mqs, axis=-1), "wk": mk}}
+    from numerics.optimizer import _project_pair
+    pq, pk = (np.asarray(x) for x in _project_pair("qk", w["attn"]["wq"], k, m["attn"]["wq"], mk, 2, 1, DH, False, 0.0))
+    gap = sum(q.T @ x for q, x in zip(qs, heads(pq, DH))) - pk.T @ k
+    assert np.abs(gap).max() <= 1e-9 * np.abs(pk.T @ k).max()
+    for q, mq, x in zip(qs, mqs, heads(pq, DH)):
+        np.testing.assert_allclose(x @ k.T + q @ pk.T, mq @ k.T + q @ mk.T, atol=1e-10)
+    per_head = [emitted.gauge.horizontal_projection(q, k, mq, mk) for q, mq in zip(qs, mqs)]
+    gap = sum(q.T @ np.asarray(x) for q, (x, _) in zip(qs, per_head)) - np.asarray(per_head[0][1]).T @ k
+    assert np.abs(gap).max() > 1e-3
+
+
+def test_gqa_rebalance_keeps_every_product_and_balances_each_group():
+    """After the step, Σ_{h∈g} W_{Q,h}ᵀW_{Q,h} = W_{K,g}ᵀW_{K,g} and every W_{Q,h}W_{K,g}ᵀ is the plain step's.
+
+    Planted mistake: balancing one query head of a group with the shared key (the non-GQA rule)
+    changes the products of the group's other heads.
+    """
+    rng = np.random.default_rng(16)
+    params, decl = gqa_model(rng)
+    params["attn"]["wq"] *= 4.0
+    g = grads(rng, params)
+    plain = optax.apply_updates(params, step(compositional_muon(0.01, pairs=decl), params, g))
+    bal = optax.apply_updates(params, step(compositional_muon(0.01, pairs=decl, gauge="rebalance"), params, g))
+    for side_b, side_p in zip(gqa_sides(bal), gqa_sides(plain)):
+        for (qs, k), (pqs, pk) in zip(side_b, side_p):
+            np.testing.assert_allclose(sum(q.T @ q for q in qs), k.T @ k, rtol=1e-8, atol=1e-8)
+            for q, pq in zip(qs, pqs):
+                np.testing.assert_allclose(q @ k.T, pq @ pk.T, rtol=1e-8, atol=1e-10)
+    (pqs, pk), _ = gqa_sides(plain)[0]
+    wrong_q, wrong_k = (np.asarray(x) for x in balance(jnp.asarray(pqs[0]), jnp.asarray(pk)))
+    np.testing.assert_allclose(wrong_q @ wrong_k.T, pqs[0] @ pk.T, rtol=1e-8, atol=1e-10)
+    assert not np.allclose(pqs[1] @ wrong_k.T, pqs[1] @ pk.T, atol=1e-3)
+
+
 def test_schedule_and_weight_decay_and_jit():
     rng = np.random.default_rng(13)
     params = jax.tree.map(jnp.asarray, model(rng))
@@ -353,7 +434,7 @@ def test_grouped_query_layer_update_does_not_deadlock_the_cpu_pool(which):
     """
     try:
         out = subprocess.run([sys.executable, "-c", _GQA_LAYER.replace("{which}", which)],
-                             capture_output=True, text=True, timeout=240)
+                             check=False, capture_output=True, text=True, timeout=240)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the jitted GQA layer update ({which}) hung: concurrent LAPACK kernels deadlocked the pool")
     assert out.returncode == 0, out.stderr[-2000:]
