@@ -15,12 +15,14 @@ factors stay finite.
 
 import jax.numpy as jnp
 
+from .jax_kernels import per_matrix_on_cpu
+
 
 def _powers(sym, *ps):
     """``V diag(w)^p Vᵀ`` of a symmetric PSD matrix for each ``p`` (one eigh), eigenvalues floored
     relative to the largest."""
     sym = 0.5 * (sym + sym.mT)
-    w, v = jnp.linalg.eigh(sym)
+    w, v = per_matrix_on_cpu(jnp.linalg.eigh, sym)  # batched LAPACK at once can deadlock the CPU pool
     w = jnp.maximum(w, jnp.maximum(sym.shape[-1] * jnp.finfo(w.dtype).eps * w[..., -1:], jnp.finfo(w.dtype).tiny))
     return tuple((v * w[..., None, :] ** p) @ v.mT for p in ps)
 

@@ -1,0 +1,527 @@
+"""The balancing gauge of a factorized product ``M = W_Q W_Kᵀ``, derived with the engine.
+
+Problem. ``M`` is unchanged by the gauge ``(W_Q, W_K) → (W_Q S⁻ᵀ, W_K S)``, ``S`` invertible
+(``d_h × d_h``). Find ``S`` for which both new factors have the same Gram matrix,
+
+    (W_Q S⁻ᵀ)ᵀ (W_Q S⁻ᵀ) = (W_K S)ᵀ (W_K S),
+
+with side condition: ``W_Q`` and ``W_K`` have full column rank (so ``A = W_QᵀW_Q`` and
+``B = W_KᵀW_K = C_K²`` are symmetric positive definite). The module derives, every step checked
+in float64 on random instances and in mpmath at 50 digits:
+
+* ``balance.congruence``: ``S (Gram_K' − Gram_Q') Sᵀ = P B P − A`` with ``P = S Sᵀ``; congruence
+  by the invertible ``S`` keeps the zero, so the balance condition is the Riccati equation
+  ``P B P = A`` for the symmetric positive definite ``P``;
+* ``balance.whitening``: with ``P = C_K⁻¹ Z C_K⁻¹`` (a bijection of SPD matrices),
+  ``P B P − A = C_K⁻¹ (Z² − C_K A C_K) C_K⁻¹``, so ``Z² = NᵀN`` with ``N = C_Q C_K``
+  (``NᵀN = C_K A C_K``) and, by uniqueness of the SPD square root, ``Z = (NᵀN)^{1/2}``;
+* ``balance.riccati``: the back-substituted ``P* = C_K⁻¹ (NᵀN)^{1/2} C_K⁻¹`` solves ``P B P = A``;
+* ``balance.factor``: ``P* = S* S*ᵀ`` with ``S* = C_K⁻¹ (NᵀN)^{1/4}`` (the power split in halves;
+  any ``S* O`` with ``O`` orthogonal balances too: the residual gauge that fixes both Grams);
+* ``balance.inverse_transpose``: ``S*⁻ᵀ = C_K (NᵀN)^{-1/4}``;
+* ``balance.equal_grams`` and ``balance.product``: the balanced factors
+  ``W_Q' = W_Q C_K (NᵀN)^{-1/4}``, ``W_K' = W_K C_K⁻¹ (NᵀN)^{1/4}`` have equal Grams, both
+  ``(NᵀN)^{1/2}``, and ``W_Q' W_K'ᵀ = W_Q W_Kᵀ``.
+
+:func:`balanced_factors` is what :func:`numerics.gauge_balance.balance` computes (``tests/test_balance.py``
+compares them at 50 digits). The powers of SPD matrices are one node, :class:`SPDPower`, with its
+own rules for every interpreter; the lemmas here are generic identities of such powers.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from sympy import Basic, Rational, sympify
+from sympy.core.sympify import _sympify
+from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, Transpose, ZeroMatrix
+
+from . import lemmas as L
+from .algebra import product, tidy, total, transpose
+from .engine import Context, DerivationError, identity_chain
+from .evaluate import InstanceSampler
+from .lemmas.base import _SMALL, Lemma, NotApplicable, _fresh, _m, _n, _tall, rewrite_nodes
+from .vocabulary import (FULL_COLUMN_RANK, SPD, SYMMETRIC, FactMatrix, GramInvSqrt, GramSqrt, _Derived,
+                         dimension)
+
+#: the split of an exponent into two equal halves (``X^p = X^{p·HALF} X^{p·HALF}``)
+HALF = Rational(1, 2)
+
+
+class SPDPower(_Derived):
+    """``X^p`` for a symmetric positive definite ``X`` (a matrix expression) and a rational ``p``.
+
+    Defined through the eigendecomposition ``X = V diag(x) Vᵀ``: ``X^p = V diag(x^p) Vᵀ``, so
+    ``X^a X^b = X^{a+b}``, ``X^0 = I`` and ``X^p`` is symmetric positive definite.
+    """
+
+    def __new__(cls, arg, exponent):
+        arg = _sympify(arg)
+        if not getattr(arg, "is_Matrix", False) or arg.shape[0] != arg.shape[1]:
+            raise ValueError(f"SPDPower takes a square matrix expression, got {arg!r}")
+        return Basic.__new__(cls, arg, sympify(exponent))
+
+    arg = property(lambda self: self.args[0])
+    exponent = property(lambda self: self.args[1])
+
+    @property
+    def shape(self):
+        return self.arg.shape
+
+    @property
+    def facts(self):
+        return frozenset({SYMMETRIC, SPD})
+
+    def _eval_transpose(self):
+        return self
+
+    def _numeric(self, ev):
+        a = ev(self.arg)
+        sym = (a + ev.backend.transpose(a)) * ev.backend.scalar(Rational(1, 2))
+        return ev.backend.psd_power(sym, float(self.exponent))
+
+    def _sympystr(self, printer):
+        return f"({printer._print(self.arg)})^({self.exponent})"
+
+    def _latex(self, printer):
+        return rf"\left({printer._print(self.arg)}\right)^{{{printer._print(self.exponent)}}}"
+
+
+# ---- powers of one SPD base: the view the power lemmas work in ------------------------------
+def _power(m):
+    """``(base factors, exponent)`` when ``m`` is a power of an SPD matrix, else ``None``.
+
+    ``C_W = (WᵀW)^{1/2}`` and ``C_W⁻¹ = (WᵀW)^{-1/2}`` (undamped, right side) have the base
+    ``[Wᵀ, W]``; ``SPDPower(X, p)`` has the factors of ``X``.
+    """
+    if isinstance(m, (GramSqrt, GramInvSqrt)) and m.damping == 0 and m.side == "right":
+        return (Transpose(m.base), m.base), m.exponent
+    if isinstance(m, SPDPower):
+        base = m.arg
+        if isinstance(base, MatMul):
+            coeff, mats = base.as_coeff_matrices()
+            if coeff == 1:
+                return tuple(mats), m.exponent
+        return (base,), m.exponent
+    return None
+
+
+def _make_power(base, exponent) -> list:
+    """The factors of ``base^exponent``: none for 0, the base itself for 1, a Gram root for ``±1/2``."""
+    if exponent == 0:
+        return []
+    if exponent == 1:
+        return list(base)
+    if len(base) == 2 and base[0] == Transpose(base[1]) and abs(exponent) == Rational(1, 2):
+        return [GramSqrt(base[1]) if exponent > 0 else GramInvSqrt(base[1])]
+    return [SPDPower(product(*base), exponent)]
+
+
+def _merge_once(mats):
+    """One merge ``X^a X^b → X^{a+b}`` (a bare run of ``X``'s factors counts as ``X^1``), or ``None``."""
+    for i, m in enumerate(mats):
+        found = _power(m)
+        if found is None:
+            continue
+        base, e = found
+        k = len(base)
+        nxt = _power(mats[i + 1]) if i + 1 < len(mats) else None
+        if nxt is not None and nxt[0] == base:
+            return mats[:i] + _make_power(base, e + nxt[1]) + mats[i + 2:]
+        if tuple(mats[i + 1:i + 1 + k]) == base:
+            return mats[:i] + _make_power(base, e + 1) + mats[i + 1 + k:]
+        if i >= k and tuple(mats[i - k:i]) == base:
+            return mats[:i - k] + _make_power(base, e + 1) + mats[i + 1:]
+    return None
+
+
+def _power_add_rewrite(expr, **_):
+    def rule(e):
+        if not isinstance(e, MatMul):
+            return None
+        coeff, mats = e.as_coeff_matrices()
+        mats, merged = list(mats), False
+        while (nxt := _merge_once(mats)) is not None:
+            mats, merged = nxt, True
+        if not merged:
+            return None
+        new = product(coeff, *mats) if mats else product(coeff, Identity(e.shape[0]))
+        return new, ["X^a X^b = X^{a+b} for X symmetric positive definite (WᵀW with W of full column rank; "
+                     "C_K Wᵀ W C_K likewise)"]
+
+    return rewrite_nodes(expr, rule, "no two adjacent powers of one SPD matrix", normalize=tidy)
+
+
+def _core(a, b):
+    """``C_A Bᵀ B C_A``: SPD for ``A``, ``B`` of full column rank (the ``NᵀN`` of the lemmas' self-checks)."""
+    c = GramSqrt(a)
+    return product(c, transpose(b), b, c)
+
+
+def _power_add_ids():
+    a, b = _tall("A", FULL_COLUMN_RANK), _tall("B", FULL_COLUMN_RANK)
+    y = _core(a, b)
+    quarter = Rational(1, 4)
+    return ([(product(GramSqrt(a), GramSqrt(a)), product(transpose(a), a)),
+             (product(GramInvSqrt(a), transpose(a), a, GramInvSqrt(a)), Identity(_n)),
+             (product(SPDPower(y, quarter), SPDPower(y, quarter)), SPDPower(y, Rational(1, 2))),
+             (product(SPDPower(y, -quarter), y, SPDPower(y, -quarter)), SPDPower(y, Rational(1, 2)))],
+            InstanceSampler(_SMALL))
+
+
+POWER_ADD = Lemma(
+    key="spd_power_add", number="B1", title="Powers of one SPD matrix add",
+    statement=r"X^{a} X^{b} = X^{a+b},\quad X^{0} = I,\quad X^{1/2} = C_W \text{ for } X = W^{\top}W",
+    conditions=(r"X \text{ symmetric positive definite}",),
+    rewrite=_power_add_rewrite, identities=_power_add_ids,
+    not_modelled="powers of an SPD matrix other than ±1/2 have no exact explicit model",
+)
+
+
+def _inverse(m):
+    """``m⁻¹`` for a power factor (exponent negated), else ``None``."""
+    found = _power(m)
+    if found is None:
+        return None
+    made = _make_power(found[0], -found[1])
+    return made[0] if len(made) == 1 else None
+
+
+def _power_inverse_rewrite(expr, **_):
+    def rule(e):
+        if not isinstance(e, Inverse):
+            return None
+        coeff, mats = e.arg.as_coeff_matrices() if isinstance(e.arg, MatMul) else (1, [e.arg])
+        inverses = [_inverse(m) for m in reversed(mats)]
+        if coeff != 1 or any(x is None for x in inverses):
+            return None
+        return product(*inverses), [f"{m} invertible (a power of an SPD matrix)" for m in mats]
+
+    return rewrite_nodes(expr, rule, "no inverse of a product of SPD powers", normalize=tidy)
+
+
+def _power_inverse_ids():
+    a, b = _tall("A", FULL_COLUMN_RANK), _tall("B", FULL_COLUMN_RANK)
+    y = _core(a, b)
+    s = product(GramInvSqrt(a), SPDPower(y, Rational(1, 4)))
+    return ([(Inverse(s), product(SPDPower(y, Rational(-1, 4)), GramSqrt(a))),
+             (Transpose(Inverse(s)), product(GramSqrt(a), SPDPower(y, Rational(-1, 4))))],
+            InstanceSampler(_SMALL))
+
+
+POWER_INVERSE = Lemma(
+    key="spd_power_inverse", number="B2", title="Inverse of a product of SPD powers",
+    statement=r"(X_1^{a_1} \cdots X_k^{a_k})^{-1} = X_k^{-a_k} \cdots X_1^{-a_1}",
+    conditions=(r"X_i \text{ symmetric positive definite}",),
+    rewrite=_power_inverse_rewrite, identities=_power_inverse_ids,
+    not_modelled="powers of an SPD matrix other than ±1/2 have no exact explicit model",
+)
+
+
+def _power_split_rewrite(expr, **_):
+    def rule(e):
+        if not isinstance(e, SPDPower):
+            return None
+        half = SPDPower(e.arg, e.exponent * HALF)
+        return product(half, half), [f"X^p = X^(p/2) X^(p/2) = X^(p/2) (X^(p/2))ᵀ for X = {e.arg} SPD"]
+
+    return rewrite_nodes(expr, rule, "no power of an SPD matrix to split")
+
+
+def _power_split_ids():
+    y = _core(_tall("A", FULL_COLUMN_RANK), _tall("B", FULL_COLUMN_RANK))
+    half = SPDPower(y, Rational(1, 4))
+    return [(SPDPower(y, Rational(1, 2)), product(half, half))], InstanceSampler(_SMALL)
+
+
+POWER_SPLIT = Lemma(
+    key="spd_power_split", number="B3", title="Symmetric split of an SPD power",
+    statement=r"X^{p} = X^{p/2} \left(X^{p/2}\right)^{\top}",
+    conditions=(r"X \text{ symmetric positive definite}",),
+    rewrite=_power_split_rewrite, identities=_power_split_ids,
+    not_modelled="powers of an SPD matrix other than ±1/2 have no exact explicit model",
+)
+
+
+def _inverse_cancel_rewrite(expr, **_):
+    def rule(e):
+        if not isinstance(e, MatMul):
+            return None
+        coeff, mats = e.as_coeff_matrices()
+        mats, out, hits, conditions = list(mats), [], 0, []
+        i = 0
+        while i < len(mats):
+            if i + 1 < len(mats) and _cancels(mats[i], mats[i + 1]):
+                conditions.append(f"{mats[i]} {mats[i + 1]} = I ({_invertible(mats[i])} invertible)")
+                i, hits = i + 2, hits + 1
+                continue
+            out.append(mats[i])
+            i += 1
+        if not hits:
+            return None
+        return (product(coeff, *out) if out else product(coeff, Identity(e.shape[0]))), conditions
+
+    return rewrite_nodes(expr, rule, "no X X⁻¹ or X⁻¹ X (or their transposes) side by side", normalize=tidy)
+
+
+def _strip(m):
+    return (m.arg, True) if isinstance(m, Transpose) else (m, False)
+
+
+def _cancels(a, b) -> bool:
+    (a0, ta), (b0, tb) = _strip(a), _strip(b)
+    if ta != tb:
+        return False
+    return (isinstance(b0, Inverse) and b0.arg == a0) or (isinstance(a0, Inverse) and a0.arg == b0)
+
+
+def _invertible(m):
+    m0 = _strip(m)[0]
+    return m0.arg if isinstance(m0, Inverse) else m0
+
+
+def _inverse_cancel_ids():
+    s, f = FactMatrix("S", _n, _n, [FULL_COLUMN_RANK]), _fresh("F", _n, _m)
+    return ([(product(s, Inverse(s), f), f),
+             (product(Transpose(Inverse(s)), Transpose(s), f), f)], InstanceSampler(_SMALL))
+
+
+INVERSE_CANCEL = Lemma(
+    key="inverse_cancel", number="B4", title="An invertible matrix and its inverse cancel",
+    statement=r"S S^{-1} = S^{-1} S = I,\quad S^{-\top} S^{\top} = S^{\top} S^{-\top} = I",
+    conditions=(r"S \text{ invertible}",),
+    rewrite=_inverse_cancel_rewrite, identities=_inverse_cancel_ids, algebraic=True,
+)
+
+
+def _congruence_rewrite(expr, factor=None, **_):
+    inverse = _inverse(factor)
+    if inverse is None:
+        raise NotApplicable(f"{factor} is not an invertible SPD power")
+
+    def rule(e):
+        if not isinstance(e, MatAdd):
+            return None
+        inner, sandwiched = [], False
+        for t in e.args:
+            coeff, mats = t.as_coeff_matrices() if isinstance(t, MatMul) else (1, [t])
+            if len(mats) > 2 and mats[0] == factor and mats[-1] == factor:
+                inner.append(product(coeff, *mats[1:-1]))
+                sandwiched = True
+            else:
+                inner.append(product(coeff, inverse, *mats, inverse))
+        if not sandwiched:
+            return None
+        return product(factor, total(*inner), factor), [f"{factor} symmetric and invertible: "
+                                                        f"X = 0 ⟺ {factor} X {factor} = 0"]
+
+    return rewrite_nodes(expr, rule, f"no sum with a term {factor} … {factor}")
+
+
+def _congruence_ids():
+    a = _tall("A", FULL_COLUMN_RANK)
+    f = GramInvSqrt(a)
+    x, y = _fresh("X", _n, _n), _fresh("Y", _n, _n)
+    return ([L.Case(total(product(f, x, f), y), product(f, total(x, product(GramSqrt(a), y, GramSqrt(a))), f),
+                    params={"factor": f})], InstanceSampler(_SMALL))
+
+
+CONGRUENCE = Lemma(
+    key="congruence_factor", number="B5", title="Factor a congruence out of a sum",
+    statement=r"F X F + Y = F \left(X + F^{-1} Y F^{-1}\right) F",
+    conditions=(r"F \text{ symmetric and invertible}",),
+    rewrite=_congruence_rewrite, identities=_congruence_ids,
+    not_modelled="uses the inverse of a Gram root as a rewrite parameter",
+)
+
+
+# ---- the problem ----------------------------------------------------------------------------
+d, d_h = dimension("d"), dimension("d_h")
+W_Q = FactMatrix("W_Q", d, d_h, [FULL_COLUMN_RANK])
+W_K = FactMatrix("W_K", d, d_h, [FULL_COLUMN_RANK])
+S = FactMatrix("S", d_h, d_h, [FULL_COLUMN_RANK])  # the gauge: square of full rank, i.e. invertible
+Z = FactMatrix("Z", d_h, d_h, [SPD])  # the whitened unknown of the Riccati equation
+C_K, C_K_inv = GramSqrt(W_K), GramInvSqrt(W_K)
+
+
+def transformed(s, s_inv_t):
+    """``(W_Q S⁻ᵀ, W_K S)``: the gauge-transformed factors (the problem statement)."""
+    return product(W_Q, s_inv_t), product(W_K, s)
+
+
+def gram_gap(s, s_inv_t):
+    """``(W_K S)ᵀ(W_K S) − (W_Q S⁻ᵀ)ᵀ(W_Q S⁻ᵀ)``: zero exactly for a balancing gauge."""
+    q, k = transformed(s, s_inv_t)
+    return total(product(transpose(k), k), product(-1, transpose(q), q))
+
+
+def context() -> Context:
+    return Context(check_dims=[{d: 6, d_h: 2}, {d: 5, d_h: 3}, {d: 4, d_h: 4}], symbolic_dims={d: 3, d_h: 2},
+                   mpmath_dims={d: 4, d_h: 2})
+
+
+@cache
+def congruence():
+    """``S (Gram_K' − Gram_Q') Sᵀ = S Sᵀ B S Sᵀ − A``: the Riccati form of the balance condition."""
+    start = product(S, gram_gap(S, Transpose(Inverse(S))), transpose(S))
+    der = identity_chain("balance.congruence", "Balance: the equal-Gram condition as a Riccati equation", start,
+                         context(), statement="S [(W_K S)ᵀ(W_K S) − (W_Q S⁻ᵀ)ᵀ(W_Q S⁻ᵀ)] Sᵀ; S invertible, so "
+                                              "the bracket vanishes iff this does")
+    der.apply(L.RING)
+    der.apply(INVERSE_CANCEL)
+    return der
+
+
+def riccati_coefficients():
+    """``(B, A)`` of ``P B P = A``, ``P = S Sᵀ``, read off :func:`congruence`'s result."""
+    formula = congruence().formula
+    terms = formula.args if isinstance(formula, MatAdd) else (formula,)
+    b = a = None
+    for t in terms:
+        coeff, mats = t.as_coeff_matrices()
+        if coeff == 1 and len(mats) > 4 and list(mats[:2]) == [S, S.T] and list(mats[-2:]) == [S, S.T]:
+            b = product(*mats[2:-2])
+        elif coeff == -1 and not t.has(S):
+            a = product(*mats)
+    if a is None or b is None or len(terms) != 2:
+        raise DerivationError(f"{formula} is not S Sᵀ B S Sᵀ − A")
+    return b, a
+
+
+@cache
+def whitening():
+    """``P B P − A`` at ``P = C_K⁻¹ Z C_K⁻¹`` is ``C_K⁻¹ (Z Z − C_K A C_K) C_K⁻¹``."""
+    b, a = riccati_coefficients()
+    if b != product(transpose(W_K), W_K):
+        raise DerivationError(f"the Riccati coefficient {b} is not W_KᵀW_K = C_K²")
+    p = product(C_K_inv, Z, C_K_inv)
+    der = identity_chain("balance.whitening", "Balance: the whitened Riccati equation", total(product(p, b, p),
+                                                                                             product(-1, a)),
+                         context(), statement="P B P − A at P = C_K⁻¹ Z C_K⁻¹ (a bijection of SPD matrices)")
+    der.apply(POWER_ADD)
+    der.apply(CONGRUENCE, factor=C_K_inv)
+    return der
+
+
+def whitened_solution():
+    """``Z* = Y^{1/2}`` from ``Z Z = Y`` (the unique SPD square root), ``Y`` read off :func:`whitening`."""
+    formula = whitening().formula
+    coeff, mats = formula.as_coeff_matrices() if isinstance(formula, MatMul) else (None, ())
+    inner = mats[1] if len(mats) == 3 and coeff == 1 else None
+    terms = inner.args if isinstance(inner, MatAdd) else ()
+    square = product(Z, Z)
+    rest = [t for t in terms if t != square]
+    if len(terms) != 2 or len(rest) != 1 or not isinstance(rest[0], MatMul) or rest[0].as_coeff_matrices()[0] != -1:
+        raise DerivationError(f"{formula} is not C_K⁻¹ (Z Z − Y) C_K⁻¹")
+    return SPDPower(product(*rest[0].as_coeff_matrices()[1]), Rational(1, 2))
+
+
+def riccati_solution():
+    """``P* = C_K⁻¹ Z* C_K⁻¹``: the whitening substitution undone."""
+    return product(C_K_inv, whitened_solution(), C_K_inv)
+
+
+@cache
+def riccati():
+    """Theorem: ``P* B P* − A = 0``."""
+    b, a = riccati_coefficients()
+    p = riccati_solution()
+    der = identity_chain("balance.riccati", "Balance: the derived P solves the Riccati equation",
+                         total(product(p, b, p), product(-1, a)), context(),
+                         statement="P* B P* − A with P* = C_K⁻¹ (C_K A C_K)^{1/2} C_K⁻¹")
+    der.apply(POWER_ADD)
+    der.apply(L.RING)
+    return der
+
+
+@cache
+def factor():
+    """``P* = S* S*ᵀ``: the power split in two symmetric halves."""
+    der = identity_chain("balance.factor", "Balance: the gauge as a factor of P", riccati_solution(), context(),
+                         statement="P* = C_K⁻¹ (NᵀN)^{1/2} C_K⁻¹, NᵀN = C_K W_QᵀW_Q C_K")
+    der.apply(POWER_SPLIT)
+    return der
+
+
+def gauge():
+    """``S*``: the left half of :func:`factor`'s ``S* S*ᵀ``."""
+    formula = factor().formula
+    mats = list(formula.as_coeff_matrices()[1]) if isinstance(formula, MatMul) else []
+    half = len(mats) // 2
+    left, right = product(*mats[:half]), product(*mats[half:])
+    if not mats or len(mats) % 2 or transpose(left) != right:
+        raise DerivationError(f"{formula} is not S Sᵀ")
+    return left
+
+
+@cache
+def inverse_transpose():
+    """``S*⁻ᵀ`` as a product of powers."""
+    der = identity_chain("balance.inverse_transpose", "Balance: the inverse transpose of the gauge",
+                         Transpose(Inverse(gauge())), context(), statement="S*⁻ᵀ for S* = C_K⁻¹ (NᵀN)^{1/4}")
+    der.apply(POWER_INVERSE)
+    return der
+
+
+def balanced_factors():
+    """``(W_Q S*⁻ᵀ, W_K S*)``: the balanced pair (what :func:`numerics.gauge_balance.balance` computes)."""
+    return transformed(gauge(), inverse_transpose().formula)
+
+
+@cache
+def equal_grams():
+    """Theorem: the balanced factors have equal Grams (``balance.congruence``'s bracket vanishes)."""
+    der = identity_chain("balance.equal_grams", "Balance: the balanced factors have equal Grams",
+                         gram_gap(gauge(), inverse_transpose().formula), context(),
+                         statement="(W_K S*)ᵀ(W_K S*) − (W_Q S*⁻ᵀ)ᵀ(W_Q S*⁻ᵀ)")
+    der.apply(POWER_ADD)
+    der.apply(L.RING)
+    if not isinstance(der.formula, ZeroMatrix):
+        raise DerivationError(f"balance.equal_grams ends in {der.formula}, not 0: the gauge does not balance")
+    return der
+
+
+@cache
+def product_kept():
+    """Theorem: ``W_Q' W_K'ᵀ = W_Q W_Kᵀ``."""
+    q, k = balanced_factors()
+    der = identity_chain("balance.product", "Balance: the product is unchanged", product(q, transpose(k)),
+                         context(), statement="(W_Q S*⁻ᵀ)(W_K S*)ᵀ")
+    der.apply(POWER_ADD)
+    if der.formula != product(W_Q, transpose(W_K)):
+        raise DerivationError(f"balance.product ends in {der.formula}, not W_Q W_Kᵀ")
+    return der
+
+
+def derivations():
+    return [congruence(), whitening(), riccati(), factor(), inverse_transpose(), equal_grams(), product_kept()]
+
+
+def measurements(rng):
+    """Gram gap and product change of the derived balanced pair on one random unbalanced instance."""
+    import numpy as np
+
+    from .evaluate import evaluate_on
+    w_q, w_k = 4 * rng.standard_normal((9, 3)), rng.standard_normal((9, 3)) / 4
+    values = {"W_Q": w_q, "W_K": w_k}
+    q, k = (evaluate_on(x, values) for x in balanced_factors())
+    return [("Gram gap of the balanced factors, relative", float(np.abs(q.T @ q - k.T @ k).max() / np.abs(k.T @ k).max())),
+            ("Gram gap before balancing, relative", float(np.abs(w_q.T @ w_q - w_k.T @ w_k).max()
+                                                          / np.abs(w_k.T @ w_k).max())),
+            ("product change by balancing, relative", float(np.abs(q @ k.T - w_q @ w_k.T).max()
+                                                            / np.abs(w_q @ w_k.T).max()))]
+
+
+def rule_module():
+    from .cli import RuleModule
+    return RuleModule(name="balance", title="Balancing gauge of the QK factorization",
+                      derivations=derivations, functions=lambda: [], scalars={}, measurements=measurements,
+                      description=__doc__.split("\n\n")[0],
+                      examples=["python -m derivations.balance --emit text", "python -m derivations.balance --check"])
+
+
+if __name__ == "__main__":
+    import sys
+
+    from .cli import main
+    sys.exit(main(rule_module()))
