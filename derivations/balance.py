@@ -41,8 +41,7 @@ from .algebra import product, tidy, total, transpose
 from .engine import Context, DerivationError, identity_chain
 from .evaluate import InstanceSampler
 from .lemmas.base import _SMALL, Lemma, NotApplicable, _fresh, _m, _n, _tall, rewrite_nodes
-from .vocabulary import (FULL_COLUMN_RANK, SPD, SYMMETRIC, FactMatrix, GramInvSqrt, GramSqrt, _Derived,
-                         dimension)
+from .vocabulary import FULL_COLUMN_RANK, SPD, SYMMETRIC, FactMatrix, GramInvSqrt, GramSqrt, _Derived, dimension
 
 #: the split of an exponent into two equal halves (``X^p = X^{p·HALF} X^{p·HALF}``)
 HALF = Rational(1, 2)
@@ -146,8 +145,8 @@ def _power_add_rewrite(expr, **_):
         if not merged:
             return None
         new = product(coeff, *mats) if mats else product(coeff, Identity(e.shape[0]))
-        return new, ["X^a X^b = X^{a+b} for X symmetric positive definite (WᵀW with W of full column rank; "
-                     "C_K Wᵀ W C_K likewise)"]
+        return new, [("X^a X^b = X^{a+b} for X symmetric positive definite (WᵀW with W of full column rank; "
+                     "C_K Wᵀ W C_K likewise)")]
 
     return rewrite_nodes(expr, rule, "no two adjacent powers of one SPD matrix", normalize=tidy)
 
@@ -312,8 +311,8 @@ def _congruence_rewrite(expr, factor=None, **_):
                 inner.append(product(coeff, inverse, *mats, inverse))
         if not sandwiched:
             return None
-        return product(factor, total(*inner), factor), [f"{factor} symmetric and invertible: "
-                                                        f"X = 0 ⟺ {factor} X {factor} = 0"]
+        return product(factor, total(*inner), factor), [(f"{factor} symmetric and invertible: "
+                                                        f"X = 0 ⟺ {factor} X {factor} = 0")]
 
     return rewrite_nodes(expr, rule, f"no sum with a term {factor} … {factor}")
 
@@ -515,7 +514,7 @@ def measurements(rng):
 def rule_module():
     from .cli import RuleModule
     return RuleModule(name="balance", title="Balancing gauge of the QK factorization",
-                      derivations=derivations, functions=lambda: [], scalars={}, measurements=measurements,
+                      derivations=derivations, functions=list, scalars={}, measurements=measurements,
                       description=__doc__.split("\n\n")[0],
                       examples=["python -m derivations.balance --emit text", "python -m derivations.balance --check"])
 

@@ -1,0 +1,89 @@
+"""The balancing gauge: derived in derivations.balance, computed by numerics.gauge_balance."""
+
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import mpmath
+import numpy as np
+import pytest
+from sympy import Rational
+
+from derivations import StepCheckFailed
+from derivations import balance as B
+from derivations.evaluate import evaluate
+from numerics.gauge_balance import balance
+from numerics.reference import MpmathBackend
+
+DERIVED = (B.congruence, B.whitening, B.riccati, B.factor, B.inverse_transpose, B.equal_grams, B.product_kept)
+
+
+def clear():
+    for f in DERIVED:
+        f.cache_clear()
+
+
+def test_every_step_checks_and_the_result_is_the_quarter_power():
+    for der in B.derivations():
+        assert all(r.passed for r in der.check(trials=2))
+    assert str(B.gauge()) == "C_K^-1*(C_K*W_Q.T*W_Q*C_K)^(1/4)"
+    assert str(B.inverse_transpose().formula) == "C_K*(C_K*W_Q.T*W_Q*C_K)^(-1/4)"
+    assert str(B.equal_grams().formula) == "0" and str(B.product_kept().formula) == "W_Q*W_K.T"
+
+
+def test_planted_wrong_exponent_fails_the_step_check(monkeypatch):
+    """Planted mistake: the power split into X^{1/2} X^{1/2} (the gauge with exponent 1/2, not 1/4)."""
+    clear()
+    monkeypatch.setattr(B, "HALF", Rational(1))
+    try:
+        with pytest.raises(StepCheckFailed, match=r"balance\.factor step 1 .*lemma B3"):
+            B.factor()
+    finally:
+        clear()
+
+
+QUARTER = Rational(1, 4)
+
+
+def derived_at_50_digits(w_q, w_k, exponent=QUARTER):
+    """The derived balanced pair evaluated in mpmath at 50 digits (``exponent``: the gauge's power)."""
+    quarter = QUARTER
+    q, k = (x.xreplace({quarter: exponent, -quarter: -exponent}) for x in B.balanced_factors())
+    with mpmath.workdps(50):
+        backend = MpmathBackend(50)
+        env = {B.W_Q: backend.asarray(w_q), B.W_K: backend.asarray(w_k)}
+        dims = {B.d: w_q.shape[0], B.d_h: w_q.shape[1]}
+        return [np.array(evaluate(x, env, backend, dims).tolist(), dtype=float) for x in (q, k)]
+
+
+def test_kernel_is_the_derived_expression_at_50_digits():
+    """``numerics.gauge_balance.balance`` (float64) against the derived pair at 50 digits.
+
+    Planted mistake: the derived gauge with exponent 1/2 instead of 1/4 differs from the kernel.
+    """
+    rng = np.random.default_rng(0)
+    w_q, w_k = 3 * rng.standard_normal((7, 3)), rng.standard_normal((7, 3)) / 2
+    got_q, got_k = (np.asarray(x) for x in balance(jnp.asarray(w_q), jnp.asarray(w_k)))
+    ref_q, ref_k = derived_at_50_digits(w_q, w_k)
+    np.testing.assert_allclose(got_q, ref_q, rtol=1e-11, atol=1e-12 * np.abs(ref_q).max())
+    np.testing.assert_allclose(got_k, ref_k, rtol=1e-11, atol=1e-12 * np.abs(ref_k).max())
+    wrong_q, wrong_k = derived_at_50_digits(w_q, w_k, Rational(1, 2))
+    assert not np.allclose(got_q, wrong_q, rtol=1e-3) and not np.allclose(got_k, wrong_k, rtol=1e-3)
+
+
+def test_kernel_balances_batched_stacked_groups():
+    """A stacked GQA group (G·d rows against d rows), batched: equal Grams and the same products."""
+    rng = np.random.default_rng(1)
+    q, k = rng.standard_normal((2, 3, 12, 4)) * 3, rng.standard_normal((2, 3, 6, 4))
+    bq, bk = (np.asarray(x) for x in balance(jnp.asarray(q), jnp.asarray(k)))
+    np.testing.assert_allclose(bq.mT @ bq, bk.mT @ bk, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(bq @ bk.mT, q @ k.mT, rtol=1e-9, atol=1e-10)
+
+
+def test_cli_checks_and_prints_the_derivation():
+    out = subprocess.run([sys.executable, "-m", "derivations.balance", "--emit", "text"], capture_output=True,
+                         text=True, check=False, timeout=300)
+    assert out.returncode == 0 and "balance.factor" in out.stdout and "Lemma B3" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "derivations.balance", "--emit", "jax", "--trials", "0"],
+                         capture_output=True, text=True, check=False, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
