@@ -20,6 +20,7 @@ from .printing.jax_printer import emit_jax
 from .printing.latex import document_latex
 from .printing.numpy_printer import emit_numpy
 from .printing.text import derivation_text, lemma_text
+from .stdout import write_result
 
 EMIT_TARGETS = ("jax", "numpy", "latex", "text")
 
@@ -150,22 +151,16 @@ def format_table(table: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _write(text: str, out: str | None):
+def _write(prog: str, text: str, out: str | None, status: int) -> int:
+    """Write the result to ``--out`` or stdout and return ``status`` (2 when it cannot be written)."""
     if out is None:
-        try:
-            sys.stdout.write(text)
-            sys.stdout.flush()  # a full disk shows here, not at interpreter exit
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (nothing more can be written there)
-            raise UsageError(f"cannot write to stdout: {exc.strerror or exc}") from None
-        return
+        return write_result(prog, text, status)
     try:
         with open(out, "w", encoding="utf-8") as fh:
             fh.write(text)
     except OSError as exc:
         raise UsageError(f"cannot write --out {out}: {exc.strerror}") from None
+    return status
 
 
 def main(rule: RuleModule, argv=None) -> int:
@@ -190,20 +185,16 @@ def main(rule: RuleModule, argv=None) -> int:
             except (StepCheckFailed, DerivationError) as exc:  # a derivation fails while it is built
                 sys.stderr.write(f"{prog}: check failed: {exc}\n")
                 return 1
-            _write(json.dumps(table, indent=2) + "\n" if args.json else format_table(table), args.out)
             for message in failures(table):
                 sys.stderr.write(f"{prog}: check failed: {message}\n")
-            return 0 if table["ok"] else 1
+            text = json.dumps(table, indent=2) + "\n" if args.json else format_table(table)
+            return _write(prog, text, args.out, 0 if table["ok"] else 1)
         try:
             text = render(rule, args.emit, args.msign, args.schedule)
         except (StepCheckFailed, DerivationError) as exc:  # never emit what did not check
             sys.stderr.write(f"{prog}: not emitted: {exc}\n")
             return 1
-        _write(text, args.out)
-        return 0
+        return _write(prog, text, args.out, 0)
     except UsageError as exc:
         sys.stderr.write(f"{prog}: error: {exc}\n")
         return 2
-    except BrokenPipeError:  # the reader (e.g. `| head`) closed stdout: stop quietly
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-        return 0
