@@ -60,6 +60,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     dev = jax.devices()[0]
     small = args.small or dev.platform == "cpu"
+    if dev.platform == "cpu":
+        from numerics.lapack_threads import lapack_threads
+        lapack_threads(1)  # as benchmarks.step does (see numerics.lapack_threads)
     t0 = time.perf_counter()
     print(f"device: {dev.device_kind} ({dev.platform}), {len(jax.devices())} device(s), small={small}", flush=True)
 

@@ -23,7 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from threadpoolctl import threadpool_info
 
+from numerics.lapack_threads import lapack_threads
 from numerics.optimizer import OVPair, QKPair, compositional_muon, resolve_schedule
 
 SHAPES = {"gpt2": (768, 12, 12, 64), "llama3": (4096, 32, 8, 128)}
@@ -109,6 +111,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5, help="timed updates per optimizer and shape (default 5)")
     p.add_argument("--shapes", default="gpt2,llama3", help="comma-separated: gpt2, llama3 (default both)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    p.add_argument("--lapack-threads", type=int, default=1,
+                   help="OpenBLAS threads for jaxlib's CPU eigh (default 1; 0 leaves the library default; "
+                        "see numerics.lapack_threads)")
     args = p.parse_args(argv)
     names = [s.strip() for s in args.shapes.split(",") if s.strip()]
     bad = [s for s in names if s not in SHAPES]
@@ -116,6 +121,10 @@ def main(argv=None) -> int:
         p.error(f"argument --shapes: unknown {bad or names}; choose from {', '.join(SHAPES)}")
     if args.repeats < 1:
         p.error(f"argument --repeats: must be >= 1, got {args.repeats}")
+    if args.lapack_threads < 0:
+        p.error(f"argument --lapack-threads: must be >= 0, got {args.lapack_threads}")
+    if args.lapack_threads:
+        lapack_threads(args.lapack_threads)
     dtype = jnp.dtype(args.dtype)
     schedule = resolve_schedule("polar-express-5", 5)
     steps, degree = len(schedule), max(len(c) for c in schedule)
@@ -129,7 +138,9 @@ def main(argv=None) -> int:
         f_cm, f_muon = flop_model(d, h, kv, hd, steps, degree)
         print(f"{name:<8} {d:>5} {h:>3} {kv:>4} {hd:>4} {1e3 * t_cm:>10.1f} {1e3 * t_muon:>10.1f} {ratios[-1]:>6.3f} "
               f"{f_cm / 1e9:>7.2f} {f_muon / 1e9:>8.2f} {f_cm / f_muon:>10.3f}", flush=True)
-    print(f"device: {jax.devices()[0].device_kind}, dtype {args.dtype}, {args.repeats} interleaved repeats")
+    blas = ", ".join(f"{i['prefix']} {i['num_threads']}" for i in threadpool_info() if i["user_api"] == "blas")
+    print(f"device: {jax.devices()[0].device_kind}, dtype {args.dtype}, {args.repeats} interleaved repeats; "
+          f"BLAS/LAPACK threads: {blas or 'none loaded'}")
     print(f"cm/muon median step time ratio: {max(ratios):.3f}")
     return 0
 

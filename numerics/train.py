@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from .lapack_threads import lapack_threads
 from .optimizer import OVPair, QKPair, compositional_muon, path_name
 
 VOCAB = 128  # ASCII; bytes above 127 map to 127
@@ -362,6 +363,7 @@ def main(argv=None) -> int:
     if args.compare and os.path.isfile(args.out):
         p.error(f"argument --out: {args.out} is a file")
     cfg = Config(width=args.width, heads=args.heads, kv_heads=kv, layers=args.layers)
+    lapack_threads(1)  # small per-head eigh: one OpenBLAS thread (see numerics.lapack_threads)
     if args.compare:
         compare(args.steps, cfg, Path(args.out))
         return 0

@@ -29,3 +29,20 @@ def test_step_benchmark_rejects_bad_arguments_with_one_line(args):
                          timeout=120)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "error" in out.stderr
+
+
+def test_lapack_threads_limits_the_library_jaxlib_calls_and_restores_it():
+    from threadpoolctl import threadpool_info
+
+    from numerics.lapack_threads import lapack_threads
+
+    def scipy_threads():
+        return {i["filepath"]: i["num_threads"] for i in threadpool_info() if "scipy" in i["filepath"]}
+
+    before = scipy_threads()
+    assert before, "SciPy's OpenBLAS (jaxlib's CPU LAPACK) is not loaded"
+    with lapack_threads(1):
+        assert set(scipy_threads().values()) == {1}
+    assert scipy_threads() == before
+    with pytest.raises(ValueError, match="positive int"):
+        lapack_threads(0)
