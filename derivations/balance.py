@@ -79,6 +79,34 @@ class SPDPower(_Derived):
         sym = (a + ev.backend.transpose(a)) * ev.backend.scalar(Rational(1, 2))
         return ev.backend.psd_power(sym, float(self.exponent))
 
+    def _numpycode(self, printer):
+        """``V diag(x)^p Vᵀ`` from one eigendecomposition per distinct ``X`` (shared by its powers).
+
+        Eigenvalues are floored at ``n·eps·max(x)`` (as :mod:`numerics.gauge_balance` does), so a
+        rank-deficient factor gives finite powers. JAX: the eigh runs one matrix at a time on the
+        CPU (``per_matrix_on_cpu``: batched LAPACK kernels at once can deadlock jaxlib's pool).
+        """
+        jax = printer.printmethod == "_jaxcode"
+        m = "jnp" if jax else "np"
+        key = ("spd_eigh", self.arg)
+        if key not in printer.temps:
+            a = printer._print(self.arg)
+            printer.counter += 1
+            n = printer.counter
+            sym, e, v = f"sym_{n}", f"e_{n}", f"v_{n}"
+            cast = f"{a}.astype(compute_dtype({a}.dtype))" if jax else f"({a})"
+            printer.lines.append(f"{sym} = {cast}")
+            printer.lines.append(f"{sym} = 0.5 * ({sym} + {m}.swapaxes({sym}, -1, -2))")
+            eigh = f"per_matrix_on_cpu(jnp.linalg.eigh, {sym})" if jax else f"np.linalg.eigh({sym})"
+            printer.lines.append(f"{e}, {v} = {eigh}")
+            printer.lines.append(f"{e} = {m}.maximum({e}, {m}.maximum({e}.shape[-1] * {m}.finfo({e}.dtype).eps"
+                                 f" * {e}[..., -1:], {m}.finfo({e}.dtype).tiny))")
+            printer.temps[key] = (e, v, f"{a}.dtype" if jax else "np.float64")
+        e, v, dtype = printer.temps[key]
+        return f"(({v} * {e}[..., None, :] ** {float(self.exponent)!r}) @ {m}.swapaxes({v}, -1, -2)).astype({dtype})"
+
+    _jaxcode = _numpycode
+
     def _sympystr(self, printer):
         return f"({printer._print(self.arg)})^({self.exponent})"
 
@@ -335,8 +363,8 @@ CONGRUENCE = Lemma(
 
 
 # ---- the problem ----------------------------------------------------------------------------
-d, d_h = dimension("d"), dimension("d_h")
-W_Q = FactMatrix("W_Q", d, d_h, [FULL_COLUMN_RANK])
+d, d_Q, d_h = dimension("d"), dimension("d_Q"), dimension("d_h")
+W_Q = FactMatrix("W_Q", d_Q, d_h, [FULL_COLUMN_RANK])  # own row count: a GQA group's stacked query heads
 W_K = FactMatrix("W_K", d, d_h, [FULL_COLUMN_RANK])
 S = FactMatrix("S", d_h, d_h, [FULL_COLUMN_RANK])  # the gauge: square of full rank, i.e. invertible
 Z = FactMatrix("Z", d_h, d_h, [SPD])  # the whitened unknown of the Riccati equation
@@ -355,8 +383,8 @@ def gram_gap(s, s_inv_t):
 
 
 def context() -> Context:
-    return Context(check_dims=[{d: 6, d_h: 2}, {d: 5, d_h: 3}, {d: 4, d_h: 4}], symbolic_dims={d: 3, d_h: 2},
-                   mpmath_dims={d: 4, d_h: 2})
+    return Context(check_dims=[{d_Q: 6, d: 5, d_h: 2}, {d_Q: 5, d: 7, d_h: 3}, {d_Q: 4, d: 4, d_h: 4}],
+                   symbolic_dims={d_Q: 3, d: 3, d_h: 2}, mpmath_dims={d_Q: 5, d: 4, d_h: 2})
 
 
 @cache
@@ -511,10 +539,24 @@ def measurements(rng):
                                                             / np.abs(w_q @ w_k.T).max()))]
 
 
+def emitted_functions():
+    from .printing.codegen import DerivedOutput, EmittedFunction
+    q, k = balanced_factors()
+    related = [congruence(), whitening(), riccati(), factor(), inverse_transpose(), product_kept()]
+    return [EmittedFunction(
+        "balance_qk", "Balance the factors of M = W_Q W_Kᵀ along the gauge (equal Grams, same product)",
+        [W_Q, W_K], [("W_Q_bal", DerivedOutput(q, equal_grams(), "balance.W_Q", related)),
+                     ("W_K_bal", DerivedOutput(k, equal_grams(), "balance.W_K", related))],
+        [("Both results have the Gram matrix (NᵀN)^(1/2), N = C_Q C_K, and W_Q_bal W_K_balᵀ = W_Q W_Kᵀ (exact at "
+         "damping = 0, the default). W_Q may have its own row count d_Q: a GQA group's query heads stacked "
+         "row-wise against the shared key head.")],
+        needs_eps=False)]
+
+
 def rule_module():
     from .cli import RuleModule
     return RuleModule(name="balance", title="Balancing gauge of the QK factorization",
-                      derivations=derivations, functions=list, scalars={}, measurements=measurements,
+                      derivations=derivations, functions=emitted_functions, scalars={}, measurements=measurements,
                       description=__doc__.split("\n\n")[0],
                       examples=["python -m derivations.balance --emit text", "python -m derivations.balance --check"])
 

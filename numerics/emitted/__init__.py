@@ -15,7 +15,7 @@ import importlib
 from pathlib import Path
 
 #: rule modules of :mod:`derivations` whose JAX emission is shipped here
-RULES = ("halfsplit", "joint", "hybrid_ov", "gqa", "gauge", "sylvester")
+RULES = ("halfsplit", "joint", "hybrid_ov", "gqa", "gauge", "sylvester", "balance")
 
 HERE = Path(__file__).resolve().parent
 
