@@ -20,6 +20,12 @@ group's output heads stacked row-wise, ``W̄_O = [W_{O,h}]_{h∈g}`` (``G d × d
 with ``G_{V,g} = W̄_Oᵀ Ḡ_M = Σ_h W_{O,h}ᵀ G_{M_h}``; ``‖W_{O,h} ΔW_{V,g}‖ ≤ ε/(2G)`` for every head.
 The O side keeps the hybrid rule's global sign with the block-diagonal partner
 ``blockdiag(W_{V,g(h)}ᵀ)`` (value blocks repeated over each group).
+
+Both shared sides start from the per-head problem, every product of the group bounded (the
+``d``-row blocks of ``W̄ ΔW_Kᵀ``, resp. ``W̄_O ΔW_V``), and reduce it to the stacked one by Lemma K
+(:mod:`derivations.lemmas.blocks`), a checked restriction step. That step carries the
+:class:`~derivations.lemmas.blocks.HeadLayout` (stored weight, group, shared head) from which the
+stored-layout adapter of ``gqa_qk`` is printed (:mod:`derivations.printing.layout`).
 """
 
 from __future__ import annotations
@@ -140,24 +146,25 @@ def value_function():
                            extra_scalars={group: "group_size"})
 
 
+def adapter():
+    """The stored-layout entry point ``gqa_qk``: its adapter is printed from the reduction step of
+    :func:`key_side` (the group's query heads stacked row-wise; the shared key head repeated over the
+    group for the head-local query side)."""
+    from .printing.layout import Adapter
+    query, key, _ = emitted_functions()
+    return Adapter("gqa_layout", "gqa_qk", "Stored GQA layouts → per-head rule calls → stored layouts.",
+                   {"W_Q": "columns", "W_K": "columns", "G_Q": "columns", "G_K": "columns"},
+                   [("query_fn", query), ("key_fn", key)], "check_qk_heads",
+                   entry_doc="GQA update from stored layouts: W_Q, G_Q (..., d, H·d_h); W_K, G_K (..., d, H_kv·d_h).\n\n"
+                             "    Returns (ΔW_Q, ΔW_K) in the same layouts: gqa_query per query head, gqa_key per "
+                             "key head.",
+                   notes=["Query head h uses key head h // G (consecutive grouping, as repeat_kv does)."])
+
+
 def jax_extra():
-    """The stored-layout entry point ``gqa_qk`` (inlined kernels plus one adapter)."""
-    from numerics import jax_kernels as K
-
-    from .printing.codegen import kernel_source
-    src = kernel_source([K.split_heads, K.merge_heads, K.gqa_layout]) + '''
-
-
-def gqa_qk(W_Q, W_K, G_Q, G_K, *, head_dim, eps, damping=0.0, msign="newton_schulz", schedule=NS_SCHEDULE,
-           check_finite=True):
-    """GQA update from stored layouts: W_Q, G_Q (..., d, H·d_h); W_K, G_K (..., d, H_kv·d_h).
-
-    Returns (ΔW_Q, ΔW_K) in the same layouts: gqa_query per query head, gqa_key per key head.
-    """
-    options = {"eps": eps, "damping": damping, "msign": msign, "schedule": schedule, "check_finite": check_finite}
-    return gqa_layout(gqa_query, gqa_key, W_Q, W_K, G_Q, G_K, head_dim, options)
-'''
-    return src, ("gqa_qk",)
+    """The stored-layout entry point ``gqa_qk`` (inlined primitives and checks, the printed adapter)."""
+    from .printing.layout import adapter_source
+    return adapter_source(adapter())
 
 
 def rule_module():

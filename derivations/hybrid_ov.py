@@ -5,7 +5,10 @@ V side (head-local, left whitening by the partner ``W_{O,h}``) is the half-split
 
 O side: with ``P = blockdiag(W_{V,1}ᵀ, …, W_{V,H}ᵀ)`` (``H d × H d_h``) the product
 ``ΔW_O Pᵀ = [ΔW_{O,1} W_{V,1} | … | ΔW_{O,H} W_{V,H}]`` holds every head's product change side by
-side; its operator norm equals the stacked bound ``‖[ΔW_{O,h} C_{V,h}]_h‖_op``. The block-whitened
+side. The derivation starts from the per-head problem (``max_h ‖ΔW_{O,h} W_{V,h}‖_op ≤ ε/2``, the
+``d``-column blocks) and restricts it by Lemma K to one global constraint ``‖ΔW_O Pᵀ‖_op ≤ ε/2``,
+whose operator norm equals the stacked bound ``‖[ΔW_{O,h} C_{V,h}]_h‖_op``; the step's layout record
+(value heads as diagonal blocks, repeated over each group) prints the stored-layout adapter. The block-whitened
 derivation gives ``S = msign([G_{O,h} C_{V,h}⁻¹]_h)`` split into head blocks
 ``ΔW_{O,h} = −(ε/2) S_h C_{V,h}⁻¹``, with ``‖[ΔW_{O,h} C_{V,h}]_h‖_op = ε/2``.
 
@@ -40,6 +43,9 @@ def context() -> Context:
                    symbolic_dims={d: 3, m: 2, n: 4}, mpmath_dims={d: 4, m: 2, n: 8})
 
 
+RESTRICTION_NOTE = "restrict to all heads side by side: max_h ‖ΔW_{O,h} W_{V,h}‖_op ≤ ‖ΔW_O P_Vᵀ‖_op (one global sign)"
+
+
 def _o_layout():
     from . import gqa
     #: P_V's blocks: the value heads W_{V,g}ᵀ of W_V (H_kv·d_h, d), each repeated over its group of output heads
@@ -51,8 +57,7 @@ def o_side():
     return block_whitened("hybrid_ov.o_side", "Hybrid OV: global O update", dW_O, P, G_tilde, G_O,
                           eps * Rational(1, 2), context(),
                           "every head's product change ΔW_{O,h} W_{V,h} (the d-column blocks of ΔW_O P_Vᵀ) "
-                          "within ε/2", per_block=(d, _o_layout(), "restrict to all heads side by side: "
-                                                   "max_h ‖ΔW_{O,h} W_{V,h}‖_op ≤ ‖ΔW_O P_Vᵀ‖_op (one global sign)"))
+                          "within ε/2", per_block=(d, _o_layout(), RESTRICTION_NOTE))
 
 
 def derivations():
@@ -74,25 +79,28 @@ def emitted_functions():
     ]
 
 
+def adapter():
+    """The stored-layout entry point ``hybrid_ov``, printed from the reduction steps of :func:`o_side`
+    (value heads as diagonal blocks, repeated over each group) and of :func:`derivations.gqa.value_side`
+    (a group's output heads stacked row-wise)."""
+    from .printing.layout import Adapter
+    o_fn, _, value_fn = emitted_functions()
+    return Adapter("gqa_ov_layout", "hybrid_ov",
+                   "Stored OV layouts with H_kv value heads → O side (one global sign) and shared V side.",
+                   {"W_O": "columns", "W_V": "rows", "G_O": "columns", "G_V": "rows"},
+                   [("o_core", o_fn), ("v_core", value_fn)], "check_ov_heads", chain=True,
+                   entry_doc="Hybrid OV update from stored layouts: W_O, G_O (..., d, H·d_h); W_V, G_V (..., "
+                             "H_kv·d_h, d).\n\n    H_kv = H: head-local V side. H_kv < H (GQA): each value head "
+                             "is shared by H/H_kv consecutive output\n    heads and gets budget ε/(2G) (gqa_value). "
+                             "Returns (ΔW_O, ΔW_V) in the same layouts.",
+                   notes=["Output head h reads value head h // G; with H_kv = H this is the head-local hybrid rule.",
+                          ("The V side waits for the O side (0·ΔW_O): two LAPACK kernels (eigh) running at once "
+                           "can deadlock jaxlib's CPU pool.")])
+
+
 def jax_extra():
-    from numerics import jax_kernels as K
-    from numerics import ov_layout
-
-    from .printing.codegen import kernel_source
-    src = kernel_source([K.split_heads, K.merge_heads, ov_layout.gqa_ov_layout]) + '''
-
-
-def hybrid_ov(W_O, W_V, G_O, G_V, *, head_dim, eps, damping=0.0, msign="newton_schulz", schedule=NS_SCHEDULE,
-              check_finite=True):
-    """Hybrid OV update from stored layouts: W_O, G_O (..., d, H·d_h); W_V, G_V (..., H_kv·d_h, d).
-
-    H_kv = H: head-local V side. H_kv < H (GQA): each value head is shared by H/H_kv consecutive output
-    heads and gets budget ε/(2G) (gqa_value). Returns (ΔW_O, ΔW_V) in the same layouts.
-    """
-    options = {"eps": eps, "damping": damping, "msign": msign, "schedule": schedule, "check_finite": check_finite}
-    return gqa_ov_layout(hybrid_o, gqa_value, W_O, W_V, G_O, G_V, head_dim, options)
-'''
-    return src, ("hybrid_ov",)
+    from .printing.layout import adapter_source
+    return adapter_source(adapter())
 
 
 def rule_module():

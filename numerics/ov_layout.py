@@ -1,27 +1,43 @@
-"""Stored-layout adapter of the hybrid OV rule with shared value heads (inlined into emitted code).
+"""Input checks of the stored-layout entry points (inlined into emitted code).
 
-Imports nothing but ``jax.numpy`` (the emitted module inlines this source next to
-``split_heads``/``merge_heads``).
+The adapters themselves (split heads, repeat a shared head over its group, stack a group's heads,
+block-diagonal partners, merge back) are printed from the reduction steps of the derivations
+(:mod:`derivations.printing.layout`); what stays hand-written is what the derivations say nothing
+about: checking that the stored arrays have the layouts the adapters assume. Each check returns the
+group size ``G = H / H_kv``. Imports nothing but ``jax.numpy`` helpers that the emitted module
+inlines as well.
 """
 
-import jax.numpy as jnp
-
-from .jax_kernels import merge_heads, require_arrays, split_heads
+from .jax_kernels import require_arrays
 
 
-def gqa_ov_layout(o_core, v_core, W_O, W_V, G_O, G_V, head_dim, options):
-    """Stored OV layouts with ``H_kv`` value heads → O side (one global sign) and shared V side.
-
-    ``W_O, G_O: (..., d, H·d_h)``; ``W_V, G_V: (..., H_kv·d_h, d)``; output head ``h`` reads value
-    head ``h // (H / H_kv)`` (consecutive grouping). The O side whitens head ``h`` by its value head,
-    ``P = blockdiag(W_{V,g(h)}ᵀ)``; each value head sees its group's output heads stacked row-wise,
-    with budget ``ε/(2G)``. With ``H_kv = H`` this is the head-local hybrid rule.
-    """
-    require_arrays("hybrid_ov", {"W_O": W_O, "W_V": W_V, "G_O": G_O, "G_V": G_V})
-    for name, x, ref in (("G_O", G_O, W_O), ("G_V", G_V, W_V)):
+def _same_shapes(function, pairs):
+    for name, x, ref_name, ref in pairs:
         if getattr(x, "shape", None) != getattr(ref, "shape", None):
-            raise ValueError(f"hybrid_ov: {name} must have the shape of its weight {tuple(ref.shape)}, "
+            what = "its weight" if ref_name is None else ref_name
+            raise ValueError(f"{function}: {name} must have the shape of {what} {tuple(ref.shape)}, "
                              f"got {tuple(getattr(x, 'shape', ()))}")
+
+
+def check_qk_heads(W_Q, W_K, G_Q, G_K, head_dim):
+    """``W_Q, G_Q: (..., d, H·d_h)``, ``W_K, G_K: (..., d, H_kv·d_h)`` with ``H_kv`` dividing ``H``; returns ``G``."""
+    require_arrays("gqa_qk", {"W_Q": W_Q, "W_K": W_K, "G_Q": G_Q, "G_K": G_K})
+    _same_shapes("gqa_qk", [("G_Q", G_Q, None, W_Q), ("G_K", G_K, None, W_K)])
+    if not isinstance(head_dim, int) or head_dim < 1:
+        raise ValueError(f"gqa_qk: head_dim must be a positive int, got {head_dim!r}")
+    for name, x in (("W_Q", W_Q), ("W_K", W_K)):
+        if x.ndim < 2 or x.shape[-1] % head_dim:
+            raise ValueError(f"gqa_qk: {name} has width {x.shape[-1]}, not a multiple of head_dim = {head_dim}")
+    heads, kv_heads = W_Q.shape[-1] // head_dim, W_K.shape[-1] // head_dim
+    if heads % kv_heads:
+        raise ValueError(f"gqa_qk: {heads} query heads cannot be grouped over {kv_heads} key heads")
+    return heads // kv_heads
+
+
+def check_ov_heads(W_O, W_V, G_O, G_V, head_dim):
+    """``W_O, G_O: (..., d, H·d_h)``, ``W_V, G_V: (..., H_kv·d_h, d)`` with ``H_kv`` dividing ``H``; returns ``G``."""
+    require_arrays("hybrid_ov", {"W_O": W_O, "W_V": W_V, "G_O": G_O, "G_V": G_V})
+    _same_shapes("hybrid_ov", [("G_O", G_O, None, W_O), ("G_V", G_V, None, W_V)])
     if not isinstance(head_dim, int) or head_dim < 1:
         raise ValueError(f"hybrid_ov: head_dim must be a positive int, got {head_dim!r}")
     if W_O.ndim < 2 or W_V.ndim < 2 or W_O.shape[-1] % head_dim or W_V.shape[-2] % head_dim:
@@ -33,13 +49,11 @@ def gqa_ov_layout(o_core, v_core, W_O, W_V, G_O, G_V, head_dim, options):
     heads, kv_heads = W_O.shape[-1] // head_dim, W_V.shape[-2] // head_dim
     if heads % kv_heads:
         raise ValueError(f"hybrid_ov: {heads} output heads cannot be grouped over {kv_heads} value heads")
-    group = heads // kv_heads
-    v_heads = split_heads(jnp.asarray(W_V).mT, head_dim)  # (..., H_kv, d, d_h): W_{V,g}ᵀ
-    d_o = o_core(jnp.repeat(v_heads, group, axis=-3), jnp.asarray(G_O), **options)
-    # 0·ΔW_O makes the V side wait for the O side: two LAPACK kernels (eigh) running at once can
-    # deadlock jaxlib's CPU pool
-    o_heads = split_heads(jnp.asarray(W_O) + 0 * d_o[..., :1, :1], head_dim)
-    stacked = o_heads.reshape(*o_heads.shape[:-3], kv_heads, group * o_heads.shape[-2], head_dim)
-    gv_heads = split_heads(jnp.asarray(G_V).mT, head_dim).mT  # (..., H_kv, d_h, d)
-    d_v = v_core(stacked, gv_heads, group_size=float(group), **options)
-    return d_o, merge_heads(d_v.mT).mT
+    return heads // kv_heads
+
+
+def check_joint_pair(W_Q, W_K, G_Q, G_K):
+    """All four ``(..., d, d_h)`` (one head pair); returns ``G = 1``."""
+    require_arrays("joint_qk", {"W_Q": W_Q, "W_K": W_K, "G_Q": G_Q, "G_K": G_K})
+    _same_shapes("joint_qk", [("W_K", W_K, "W_Q", W_Q), ("G_Q", G_Q, "W_Q", W_Q), ("G_K", G_K, "W_Q", W_Q)])
+    return 1

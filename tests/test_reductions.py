@@ -89,3 +89,42 @@ def test_derivations_reduce_the_per_head_problem_by_lemma_k(derivation, axis):
     assert back.kind == "back_substitute" and "feasible for the original problem" in back.check.subchecks
     text = derivation_text(der)
     assert "Step 1. Lemma K (A block's operator norm is at most the stacked matrix's) [restriction" in text
+
+
+def test_the_adapters_are_printed_from_the_reduction_steps():
+    from derivations.cli import render
+    from derivations.printing.layout import adapter_source, layouts_of
+    key = gqa.emitted_functions()[1]
+    assert layouts_of(key) == [gqa.KEY_LAYOUT]
+    text = render(gqa.rule_module(), "jax")
+    assert "W_Qbar = heads.reshape(*heads.shape[:-3], -1, group * heads.shape[-2], heads.shape[-1])" in text
+    assert "(gqa.key step 1, Lemma K)" in " ".join(text.split())
+    ov = render(hybrid_ov.rule_module(), "jax")
+    assert "jnp.repeat(split_heads(jnp.asarray(W_V).mT, head_dim), group, axis=-3)" in ov  # blockdiag(W_{V,g(h)}ᵀ)
+    # without the step's layout the printer has nothing to build W_Qbar from, and says so
+    bare = replace(gqa.adapter(), calls=[("query_fn", gqa.emitted_functions()[0]),
+                                         ("key_fn", replace(key, outputs=[("dW_K", gqa.halfsplit.key_side())],
+                                                            inputs=[gqa.W_Qbar, gqa.G_K]))])
+    with pytest.raises(TypeError, match="W_Qbar is not a stored argument"):
+        adapter_source(bare)
+
+
+def test_printed_gqa_adapter_stacks_each_groups_queries(tmp_path):
+    """The stored-layout entry point equals the derived key formula on the hand-stacked group."""
+    from derivations.cli import render
+    from derivations.evaluate import evaluate_on
+    from tests.conftest import load_module
+    path = tmp_path / "gqa_fresh.py"
+    path.write_text(render(gqa.rule_module(), "jax"))
+    mod = load_module(path, "gqa_fresh_reductions")
+    rng = np.random.default_rng(3)
+    d, d_h, heads, kv = 7, 2, 6, 2
+    w_q, g_q = rng.standard_normal((d, heads * d_h)), rng.standard_normal((d, heads * d_h))
+    w_k, g_k = rng.standard_normal((d, kv * d_h)), rng.standard_normal((d, kv * d_h))
+    _, dk = mod.gqa_qk(w_q, w_k, g_q, g_k, head_dim=d_h, eps=0.2, msign="svd")
+    group = heads // kv
+    for g in range(kv):
+        stacked = np.concatenate([w_q[:, h * d_h:(h + 1) * d_h] for h in range(g * group, (g + 1) * group)], axis=0)
+        want = evaluate_on(gqa.key_side().formula, {"W_Qbar": stacked, "G_K": g_k[:, g * d_h:(g + 1) * d_h],
+                                                     "epsilon": 0.2, "G": float(group)})
+        assert np.allclose(np.asarray(dk)[:, g * d_h:(g + 1) * d_h], want, atol=1e-5)

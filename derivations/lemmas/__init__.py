@@ -10,7 +10,7 @@ a rule's final formula: they are generic identities.
 """
 
 from ..vocabulary import GramInvSqrt, NuclearNorm  # noqa: F401 (names the single-module lemmas re-exported)
-from . import adjoint, chain_rule, descent, isometry, msign, ring, spectral, whitening
+from . import adjoint, blocks, chain_rule, descent, isometry, msign, ring, spectral, whitening
 from .adjoint import ADJOINT_MOVE, INNER_LINEARITY, _adjoint_ids, _adjoint_rewrite, _linearity_ids, _linearity_rewrite  # noqa: F401
 from .base import (  # noqa: F401
     _NP,
@@ -32,6 +32,7 @@ from .base import (  # noqa: F401
     _orthonormal_rows,
     _tall,
 )
+from .blocks import BLOCK_STACKING, BlockMaxOpNorm, HeadLayout, Restriction  # noqa: F401
 from .chain_rule import (  # noqa: F401
     CHAIN_RULE,
     _chain_ids,
@@ -114,7 +115,7 @@ from .whitening import (  # noqa: F401
 )
 
 #: the family modules, in reading order
-FAMILY_MODULES = (descent, isometry, adjoint, whitening, msign, chain_rule, ring, spectral)
+FAMILY_MODULES = (descent, isometry, adjoint, whitening, msign, chain_rule, ring, blocks, spectral)
 
 
 def collect(modules=FAMILY_MODULES) -> tuple:

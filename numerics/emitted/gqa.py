@@ -610,18 +610,17 @@ def merge_heads(w):
     w = jnp.moveaxis(w, -3, -2)
     return w.reshape(*w.shape[:-2], w.shape[-2] * w.shape[-1])
 
-def gqa_layout(query_fn, key_fn, W_Q, W_K, G_Q, G_K, head_dim, options):
-    """Stored GQA layouts → per-head rule calls → stored layouts.
-
-    ``W_Q, G_Q: (..., d, H·d_h)``, ``W_K, G_K: (..., d, H_kv·d_h)``; query head ``h`` uses key head
-    ``h // (H / H_kv)`` (consecutive grouping, as ``repeat_kv`` does). Query updates are head-local
-    with their group's key head; each shared key head sees its group's queries stacked row-wise.
-    """
-    require_arrays("gqa_qk", {"W_Q": W_Q, "W_K": W_K, "G_Q": G_Q, "G_K": G_K})
-    for name, x, ref in (("G_Q", G_Q, W_Q), ("G_K", G_K, W_K)):
+def _same_shapes(function, pairs):
+    for name, x, ref_name, ref in pairs:
         if getattr(x, "shape", None) != getattr(ref, "shape", None):
-            raise ValueError(f"gqa_qk: {name} must have the shape of its weight {tuple(ref.shape)}, "
+            what = "its weight" if ref_name is None else ref_name
+            raise ValueError(f"{function}: {name} must have the shape of {what} {tuple(ref.shape)}, "
                              f"got {tuple(getattr(x, 'shape', ()))}")
+
+def check_qk_heads(W_Q, W_K, G_Q, G_K, head_dim):
+    """``W_Q, G_Q: (..., d, H·d_h)``, ``W_K, G_K: (..., d, H_kv·d_h)`` with ``H_kv`` dividing ``H``; returns ``G``."""
+    require_arrays("gqa_qk", {"W_Q": W_Q, "W_K": W_K, "G_Q": G_Q, "G_K": G_K})
+    _same_shapes("gqa_qk", [("G_Q", G_Q, None, W_Q), ("G_K", G_K, None, W_K)])
     if not isinstance(head_dim, int) or head_dim < 1:
         raise ValueError(f"gqa_qk: head_dim must be a positive int, got {head_dim!r}")
     for name, x in (("W_Q", W_Q), ("W_K", W_K)):
@@ -630,12 +629,24 @@ def gqa_layout(query_fn, key_fn, W_Q, W_K, G_Q, G_K, head_dim, options):
     heads, kv_heads = W_Q.shape[-1] // head_dim, W_K.shape[-1] // head_dim
     if heads % kv_heads:
         raise ValueError(f"gqa_qk: {heads} query heads cannot be grouped over {kv_heads} key heads")
-    group = heads // kv_heads
-    q, k, gq, gk = (split_heads(jnp.asarray(x), head_dim) for x in (W_Q, W_K, G_Q, G_K))
-    d_q = query_fn(jnp.repeat(k, group, axis=-3), gq, **options)
-    stacked = q.reshape(*q.shape[:-3], kv_heads, group * q.shape[-2], head_dim)
-    d_k = key_fn(stacked, gk, group_size=float(group), **options)
-    return merge_heads(d_q), merge_heads(d_k)
+    return heads // kv_heads
+
+def gqa_layout(query_fn, key_fn, W_Q, W_K, G_Q, G_K, head_dim, options):
+    """Stored GQA layouts → per-head rule calls → stored layouts.
+
+    Printed from the reduction steps of the derivations:
+    W_Qbar = W_Q's heads stacked row-wise in groups of G; head h pairs with W_K head h // G (gqa.key
+      step 1, Lemma K)
+    Query head h uses key head h // G (consecutive grouping, as repeat_kv does).
+    """
+    group = check_qk_heads(W_Q, W_K, G_Q, G_K, head_dim)
+    out_1 = query_fn(jnp.repeat(split_heads(jnp.asarray(W_K), head_dim), group, axis=-3),
+                     split_heads(jnp.asarray(G_Q), head_dim), **options)
+    heads = split_heads(jnp.asarray(W_Q), head_dim)  # one block per head
+    W_Qbar = heads.reshape(*heads.shape[:-3], -1, group * heads.shape[-2], heads.shape[-1])
+    out_2 = key_fn(W_Qbar,
+                   split_heads(jnp.asarray(G_K), head_dim), group_size=float(group), **options)
+    return merge_heads(out_1), merge_heads(out_2)
 
 
 def gqa_qk(W_Q, W_K, G_Q, G_K, *, head_dim, eps, damping=0.0, msign="newton_schulz", schedule=NS_SCHEDULE,

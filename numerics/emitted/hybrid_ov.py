@@ -606,19 +606,17 @@ def merge_heads(w):
     w = jnp.moveaxis(w, -3, -2)
     return w.reshape(*w.shape[:-2], w.shape[-2] * w.shape[-1])
 
-def gqa_ov_layout(o_core, v_core, W_O, W_V, G_O, G_V, head_dim, options):
-    """Stored OV layouts with ``H_kv`` value heads → O side (one global sign) and shared V side.
-
-    ``W_O, G_O: (..., d, H·d_h)``; ``W_V, G_V: (..., H_kv·d_h, d)``; output head ``h`` reads value
-    head ``h // (H / H_kv)`` (consecutive grouping). The O side whitens head ``h`` by its value head,
-    ``P = blockdiag(W_{V,g(h)}ᵀ)``; each value head sees its group's output heads stacked row-wise,
-    with budget ``ε/(2G)``. With ``H_kv = H`` this is the head-local hybrid rule.
-    """
-    require_arrays("hybrid_ov", {"W_O": W_O, "W_V": W_V, "G_O": G_O, "G_V": G_V})
-    for name, x, ref in (("G_O", G_O, W_O), ("G_V", G_V, W_V)):
+def _same_shapes(function, pairs):
+    for name, x, ref_name, ref in pairs:
         if getattr(x, "shape", None) != getattr(ref, "shape", None):
-            raise ValueError(f"hybrid_ov: {name} must have the shape of its weight {tuple(ref.shape)}, "
+            what = "its weight" if ref_name is None else ref_name
+            raise ValueError(f"{function}: {name} must have the shape of {what} {tuple(ref.shape)}, "
                              f"got {tuple(getattr(x, 'shape', ()))}")
+
+def check_ov_heads(W_O, W_V, G_O, G_V, head_dim):
+    """``W_O, G_O: (..., d, H·d_h)``, ``W_V, G_V: (..., H_kv·d_h, d)`` with ``H_kv`` dividing ``H``; returns ``G``."""
+    require_arrays("hybrid_ov", {"W_O": W_O, "W_V": W_V, "G_O": G_O, "G_V": G_V})
+    _same_shapes("hybrid_ov", [("G_O", G_O, None, W_O), ("G_V", G_V, None, W_V)])
     if not isinstance(head_dim, int) or head_dim < 1:
         raise ValueError(f"hybrid_ov: head_dim must be a positive int, got {head_dim!r}")
     if W_O.ndim < 2 or W_V.ndim < 2 or W_O.shape[-1] % head_dim or W_V.shape[-2] % head_dim:
@@ -630,16 +628,28 @@ def gqa_ov_layout(o_core, v_core, W_O, W_V, G_O, G_V, head_dim, options):
     heads, kv_heads = W_O.shape[-1] // head_dim, W_V.shape[-2] // head_dim
     if heads % kv_heads:
         raise ValueError(f"hybrid_ov: {heads} output heads cannot be grouped over {kv_heads} value heads")
-    group = heads // kv_heads
-    v_heads = split_heads(jnp.asarray(W_V).mT, head_dim)  # (..., H_kv, d, d_h): W_{V,g}ᵀ
-    d_o = o_core(jnp.repeat(v_heads, group, axis=-3), jnp.asarray(G_O), **options)
-    # 0·ΔW_O makes the V side wait for the O side: two LAPACK kernels (eigh) running at once can
-    # deadlock jaxlib's CPU pool
-    o_heads = split_heads(jnp.asarray(W_O) + 0 * d_o[..., :1, :1], head_dim)
-    stacked = o_heads.reshape(*o_heads.shape[:-3], kv_heads, group * o_heads.shape[-2], head_dim)
-    gv_heads = split_heads(jnp.asarray(G_V).mT, head_dim).mT  # (..., H_kv, d_h, d)
-    d_v = v_core(stacked, gv_heads, group_size=float(group), **options)
-    return d_o, merge_heads(d_v.mT).mT
+    return heads // kv_heads
+
+def gqa_ov_layout(o_core, v_core, W_O, W_V, G_O, G_V, head_dim, options):
+    """Stored OV layouts with H_kv value heads → O side (one global sign) and shared V side.
+
+    Printed from the reduction steps of the derivations:
+    P_V = W_V's headsᵀ as diagonal blocks, each repeated over a group of G (hybrid_ov.o_side step 1,
+      Lemma K)
+    W_Obar = W_O's heads stacked row-wise in groups of G; head h pairs with W_V head h // G
+      (gqa.value step 1, Lemma K)
+    Output head h reads value head h // G; with H_kv = H this is the head-local hybrid rule.
+    The V side waits for the O side (0·ΔW_O): two LAPACK kernels (eigh) running at once can deadlock
+      jaxlib's CPU pool.
+    """
+    group = check_ov_heads(W_O, W_V, G_O, G_V, head_dim)
+    out_1 = o_core(jnp.repeat(split_heads(jnp.asarray(W_V).mT, head_dim), group, axis=-3),
+                   jnp.asarray(G_O), **options)
+    heads = split_heads((jnp.asarray(W_O) + 0 * out_1[..., :1, :1]), head_dim)  # one block per head
+    W_Obar = heads.reshape(*heads.shape[:-3], -1, group * heads.shape[-2], heads.shape[-1])
+    out_2 = v_core(W_Obar,
+                   split_heads(jnp.asarray(G_V).mT, head_dim).mT, group_size=float(group), **options)
+    return out_1, merge_heads(out_2.mT).mT
 
 
 def hybrid_ov(W_O, W_V, G_O, G_V, *, head_dim, eps, damping=0.0, msign="newton_schulz", schedule=NS_SCHEDULE,
