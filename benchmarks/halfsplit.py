@@ -27,6 +27,7 @@ import numpy as np
 import coeffsearch
 from derivations import halfsplit
 from derivations.cli import render
+from numerics.lapack_threads import lapack_threads
 
 
 @functools.partial(jax.jit, static_argnames=("coeffs",))
@@ -102,9 +103,14 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=30, help="timed calls per implementation (default 30)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--heads-4096", type=int, default=1, help="heads in the d = 4096 configuration (default 1)")
+    p.add_argument("--lapack-threads", type=int, default=1,
+                   help="OpenBLAS threads for jaxlib's CPU eigh, both implementations (default 1; 0 leaves the "
+                        "library default; see numerics.lapack_threads)")
     args = p.parse_args(argv)
-    if args.repeats < 1 or args.heads_4096 < 1:
-        p.error("--repeats and --heads-4096 must be >= 1")
+    if args.repeats < 1 or args.heads_4096 < 1 or args.lapack_threads < 0:
+        p.error("--repeats and --heads-4096 must be >= 1, --lapack-threads >= 0")
+    if args.lapack_threads:
+        lapack_threads(args.lapack_threads)
     dtype = jnp.float32 if args.dtype == "float32" else jnp.bfloat16
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}; schedule {coeffsearch.DEFAULT}; "
           f"median of {args.repeats} interleaved calls")
