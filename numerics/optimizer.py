@@ -571,7 +571,9 @@ def compositional_muon(
         ``‖T(ΔW_Q, ΔW_K) − D‖_F² + 2λ‖(ΔW_Q, ΔW_K)‖_F²``, so ``(W_QW_Qᵀ + λI) H + H (W_KW_Kᵀ + λI) = D``;
         it must be ``> 0`` there (the achieved change is ``D − 2λH``).
       gauge: ``"none"``, ``"horizontal_projection"`` (project the momentum of every pair onto the
-        horizontal space), ``"rebalance"`` (equal Grams of both factors after every step).
+        horizontal space), ``"rebalance"`` (equal Grams of both factors after every step, the gauge
+        derived in :mod:`derivations.balance`). A shared kv head is projected and balanced with its
+        group's query (output) heads stacked row-wise.
       msign: ``"newton_schulz"`` or ``"svd"``.
       gram_roots: ``"eigh"`` (the emitted code's Gram roots).
       adamw_params: ``(path, array) -> bool`` selecting matrices for AdamW (embeddings, heads);
