@@ -14,24 +14,32 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from . import lemmas as L
 from .algebra import product, transpose
-from .engine import Context, Derivation, Problem
+from .engine import Context, Derivation, DerivationError, Problem
 from .vocabulary import GramSqrt, Inner, OpNorm
 
 
 def block_whitened(name: str, title: str, delta: MatrixSymbol, partner, loss_gradient, gradient,
-                   budget, context: Context, statement: str, per_block=None) -> Derivation:
+                   budget, context: Context, statement: str, per_block=None, start=None) -> Derivation:
     """Derive ``argmin ⟨loss_gradient, Δ Pᵀ⟩`` s.t. ``‖Δ Pᵀ‖_op ≤ budget`` in the engine.
 
     ``per_block = (width, layout, note)``: the problem starts from the per-block constraint
     ``max_h ‖(Δ Pᵀ)_h‖_op ≤ budget`` over the column blocks of ``width`` (one per head: with a
     block-diagonal ``P`` they are the per-head products ``Δ_h P_hᵀ``), and the first step restricts it
     to the stacked one (Lemma K), carrying ``layout`` (a :class:`derivations.lemmas.HeadLayout`).
+    ``start = (problem, reduce)``: the derivation starts from ``problem`` and ``reduce(derivation)``
+    applies the reduction steps that turn it into the block-whitened problem (the joint rule's
+    concatenation of two variables); a reduction that ends anywhere else is an error.
     """
     z = MatrixSymbol(f"Z_{name.split('.')[-1]}", *delta.shape)
     change = product(delta, transpose(partner))
     constraint = OpNorm(change) if per_block is None else L.BlockMaxOpNorm(change, per_block[0], "columns")
-    der = Derivation(name, title, Problem(delta, Inner(loss_gradient, change), constraint, budget),
-                     context, statement=statement)
+    problem = Problem(delta, Inner(loss_gradient, change), constraint, budget)
+    der = Derivation(name, title, problem if start is None else start[0], context, statement=statement)
+    if start is not None:
+        start[1](der)
+        if der.state != problem:
+            raise DerivationError(f"{name}: the reduction ends in {der._describe(der.state)}, not in the "
+                                  f"block-whitened problem {der._describe(problem)}")
     if per_block is not None:
         der.apply(L.BLOCK_STACKING, layout=per_block[1], note=per_block[2])
     der.apply(L.POLAR_SUBSTITUTION, matrix=partner, note=f"polar decomposition of the partner {partner}")

@@ -12,7 +12,10 @@ identity chain), and advances by applying lemmas. Every application records a :c
 * symbolically on explicit matrices of symbols at fixed small sizes, for lemmas whose facts the
   explicit model encodes (``Lemma.algebraic``): agreement is reported as "verified symbolically
   at sizes (…)", disagreement fails the step;
-* a solve step, and the final back-substitution against the *original* problem, by duality: on
+* a restriction step (a lemma with ``restricts``, e.g. Lemma K) by ``c_before(X) ≤ c_after(X)`` on random
+  ``X`` with the objective unchanged: the feasible set shrinks;
+* a solve step, and the final back-substitution against the *original* problem (after a reduction
+  step, the reduced one, plus feasibility for the original), by duality: on
   each instance the nuclear norm of the (range-projected) objective gradient is computed from an
   SVD, independently of the claimed solution; the argmin must be feasible and attain the dual
   bound ``−β‖A‖_*`` (by Hölder's inequality no feasible point does better), the stated value must
@@ -216,11 +219,14 @@ class Derivation:
             why = "; ".join(dict.fromkeys(reasons)) or "the rewrite left every part unchanged"
             raise DerivationError(f"{where} did not apply to {self._describe(self.state)}: {why}")
         kind = "rewrite"
-        if getattr(lemma, "restricts", False):  # a stronger constraint (derivations.lemmas.blocks)
-            kind = "restrict"
-            if not isinstance(self.state, Problem) or self._substitutions or parts[0] != self.state.objective:
-                raise DerivationError(f"{where}: a restriction replaces the constraint of the original problem "
-                                      "(before any change of variables) and leaves the objective alone")
+        restricts = getattr(lemma, "restricts", False)  # a stronger constraint (derivations.lemmas.blocks)
+        if restricts or getattr(lemma, "reduces", False):  # or an equal reformulation of the problem
+            kind = "restrict" if restricts else kind
+            if not isinstance(self.state, Problem) or self._substitutions:
+                raise DerivationError(f"{where}: a reduction acts on the original problem, before any change of "
+                                      "variables (the back-substitution certifies the reduced problem)")
+            if restricts and parts[0] != self.state.objective:
+                raise DerivationError(f"{where}: a restriction replaces the constraint and leaves the objective alone")
         return self._record(kind, lemma, self.state.with_parts(*parts),
                             list(dict.fromkeys(conditions)), note, params=params)
 
@@ -431,15 +437,30 @@ class Derivation:
                                          f"{size_label(sampler.dims)}: {type(exc).__name__}: {exc}") from None
 
     def restricted_problem(self):
-        """The problem the result solves: the start, or the state after the last restriction step."""
-        restricted = [s for s in self.steps if s.kind == "restrict"]
+        """The problem the result solves: the start, or the state after the last reduction step (a
+        restriction to a stronger constraint, or an equal reformulation such as a concatenation)."""
+        restricted = [s for s in self.steps if s.kind == "restrict" or getattr(s.lemma, "reduces", False)]
         return restricted[-1].after if restricted else self.start
 
     def _certify(self, step, sampler, rng, backend):
         """Duality certificate against the (restricted) original problem; after a restriction also
         ``feasible for the original problem``: ``max(0, c(X*) − β) / β`` for the start's constraint."""
         problem = self.restricted_problem()
-        errs, env = self._duality_errors(problem, step.after, sampler, rng, backend)
+        reductions = [s for s in self.steps if s.kind == "restrict" or getattr(s.lemma, "reduces", False)]
+        prepare = None
+        if reductions and reductions[-1].lemma.instance is not None:  # the reduction's own bindings (Lemma J)
+            last = reductions[-1]
+
+            def prepare(env):
+                missing = free_symbols(*self.start.parts(), self.start.budget) - set(env)
+                fresh = sampler.sample(rng, missing, backend)
+                env = {**env, **{k: fresh[k] for k in missing}}
+                env, overridden = last.lemma.instance(env, rng, backend, sampler.dims, **last.params)
+                for sym, definition in sampler.definitions.items():
+                    if sym not in overridden:
+                        env[sym] = evaluate(definition, env, backend, sampler.dims)
+                return env
+        errs, env = self._duality_errors(problem, step.after, sampler, rng, backend, prepare)
         if problem is not self.start:
             ev = lambda e: evaluate(e, env, backend, sampler.dims)
             beta = ev(self.start.budget)
@@ -478,7 +499,7 @@ class Derivation:
             err = max(err, _rel(ev(b, env), ev(a, env), backend))
         return {"before = after": float(err)}, env
 
-    def _duality_errors(self, problem, sol, sampler, rng, backend):
+    def _duality_errors(self, problem, sol, sampler, rng, backend, prepare=None):
         """Duality certificate of ``sol`` for ``problem``: ``min ⟨G, L(X)⟩ s.t. ‖K(X)‖ ≤ β``.
 
         ``L`` and ``K`` are read off the problem; ``‖·‖`` is a norm of a family of
@@ -503,6 +524,8 @@ class Derivation:
             raise L.NotApplicable(f"the objective {obj} is not ⟨G, L(X)⟩ with G free of {x}")
         syms = free_symbols(obj, con, problem.budget, sol.argmin, sol.value) - {x}
         env = sampler.sample(rng, syms, backend)
+        if prepare is not None:  # values a reduction step binds (see _certify)
+            env = prepare(env)
         beta, g = ev(problem.budget, env), ev(g_expr, env)
         env[x] = ev(sol.argmin, env)
         y_star, value = ev(k_expr, env), ev(sol.value, env)

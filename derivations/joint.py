@@ -8,6 +8,11 @@ side by side and ``⟨G̃, Δ Pᵀ⟩ = ⟨G_M, ΔW_Q W_Kᵀ + W_Q ΔW_Kᵀ⟩``
     min ⟨G̃, Δ Pᵀ⟩  s.t.  ‖[ΔW_Q W_Kᵀ | ΔW_K W_Qᵀ]‖_op ≤ ε/2
     ⇒ [Z_Q | Z_K] = −(ε/2) msign([G_Q C_K⁻¹ | G_K C_Q⁻¹]),  ΔW_Q = Z_Q C_K⁻¹,  ΔW_K = Z_K C_Q⁻¹.
 
+The engine derives this from the two-variable problem: Lemma J (:mod:`derivations.lemmas.blocks`)
+concatenates the side-by-side products and the sum of inner products into the one stacked variable
+``Δ`` with partner ``P`` (an equal reformulation; the back-substitution checks the result against the
+two-variable problem too), and that step's layout record prints the ``joint_qk`` adapter.
+
 Worst case: each half has ``‖·‖_op ≤ ‖[Z_Q | Z_K]‖_op = ε/2``, so ``‖ΔM‖_op ≤ ε``, the same bound as
 half-split; the joint feasible set is contained in half-split's, and each half is at most (not
 exactly) ``ε/2``. Giving the joint sign the whole budget ``ε`` instead would loosen the worst case
@@ -24,42 +29,81 @@ from functools import cache
 from sympy import Rational
 from sympy.matrices.expressions import Identity, MatrixSymbol
 
+from . import halfsplit
 from . import lemmas as L
-from .algebra import product, total
+from .algebra import product, total, transpose
 from .block_whitened import block_whitened
-from .engine import Context, Derivation, identity_chain
+from .engine import Context, Derivation, Problem, identity_chain
+from .lemmas.blocks import ColumnBlock, HeadLayout
 from .vocabulary import (
     BLOCK_DIAGONAL,
     FULL_COLUMN_RANK,
+    BlockDiag,
     FactMatrix,
     HStack,
+    Inner,
     Msign,
+    OpNorm,
     Projector,
     dimension,
-    positive_symbol,
 )
 
-d, m, n = dimension("d"), dimension("m"), dimension("n")  # m = 2 d_h, n = 2 d
-eps = positive_symbol("epsilon")
+d, d_h = halfsplit.d, halfsplit.d_h
+m, n = dimension("m"), dimension("n")  # m = 2 d_h, n = 2 d (separate symbols: smaller symbolic checks)
+eps = halfsplit.eps
+W_Q, W_K, G_M = halfsplit.W_Q, halfsplit.W_K, halfsplit.G_M
 P = FactMatrix("P", n, m, [FULL_COLUMN_RANK, BLOCK_DIAGONAL])  # blockdiag(W_K, W_Q)
 G_tilde = MatrixSymbol("G_tilde", d, n)  # [G_M | G_Mᵀ]
 G = MatrixSymbol("G", d, m)  # [G_Q | G_K] = G̃ P by the chain rule
 Delta = MatrixSymbol("Delta", d, m)  # [ΔW_Q | ΔW_K]
+dW_Q, dW_K = ColumnBlock(Delta, 0, 2, "dW_Q"), ColumnBlock(Delta, 1, 2, "dW_K")
+#: the abbreviations the concatenation step introduces (definitions of the check instances too)
+NAMES = {BlockDiag(W_K, W_Q): P, HStack(G_M, transpose(G_M)): G_tilde}
+
+
+def _layout() -> HeadLayout:
+    """The stored layout, read off the concatenation: P's blocks are the stored weights of ``NAMES``'
+    block-diagonal partner; G = G̃ P = [G_M W_K | G_Mᵀ W_Q] is, block by block, the stored gradients of
+    the chain rule (``halfsplit.GRADIENTS_QK``); the update splits into Δ's named column blocks."""
+    partner = next(e for e, sym in NAMES.items() if sym == P)
+    gradient = next(e for e, sym in NAMES.items() if sym == G_tilde)
+    stored = {v: k.name for k, v in halfsplit.GRADIENTS_QK.items()}
+    gradients = tuple(stored[product(g, b)] for g, b in zip(gradient.args, partner.args))
+    return HeadLayout("P", tuple(b.name for b in partner.args), "concat", gradient=G.name, gradients=gradients,
+                      outputs=(dW_Q.name, dW_K.name))
+
+
+#: the stored layout: P's blocks are the stored W_K, W_Q; G = [G_Q | G_K]; Δ splits into ΔW_Q, ΔW_K
+LAYOUT = _layout()
 
 
 def context() -> Context:
-    return Context(definitions={G: G_tilde * P}, check_dims=[{d: 6, m: 4, n: 12}, {d: 5, m: 2, n: 10}],
-                   symbolic_dims={d: 3, m: 2, n: 4}, mpmath_dims={d: 4, m: 2, n: 8})
+    """P and G̃ are free here; the concatenation step binds them to ``NAMES`` on its own instances."""
+    return Context(definitions={G: G_tilde * P}, check_dims=[{d: 6, d_h: 2, m: 4, n: 12}, {d: 5, d_h: 3, m: 6, n: 10}],
+                   symbolic_dims={d: 3, m: 2, n: 4}, mpmath_dims={d: 4, d_h: 2, m: 4, n: 8})
+
+
+def two_variable_problem() -> Problem:
+    """``min ⟨G_M, ΔW_Q W_Kᵀ + W_Q ΔW_Kᵀ⟩ s.t. ‖[ΔW_Q W_Kᵀ | ΔW_K W_Qᵀ]‖_op ≤ ε/2`` over ``Δ = [ΔW_Q | ΔW_K]``."""
+    objective = Inner(G_M, product(dW_Q, transpose(W_K))) + Inner(transpose(G_M), product(dW_K, transpose(W_Q)))
+    constraint = OpNorm(HStack(product(dW_Q, transpose(W_K)), product(dW_K, transpose(W_Q))))
+    return Problem(Delta, objective, constraint, eps * Rational(1, 2))
+
+
+def _concatenate(der):
+    der.apply(L.CONCATENATION, names=NAMES, layout=LAYOUT,
+              note="one stacked variable Δ = [ΔW_Q | ΔW_K] with the partner P = blockdiag(W_K, W_Q)")
 
 
 @cache
 def joint() -> Derivation:
     return block_whitened("joint.update", "Joint-whitened QK update", Delta, P, G_tilde, G, eps * Rational(1, 2),
-                          context(), "both halves of ΔM side by side, operator norm ε/2")
+                          context(), "both halves of ΔM side by side, operator norm ε/2",
+                          start=(two_variable_problem(), _concatenate))
 
 
-A = FactMatrix("A", d, dimension("d_h"), [FULL_COLUMN_RANK])  # G_Q C_K⁻¹, whitened
-B = MatrixSymbol("B", d, dimension("d_h"))  # G_K C_Q⁻¹, orthogonal to A's columns
+A = FactMatrix("A", d, d_h, [FULL_COLUMN_RANK])  # G_Q C_K⁻¹, whitened
+B = MatrixSymbol("B", d, d_h)  # G_K C_Q⁻¹, orthogonal to A's columns
 
 
 @cache
@@ -87,12 +131,10 @@ def derivations():
 def measurements(rng):
     """How far joint is from half-split: generic gradients vs orthogonal whitened column spaces."""
     import numpy as np
-
     import scipy.linalg
 
     from numerics.numpy_kernels import gram_eigh, psd_power
 
-    from . import halfsplit
     from .evaluate import evaluate_on
     out = []
     for label, orthogonal in (("generic gradients", False), ("orthogonal whitened column spaces", True)):
@@ -120,23 +162,21 @@ def emitted_functions():
         shape_spec={"P": ("k", "d", "d_h"), "G": ("d", "m")})]
 
 
+def adapter():
+    """The stored-layout entry point ``joint_qk``, printed from the concatenation step of :func:`joint`."""
+    from .printing.layout import Adapter
+    return Adapter("joint_layout", "joint_qk",
+                   "``(W_Q, W_K, G_Q, G_K)`` → one block-whitened call → ``(ΔW_Q, ΔW_K)``.",
+                   {"W_Q": "columns", "W_K": "columns", "G_Q": "columns", "G_K": "columns"},
+                   [("core", emitted_functions()[0])], "check_joint_pair", head_dim=False,
+                   entry_doc="Joint-whitened QK update: [ΔW_Q | ΔW_K] = −(ε/2) msign([G_Q C_K⁻¹ | G_K C_Q⁻¹]) "
+                             "blockdiag(C_K⁻¹, C_Q⁻¹).\n\n    Shapes (..., d, d_h) for all four inputs; returns "
+                             "(ΔW_Q, ΔW_K).")
+
+
 def jax_extra():
-    from numerics import jax_kernels as K
-
-    from .printing.codegen import kernel_source
-    src = kernel_source([K.joint_layout]) + '''
-
-
-def joint_qk(W_Q, W_K, G_Q, G_K, *, eps, damping=0.0, msign="newton_schulz", schedule=NS_SCHEDULE,
-             check_finite=True):
-    """Joint-whitened QK update: [ΔW_Q | ΔW_K] = −(ε/2) msign([G_Q C_K⁻¹ | G_K C_Q⁻¹]) blockdiag(C_K⁻¹, C_Q⁻¹).
-
-    Shapes (..., d, d_h) for all four inputs; returns (ΔW_Q, ΔW_K).
-    """
-    options = {"eps": eps, "damping": damping, "msign": msign, "schedule": schedule, "check_finite": check_finite}
-    return joint_layout(joint_whitened, W_Q, W_K, G_Q, G_K, options)
-'''
-    return src, ("joint_qk",)
+    from .printing.layout import adapter_source
+    return adapter_source(adapter())
 
 
 def rule_module():

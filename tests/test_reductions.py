@@ -128,3 +128,47 @@ def test_printed_gqa_adapter_stacks_each_groups_queries(tmp_path):
         want = evaluate_on(gqa.key_side().formula, {"W_Qbar": stacked, "G_K": g_k[:, g * d_h:(g + 1) * d_h],
                                                      "epsilon": 0.2, "G": float(group)})
         assert np.allclose(np.asarray(dk)[:, g * d_h:(g + 1) * d_h], want, atol=1e-5)
+
+
+def test_concatenation_passes_its_self_check_and_a_swapped_partner_fails():
+    assert L.CONCATENATION.self_check(np.random.default_rng(0)).passed
+    from derivations.lemmas import blocks
+    from derivations.vocabulary import BlockDiag
+
+    def swapped(expr, **params):  # the partner's blocks in the wrong order
+        new, conds = L.CONCATENATION.rewrite(expr, **params)
+        return new.replace(BlockDiag, lambda *b: BlockDiag(*reversed(b))), conds
+    planted = replace(L.CONCATENATION, key="swapped", rewrite=swapped)
+    result = planted.self_check(np.random.default_rng(0))
+    assert not result.passed and any("statement" in f or "preserves" in f for f in result.failures)
+    assert blocks.CONCATENATION.reduces
+
+
+def test_joint_reduces_two_variables_to_one_stacked_variable():
+    from derivations import joint
+    der = joint.joint()
+    first = der.steps[0]
+    assert first.lemma is L.CONCATENATION and first.kind == "rewrite"
+    assert der.start.objective.has(L.ColumnBlock) and not der.restricted_problem().objective.has(L.ColumnBlock)
+    assert "feasible for the original problem" in der.steps[-1].check.subchecks
+    assert first.params["layout"].gradients == ("G_Q", "G_K")  # read off the chain rule, G = G̃ P
+    text = derivation_text(der)
+    assert "Step 1. Lemma J (Side-by-side products concatenate through a block-diagonal partner)" in text
+    assert "<G_M, dW_Q*W_K.T> + <G_M.T, dW_K*W_Q.T>" in text
+
+
+def test_a_wrong_abbreviation_fails_the_joint_step_check():
+    """A concatenation whose partner abbreviation binds P to blockdiag(W_Q, W_K) (blocks swapped)."""
+    from derivations import joint
+    from derivations.evaluate import evaluate as ev
+    from derivations.vocabulary import BlockDiag
+
+    def swapped_instance(env, rng, backend, dims, *, names=None, **_):
+        env = dict(env)
+        env[joint.P] = ev(BlockDiag(joint.W_Q, joint.W_K), env, backend, dims)
+        env[joint.G_tilde] = ev(joint.HStack(joint.G_M, joint.G_M.T), env, backend, dims)
+        return env, {joint.P, joint.G_tilde}
+    planted = replace(L.CONCATENATION, key="swapped_abbreviation", instance=swapped_instance)
+    der = Derivation("planted.joint", "planted", joint.two_variable_problem(), joint.context())
+    with pytest.raises(StepCheckFailed, match="before = after"):
+        der.apply(planted, names=joint.NAMES)

@@ -26,12 +26,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sympy import Basic, S, sympify
+from sympy import Add, Basic, Integer, S, sympify
 from sympy.core.symbol import Str
 from sympy.core.sympify import _sympify
+from sympy.matrices.expressions import MatMul, MatrixExpr, MatrixSymbol, Transpose
 
+from ..algebra import product, transpose
 from ..evaluate import InstanceSampler, evaluate
-from ..vocabulary import OpNorm, _MatrixScalar, dimension
+from ..vocabulary import BlockDiag, HStack, Inner, OpNorm, _MatrixScalar, dimension
 from .base import _NP, Lemma, _fresh, rewrite_nodes
 
 AXES = ("rows", "columns")
@@ -94,15 +96,23 @@ class HeadLayout:
     """
 
     operand: str
-    stored: str
+    stored: str | tuple  # a tuple of stored weights for "concat"
     arrangement: str
     group: object = S.One
     head_axis: str = "columns"
     transposed: bool = False
     shared: str | None = None
+    #: ``"concat"`` (the joint rule): the gradient argument and the stored gradients it concatenates,
+    #: and the stored updates the output splits into
+    gradient: str | None = None
+    gradients: tuple = ()
+    outputs: tuple = ()
 
     def describe(self) -> str:
         heads = f"{self.stored}'s heads" + ("ᵀ" if self.transposed else "")
+        if self.arrangement == "concat":
+            return (f"{self.operand} = blockdiag({', '.join(self.stored)}), {self.gradient} = [{' | '.join(self.gradients)}], "
+                    f"the update = [{' | '.join(self.outputs)}]")
         how = {"stack_rows": f"stacked row-wise in groups of {self.group}",
                "diagonal": f"as diagonal blocks, each repeated over a group of {self.group}"}[self.arrangement]
         share = f"; head h pairs with {self.shared} head h // {self.group}" if self.shared else ""
@@ -178,4 +188,151 @@ BLOCK_STACKING = Restriction(
     conditions=(r"X_i = E_i^{\top} X \text{ or } X E_i,\ E_i^{\top} E_i = I",),
     rewrite=_stacking_rewrite, check=lambda rng, lemma: bound_check(lemma, rng),
     not_modelled="an inequality (checked on random instances, not an identity of the explicit model)",
+)
+
+
+# ---- the joint rule: two variables side by side, one block-diagonal partner ---------------------
+class ColumnBlock(MatrixExpr):
+    """The ``index``-th of ``count`` equal column blocks of ``X`` (``ΔW_Q = [Δ]_0``, ``ΔW_K = [Δ]_1``
+    for ``Δ = [ΔW_Q | ΔW_K]``), printed by its ``name``."""
+
+    def __new__(cls, x, index, count, name):
+        x = _sympify(x)
+        index, count = int(index), int(count)
+        if not 0 <= index < count:
+            raise ValueError(f"ColumnBlock: index {index} is not one of {count} blocks")
+        return Basic.__new__(cls, x, Integer(index), Integer(count), Str(str(name)))
+
+    matrix = property(lambda self: self.args[0])
+    index = property(lambda self: int(self.args[1]))
+    count = property(lambda self: int(self.args[2]))
+    name = property(lambda self: self.args[3].name)
+
+    @property
+    def shape(self):
+        return (self.matrix.shape[0], self.matrix.shape[1] / self.count)
+
+    def _columns(self, total):
+        if total % self.count:
+            raise ValueError(f"{self.name}: {total} columns do not split into {self.count} blocks")
+        width = total // self.count
+        return self.index * width, (self.index + 1) * width
+
+    def _numeric(self, ev):
+        x = ev(self.matrix)
+        rows, cols = ev.shape(self.matrix)
+        lo, hi = self._columns(cols)
+        return x[0:rows, lo:hi]
+
+    def _symbolic(self, model):
+        x = model.value(self.matrix)
+        lo, hi = self._columns(x.cols)
+        return x[:, lo:hi]
+
+    def _sympystr(self, printer):
+        return self.name
+
+    def _latex(self, printer):
+        return printer._print(MatrixSymbol(self.name, 1, 1))
+
+
+def _assemble(blocks):
+    """``[X_0 | … | X_{k−1}] → X`` when the blocks are a matrix's column blocks in order, else the HStack."""
+    if (all(isinstance(b, ColumnBlock) for b in blocks) and len({b.matrix for b in blocks}) == 1
+            and [b.index for b in blocks] == list(range(blocks[0].count))):
+        return blocks[0].matrix
+    return HStack(*blocks)
+
+
+def _concatenate(blocks, names):
+    """``[A_1 B_1ᵀ | … | A_k B_kᵀ] → [A_1 | … | A_k] blockdiag(B_1, …, B_k)ᵀ`` (``None`` if a block is not ``A Bᵀ``)."""
+    left, right = [], []
+    for b in blocks:
+        coeff, mats = b.as_coeff_matrices() if isinstance(b, MatMul) else (S.One, [b])
+        if len(mats) < 2 or not isinstance(mats[-1], Transpose):
+            return None
+        left.append(product(coeff, *mats[:-1]))
+        right.append(mats[-1].arg)
+    partner = BlockDiag(*right)
+    return product(_assemble(left), transpose(names.get(partner, partner)))
+
+
+def _block_key(term):
+    found = sorted(b.index for b in term.atoms(ColumnBlock)) if isinstance(term, Basic) else []
+    return found[0] if found else -1
+
+
+def _concatenation_rule(names):
+    def rule(e):
+        if isinstance(e, HStack):
+            out = _concatenate(list(e.args), names)
+            return None if out is None else (out, [_CONCAT_CONDITION])
+        if isinstance(e, Add) and all(isinstance(t, Inner) for t in e.args):
+            pairs = []
+            for t in sorted(e.args, key=_block_key):
+                g, x = t.args if t.args[1].has(ColumnBlock) or not t.args[0].has(ColumnBlock) else t.args[::-1]
+                pairs.append((g, x))
+            if len({x.shape[0] for _, x in pairs}) != 1:
+                return None
+            stacked = _concatenate([x for _, x in pairs], names)
+            if stacked is None:
+                return None
+            gradient = HStack(*[g for g, _ in pairs])
+            return Inner(names.get(gradient, gradient), stacked), [_CONCAT_CONDITION]
+        return None
+    return rule
+
+
+_CONCAT_CONDITION = ("the blocks are side by side with equal row counts: [A_1 B_1ᵀ | A_2 B_2ᵀ] = "
+                     "[A_1 | A_2] blockdiag(B_1, B_2)ᵀ and Σ_i ⟨G_i, X_i⟩ = ⟨[G_1 | G_2], [X_1 | X_2]⟩")
+
+
+def _concatenation_rewrite(expr, names=None, layout=None, **_):
+    """Concatenate the side-by-side products and the sum of inner products; ``names`` abbreviates the
+    stacked partner and gradient by their defined symbols (``P := blockdiag(W_K, W_Q)``)."""
+    if layout is not None and not isinstance(layout, HeadLayout):
+        raise TypeError(f"layout must be a HeadLayout, got {layout!r}")
+    return rewrite_nodes(expr, _concatenation_rule(dict(names or {})),
+                         "no side-by-side products [A_1 B_1ᵀ | …] and no sum of inner products ⟨G_i, X_i⟩ to concatenate")
+
+
+def _concatenation_ids():
+    a1, a2 = _fresh("A_1", _c, _b), _fresh("A_2", _c, _b)
+    b1, b2 = _fresh("B_1", _k, _b), _fresh("B_2", _k, _b)
+    g1, g2 = _fresh("G_1", _c, _k), _fresh("G_2", _c, _k)
+    x = _fresh("X", _c, 2 * _b)
+    h1, h2 = ColumnBlock(x, 0, 2, "X_1"), ColumnBlock(x, 1, 2, "X_2")
+    stacked = product(HStack(a1, a2), transpose(BlockDiag(b1, b2)))
+    cases = [(HStack(a1 * b1.T, a2 * b2.T), stacked),
+             (Inner(g1, a1 * b1.T) + Inner(g2, a2 * b2.T), Inner(HStack(g1, g2), stacked)),
+             (HStack(h1 * b1.T, h2 * b2.T), product(x, transpose(BlockDiag(b1, b2))))]
+    return cases, InstanceSampler({_b: 2, _c: 5, _k: 3})
+
+
+@dataclass(frozen=True)
+class Reduction(Lemma):
+    """An equality that reformulates the original problem (before any change of variables); the
+    back-substitution certifies the reformulated problem and checks feasibility for the original."""
+
+    reduces: bool = True
+
+
+def _concatenation_instance(env, rng, backend, dims, *, names=None, **_):
+    """The abbreviations hold on the step's instances: ``P := blockdiag(W_K, W_Q)``, ``G̃ := [G_M | G_Mᵀ]``
+    are computed from the sampled blocks (the rest of the derivation treats them as free symbols)."""
+    out = dict(env)
+    for expr, sym in (names or {}).items():
+        out[sym] = evaluate(expr, env, backend, dims)
+    return out, set((names or {}).values())
+
+
+CONCATENATION = Reduction(
+    key="concatenation", number="J", title="Side-by-side products concatenate through a block-diagonal partner",
+    statement=(r"\left[A_1 B_1^{\top} \,\middle|\, A_2 B_2^{\top}\right] = \left[A_1 \,\middle|\, A_2\right]"
+               r"\operatorname{blockdiag}(B_1, B_2)^{\top},\quad \langle G_1, X_1\rangle + \langle G_2, X_2\rangle"
+               r" = \left\langle \left[G_1 \,\middle|\, G_2\right], \left[X_1 \,\middle|\, X_2\right]\right\rangle"),
+    conditions=(r"\text{the blocks have equal row counts}",),
+    rewrite=_concatenation_rewrite, identities=_concatenation_ids, instance=_concatenation_instance,
+    not_modelled=("the abbreviated partner and gradient are bound on the step's own instances, which the explicit "
+                  "model does not see"),
 )

@@ -1,6 +1,6 @@
 """Stored-layout adapters printed from the reduction steps of the derivations.
 
-A reduction step (Lemma K, :mod:`derivations.lemmas.blocks`) carries a
+A reduction step (Lemma K or J, :mod:`derivations.lemmas.blocks`) carries a
 :class:`~derivations.lemmas.blocks.HeadLayout`: which stored weight its operand is made of, along
 which axis that weight holds its heads, how the heads are arranged (a group stacked row-wise, or
 diagonal blocks repeated over a group) and which stored weight holds the shared heads. From those
@@ -16,8 +16,8 @@ the stored layouts into core calls and the updates back into the stored layouts:
   partner is block diagonal;
 * an output ``dW_X`` → merged back along the head axis of the stored ``W_X`` (a block-diagonal call's
   output is already in the stored layout);
-* ``"concat"`` (the joint rule): the stored weights as the blocks of one block-diagonal partner, the
-  gradients side by side, and the output split back into its column blocks.
+* ``"concat"`` (the joint rule, Lemma J): the stored weights as the blocks of one block-diagonal
+  partner, the stored gradients side by side, and the output split back into its column blocks.
 
 What the derivations say nothing about stays hand-written and is inlined: the array primitives
 ``split_heads``/``merge_heads`` (:mod:`numerics.jax_kernels`) and the input checks
@@ -115,6 +115,12 @@ class AdapterPrinter:
             return f"jnp.asarray({stored})"
 
         for lay in own:
+            if lay.arrangement == "concat" and name in (lay.operand, lay.gradient):
+                parts = lay.stored if name == lay.operand else lay.gradients
+                for part in parts:
+                    self._stored_axis(part)
+                how = "jnp.stack([{}], axis=-3)" if name == lay.operand else "jnp.concatenate([{}], axis=-1)"
+                return how.format(", ".join(source(part) for part in parts))
             if lay.operand == name:
                 return self._operand(lay, source(lay.stored))
         axis = self._stored_axis(name)
@@ -139,6 +145,14 @@ class AdapterPrinter:
             self.lines += [" " * len(call) + f"{arg}," for arg in args[1:]]
             self.lines[-1] = self.lines[-1][:-1] + f"{extra}, **options)"
             diagonal = any(lay.arrangement == "diagonal" for lay in own)
+            concat = [lay for lay in own if lay.arrangement == "concat"]
+            if concat:  # the update's column blocks, one per stored weight
+                k = len(concat[0].outputs)
+                self.lines.append(f"width = {out}.shape[-1] // {k}")
+                outputs += [f"{out}[..., {i} * width:{i + 1} * width]" if i else f"{out}[..., :width]"
+                            for i in range(k)]
+                previous = out
+                continue
             for name, _ in fn.outputs:
                 stored = name.removeprefix("d")
                 if diagonal:
@@ -162,8 +176,11 @@ class AdapterPrinter:
                *[line for text in [*dict.fromkeys(described), *a.notes]
                  for line in textwrap.wrap(text, 100, initial_indent="    ", subsequent_indent="      ")],
                '    """']
-        lines = [f"def {a.name}({', '.join(params)}):", *doc, f"    group = {a.check}({check_args})"]
-        lines += [f"    {line}" for line in self.body()]
+        body = self.body()
+        uses_group = any("group" in line for line in body)
+        lines = [f"def {a.name}({', '.join(params)}):", *doc,
+                 f"    {'group = ' if uses_group else ''}{a.check}({check_args})"]
+        lines += [f"    {line}" for line in body]
         return "\n".join(lines)
 
     def entry_source(self) -> str:
