@@ -14,8 +14,8 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from . import lemmas as L
 from .algebra import product, transpose
-from .engine import Context, Derivation, DerivationError, Problem
-from .vocabulary import GramSqrt, Inner, OpNorm
+from .engine import Context, Derivation, DerivationError, Problem, identity_chain
+from .vocabulary import BlockDiag, GramSqrt, HStack, Inner, OpNorm
 
 
 def block_whitened(name: str, title: str, delta: MatrixSymbol, partner, loss_gradient, gradient,
@@ -51,4 +51,17 @@ def block_whitened(name: str, title: str, delta: MatrixSymbol, partner, loss_gra
               note="the stacked factor gradient")
     der.solve()
     der.back_substitute()
+    return der
+
+
+def block_roots(name: str, title: str, derived: Derivation, partner, gradient, blocks, gradients,
+                context: Context, statement: str) -> Derivation:
+    """The block-whitened formula with its block-diagonal partner written out: ``partner := blockdiag(blocks)``
+    and ``gradient := [gradients]`` side by side, then Lemma BD (the Gram root block by block) and Lemma B
+    (concatenation times block diagonal) give the per-block form ``−β msign([G_h C_h⁻¹]_h) blockdiag(C_h⁻¹)``
+    that the emitted code computes (one eigendecomposition per block, ``block_right``)."""
+    written = derived.formula.xreplace({partner: BlockDiag(*blocks), gradient: HStack(*gradients)})
+    der = identity_chain(name, title, written, context, statement=statement)
+    der.apply(L.BLOCK_DIAGONAL_ROOT, note="whiten block by block")
+    der.apply(L.BLOCK_PRODUCT, note="each gradient block meets its own root")
     return der

@@ -26,6 +26,7 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from . import halfsplit
 from . import lemmas as L
+from .block_whitened import block_roots as block_roots_of
 from .block_whitened import block_whitened
 from .engine import Context
 from .vocabulary import BLOCK_DIAGONAL, FULL_COLUMN_RANK, FactMatrix, dimension
@@ -60,9 +61,25 @@ def o_side():
                           "within ε/2", per_block=(d, _o_layout(), RESTRICTION_NOTE))
 
 
+#: two heads' blocks of P_V = blockdiag(W_{V,1}ᵀ, W_{V,2}ᵀ) and of G_O = [G_{O,1} | G_{O,2}] (Lemma BD holds for any count)
+V_BLOCKS = (FactMatrix("W_V1t", d, halfsplit.d_h, [FULL_COLUMN_RANK]), FactMatrix("W_V2t", d, halfsplit.d_h, [FULL_COLUMN_RANK]))
+O_GRADIENTS = (MatrixSymbol("G_O1", d, halfsplit.d_h), MatrixSymbol("G_O2", d, halfsplit.d_h))
+
+
+@cache
+def block_roots():
+    """The O update with two heads written out: ``−(ε/2) msign([G_{O,h} C_{V,h}⁻¹]_h) blockdiag(C_{V,h}⁻¹)``."""
+    d_h = halfsplit.d_h
+    ctx = Context(check_dims=[{d: 6, d_h: 2, m: 4, n: 12}, {d: 5, d_h: 3, m: 6, n: 10}],
+                  mpmath_dims={d: 4, d_h: 2, m: 4, n: 8})
+    return block_roots_of("hybrid_ov.block_roots", "Hybrid OV: global O update, head by head", o_side(), P, G_O,
+                          V_BLOCKS, O_GRADIENTS, ctx, "two heads: P_V = blockdiag(W_V1t, W_V2t) with W_Vht = W_{V,h}ᵀ, "
+                          "G_O = [G_O1 | G_O2]; one global sign, each head whitened by its own root")
+
+
 def derivations():
     from . import gqa
-    return [halfsplit.value_side(), o_side(), gqa.value_side()]
+    return [halfsplit.value_side(), o_side(), block_roots(), gqa.value_side()]
 
 
 def emitted_functions():

@@ -32,6 +32,7 @@ from sympy.matrices.expressions import Identity, MatrixSymbol
 from . import halfsplit
 from . import lemmas as L
 from .algebra import product, total, transpose
+from .block_whitened import block_roots as block_roots_of
 from .block_whitened import block_whitened
 from .engine import Context, Derivation, Problem, identity_chain
 from .lemmas.blocks import ColumnBlock, HeadLayout
@@ -75,6 +76,7 @@ def _layout() -> HeadLayout:
 
 #: the stored layout: P's blocks are the stored W_K, W_Q; G = [G_Q | G_K]; Δ splits into ΔW_Q, ΔW_K
 LAYOUT = _layout()
+LAYOUT_BLOCKS = next(e for e, sym in NAMES.items() if sym == P).args  # (W_K, W_Q)
 
 
 def context() -> Context:
@@ -102,6 +104,16 @@ def joint() -> Derivation:
                           start=(two_variable_problem(), _concatenate))
 
 
+@cache
+def block_roots() -> Derivation:
+    """The joint update with P and G written out: ``−(ε/2) msign([G_Q C_K⁻¹ | G_K C_Q⁻¹]) blockdiag(C_K⁻¹, C_Q⁻¹)``."""
+    ctx = Context(check_dims=[{d: 6, d_h: 2, m: 4, n: 12}, {d: 5, d_h: 3, m: 6, n: 10}],
+                  mpmath_dims={d: 4, d_h: 2, m: 4, n: 8})
+    return block_roots_of("joint.block_roots", "Joint update, block by block", joint(), P, G,
+                          LAYOUT_BLOCKS, (halfsplit.G_Q, halfsplit.G_K), ctx,
+                          "P = blockdiag(W_K, W_Q), G = [G_Q | G_K] in the derived joint update")
+
+
 A = FactMatrix("A", d, d_h, [FULL_COLUMN_RANK])  # G_Q C_K⁻¹, whitened
 B = MatrixSymbol("B", d, d_h)  # G_K C_Q⁻¹, orthogonal to A's columns
 
@@ -125,7 +137,7 @@ def orthogonal_reduction():
 
 
 def derivations():
-    return [joint(), orthogonal_reduction()]
+    return [joint(), block_roots(), orthogonal_reduction()]
 
 
 def measurements(rng):

@@ -172,3 +172,27 @@ def test_a_wrong_abbreviation_fails_the_joint_step_check():
     der = Derivation("planted.joint", "planted", joint.two_variable_problem(), joint.context())
     with pytest.raises(StepCheckFailed, match="before = after"):
         der.apply(planted, names=joint.NAMES)
+
+
+def test_block_diagonal_root_checks_and_a_reversed_one_fails():
+    from derivations.vocabulary import BlockDiag
+    assert L.BLOCK_DIAGONAL_ROOT.self_check(np.random.default_rng(0)).passed
+
+    def reversed_blocks(expr, **params):
+        new, conds = L.BLOCK_DIAGONAL_ROOT.rewrite(expr, **params)
+        return new.replace(BlockDiag, lambda *b: BlockDiag(*reversed(b))), conds
+    planted = replace(L.BLOCK_DIAGONAL_ROOT, key="reversed", rewrite=reversed_blocks)
+    assert not planted.self_check(np.random.default_rng(0)).passed
+
+
+@pytest.mark.parametrize("module", ["joint", "hybrid_ov"])
+def test_block_roots_write_the_update_block_by_block(module):
+    import importlib
+    mod = importlib.import_module(f"derivations.{module}")
+    der = mod.block_roots()
+    assert [s.lemma.key for s in der.steps] == ["block_diagonal_root", "block_product"]
+    assert der in mod.derivations()
+    text = " ".join(derivation_text(der).split())
+    want = {"joint": "msign([G_Q*C_K^-1 | G_K*C_Q^-1])*blockdiag(C_K^-1, C_Q^-1)",
+            "hybrid_ov": "msign([G_O1*C_V1t^-1 | G_O2*C_V2t^-1])*blockdiag(C_V1t^-1, C_V2t^-1)"}[module]
+    assert want in text

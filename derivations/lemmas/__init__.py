@@ -32,7 +32,7 @@ from .base import (  # noqa: F401
     _orthonormal_rows,
     _tall,
 )
-from .blocks import BLOCK_STACKING, CONCATENATION, BlockMaxOpNorm, ColumnBlock, HeadLayout, Reduction, Restriction  # noqa: F401
+from .blocks import BLOCK_DIAGONAL_ROOT, BLOCK_STACKING, CONCATENATION, BlockMaxOpNorm, ColumnBlock, HeadLayout, Reduction, Restriction  # noqa: F401
 from .chain_rule import (  # noqa: F401
     CHAIN_RULE,
     _chain_ids,

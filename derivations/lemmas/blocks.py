@@ -33,8 +33,21 @@ from sympy.matrices.expressions import MatMul, MatrixExpr, MatrixSymbol, Transpo
 
 from ..algebra import product, transpose
 from ..evaluate import InstanceSampler, evaluate
-from ..vocabulary import BlockDiag, HStack, Inner, OpNorm, _MatrixScalar, dimension
-from .base import _NP, Lemma, _fresh, rewrite_nodes
+from ..vocabulary import (
+    FULL_COLUMN_RANK,
+    BlockDiag,
+    GramInvSqrt,
+    GramSqrt,
+    HStack,
+    Inner,
+    OpNorm,
+    _MatrixScalar,
+    dimension,
+    positive_symbol,
+)
+from .base import _NP, _SMALL, Lemma, _fresh, rewrite_nodes
+
+_SMALL_BLOCKS = _SMALL
 
 AXES = ("rows", "columns")
 
@@ -335,4 +348,38 @@ CONCATENATION = Reduction(
     rewrite=_concatenation_rewrite, identities=_concatenation_ids, instance=_concatenation_instance,
     not_modelled=("the abbreviated partner and gradient are bound on the step's own instances, which the explicit "
                   "model does not see"),
+)
+
+
+# ---- a block-diagonal partner is whitened block by block ---------------------------------------
+def _block_root_rule(e):
+    if isinstance(e, (GramSqrt, GramInvSqrt)) and isinstance(e.base, BlockDiag):
+        blocks = [type(e)(b, e.damping, e.side) for b in e.base.args]
+        side = "column" if e.side == "right" else "row"
+        return BlockDiag(*blocks), [(f"{e.base} is block diagonal: its Gram matrix (+ λI) is blockdiag of the "
+                                     f"blocks' ({side} side), and powers act block by block")]
+    return None
+
+
+def _block_root_rewrite(expr, **_):
+    return rewrite_nodes(expr, _block_root_rule, "no Gram root of a block-diagonal matrix")
+
+
+def _block_root_ids():
+    from .base import _tall
+    a, b = _tall("A", FULL_COLUMN_RANK), _tall("B", FULL_COLUMN_RANK)
+    lam = positive_symbol("lambda_b")
+    cases = [(node(BlockDiag(a, b), damping), BlockDiag(node(a, damping), node(b, damping)))
+             for node in (GramInvSqrt, GramSqrt) for damping in (S.Zero, lam)]
+    return cases, InstanceSampler(_SMALL_BLOCKS)
+
+
+BLOCK_DIAGONAL_ROOT = Lemma(
+    key="block_diagonal_root", number="BD", title="Gram roots of a block-diagonal matrix, block by block",
+    statement=(r"\left(\operatorname{blockdiag}(B_1, \dots, B_k)^{\top}\operatorname{blockdiag}(B_1, \dots, B_k)"
+               r" + \lambda I\right)^{p} = \operatorname{blockdiag}\left((B_1^{\top}B_1 + \lambda I)^{p}, \dots,"
+               r" (B_k^{\top}B_k + \lambda I)^{p}\right),\ p = \pm\tfrac12"),
+    conditions=(r"B_i \text{ of full column rank, or } \lambda > 0 \ (p = -\tfrac12)",),
+    rewrite=_block_root_rewrite, identities=_block_root_ids,
+    not_modelled="Gram roots of explicit symbolic matrices are not formed by the explicit model",
 )
