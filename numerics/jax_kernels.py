@@ -16,7 +16,7 @@ overflow nor underflow in float32.
 import jax
 import jax.numpy as jnp
 
-from .argcheck import check_group, check_scalar, check_shapes
+from .argcheck import check_group, check_scalar, check_shapes  # noqa: F401 (check_group: inlined by the printers)
 
 MSIGN_METHODS = ("newton_schulz", "svd")
 
@@ -453,34 +453,6 @@ def merge_heads(w):
     return w.reshape(*w.shape[:-2], w.shape[-2] * w.shape[-1])
 
 
-def gqa_layout(query_fn, key_fn, W_Q, W_K, G_Q, G_K, head_dim, options):
-    """Stored GQA layouts → per-head rule calls → stored layouts.
-
-    ``W_Q, G_Q: (..., d, H·d_h)``, ``W_K, G_K: (..., d, H_kv·d_h)``; query head ``h`` uses key head
-    ``h // (H / H_kv)`` (consecutive grouping, as ``repeat_kv`` does). Query updates are head-local
-    with their group's key head; each shared key head sees its group's queries stacked row-wise.
-    """
-    require_arrays("gqa_qk", {"W_Q": W_Q, "W_K": W_K, "G_Q": G_Q, "G_K": G_K})
-    for name, x, ref in (("G_Q", G_Q, W_Q), ("G_K", G_K, W_K)):
-        if getattr(x, "shape", None) != getattr(ref, "shape", None):
-            raise ValueError(f"gqa_qk: {name} must have the shape of its weight {tuple(ref.shape)}, "
-                             f"got {tuple(getattr(x, 'shape', ()))}")
-    if not isinstance(head_dim, int) or head_dim < 1:
-        raise ValueError(f"gqa_qk: head_dim must be a positive int, got {head_dim!r}")
-    for name, x in (("W_Q", W_Q), ("W_K", W_K)):
-        if x.ndim < 2 or x.shape[-1] % head_dim:
-            raise ValueError(f"gqa_qk: {name} has width {x.shape[-1]}, not a multiple of head_dim = {head_dim}")
-    heads, kv_heads = W_Q.shape[-1] // head_dim, W_K.shape[-1] // head_dim
-    if heads % kv_heads:
-        raise ValueError(f"gqa_qk: {heads} query heads cannot be grouped over {kv_heads} key heads")
-    group = heads // kv_heads
-    q, k, gq, gk = (split_heads(jnp.asarray(x), head_dim) for x in (W_Q, W_K, G_Q, G_K))
-    d_q = query_fn(jnp.repeat(k, group, axis=-3), gq, **options)
-    stacked = q.reshape(*q.shape[:-3], kv_heads, group * q.shape[-2], head_dim)
-    d_k = key_fn(stacked, gk, group_size=float(group), **options)
-    return merge_heads(d_q), merge_heads(d_k)
-
-
 def block_right(x, blocks):
     """``X · blockdiag(C_1, …, C_k)`` for ``X: (..., d, k·c)`` and ``blocks: (..., k, c, c)``."""
     k, c = blocks.shape[-3], blocks.shape[-1]
@@ -488,40 +460,3 @@ def block_right(x, blocks):
     out = jnp.einsum("...dkc,...kcj->...dkj", xb, blocks.astype(x.dtype))
     return out.reshape(x.shape)
 
-
-def joint_layout(core, W_Q, W_K, G_Q, G_K, options):
-    """``(W_Q, W_K, G_Q, G_K)`` → one block-whitened call with ``P = blockdiag(W_K, W_Q)``, ``G = [G_Q | G_K]``."""
-    require_arrays("joint_qk", {"W_Q": W_Q, "W_K": W_K, "G_Q": G_Q, "G_K": G_K})
-    for name, x, ref in (("W_K", W_K, W_Q), ("G_Q", G_Q, W_Q), ("G_K", G_K, W_Q)):
-        if getattr(x, "shape", None) != getattr(ref, "shape", None):
-            raise ValueError(f"joint_qk: {name} must have the shape of W_Q {tuple(ref.shape)}, "
-                             f"got {tuple(getattr(x, 'shape', ()))}")
-    blocks = jnp.stack([jnp.asarray(W_K), jnp.asarray(W_Q)], axis=-3)
-    delta = core(blocks, jnp.concatenate([jnp.asarray(G_Q), jnp.asarray(G_K)], axis=-1), **options)
-    d_h = W_Q.shape[-1]
-    return delta[..., :d_h], delta[..., d_h:]
-
-
-def hybrid_ov_layout(o_core, v_core, W_O, W_V, G_O, G_V, head_dim, options):
-    """Stored OV layouts → O side (one block-whitened call over all heads) and V side (per head).
-
-    ``W_O, G_O: (..., d, H·d_h)``; ``W_V, G_V: (..., H·d_h, d)``. The O side whitens head ``h`` by
-    ``C_{V,h} = (W_{V,h} W_{V,h}ᵀ)^{1/2}`` (``P = blockdiag(W_{V,h}ᵀ)``); the V side is head-local with
-    partner ``W_{O,h}``.
-    """
-    require_arrays("hybrid_ov", {"W_O": W_O, "W_V": W_V, "G_O": G_O, "G_V": G_V})
-    for name, x, ref in (("G_O", G_O, W_O), ("G_V", G_V, W_V)):
-        if getattr(x, "shape", None) != getattr(ref, "shape", None):
-            raise ValueError(f"hybrid_ov: {name} must have the shape of its weight {tuple(ref.shape)}, "
-                             f"got {tuple(getattr(x, 'shape', ()))}")
-    if not isinstance(head_dim, int) or head_dim < 1 or W_O.shape[-1] % head_dim:
-        raise ValueError(f"hybrid_ov: W_O width {W_O.shape[-1]} is not a multiple of head_dim = {head_dim!r}")
-    if W_V.shape[-2] != W_O.shape[-1] or W_V.shape[-1] != W_O.shape[-2]:
-        raise ValueError(f"hybrid_ov: W_V must have shape (..., {W_O.shape[-1]}, {W_O.shape[-2]}) to match W_O "
-                         f"{tuple(W_O.shape)}, got {tuple(W_V.shape)}")
-    v_heads = split_heads(jnp.asarray(W_V).mT, head_dim)  # (..., H, d, d_h): the blocks W_{V,h}ᵀ
-    d_o = o_core(v_heads, jnp.asarray(G_O), **options)
-    o_heads = split_heads(jnp.asarray(W_O), head_dim)
-    gv_heads = split_heads(jnp.asarray(G_V).mT, head_dim).mT  # (..., H, d_h, d)
-    d_v = v_core(o_heads, gv_heads, **options)
-    return d_o, merge_heads(d_v.mT).mT
