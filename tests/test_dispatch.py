@@ -75,3 +75,14 @@ def test_a_new_node_works_in_every_interpreter():
 def test_a_missing_rule_fails_the_same_way_everywhere(interpret):
     with pytest.raises(MissingRule, match=r"has no rule for Untaught|no explicit model for Untaught"):
         interpret(Untaught(A))
+
+
+def test_every_interpreter_is_a_sympy_printer():
+    from sympy.printing.printer import Printer
+
+    from derivations.interpret import Interpreter
+    from derivations.numeric import NumericEvaluator
+    from derivations.symbolic import ExplicitModel
+
+    for cls in (NumpyPrinter, JaxPrinter, NumericEvaluator, ExplicitModel):
+        assert issubclass(cls, Interpreter) and issubclass(cls, Printer), cls

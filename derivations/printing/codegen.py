@@ -17,7 +17,7 @@ from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol, Transpose
 
 from ..algebra import product
 from ..engine import Derivation
-from ..interpret import MissingRule, find_rule
+from ..interpret import Interpreter, MissingRule, find_rule
 from ..vocabulary import (
     BLOCK_DIAGONAL,
     GramInvSqrt,
@@ -111,8 +111,14 @@ def kernel_source(functions) -> str:
     return "\n\n".join(inspect.getsource(f).rstrip() for f in functions)
 
 
-class MatrixCodePrinter:
-    """Straight-line array code for matrix expressions, with common subexpressions named once."""
+class MatrixCodePrinter(Interpreter):
+    """Straight-line array code for matrix expressions, with common subexpressions named once.
+
+    A SymPy :class:`~sympy.printing.printer.Printer` (through :class:`~derivations.interpret.Interpreter`):
+    rules are ``_print_<Class>`` methods found along the node's class hierarchy, or the node's own
+    ``_jaxcode``/``_numpycode``; a node without either raises :class:`UnsupportedNode` (a
+    :class:`~derivations.interpret.MissingRule`) naming the node and the printer.
+    """
 
     cse_always = (Msign, GramSqrt, GramInvSqrt, IsotropicScale, RegularizedSylvester)
     #: rule lookup (:func:`derivations.interpret.find_rule`): node method, then ``_print_<Class>``
@@ -128,7 +134,13 @@ class MatrixCodePrinter:
     #: block-diagonal partners arrive as their stacked blocks (else as dense matrices)
     blocked_partners = False
 
+    @property
+    def interpreter_name(self) -> str:
+        """How failures name this printer (its class name)."""
+        return type(self).__name__
+
     def __init__(self, arguments: dict, scalars: dict):
+        super().__init__()
         self.arguments = arguments  # matrix name → code name
         self.scalars = scalars  # Symbol → code name
         self.lines: list[str] = []
@@ -181,7 +193,7 @@ class MatrixCodePrinter:
             return self._print_group(expr)
         method = find_rule(self, expr)  # the node's own _jaxcode/_numpycode, else _print_<Class> along the MRO
         if method is None:
-            raise UnsupportedNode(f"{type(self).__name__} has no rule for {type(expr).__name__}: {expr}")
+            return self.emptyPrinter(expr)
         code = method(expr)
         is_compound = isinstance(expr, (MatMul, MatAdd, Transpose)) and self.counts.get(expr, 0) > 1
         if isinstance(expr, self.cse_always) or is_compound:
@@ -190,6 +202,9 @@ class MatrixCodePrinter:
             self.temps[expr] = name
             return name
         return code
+
+    def emptyPrinter(self, expr):
+        raise UnsupportedNode(f"{type(self).__name__} has no rule for {type(expr).__name__}: {expr}")
 
     def _temp_name(self, expr) -> str:
         if isinstance(expr, GramInvSqrt):
