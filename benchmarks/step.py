@@ -14,7 +14,6 @@ reach if every flop ran at the same rate.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -25,6 +24,7 @@ import numpy as np
 import optax
 from threadpoolctl import threadpool_info
 
+from derivations.stdout import OneLineParser
 from numerics.lapack_threads import lapack_threads
 from numerics.optimizer import OVPair, QKPair, compositional_muon, resolve_schedule
 
@@ -100,14 +100,8 @@ def measure(name, repeats, dtype):
     return med["cm"], med["muon"]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write(f"benchmarks.step: error: {message}\n")
-        sys.exit(2)
-
-
 def main(argv=None) -> int:
-    p = _Parser(prog="python -m benchmarks.step", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m benchmarks.step", description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=5, help="timed updates per optimizer and shape (default 5)")
     p.add_argument("--shapes", default="gpt2,llama3", help="comma-separated: gpt2, llama3 (default both)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")

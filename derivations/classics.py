@@ -31,7 +31,6 @@ a classic's result.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -57,6 +56,7 @@ from .evaluate import evaluate
 from .formula import parse
 from .lemmas import spectral as S
 from .norms import UNITARY_INVARIANCE, FrobeniusNorm
+from .stdout import OneLineParser, write_result
 from .vocabulary import FULL_COLUMN_RANK, FactMatrix, OpNorm, dimension, positive_symbol
 
 DPS = MPMATH_DPS
@@ -447,7 +447,7 @@ def step_lines(der) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m derivations.classics", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m derivations.classics", description=__doc__.split("\n\n")[0])
     p.add_argument("names", nargs="*", help="which classics (default: all)")
     args = p.parse_args(argv)
     try:
@@ -455,16 +455,15 @@ def main(argv=None) -> int:
     except KeyError as exc:
         sys.stderr.write(f"derivations.classics: error: {exc.args[0]}\n")
         return 2
-    failed = 0
+    failed, out = 0, []
     for c in chosen:
         ok, evidence = c.check()
         failed += not ok
-        print(f"== {c.name}: {c.title} — {'holds' if ok else 'FAILS'}\n   {c.statement}")
+        out.append(f"== {c.name}: {c.title} — {'holds' if ok else 'FAILS'}\n   {c.statement}")
         if ok:
-            for der in c.derivations():
-                print("\n".join(step_lines(der)))
-        print(f"   evidence: {evidence}\n")
-    return 1 if failed else 0
+            out += ["\n".join(step_lines(der)) for der in c.derivations()]
+        out.append(f"   evidence: {evidence}\n")
+    return write_result("derivations.classics", "\n".join(out) + "\n", 1 if failed else 0)
 
 
 __all__ = ["CLASSICS", "Classic", "ClassicDerivation", "by_name", "competitors", "crossover", "derivations",

@@ -1,7 +1,9 @@
-"""Writing a command's result to stdout: a closed pipe ends quietly, a failed write is one line."""
+"""Command-line I/O shared by the commands: one-line usage errors, and writing the result to stdout
+(a closed pipe ends quietly, a failed write is one line)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -22,3 +24,11 @@ def write_result(prog: str, text: str, status: int) -> int:
         sys.stderr.write(f"{prog}: error: cannot write to stdout: {exc.strerror or exc}\n")
         return 2
     return status
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line, ``PROG: error: MESSAGE``, and exit 2."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog.removeprefix('python -m ')}: error: {message}\n")
+        sys.exit(2)

@@ -5,6 +5,8 @@ reaches every classic by name."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -174,3 +176,17 @@ def test_count_cross_check_reports_scale_and_sizes(capsys):
     assert ce["derived"] != ce["candidate"] and set(ce["sizes"]) <= {"r", "d_in", "d_out"}
     assert crosscheck.main(["classics.linear_attention.flops_quadratic", "2 n^2 d", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["scale"] == "1/2"
+
+
+@pytest.mark.parametrize("argv, message", [(["--bogus"], "unrecognized arguments"), (["nope"], "unknown classic")])
+def test_classics_command_bad_input_is_one_line_exit_2(argv, message):
+    out = subprocess.run([sys.executable, "-m", "derivations.classics", *argv], check=False, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr
+
+
+def test_classics_command_on_a_full_disk_is_one_line_exit_2():
+    with open("/dev/full", "w") as full:
+        out = subprocess.run([sys.executable, "-m", "derivations.classics", "classics.lora"], check=False, stdout=full,
+                             stderr=subprocess.PIPE, text=True, timeout=300)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "cannot write to stdout" in out.stderr

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
+
+from derivations.stdout import OneLineParser
 
 from . import RULES, regenerate, stale
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write(f"numerics.emitted: error: {message}\n")
-        sys.exit(2)
-
-
 def main(argv=None) -> int:
-    p = _Parser(prog="python -m numerics.emitted",
+    p = OneLineParser(prog="python -m numerics.emitted",
                 description="Regenerate or check the emitted JAX modules shipped in numerics/emitted/.")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--regenerate", action="store_true", help="write a fresh emission of every rule")
