@@ -243,45 +243,19 @@ def _merge(w):
     return _gqa.merge_heads(w)
 
 
-def after(token, *arrays):
-    """``arrays`` made to wait for ``token`` (``x + 0·token``, a data dependency, same values).
-
-    ``token`` is an array or a tuple of arrays (wait for all of them). On the CPU, jaxlib runs
-    independent LAPACK kernels (eigh, SVD) of one program concurrently, and a batched kernel waits
-    inside a worker of the intra-op pool for its batch to finish on the same pool: two at once on a
-    2-thread pool deadlock (seen at Llama-3-8B shapes, where the QK key side and the OV side both
-    factorize 8 heads). The optimizer therefore chains every call that factorizes a matrix after
-    the previous one, waiting on *both* outputs of a pair.
-    """
-    if token is None:
-        return arrays
-    tokens = token if isinstance(token, tuple) else (token,)
-    zero = sum(0 * jnp.ravel(t)[0].astype(jnp.float32) for t in tokens)
-    return tuple(a + zero.astype(a.dtype) for a in arrays)
-
-
 def _qk_direction(rule, w_q, w_k, m_q, m_k, heads, kv_heads, head_dim, opts):
     """``(ΔW_Q, ΔW_K)`` at budget ``ε = 2`` (so that each half has operator norm 1)."""
     if kv_heads != heads:
         if rule != "half_split":
             raise ValueError(f"compositional_muon: qk_rule={rule!r} has no grouped-query form (kv_heads = "
                              f"{kv_heads} < heads = {heads}); use qk_rule='half_split'")
-        done = []
-
-        def query(*args, **kw):
-            done.append(_gqa.gqa_query(*args, **kw))
-            return done[-1]
-
-        def key(stacked, g, **kw):  # after the query side (see :func:`after`)
-            return _gqa.gqa_key(*after(done[-1], stacked), g, **kw)
-
-        return _gqa.gqa_layout(query, key, w_q, w_k, m_q, m_k, head_dim, opts(_gqa))
+        return _gqa.gqa_layout(_gqa.gqa_query, _gqa.gqa_key, w_q, w_k, m_q, m_k, head_dim, opts(_gqa))
     q, k, gq, gk = (_split(x, head_dim) for x in (w_q, w_k, m_q, m_k))
     if rule == "sylvester":
         kw = opts(_sylvester)
         kw["eps"] = kw["eps"] / 2  # target D = −msign(Ĝ_M): ‖D‖_op = 1, achieved change ≤ 2‖D‖_op
         g_m = product_gradient(q, k, gq, gk, kw["damping"])
-        dq, dk = _sylvester.sylvester_qk(*after(g_m, q, k), g_m, solver="structured", **kw)
+        dq, dk = _sylvester.sylvester_qk(q, k, g_m, solver="structured", **kw)
         return _merge(dq), _merge(dk)
     if rule == "half_split":
         dq, dk = _halfsplit.halfsplit_qk(q, k, gq, gk, **opts(_halfsplit))
@@ -430,13 +404,10 @@ def scale_by_compositional_muon(
         mu = optax.tree.update_moment(updates, state.mu, beta, 1)
         count = optax.safe_increment(state.count)
         p = named_leaves(params)
-        token = None  # every factorization waits for the previous one (see :func:`after`)
         if gauge == "horizontal_projection":
             m = named_leaves(mu)
             for kind, (a, b), heads, kv, hd, kernels in plan.pairs:
-                wa, wb = after(token, p[a], p[b])
-                m[a], m[b] = _project_pair(kind, wa, wb, m[a], m[b], heads, kv, hd, kernels, float(damping))
-                token = (m[a], m[b])
+                m[a], m[b] = _project_pair(kind, p[a], p[b], m[a], m[b], heads, kv, hd, kernels, float(damping))
             mu = jax.tree_util.tree_unflatten(jax.tree.structure(mu), [m[k] for k in named_leaves(mu)])
         if nesterov:
             mu_hat = jax.tree.map(lambda m, g: beta * m + (1 - beta) * g,
@@ -447,20 +418,15 @@ def scale_by_compositional_muon(
         g = named_leaves(mu_hat)
         out = {}
         for kind, (a, b), heads, kv, hd, kernels in plan.pairs:
-            wa, wb = after(token, p[a], p[b])
             if kind == "qk":
-                da, db = _qk_direction(qk_rule, wa, wb, g[a], g[b], heads, kv, hd, opts)
+                da, db = _qk_direction(qk_rule, p[a], p[b], g[a], g[b], heads, kv, hd, opts)
             else:
-                da, db = _ov_direction(wa, wb, g[a], g[b], hd, kernels, opts)
+                da, db = _ov_direction(p[a], p[b], g[a], g[b], hd, kernels, opts)
             out[a], out[b] = -da, -db
-            token = (da, db)  # both: the pair's last factorization may be on either side
         for name, x in g.items():
             if name not in out:
                 fan_in, fan_out = x.shape[-2], x.shape[-1]
-                if msign == "svd":  # LAPACK: chained like the pairs
-                    (x,) = after(token, x)
                 sign = _halfsplit.spectral_sign(x, msign, _schedule_for(_halfsplit, schedule))
-                token = sign if msign == "svd" else token
                 out[name] = math.sqrt(max(1.0, fan_out / fan_in)) * sign
         treedef = jax.tree.structure(mu_hat)
         new = jax.tree_util.tree_unflatten(treedef, [out[k].astype(v.dtype) for k, v in g.items()])
@@ -481,12 +447,9 @@ def rebalance_pairs(pairs: Pairs | None) -> optax.GradientTransformation:
     def update_fn(updates, state, params=None):
         plan = plan_pairs(pairs, params)
         p, u = named_leaves(params), named_leaves(updates)
-        token = None
         for kind, (a, b), heads, kv, hd, kernels in plan.pairs:
-            wa, wb = after(token, p[a] + u[a], p[b] + u[b])
-            bar_q, k = _grouped_pair(kind, wa, wb, heads, kv, hd, kernels)
+            bar_q, k = _grouped_pair(kind, p[a] + u[a], p[b] + u[b], heads, kv, hd, kernels)
             bar_q, k = balance(bar_q, k)  # shared heads: balanced with their stacked group
-            token = (bar_q, k)
             na, nb = _ungrouped_pair(kind, bar_q, k, heads, kernels)
             u[a], u[b] = na - p[a], nb - p[b]
         return jax.tree_util.tree_unflatten(jax.tree.structure(updates), list(u.values())), state

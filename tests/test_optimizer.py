@@ -427,10 +427,10 @@ print(all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(u)))
 def test_grouped_query_layer_update_does_not_deadlock_the_cpu_pool(which):
     """Two batched eighs at once (QK key side, OV side) deadlocked jaxlib's 2-worker CPU pool.
 
-    Planted mistakes, each hung here forever: batched ``jnp.linalg.eigh`` on the CPU in the
-    kernels (the emitted case, and the optimizer case with the pair chain below), and the
-    optimizer chaining the OV pair after ``ΔW_Q`` only. A subprocess with a time limit turns a
-    regression into a failure instead of a hung suite.
+    Planted mistake: batched ``jnp.linalg.eigh`` on the CPU in the kernels hung here forever (the
+    emitted case; the optimizer case hung with it even when it chained the OV pair after the QK
+    pair's ``ΔW_Q``). A subprocess with a time limit turns a regression into a failure instead of
+    a hung suite.
     """
     try:
         out = subprocess.run([sys.executable, "-c", _GQA_LAYER.replace("{which}", which)],
