@@ -105,14 +105,12 @@ def adapter():
     return Adapter("gqa_ov_layout", "hybrid_ov",
                    "Stored OV layouts with H_kv value heads → O side (one global sign) and shared V side.",
                    {"W_O": "columns", "W_V": "rows", "G_O": "columns", "G_V": "rows"},
-                   [("o_core", o_fn), ("v_core", value_fn)], "check_ov_heads", chain=True,
+                   [("o_core", o_fn), ("v_core", value_fn)], "check_ov_heads",
                    entry_doc="Hybrid OV update from stored layouts: W_O, G_O (..., d, H·d_h); W_V, G_V (..., "
                              "H_kv·d_h, d).\n\n    H_kv = H: head-local V side. H_kv < H (GQA): each value head "
                              "is shared by H/H_kv consecutive output\n    heads and gets budget ε/(2G) (gqa_value). "
                              "Returns (ΔW_O, ΔW_V) in the same layouts.",
-                   notes=["Output head h reads value head h // G; with H_kv = H this is the head-local hybrid rule.",
-                          ("The V side waits for the O side (0·ΔW_O): two LAPACK kernels (eigh) running at once "
-                           "can deadlock jaxlib's CPU pool.")])
+                   notes=["Output head h reads value head h // G; with H_kv = H this is the head-local hybrid rule."])
 
 
 def jax_extra():

@@ -39,9 +39,7 @@ class Adapter:
 
     ``stored``: argument name → the axis holding its heads (``"columns"`` for ``(d, H·d_h)``, ``"rows"``
     for ``(H·d_h, d)``); ``calls``: ``(parameter name, EmittedFunction)`` in call order; ``check``: the
-    inlined input check, called with the stored arrays (and ``head_dim``), returning the group size;
-    ``chain``: every call after the first waits for the previous update (a zero-valued data
-    dependency: two LAPACK kernels running at once can deadlock jaxlib's CPU pool).
+    inlined input check, called with the stored arrays (and ``head_dim``), returning the group size.
     """
 
     name: str
@@ -52,7 +50,6 @@ class Adapter:
     check: str
     entry_doc: str = ""
     head_dim: bool = True
-    chain: bool = False
     notes: list = field(default_factory=list)
 
 
@@ -106,12 +103,10 @@ class AdapterPrinter:
             return f"jnp.repeat({heads}, group, axis=-3)"
         self._fail(f"unknown arrangement {lay.arrangement!r}")
 
-    def _argument(self, sym, own, previous):
+    def _argument(self, sym, own):
         name = sym.name
 
         def source(stored):
-            if previous is not None and self.a.chain:  # wait for the previous call's update
-                return f"(jnp.asarray({stored}) + 0 * {previous}[..., :1, :1])"
             return f"jnp.asarray({stored})"
 
         for lay in own:
@@ -132,12 +127,10 @@ class AdapterPrinter:
         return _heads(name, axis, source(name))
 
     def body(self) -> list[str]:
-        outputs, previous = [], None
+        outputs = []
         for k, (param, fn) in enumerate(self.a.calls, 1):
             own = layouts_of(fn)
-            args = []
-            for i, sym in enumerate(fn.inputs):
-                args.append(self._argument(sym, own, previous if i == 0 else None))
+            args = [self._argument(sym, own) for sym in fn.inputs]
             extra = "".join(f", {kw}=float(group)" for kw in fn.extra_scalars.values())
             out = f"out_{k}"
             call = f"{out} = {param}("
@@ -151,7 +144,6 @@ class AdapterPrinter:
                 self.lines.append(f"width = {out}.shape[-1] // {k}")
                 outputs += [f"{out}[..., {i} * width:{i + 1} * width]" if i else f"{out}[..., :width]"
                             for i in range(k)]
-                previous = out
                 continue
             for name, _ in fn.outputs:
                 stored = name.removeprefix("d")
@@ -159,7 +151,6 @@ class AdapterPrinter:
                     outputs.append(out)
                 else:
                     outputs.append(_merge(out, self._stored_axis(stored)))
-            previous = out
         self.lines.append(f"return {', '.join(outputs)}")
         return self.lines
 

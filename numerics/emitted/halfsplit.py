@@ -373,8 +373,7 @@ def sylvester_factor_svd(w_q, w_k, damping, d):
     numbers in ``[0, 1]``; ``ok`` is False where a factor holds NaN/Inf (its results are NaN).
     """
     ct = compute_dtype(d.dtype)
-    # one stacked SVD (see per_matrix_on_cpu), made to wait for D (0·D, a data dependency)
-    w = jnp.stack([w_q, w_k]).astype(ct) + 0 * jnp.where(jnp.isfinite(d[..., :1, :1]), d[..., :1, :1], 0).astype(ct)
+    w = jnp.stack([w_q, w_k]).astype(ct)  # one stacked SVD
     scale = max_abs(w)
     w, ok = lapack_guard(w / scale)
     u, s, vt = per_matrix_on_cpu(lambda x: jnp.linalg.svd(x, full_matrices=False), w)

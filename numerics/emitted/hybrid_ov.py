@@ -367,8 +367,7 @@ def sylvester_factor_svd(w_q, w_k, damping, d):
     numbers in ``[0, 1]``; ``ok`` is False where a factor holds NaN/Inf (its results are NaN).
     """
     ct = compute_dtype(d.dtype)
-    # one stacked SVD (see per_matrix_on_cpu), made to wait for D (0·D, a data dependency)
-    w = jnp.stack([w_q, w_k]).astype(ct) + 0 * jnp.where(jnp.isfinite(d[..., :1, :1]), d[..., :1, :1], 0).astype(ct)
+    w = jnp.stack([w_q, w_k]).astype(ct)  # one stacked SVD
     scale = max_abs(w)
     w, ok = lapack_guard(w / scale)
     u, s, vt = per_matrix_on_cpu(lambda x: jnp.linalg.svd(x, full_matrices=False), w)
@@ -639,13 +638,11 @@ def gqa_ov_layout(o_core, v_core, W_O, W_V, G_O, G_V, head_dim, options):
     W_Obar = W_O's heads stacked row-wise in groups of G; head h pairs with W_V head h // G
       (gqa.value step 1, Lemma K)
     Output head h reads value head h // G; with H_kv = H this is the head-local hybrid rule.
-    The V side waits for the O side (0·ΔW_O): two LAPACK kernels (eigh) running at once can deadlock
-      jaxlib's CPU pool.
     """
     group = check_ov_heads(W_O, W_V, G_O, G_V, head_dim)
     out_1 = o_core(jnp.repeat(split_heads(jnp.asarray(W_V).mT, head_dim), group, axis=-3),
                    jnp.asarray(G_O), **options)
-    heads = split_heads((jnp.asarray(W_O) + 0 * out_1[..., :1, :1]), head_dim)  # one block per head
+    heads = split_heads(jnp.asarray(W_O), head_dim)  # one block per head
     W_Obar = heads.reshape(*heads.shape[:-3], -1, group * heads.shape[-2], heads.shape[-1])
     out_2 = v_core(W_Obar,
                    split_heads(jnp.asarray(G_V).mT, head_dim).mT, group_size=float(group), **options)
