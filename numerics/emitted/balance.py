@@ -74,8 +74,9 @@ def per_matrix_on_cpu(fn, a):
 
     jaxlib's CPU kernels split a batch over the intra-op pool and wait inside a pool worker for
     it; two such kernels at once on a 2-worker pool deadlock (seen at Llama-3-8B attention shapes
-    with gdb). One matrix per call never waits on the pool, and on 2 cores it is also faster
-    (32 × 128² eigh: 55 ms against 76 ms batched). Other platforms keep the batched call.
+    with gdb). One matrix per call never waits on the pool. It costs some speed when the pool is
+    otherwise idle (24 × 64² eigh with one OpenBLAS thread: 28 ms against 21 ms batched, on 2
+    cores). Other platforms keep the batched call.
     """
     if a.ndim == 2:
         return fn(a)
