@@ -9,40 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import scipy.linalg
 
 from derivations.cli import render
 from tests.conftest import load_module
+from tests.emitted_inputs import example_call as _inputs
 
 GOLDEN = Path(__file__).parent / "golden"
 RULES = ("halfsplit", "joint", "gqa", "sylvester", "hybrid_ov", "gauge")
-D, DH, HEADS, KV = 6, 2, 4, 2
-
-
-def _inputs(rng, name, target):
-    """Positional arrays and keywords for each public function (shapes from its docstring)."""
-    r = lambda *shape: rng.standard_normal(shape)
-    tall = lambda: r(D, DH)
-    blocks = r(2, D, DH)
-    dense = scipy.linalg.block_diag(*blocks)
-    partner = blocks if target == "jax" else dense
-    table = {
-        "halfsplit_qk": ([tall(), tall(), tall(), tall()], {"eps": 0.3}),
-        "isotropic_qk": ([tall(), tall(), tall(), tall()], {"eps": 0.3}),
-        "halfsplit_v": ([tall(), r(DH, D)], {"eps": 0.3}),
-        "hybrid_v": ([tall(), r(DH, D)], {"eps": 0.3}),
-        "gqa_query": ([tall(), tall()], {"eps": 0.3}),
-        "gqa_key": ([r(2 * D, DH), tall()], {"eps": 0.3, "group_size": 2}),
-        "gqa_qk": ([r(D, HEADS * DH), r(D, KV * DH), r(D, HEADS * DH), r(D, KV * DH)], {"eps": 0.3, "head_dim": DH}),
-        "joint_whitened": ([partner, r(D, 2 * DH)], {"eps": 0.3}),
-        "joint_qk": ([tall(), tall(), tall(), tall()], {"eps": 0.3}),
-        "hybrid_o": ([partner, r(D, 2 * DH)], {"eps": 0.3}),
-        "hybrid_ov": ([r(D, HEADS * DH), r(HEADS * DH, D), r(D, HEADS * DH), r(HEADS * DH, D)],
-                      {"eps": 0.3, "head_dim": DH}),
-        "sylvester_qk": ([tall(), tall(), r(D, D)], {"eps": 0.3, "damping": 0.1}),
-        "horizontal_projection": ([tall(), tall(), tall(), tall()], {}),
-    }
-    return table[name]
 
 
 @pytest.mark.parametrize("target", ["numpy", "jax"])

@@ -117,6 +117,7 @@ def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedul
              "import functools\n\nimport jax\nimport jax.numpy as jnp\n",
              f"__all__ = {sorted([fn.name for fn in functions] + list(extra_names))!r}\n",
              f"MSIGN_METHODS = {K.MSIGN_METHODS!r}\n",
+             f"UNROLL_LIMIT = {K.UNROLL_LIMIT!r}  # matrices per batched LAPACK call unrolled on the CPU\n",
              "NS_SCHEDULE = (\n" + "".join(f"    {tuple(step)!r},\n" for step in schedule) + ")\n",
              "\n" + kernel_source(KERNELS) + "\n"]
     for fn in functions:
@@ -167,8 +168,8 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
         f"def _{fn.name}({', '.join(args)}, eps{extra_params}, damping, msign, schedule{opt_params}):",
         *[f"    {line}" for line in body],
         casts.rstrip("\n"),
-        f"    outputs = nan_unless(all_finite(({', '.join(args)}{',' if len(args) == 1 else ''})), {outs})",
-        "    return outputs, all_finite(outputs)",
+        f"    finite = all_finite({outs})  # a NaN/Inf input reaches every output computed from it",
+        f"    return nan_unless(finite, {outs}), finite",
         "",
         "",
         f"def {fn.name}({', '.join(args)}, *, {'eps, ' if fn.needs_eps else ''}{''.join(n + ', ' for n in extra)}"
