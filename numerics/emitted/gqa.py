@@ -190,9 +190,12 @@ def newton_schulz(x, schedule):
 
     Step ``(c_0, c_1, …, c_k)`` maps ``X ← c_0 X + (c_1 A + c_2 A² + … + c_k A^k) X`` with
     ``A = X Xᵀ`` formed on the short side, i.e. each singular value goes to
-    ``p(σ) = c_0 σ + c_1 σ³ + … + c_k σ^{2k+1}``. The input is first divided by ``max|x_ij|`` and
-    then by the Frobenius norm of the result (which lies in ``[1, √(mn)]``, so nothing overflows
-    or underflows), so ``σ ≤ 1``; a zero matrix stays zero. ``schedule`` is data: an array
+    ``p(σ) = c_0 σ + c_1 σ³ + … + c_k σ^{2k+1}``. The iteration starts from ``X / ‖X‖_F`` (so
+    ``σ ≤ 1``; a zero matrix stays zero). ``X`` is first divided by ``max|x_ij|``, so ``‖X‖_F²``
+    lies in ``[1, mn]`` and nothing overflows or underflows; the Frobenius division is then folded
+    into the first step: ``‖X‖_F² = tr(X Xᵀ)`` comes from that step's own Gram matrix, and
+    ``c_0 X/ν + (B/ν) X`` scales a ``k × k`` matrix instead of the whole ``X`` (one pass over ``X``
+    fewer; 16-bit inputs keep an explicit float32 normalisation). ``schedule`` is data: an array
     ``(steps, k+1)`` (or a tuple of coefficient tuples) scanned by ``jax.lax.scan``, so schedules
     of one shape share one compilation. Runs in the input dtype.
     """
@@ -202,22 +205,34 @@ def newton_schulz(x, schedule):
         x = x.mT
     xc = x.astype(compute_dtype(x.dtype))
     xc = xc / max_abs(xc)
-    norm = jnp.sqrt(jnp.sum(xc * xc, axis=(-2, -1), keepdims=True))
-    x = (xc / jnp.where(norm > 0, norm, 1)).astype(x.dtype)
     eye = jnp.eye(x.shape[-2], dtype=x.dtype)
     degree = coeffs.shape[-1]
+
+    def gram_polynomial(a, c):
+        """``c_1 A + c_2 A² + … + c_k A^k`` by Horner's rule."""
+        b = c[-1] * a
+        for j in range(degree - 2, 0, -1):
+            b = (b + c[j] * eye) @ a
+        return b
 
     def step(x, c):
         c = c.astype(x.dtype)
         if degree == 1:
             return c[0] * x, None
-        a = x @ x.mT
-        b = c[-1] * a
-        for j in range(degree - 2, 0, -1):
-            b = (b + c[j] * eye) @ a
-        return c[0] * x + b @ x, None
+        return c[0] * x + gram_polynomial(x @ x.mT, c) @ x, None
 
-    x, _ = jax.lax.scan(step, x, coeffs, unroll=True)
+    if degree == 1 or xc.dtype != x.dtype:
+        norm = jnp.sqrt(jnp.sum(xc * xc, axis=(-2, -1), keepdims=True))
+        x = (xc / jnp.where(norm > 0, norm, 1)).astype(x.dtype)
+        rest = coeffs
+    else:  # first step on X/ν with ν = ‖X‖_F: c_0 X/ν + B(A/ν²) X/ν, A = X Xᵀ
+        gram = xc @ xc.mT
+        sq = jnp.trace(gram, axis1=-2, axis2=-1)[..., None, None]  # ‖X‖_F² ∈ [1, mn], or 0
+        nu = jnp.sqrt(jnp.where(sq > 0, sq, 1))
+        c = coeffs[0].astype(x.dtype)
+        x = (c[0] / nu) * xc + (gram_polynomial(gram / (nu * nu), c) / nu) @ xc
+        rest = coeffs[1:]
+    x, _ = jax.lax.scan(step, x, rest, unroll=True)
     return x.mT if tall else x
 
 def spectral_sign(a, method, schedule):
