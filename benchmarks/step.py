@@ -7,7 +7,8 @@ layer: GPT-2-small (``d = 768``, 12 heads of 64) and Llama-3-8B (``d = 4096``, 3
 128; ``W_K, W_V`` are ``4096 × 1024``). Compositional Muon uses half-split QK (grouped-query when
 ``H_kv < H``) and the hybrid OV rule, damping ``1e-2``; Muon orthogonalizes each matrix whole. Both
 use the same 5-step Polar Express schedule. The two are timed interleaved in one run; the last
-line is ``cm/muon median step time ratio: R``, the largest ratio over the shapes. Each row also
+line is ``cm/muon median step time ratio: R``, the largest ratio over the shapes; each ratio is the
+median over rounds of the two updates' times within a round (see :mod:`benchmarks.interleave`). Each row also
 prints the flop model of both updates (:func:`flop_model`), the floor the measured ratio would
 reach if every flop ran at the same rate.
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +24,7 @@ import numpy as np
 import optax
 from threadpoolctl import threadpool_info
 
+from benchmarks.interleave import interleaved, paired_ratio
 from derivations.stdout import OneLineParser
 from numerics.lapack_threads import lapack_threads
 from numerics.optimizer import OVPair, QKPair, compositional_muon, resolve_schedule
@@ -72,13 +73,8 @@ def flop_model(d, heads, kv_heads, head_dim, steps, degree):
     return qk + ov, muon
 
 
-def timed(fn, *args):
-    t = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    return time.perf_counter() - t
-
-
 def measure(name, repeats, dtype):
+    """``(median cm seconds, median muon seconds, paired cm/muon ratio)`` over interleaved rounds."""
     d, heads, kv, hd = SHAPES[name]
     rng = np.random.default_rng(0)
     params = layer(rng, d, heads, kv, hd, dtype)
@@ -88,21 +84,15 @@ def measure(name, repeats, dtype):
     muon = optax.contrib.muon(0.02, ns_coeffs=schedule)
     runs = {}
     for label, opt in (("cm", cm), ("muon", muon)):
-        state = opt.init(params)
-        fn = jax.jit(opt.update)
-        timed(fn, grads, state, params)  # compile
-        runs[label] = (fn, state)
-    times = {"cm": [], "muon": []}
-    for _ in range(repeats):  # interleaved
-        for label, (fn, state) in runs.items():
-            times[label].append(timed(fn, grads, state, params))
-    med = {k: statistics.median(v) for k, v in times.items()}
-    return med["cm"], med["muon"]
+        fn, state = jax.jit(opt.update), opt.init(params)
+        runs[label] = lambda fn=fn, state=state: fn(grads, state, params)
+    times = interleaved(runs, repeats, warmup=1)
+    return statistics.median(times["cm"]), statistics.median(times["muon"]), paired_ratio(times["cm"], times["muon"])
 
 
 def main(argv=None) -> int:
     p = OneLineParser(prog="python -m benchmarks.step", description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=5, help="timed updates per optimizer and shape (default 5)")
+    p.add_argument("--repeats", type=int, default=9, help="timed updates per optimizer and shape (default 9)")
     p.add_argument("--shapes", default="gpt2,llama3", help="comma-separated: gpt2, llama3 (default both)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--lapack-threads", type=int, default=1,
@@ -127,8 +117,8 @@ def main(argv=None) -> int:
     ratios = []
     for name in names:
         d, h, kv, hd = SHAPES[name]
-        t_cm, t_muon = measure(name, args.repeats, dtype)
-        ratios.append(t_cm / t_muon)
+        t_cm, t_muon, ratio = measure(name, args.repeats, dtype)
+        ratios.append(ratio)
         f_cm, f_muon = flop_model(d, h, kv, hd, steps, degree)
         print(f"{name:<8} {d:>5} {h:>3} {kv:>4} {hd:>4} {1e3 * t_cm:>10.1f} {1e3 * t_muon:>10.1f} {ratios[-1]:>6.3f} "
               f"{f_cm / 1e9:>7.2f} {f_muon / 1e9:>8.2f} {f_cm / f_muon:>10.3f}", flush=True)

@@ -14,7 +14,7 @@ from ..vocabulary import Msign, RegularizedSylvester
 from .codegen import EmittedFunction, MatrixCodePrinter, UnsupportedNode, kernel_source
 
 KERNELS = (K.compute_dtype, K.lapack_guard, K.max_abs, K.per_matrix_on_cpu, K.gram_eigh, K.gram_eigh_stacked, K.psd_power,
-           K.isotropic_scale, K.msign_svd, K.schedule_array, K.newton_schulz, K.spectral_sign,
+           K.isotropic_scale, K.msign_svd, K.schedule_array, K.newton_schulz, K._newton_schulz_oriented, K.spectral_sign,
            K.spectral_sign_stacked, K.all_finite, K.nan_unless, K.raise_if_not_finite, K.check_scalar,
            K.check_shapes, K.check_group,
            K.check_schedule, K.validate_inputs, K.safe_ratio, K.sylvester_factor_svd, K.sylvester_products,

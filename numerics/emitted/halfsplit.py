@@ -198,20 +198,35 @@ def newton_schulz(x, schedule):
     ``p(σ) = c_0 σ + c_1 σ³ + … + c_k σ^{2k+1}``. The iteration starts from ``X / ‖X‖_F`` (so
     ``σ ≤ 1``; a zero matrix stays zero). ``X`` is first divided by ``max|x_ij|``, so ``‖X‖_F²``
     lies in ``[1, mn]`` and nothing overflows or underflows; the Frobenius division is then folded
-    into the first step: ``‖X‖_F² = tr(X Xᵀ)`` comes from that step's own Gram matrix, and
+    into the first step: ``‖X‖_F² = tr(A)`` comes from that step's own Gram matrix, and
     ``c_0 X/ν + (B/ν) X`` scales a ``k × k`` matrix instead of the whole ``X`` (one pass over ``X``
     fewer; 16-bit inputs keep an explicit float32 normalisation). ``schedule`` is data: an array
     ``(steps, k+1)`` (or a tuple of coefficient tuples) scanned by ``jax.lax.scan``, so schedules
     of one shape share one compilation. Runs in the input dtype.
+
+    Orientation: the same polynomial is applied as ``X (c_1 A + …)`` with ``A = XᵀX`` when ``X`` is
+    held tall. On the CPU a batch of matrices runs tall (XLA's batched ``X Xᵀ`` is slow there: 24 ×
+    (64, 768), 5 steps, 37 ms tall against 67 ms wide on 2 cores); a single matrix and every other
+    platform run wide (one 1024 × 4096: 0.80 s wide against 1.02 s tall).
     """
+    if x.ndim == 2:
+        return _newton_schulz_oriented(x, schedule, wide=True)
+    return jax.lax.platform_dependent(x, cpu=lambda x: _newton_schulz_oriented(x, schedule, wide=False),
+                                      default=lambda x: _newton_schulz_oriented(x, schedule, wide=True))
+
+def _newton_schulz_oriented(x, schedule, wide):
+    """:func:`newton_schulz` with the short side first (``wide``) or last."""
     coeffs = schedule_array(schedule)
-    tall = x.shape[-2] > x.shape[-1]
-    if tall:
+    flip = x.shape[-2] > x.shape[-1] if wide else x.shape[-2] < x.shape[-1]
+    if flip:
         x = x.mT
     xc = x.astype(compute_dtype(x.dtype))
     xc = xc / max_abs(xc)
-    eye = jnp.eye(x.shape[-2], dtype=x.dtype)
+    short = x.shape[-2] if wide else x.shape[-1]
+    eye = jnp.eye(short, dtype=x.dtype)
     degree = coeffs.shape[-1]
+    gram = (lambda x: x @ x.mT) if wide else (lambda x: x.mT @ x)
+    times = (lambda b, x: b @ x) if wide else (lambda b, x: x @ b)
 
     def gram_polynomial(a, c):
         """``c_1 A + c_2 A² + … + c_k A^k`` by Horner's rule."""
@@ -224,21 +239,21 @@ def newton_schulz(x, schedule):
         c = c.astype(x.dtype)
         if degree == 1:
             return c[0] * x, None
-        return c[0] * x + gram_polynomial(x @ x.mT, c) @ x, None
+        return c[0] * x + times(gram_polynomial(gram(x), c), x), None
 
     if degree == 1 or xc.dtype != x.dtype:
         norm = jnp.sqrt(jnp.sum(xc * xc, axis=(-2, -1), keepdims=True))
         x = (xc / jnp.where(norm > 0, norm, 1)).astype(x.dtype)
         rest = coeffs
-    else:  # first step on X/ν with ν = ‖X‖_F: c_0 X/ν + B(A/ν²) X/ν, A = X Xᵀ
-        gram = xc @ xc.mT
-        sq = jnp.trace(gram, axis1=-2, axis2=-1)[..., None, None]  # ‖X‖_F² ∈ [1, mn], or 0
+    else:  # first step on X/ν with ν = ‖X‖_F: c_0 X/ν + B(A/ν²) X/ν
+        a = gram(xc)
+        sq = jnp.trace(a, axis1=-2, axis2=-1)[..., None, None]  # ‖X‖_F² ∈ [1, mn], or 0
         nu = jnp.sqrt(jnp.where(sq > 0, sq, 1))
         c = coeffs[0].astype(x.dtype)
-        x = (c[0] / nu) * xc + (gram_polynomial(gram / (nu * nu), c) / nu) @ xc
+        x = (c[0] / nu) * xc + times(gram_polynomial(a / (nu * nu), c) / nu, xc)
         rest = coeffs[1:]
     x, _ = jax.lax.scan(step, x, rest, unroll=True)
-    return x.mT if tall else x
+    return x.mT if flip else x
 
 def spectral_sign(a, method, schedule):
     """``msign(A)`` by ``"newton_schulz"`` (with ``schedule``) or ``"svd"``."""

@@ -1,0 +1,37 @@
+"""Interleaved timing: every candidate runs once per round, so machine drift hits all of them alike.
+
+On a shared 2-core machine the speed drifts by 10–40 % between minutes; a ratio of two medians
+taken over the same rounds still moves with it. The ratio reported is the median over rounds of
+``time(a) / time(b)`` within one round (a paired estimate).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import jax
+
+
+def time_once(fn) -> float:
+    """Seconds for one call of ``fn()``, waiting for its device results."""
+    t = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - t
+
+
+def interleaved(fns: dict, repeats: int, warmup: int = 2) -> dict:
+    """``{name: [seconds per round]}``: ``warmup`` untimed calls each (compilation), then ``repeats`` rounds."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            jax.block_until_ready(fn())
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            times[name].append(time_once(fn))
+    return times
+
+
+def paired_ratio(a: list, b: list) -> float:
+    """Median over rounds of ``a[i] / b[i]``."""
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
