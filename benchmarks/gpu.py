@@ -78,8 +78,8 @@ def main(argv=None) -> int:
     shapes = ("gpt2",) if small else ("gpt2", "llama3")
     ratios = []
     for name in shapes:
-        t_cm, t_muon = step.measure(name, 3, jnp.float32 if small else jnp.bfloat16)
-        ratios.append(t_cm / t_muon)
+        t_cm, t_muon, ratio = step.measure(name, 3, jnp.float32 if small else jnp.bfloat16)
+        ratios.append(ratio)
         print(f"[2] {name}: cm {1e3 * t_cm:.1f} ms, muon {1e3 * t_muon:.1f} ms, ratio {ratios[-1]:.3f}", flush=True)
 
     import coeffsearch

@@ -46,3 +46,20 @@ def test_lapack_threads_limits_the_library_jaxlib_calls_and_restores_it():
     assert scipy_threads() == before
     with pytest.raises(ValueError, match="positive int"):
         lapack_threads(0)
+
+
+def test_step_measure_returns_times_and_the_paired_ratio(monkeypatch):
+    """``benchmarks.gpu`` unpacks ``measure``'s result; a tiny layer keeps this fast."""
+    import jax.numpy as jnp
+
+    from benchmarks import step
+    monkeypatch.setitem(step.SHAPES, "tiny", (32, 2, 1, 16))
+    t_cm, t_muon, ratio = step.measure("tiny", 3, jnp.float32)
+    assert t_cm > 0 and t_muon > 0 and ratio > 0
+
+
+def test_paired_ratio_is_the_median_of_per_round_ratios():
+    from benchmarks.interleave import paired_ratio
+    assert paired_ratio([1.0, 4.0, 3.0], [2.0, 2.0, 1.0]) == 2.0  # ratios 0.5, 2, 3
+    with pytest.raises(ValueError):
+        paired_ratio([1.0], [1.0, 2.0])
