@@ -7,8 +7,9 @@ batches over leading axes and keeps the input dtype; eigh and SVD run in at leas
 Hostile values. No NaN or Inf ever reaches LAPACK (eigh, SVD, Schur): :func:`lapack_guard`
 replaces every matrix that holds one by zeros before the call and turns that matrix's results
 into NaN after it (a NaN or Inf in an SVD made jaxlib 0.10's ``dgesdd`` spin forever). This works
-on traced values, so it holds under ``jit`` and ``vmap`` too; the emitted functions then report
-the NaN (naming the input) when they run outside an outer transformation. Scales are taken out
+on traced values, so it holds under ``jit`` and ``vmap`` too. Every kernel spreads a NaN or Inf
+over the whole matrix it computes, so the emitted functions check only their outputs (see
+:func:`nan_unless`) and name the input when they run outside an outer transformation. Scales are taken out
 before squaring (Gram matrices, Frobenius norms), so inputs anywhere in ``[1e-30, 1e30]`` neither
 overflow nor underflow in float32.
 """
