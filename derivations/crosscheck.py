@@ -160,12 +160,24 @@ def _uses(expr, definitions) -> bool:
     return bool(set(definitions) & expr.atoms(MatrixSymbol))
 
 
-def derivation_names() -> dict:
-    """``{name: module name}`` of every derivation of the rule modules (builds them)."""
+NAMES_KEY = "derivation names"  # no derivation name has a space
+
+
+def derivation_names(use_cache: bool = True) -> dict:
+    """``{name: module name}`` of every derivation of the rule modules.
+
+    Building them all checks every step (about 35 s, most of it the symbolic checks), so the names
+    are cached with the targets, keyed by a hash of the sources.
+    """
+    cached = _cache_read(NAMES_KEY) if use_cache else None
+    if isinstance(cached, dict) and all(isinstance(v, str) for v in cached.values()):
+        return cached
     out = {}
     for mod_name in RULE_MODULES:
         for der in _module(mod_name).derivations():
             out[der.name] = mod_name
+    if use_cache:
+        _cache_write(NAMES_KEY, out)
     return out
 
 
@@ -719,25 +731,18 @@ def target_from_json(obj: dict) -> Target:
                   [dims(sz) for sz in obj["sizes"]], dims(obj["symbolic_dims"]) or None)
 
 
-def load_target(name: str) -> Target | None:
-    """The cached target of ``name``, or None (no cache, stale sources, unreadable file)."""
+def _cache_read(key: str):
+    """The cached JSON value under ``key``, or None (no cache, stale sources, unreadable file)."""
     try:
         with open(_cache_path(), encoding="utf-8") as fh:
-            entry = json.load(fh).get(name)
-        return None if entry is None else target_from_json(entry)
-    except (OSError, ValueError, KeyError, TypeError):
+            return json.load(fh).get(key)
+    except (OSError, ValueError, AttributeError):
         return None
 
 
-def store_target(t: Target) -> None:
-    """Cache ``t`` if it survives the JSON round trip unchanged; a cache that can't be written is skipped."""
-    try:
-        obj = target_to_json(t)
-        back = target_from_json(json.loads(json.dumps(obj)))
-    except (TypeError, ValueError, KeyError):
-        return
-    if back.expr != t.expr or back.namespace != t.namespace or back.definitions != t.definitions:
-        return
+def _cache_write(key: str, value) -> None:
+    """Store ``value`` under ``key`` (atomically; caches of older sources are removed); a cache that
+    can't be written is skipped."""
     path = _cache_path()
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -745,7 +750,7 @@ def store_target(t: Target) -> None:
         if os.path.exists(path):
             with open(path, encoding="utf-8") as fh:
                 data = json.load(fh)
-        data[t.name] = obj
+        data[key] = value
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(data, fh)
@@ -755,6 +760,27 @@ def store_target(t: Target) -> None:
                 os.remove(os.path.join(os.path.dirname(path), old))
     except (OSError, ValueError):
         return
+
+
+def load_target(name: str) -> Target | None:
+    """The cached target of ``name``, or None (no cache, stale sources, unreadable file)."""
+    entry = _cache_read(name)
+    try:
+        return None if entry is None else target_from_json(entry)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def store_target(t: Target) -> None:
+    """Cache ``t`` if it survives the JSON round trip unchanged."""
+    try:
+        obj = target_to_json(t)
+        back = target_from_json(json.loads(json.dumps(obj)))
+    except (TypeError, ValueError, KeyError):
+        return
+    if back.expr != t.expr or back.namespace != t.namespace or back.definitions != t.definitions:
+        return
+    _cache_write(t.name, obj)
 
 
 # ---- identities with assumptions ----------------------------------------------------------------
@@ -952,7 +978,7 @@ def _parser():
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--list", action="store_true", help="list the derivation names")
     p.add_argument("--no-cache", action="store_true",
-                   help="rebuild the derivation instead of reading its result from the cache "
+                   help="rebuild the derivation (or, with --list, all of them) instead of reading the cache "
                         "(~/.cache/optimizer-workbench, keyed by a hash of the sources)")
     return p
 
@@ -965,7 +991,7 @@ def run(argv=None) -> tuple[int, str]:
     argv = [f" {a}" if a.startswith("-") and not a.startswith("--") and a != "-h" else a for a in argv]
     args = _parser().parse_args(argv)
     if args.list:
-        return 0, "\n".join(sorted(derivation_names())) + "\n"
+        return 0, "\n".join(sorted(derivation_names(use_cache=not args.no_cache))) + "\n"
     if args.chain:
         if args.args:
             raise BadInput("--chain takes a file and no positional arguments")

@@ -262,3 +262,21 @@ def test_target_cache_round_trip(query, tmp_path, monkeypatch):
     cached = crosscheck.load_target("halfsplit.query")
     assert cached is not None and cached.expr == query.expr
     assert check(cached, "-eps*msign(G_Q*C_K^-1)*C_K^-1").scale == "2"
+
+
+def test_derivation_names_are_cached_per_source_hash(tmp_path, monkeypatch):
+    """``--list`` builds every derivation once (about 35 s); later calls read the names back."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(crosscheck, "RULE_MODULES", ("classics",))
+    names = crosscheck.derivation_names()
+    assert "classics.shampoo" in names and set(names.values()) == {"classics"}
+
+    def no_build(name):
+        raise AssertionError("built although the names are cached")
+    monkeypatch.setattr(crosscheck, "_module", no_build)
+    assert crosscheck.derivation_names() == names
+    with pytest.raises(AssertionError, match="built although"):  # --no-cache rebuilds
+        crosscheck.derivation_names(use_cache=False)
+    monkeypatch.setattr(crosscheck, "_source_hash", lambda: "edited-sources")  # stale cache: rebuilt
+    with pytest.raises(AssertionError, match="built although"):
+        crosscheck.derivation_names()
