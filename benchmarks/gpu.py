@@ -27,15 +27,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.interleave import interleaved
+
 
 def timed(fn, *args, repeats=5):
-    jax.block_until_ready(fn(*args))
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
+    """Median seconds of ``fn(*args)`` over ``repeats`` calls after one untimed call."""
+    return statistics.median(interleaved({"fn": lambda: fn(*args)}, repeats, warmup=1)["fn"])
 
 
 def matmul_rate(n, dtype):

@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import coeffsearch
+from benchmarks.interleave import interleaved
 from coeffsearch.certify import certify
 from numerics.gram_roots import CERTIFIED_LOWER, DEFAULT_SCHEDULE, certified_lower, gram_inv_sqrt
 
@@ -74,14 +74,7 @@ def main(argv=None) -> int:
         e32, e16 = rel(ns(w32), ref), rel(ns(b16).astype(jnp.float32), ref)
         e16n = rel(ns_native(b16).astype(jnp.float32), ref)
         ee = rel(eg(w32), ref)
-        times = {"ns": [], "eigh": []}
-        for fn in (ns, eg):
-            jax.block_until_ready(fn(w32))
-        for _ in range(args.repeats):
-            for key, fn in (("ns", ns), ("eigh", eg)):
-                t = time.perf_counter()
-                jax.block_until_ready(fn(w32))
-                times[key].append(time.perf_counter() - t)
+        times = interleaved({"ns": lambda w=w32: ns(w), "eigh": lambda w=w32: eg(w)}, args.repeats, warmup=1)
         t_ns, t_e = statistics.median(times["ns"]), statistics.median(times["eigh"])
         ratios.append(t_ns / t_e)
         print(f"{name:<7} {f'{h} x ({d}, {dh})':<18} {ok!s:<9} {e32:>9.1e} {e16:>9.1e} {e16n:>9.1e} {ee:>9.1e} "

@@ -8,9 +8,9 @@ layer: GPT-2-small (``d = 768``, 12 heads of 64) and Llama-3-8B (``d = 4096``, 3
 ``H_kv < H``) and the hybrid OV rule, damping ``1e-2``; Muon orthogonalizes each matrix whole. Both
 use the same 5-step Polar Express schedule. The two are timed interleaved in one run; the last
 line is ``cm/muon median step time ratio: R``, the largest ratio over the shapes; each ratio is the
-median over rounds of the two updates' times within a round (see :mod:`benchmarks.interleave`). Each row also
-prints the flop model of both updates (:func:`flop_model`), the floor the measured ratio would
-reach if every flop ran at the same rate.
+median over rounds of the two updates' times within a round (see :mod:`benchmarks.interleave`).
+Each row also prints the flop model of both updates (:func:`flop_model`), the floor the measured
+ratio would reach if every flop ran at the same rate.
 """
 
 from __future__ import annotations

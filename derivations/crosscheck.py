@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import hashlib
 import importlib
 import itertools
@@ -696,7 +697,9 @@ def _from_json(obj):
     return cls(*args)
 
 
+@functools.cache
 def _source_hash() -> str:
+    """Hash of the ``derivations`` and ``numerics`` sources as imported (read once per process)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     h = hashlib.sha256()
     for package in ("derivations", "numerics"):

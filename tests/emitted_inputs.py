@@ -4,7 +4,6 @@ Shared by the golden-copy test and the non-finite propagation test. ``target="nu
 dense block-diagonal partner where the JAX function takes the blocks.
 """
 
-import numpy as np
 import scipy.linalg
 
 D, DH, HEADS, KV = 6, 2, 4, 2
