@@ -30,6 +30,7 @@ from sympy import Symbol
 from sympy.matrices.expressions import MatrixSymbol
 
 from .crosscheck import (
+    CHAIN_MAX_BYTES,
     Assumptions,
     BadInput,
     Target,
@@ -38,11 +39,12 @@ from .crosscheck import (
     build_with_inference,
     compare,
     parse_assumptions,
+    read_regular_file,
 )
 from .formula import FormulaError
 from .vocabulary import Inner, NuclearNorm, OpNorm
 
-MAX_FILE = 1_000_000  # bytes
+MAX_FILE = CHAIN_MAX_BYTES  # bytes: a --chain file over this (or not a regular file) is refused
 
 _BLOCKS = re.compile(
     r"\$\$(?P<a>.+?)\$\$|\\\[(?P<b>.+?)\\\]|\\begin\{(?P<env>equation\*?|align\*?|gather\*?|multline\*?)\}"
@@ -176,13 +178,7 @@ def _problem(block: str, where: str) -> _Problem:
 
 def check_chain_file(path: str, assumptions: Assumptions | None = None) -> ChainReport:
     """Read ``path`` and check every step; ``BadInput`` for files that hold no checkable chain."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_FILE + 1)
-    except OSError as exc:
-        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-    if len(raw) > MAX_FILE:
-        raise BadInput(f"{path} is larger than {MAX_FILE:,} bytes")
+    raw = read_regular_file(path, MAX_FILE, "--chain")  # a FIFO, a device or a directory is refused
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

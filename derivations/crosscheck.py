@@ -6,10 +6,23 @@ result of a derivation (its name as printed in ``--emit text`` headers, e.g. ``h
 Decision. Both sides are evaluated in mpmath at 50 digits on several random instances (at least
 two per size, at several sizes) drawn so that the derivation's side conditions hold (the
 structural facts its matrices carry, its definitions such as ``G_Q = G_M W_K``). They are *equal*
-when every instance agrees to 1e-30 relative; the verdict is then upgraded to *symbolic* when the
-two sides agree as rational functions of explicit small symbolic matrices
+when on every instance ``max|a − b| ≤ 1e-30 · max(max|a|, max|b|)`` (entrywise, relative to both
+sides, so scaling a pair by any power of ten never changes the verdict; both sides exactly zero
+agree, one side exactly zero and the other not never do). A pair that disagrees is evaluated again
+on the same instance at 100 digits, and is rounding (equal) only when its difference there agrees to
+1e-30 or has shrunk by 25 orders of magnitude: so a true identity whose sides cancel to near zero
+is not called different, and a true difference of any scale is. The verdict is then upgraded to
+*symbolic* when the two sides agree as rational functions of explicit small symbolic matrices
 (:func:`derivations.symbolic.prove_equal`). When both sides are purely algebraic (products, sums,
-transposes and inverses of symbols), a disagreement is also shown symbolically.
+transposes and inverses of symbols), a disagreement is also shown symbolically. A numerical check
+at finite precision cannot see a difference hidden below the rounding of a larger intermediate
+(``(B + 10^-60 A) − B`` against ``0``); the symbolic check, where it applies, does.
+
+``--json`` prints the verdict, the method, the number of instances, ``scale`` (``c`` when the
+candidate is ``c ×`` the derived result), the diagnosis and a ``counterexample``: the instance's
+sizes and inputs, the derived and candidate values, and ``relative_difference``, defined as
+``‖candidate − derived‖_F / ‖derived‖_F`` on that instance (1.0 for twice the derived result, 0.5
+for half of it, 2.0 for its negative; null when the derived value is zero and the candidate is not).
 
 Diagnosis of a difference. The candidate is compared with ``c ×`` the derived result (a constant
 ``c``, or ``c`` times a power of a scalar symbol: the classic ``ε`` against ``ε/2``) and with
@@ -33,6 +46,7 @@ import json
 import os
 import re
 import signal
+import stat
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -77,10 +91,38 @@ from .vocabulary import (
 )
 
 DPS = 50
-EQUAL_TOL = 1e-30  # relative, at 50 digits
+# Every comparison is relative to the magnitudes of both sides (see :func:`_agree`), so it is the same
+# for a pair of sides and for the pair scaled by any power of ten. The tolerance leaves 20 of the 50
+# digits to the conditioning of the evaluation (SVDs and eigendecompositions of well-conditioned
+# random instances lose a few digits; 20 is ample).
+EQUAL_TOL = 10.0 ** (20 - DPS)  # relative, at DPS digits
+RECHECK_DPS = 2 * DPS  # a disagreement is evaluated again at this precision (see _agree_rechecked)
+SCALE_TOL = 10.0 ** (25 - DPS)  # relative spread of the ratios candidate / derived for a constant multiple
 SCREEN_TOL = 1e-8  # relative, float64 screening of near variants
 INSTANCES_PER_SIZE = 2
-RULE_MODULES = ("halfsplit", "sylvester", "gauge", "gqa", "joint", "hybrid_ov", "classics")
+CHAIN_MAX_BYTES = 1_000_000  # a --chain file over this, or not a regular file, is refused
+
+
+def _discover_rule_modules() -> tuple:
+    """The modules of this package that define ``derivations()`` at top level (read from their sources,
+    nothing imported): every derivation the package builds is reached from one of them."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = []
+    for entry in sorted(os.listdir(here)):
+        name, ext = os.path.splitext(entry)
+        if ext != ".py" or name.startswith("_") or name == "crosscheck":
+            continue
+        try:
+            with open(os.path.join(here, entry), encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if re.search(r"^def derivations\(", text, re.MULTILINE):
+            found.append(name)
+    return tuple(found)
+
+
+RULE_MODULES = _discover_rule_modules()
 
 
 class BadInput(ValueError):
@@ -171,7 +213,7 @@ def derivation_names(use_cache: bool = True) -> dict:
     are cached with the targets, keyed by a hash of the sources.
     """
     cached = _cache_read(NAMES_KEY) if use_cache else None
-    if isinstance(cached, dict) and all(isinstance(v, str) for v in cached.values()):
+    if isinstance(cached, dict) and cached and all(isinstance(v, str) and v in RULE_MODULES for v in cached.values()):
         return cached
     out = {}
     for mod_name in RULE_MODULES:
@@ -197,13 +239,29 @@ def _module(name):
     return importlib.import_module(f"derivations.{name}")
 
 
-def find_derivation(name: str):
+def _owner_modules(name: str, use_cache: bool = True) -> list:
+    """The rule module that builds the derivation ``name``: the one its prefix names, or, for a prefix that
+    names another module of the package (``projection.normal_operator`` is built in ``gauge``'s list), the
+    one the derivation names give (cached, or built once)."""
+    prefix = name.split(".")[0]
+    if prefix in RULE_MODULES:
+        return [prefix]
+    here = os.path.dirname(os.path.abspath(__file__))
+    if re.fullmatch(r"[a-z][a-z0-9_]*", prefix) and os.path.isfile(os.path.join(here, f"{prefix}.py")):
+        owner = derivation_names(use_cache).get(name)
+        if owner in RULE_MODULES:
+            return [owner]
+    return []
+
+
+def find_derivation(name: str, use_cache: bool = True):
     """The derivation called ``name`` and its rule module; ``BadInput`` listing the known names."""
     prefix = name.split(".")[0]
-    if prefix not in RULE_MODULES:
+    owners = _owner_modules(name, use_cache)
+    if not owners:
         raise BadInput(f"unknown derivation {name!r}: names start with one of "
                        f"{', '.join(m + '.' for m in RULE_MODULES)} (--list prints them all)")
-    for mod_name in [prefix]:
+    for mod_name in owners:
         mod = _module(mod_name)
         for build in _builders(mod):  # one derivation at a time: most names are found after one build
             der = build()
@@ -212,8 +270,10 @@ def find_derivation(name: str):
         for der in mod.derivations():
             if der.name == name:
                 return der, mod
-    known = ", ".join(der.name for der in _module(prefix).derivations())
-    raise BadInput(f"unknown derivation {name!r}; {prefix} has: {known}")
+    if prefix in RULE_MODULES:
+        known = ", ".join(der.name for der in _module(prefix).derivations())
+        raise BadInput(f"unknown derivation {name!r}; {prefix} has: {known}")
+    raise BadInput(f"unknown derivation {name!r} (--list prints the derivation names)")
 
 
 # ---- evaluation on random instances -----------------------------------------------------------
@@ -222,6 +282,20 @@ class Instance:
     sizes: dict
     env64: dict
     envmp: dict
+    sampler: InstanceSampler | None = None
+    syms: frozenset = frozenset()
+    seed: int = 0
+    _higher: dict = field(default_factory=dict, repr=False)
+
+    def env_at(self, dps: int) -> dict:
+        """The same instance (same draws, facts and definitions imposed) at ``dps`` digits."""
+        if dps == DPS or self.sampler is None:
+            return self.envmp
+        if dps not in self._higher:
+            with mpmath.workdps(dps):
+                self._higher[dps] = self.sampler.sample(np.random.default_rng(self.seed), self.syms,
+                                                        MpmathBackend(dps))
+        return self._higher[dps]
 
 
 def _instances(target: Target, exprs, seed=0) -> list[Instance]:
@@ -234,47 +308,123 @@ def _instances(target: Target, exprs, seed=0) -> list[Instance]:
             env64 = sampler.sample(np.random.default_rng(s), syms, NumpyBackend())
             with mpmath.workdps(DPS):
                 envmp = sampler.sample(np.random.default_rng(s), syms, MpmathBackend(DPS))
-            out.append(Instance(sizes, env64, envmp))
+            out.append(Instance(sizes, env64, envmp, sampler, frozenset(syms), s))
     return out
 
 
-def _value(expr, inst: Instance, mp: bool):
+def _value(expr, inst: Instance, mp: bool, dps: int = DPS):
+    """``expr`` on ``inst`` (mpmath at ``dps`` digits, or float64); None when it cannot be evaluated or is
+    not finite."""
     try:
         if mp:
-            with mpmath.workdps(DPS):
-                return evaluate(expr, inst.envmp, MpmathBackend(DPS), inst.sizes)
-        with np.errstate(all="ignore"):
-            return evaluate(expr, inst.env64, NumpyBackend(), inst.sizes)
+            with mpmath.workdps(dps):
+                out = evaluate(expr, inst.env_at(dps), MpmathBackend(dps), inst.sizes)
+        else:
+            with np.errstate(all="ignore"):
+                out = evaluate(expr, inst.env64, NumpyBackend(), inst.sizes)
     except (EvaluationError, ZeroDivisionError, np.linalg.LinAlgError, ValueError, OverflowError):
         return None
+    return out if _finite(out) else None
 
 
 def _flat(v) -> list:
+    """The entries of a value as mpmath numbers (float64 entries converted exactly)."""
     if isinstance(v, mpmath.matrix):
         return [v[i, j] for i in range(v.rows) for j in range(v.cols)]
     if isinstance(v, np.ndarray):
-        return list(v.ravel())
+        return [mpmath.mpf(float(x)) for x in v.ravel()]
+    if isinstance(v, (float, int, np.floating, np.integer)):
+        return [mpmath.mpf(float(v))]
     return [v]
 
 
-def _rel(a, b) -> float:
-    """``max|a − b| / max(1, max|b|)`` (at the working precision of the values)."""
+def _finite(v) -> bool:
+    try:
+        return all(mpmath.isfinite(x) for x in _flat(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _max_abs(values) -> mpmath.mpf:
+    return max((abs(x) for x in values), default=mpmath.mpf(0))
+
+
+def _difference(a, b) -> tuple:
+    """``(max|a − b|, max(max|a|, max|b|))`` entrywise, at ``DPS`` digits (each subtraction is correctly
+    rounded, so the difference is accurate relative to itself whatever the magnitudes)."""
     with mpmath.workdps(DPS):
         fa, fb = _flat(a), _flat(b)
-        scale = max([1] + [abs(x) for x in fb])
-        return float(max(abs(x - y) for x, y in zip(fa, fb)) / scale) if fa else 0.0
+        if len(fa) != len(fb):
+            raise ValueError("values of different sizes")
+        return _max_abs([x - y for x, y in zip(fa, fb)]), max(_max_abs(fa), _max_abs(fb))
+
+
+def _agree(a, b, tol) -> bool:
+    """``max|a − b| ≤ tol · max(max|a|, max|b|)``: relative to the magnitudes of both sides, so scaling both
+    by any factor leaves the answer unchanged. Both sides exactly zero agree; one side exactly zero and the
+    other not never agree (the difference is then the whole of the larger side). Non-finite values never
+    agree."""
+    if a is None or b is None or not (_finite(a) and _finite(b)):
+        return False
+    diff, scale = _difference(a, b)
+    if scale == 0:
+        return True
+    return diff <= tol * scale
+
+
+def _agree_rechecked(ref, cand, inst, a, b) -> bool:
+    """Whether a pair that disagrees at ``DPS`` digits is rounding, not a difference: evaluated again on the
+    same instance at ``RECHECK_DPS`` digits, the two sides agree, or their difference has shrunk by at
+    least ``10^-(RECHECK_DPS - DPS)/2`` (rounding shrinks with the precision; a true difference does not,
+    whatever its scale). This keeps true identities whose sides cancel to (near) zero, e.g.
+    ``msign(A) Aᵀ − (A Aᵀ)^{1/2} = 0``, from being called different by their rounding."""
+    if a is None or b is None:
+        return False
+    a2, b2 = _value(ref, inst, True, RECHECK_DPS), _value(cand, inst, True, RECHECK_DPS)
+    if a2 is None or b2 is None:
+        return False
+    if _agree(a2, b2, EQUAL_TOL):
+        return True
+    d1, _ = _difference(a, b)
+    d2, _ = _difference(a2, b2)
+    return d2 <= mpmath.mpf(10) ** (-((RECHECK_DPS - DPS) // 2)) * d1
+
+
+def relative_difference(cand, derived) -> float | None:
+    """``‖cand − derived‖_F / ‖derived‖_F`` (``|cand − derived| / |derived|`` for scalars): 1.0 for a
+    candidate twice the derived result, 0.5 for half of it, 2.0 for its negative. 0.0 when both are
+    exactly zero; None when the derived value is zero and the candidate is not, or either is missing."""
+    if cand is None or derived is None:
+        return None
+    with mpmath.workdps(DPS):
+        fc, fd = _flat(cand), _flat(derived)
+        num = mpmath.sqrt(mpmath.fsum((x - y) ** 2 for x, y in zip(fc, fd)))
+        den = mpmath.sqrt(mpmath.fsum(y ** 2 for y in fd))
+        if den == 0:
+            return 0.0 if num == 0 else None
+        return float(num / den)
 
 
 def _ratio(a, b):
-    """Least-squares ``c`` with ``a ≈ c b`` and the relative residual."""
+    """Least-squares ``c`` with ``a ≈ c b`` and the residual ``max|a − c b| / max|a|`` (0 for ``a = 0``)."""
     with mpmath.workdps(DPS):
         fa, fb = _flat(a), _flat(b)
-        bb = sum(y * y for y in fb)
+        if not all(mpmath.isfinite(x) for x in fa + fb):
+            return None, float("inf")
+        bb = mpmath.fsum(y * y for y in fb)
         if not bb:
             return None, float("inf")
-        c = sum(x * y for x, y in zip(fa, fb)) / bb
-        res = max(abs(x - c * y) for x, y in zip(fa, fb)) / max([1e-300] + [abs(x) for x in fa])
-        return c, float(res)
+        c = mpmath.fsum(x * y for x, y in zip(fa, fb)) / bb
+        top = _max_abs(fa)
+        if top == 0:
+            return c, 0.0
+        return c, float(_max_abs([x - c * y for x, y in zip(fa, fb)]) / top)
+
+
+def _same(values, tol) -> bool:
+    """All ``values`` equal to ``tol`` relative to the largest of them (all zero: equal)."""
+    top = _max_abs(values)
+    return top == 0 or _max_abs([v - values[0] for v in values]) <= tol * top
 
 
 # ---- results ---------------------------------------------------------------------------------
@@ -320,7 +470,9 @@ def compare(target: Target, candidate: Basic, *, diagnose: bool = True, seed: in
         pairs.append((inst, a, b))
     if len(pairs) < 2:
         raise BadInput(f"{target.name} could not be evaluated on two random instances")
-    bad = [(inst, a, b) for inst, a, b in pairs if b is None or _rel(b, a) > EQUAL_TOL]
+    disagree = sorted((p for p in pairs if not _agree(p[1], p[2], EQUAL_TOL)), key=lambda p: sum(p[0].sizes.values()))
+    # the smallest disagreeing instance that is not rounding is the counterexample (one suffices)
+    bad = next(([p] for p in disagree if not _agree_rechecked(ref, candidate, *p)), [])
     out = Verdict("equal", "numeric", len(pairs), reference=sstr(ref), candidate=sstr(candidate))
     if not bad:
         if target.symbolic_dims and _symbolic_equal(ref, candidate, target):
@@ -407,11 +559,19 @@ def _symbolic_different(ref, cand, target) -> bool:
 
 
 def _show(v):
-    if isinstance(v, mpmath.matrix):
-        return [[float(mpmath.nstr(v[i, j], 8)) for j in range(v.cols)] for i in range(v.rows)]
+    """A value for the counterexample: floats (8 digits; 12 for a scalar), or strings of the same digits
+    when a nonzero entry is outside float64's range (it would read as 0 or inf)."""
+    if v is None:
+        return None
     if isinstance(v, np.ndarray):
-        return np.round(v.astype(float), 8).tolist()
-    return None if v is None else float(mpmath.nstr(v, 12))
+        v = mpmath.matrix(v.astype(float).tolist()) if v.ndim == 2 else v.astype(float).ravel()[0]
+    entries = _flat(v)
+    as_float = all(x == 0 or mpmath.mpf(10) ** -300 < abs(x) < mpmath.mpf(10) ** 300 for x in entries)
+    digits = 8 if isinstance(v, mpmath.matrix) else 12
+    conv = (lambda x: float(mpmath.nstr(x, digits))) if as_float else (lambda x: mpmath.nstr(x, digits))
+    if isinstance(v, mpmath.matrix):
+        return [[conv(v[i, j]) for j in range(v.cols)] for i in range(v.rows)]
+    return conv(v)
 
 
 def _counterexample(bad, ref, cand, target) -> dict:
@@ -422,13 +582,17 @@ def _counterexample(bad, ref, cand, target) -> dict:
     defined = {str(k): sstr(v) for k, v in target.definitions.items() if str(k) in inputs}
     return {"sizes": {str(k): v for k, v in inst.sizes.items()}, "inputs": inputs, "defined": defined,
             "derived": _show(a), "candidate": _show(b),
-            "relative_difference": None if b is None else _rel(b, a)}
+            "relative_difference": relative_difference(b, a)}
 
 
 # ---- diagnosis -------------------------------------------------------------------------------
 def _nice(c) -> str:
+    """``c`` as a small fraction when it is one to ``SCALE_TOL`` relative, else in 12 digits."""
+    if c == 0:
+        return "0"
     frac = Fraction(str(mpmath.nstr(c, 40))).limit_denominator(1000)
-    if abs(c - mpmath.mpf(frac.numerator) / frac.denominator) < mpmath.mpf(10) ** -25 * max(1, abs(c)):
+    if (frac != 0 and abs(frac.numerator) < 10 ** 6
+            and abs(c - mpmath.mpf(frac.numerator) / frac.denominator) <= SCALE_TOL * abs(c)):
         return str(frac.numerator) if frac.denominator == 1 else f"{frac.numerator}/{frac.denominator}"
     return mpmath.nstr(c, 12)
 
@@ -440,15 +604,17 @@ def _constant_scale(pairs, scalars):
         if b is None:
             return None
         c, res = _ratio(b, a)
-        if c is None or res > 1e-25:
+        if c is None or res > SCALE_TOL:
             return None
         ratios.append((inst, c))
-    if max(abs(c - ratios[0][1]) for _, c in ratios) < 1e-25 * max(1, abs(ratios[0][1])):
+    if not ratios:
+        return None
+    if _same([c for _, c in ratios], SCALE_TOL):
         return _nice(ratios[0][1]), ""
     for sym, k in itertools.product(sorted(scalars, key=str), (1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2))):
         vals = [c / mpmath.power(inst.envmp[sym], mpmath.mpf(k.numerator) / k.denominator
                                  if isinstance(k, Fraction) else k) for inst, c in ratios]
-        if max(abs(v - vals[0]) for v in vals) < 1e-25 * max(1, abs(vals[0])):
+        if _same(vals, SCALE_TOL) and vals[0] != 0:
             coeff = _nice(vals[0])
             power = str(sym) if k == 1 else f"{sym}^{k}"
             return (power if coeff == "1" else f"{coeff}*{power}"), ""
@@ -473,13 +639,15 @@ def _diagnose(target, ref, cand, pairs):
     if found is not None:
         scale = found[0]
         sentences.append(_scale_sentence(scale, ref))
-    # near variants: screen in float64, confirm at 50 digits
+    # near variants: screened in float64 (at DPS digits when a value is out of float64's comfortable
+    # range, where float64 would flush it to zero or infinity), confirmed at DPS digits
     insts = [inst for inst, _, _ in pairs]
-    cand64 = [_value(cand, inst, False) for inst in insts]
+    mp_screen = not all(_in_float_range(v) for _, a, b in pairs for v in (a, b))
+    cand_vals = [b if mp_screen else _value(cand, inst, False) for inst, _, b in pairs]
     for description, variant in mutations(ref, target.namespace):
         if tuple(getattr(variant, "shape", ())) != tuple(getattr(ref, "shape", ())):
             continue
-        hit = _matches(variant, cand64, insts)
+        hit = _matches(variant, cand_vals, insts, mp_screen)
         if hit is None:
             continue
         factor = hit
@@ -489,7 +657,7 @@ def _diagnose(target, ref, cand, pairs):
         if factor == "1":
             if scale == "-1" and description == "the sign flipped":
                 continue
-            if any(_rel(c, v) > EQUAL_TOL for _, v, c in confirm):
+            if not all(_agree(v, c, EQUAL_TOL) for _, v, c in confirm):
                 continue
             sentences.append(f"the candidate equals the derived result with {description}: {sstr(variant)}")
         else:
@@ -502,32 +670,48 @@ def _diagnose(target, ref, cand, pairs):
     return scale, sentences
 
 
-def _matches(variant, cand64, insts):
-    """"1" when the candidate equals ``variant`` in float64, "c" when it is a constant multiple."""
+def _in_float_range(v) -> bool:
+    """Every nonzero entry of ``v`` well inside float64's range (a screen in float64 is then faithful)."""
+    if v is None:
+        return True
+    return all(x == 0 or mpmath.mpf(10) ** -150 < abs(x) < mpmath.mpf(10) ** 150 for x in _flat(v))
+
+
+def _matches(variant, cand_vals, insts, mp=False):
+    """"1" when the candidate equals ``variant`` to ``SCREEN_TOL`` relative (in float64, or at DPS digits
+    with ``mp``), "c" when it is a nonzero constant multiple of it."""
     ratios = []
-    for inst, c in zip(insts, cand64):
-        v = _value(variant, inst, False)
+    for inst, c in zip(insts, cand_vals):
+        v = _value(variant, inst, mp)
         if v is None or c is None:
             return None
-        if _rel(c, v) <= SCREEN_TOL:
-            ratios.append(1.0)
+        if _agree(v, c, SCREEN_TOL):
+            ratios.append(mpmath.mpf(1))
             continue
         r, res = _ratio(c, v)
         if r is None or res > SCREEN_TOL:
             return None
-        ratios.append(float(r))
-    if all(r == 1.0 for r in ratios):
+        ratios.append(r)
+    if all(r == 1 for r in ratios):
         return "1"
-    if max(ratios) - min(ratios) <= SCREEN_TOL * max(1, abs(ratios[0])) and abs(ratios[0]) > 1e-12:
+    if _same(ratios, SCREEN_TOL) and ratios[0] != 0:
         return "c"
     return None
 
 
 def _replace_at(expr, path, new):
-    if not path:
-        return new
-    args = list(expr.args)
-    args[path[0]] = _replace_at(args[path[0]], path[1:], new)
+    return _replace_paths(expr, {path: new})
+
+
+def _replace_paths(expr, replacements: dict, path=()):
+    """``expr`` with the node at each path of ``replacements`` (paths into ``expr`` itself) replaced, in one
+    rebuild: replacing one at a time would move the others when a product collapses (``X I`` is ``X``)."""
+    if path in replacements:
+        return replacements[path]
+    if not any(p[:len(path)] == path for p in replacements):
+        return expr
+    args = [_replace_paths(a, replacements, (*path, i)) if isinstance(a, Basic) else a
+            for i, a in enumerate(expr.args)]
     if isinstance(expr, MatMul):
         return product(*args)
     return expr.func(*args)
@@ -574,10 +758,8 @@ def mutations(ref, namespace):
             yield (f"the inverse Gram matrix instead of the inverse square root (every {_label(node)})",
                    tidy(ref.xreplace({node: matrix_power(node, 2)})))
     if len(grams) > 1:
-        stripped = ref
-        for p, n in sorted(grams, key=lambda t: t[0], reverse=True):
-            stripped = _replace_at(stripped, p, Identity(n.shape[0]))
-        yield "every whitening factor missing", tidy(stripped)
+        outer = [(p, n) for p, n in grams if not any(q != p and p[:len(q)] == q for q, _ in grams)]
+        yield "every whitening factor missing", tidy(_replace_paths(ref, {p: Identity(n.shape[0]) for p, n in outer}))
     yield from _swaps(ref, namespace)
 
 
@@ -654,7 +836,7 @@ def parse_for(target: Target, text: str):
 def check_derivation(name: str, formula: str, use_cache: bool = True) -> Verdict:
     target = load_target(name) if use_cache else None
     if target is None:
-        der, module = find_derivation(name)
+        der, module = find_derivation(name, use_cache)
         target = target_of(der, module)
         if use_cache:
             store_target(target)
@@ -663,7 +845,9 @@ def check_derivation(name: str, formula: str, use_cache: bool = True) -> Verdict
 
 # ---- a cache of targets: building a derivation re-checks every step (seconds) -------------------------
 # Stored as JSON over a closed set of node types (never pickle, never eval), keyed by a hash of the
-# sources of derivations/ and numerics/, so any change to a rule, a lemma or the engine rebuilds it.
+# sources of derivations/ and numerics/, so any change to a rule, a lemma or the engine rebuilds it. Each
+# entry also carries its key, that hash and a digest of its contents, all checked before it is used
+# (_cache_read): an entry copied from another cache, truncated or edited is rebuilt, not trusted.
 _NODE_TYPES = {c.__name__: c for c in (
     MatrixSymbol, FactMatrix, Identity, MatMul, MatAdd, Transpose, Inverse, Msign, GramSqrt, GramInvSqrt,
     GramPower, PolarFactor, Projector, HStack, BlockDiag, Inner, OpNorm, NuclearNorm, IsotropicScale,
@@ -734,44 +918,113 @@ def target_from_json(obj: dict) -> Target:
                   [dims(sz) for sz in obj["sizes"]], dims(obj["symbolic_dims"]) or None)
 
 
-def _cache_read(key: str):
-    """The cached JSON value under ``key``, or None (no cache, stale sources, unreadable file)."""
+CACHE_MAX_BYTES = 64 * 1024 * 1024  # a cache file larger than this is ignored (and replaced on the next write)
+
+
+def read_regular_file(path: str, limit: int, what: str) -> bytes:
+    """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes; ``BadInput`` (one line
+    naming ``what``, the path and the fix) otherwise. Opened without blocking and checked on the open
+    descriptor, so a FIFO, a device or a directory is refused, never waited on or read without end."""
     try:
-        with open(_cache_path(), encoding="utf-8") as fh:
-            return json.load(fh).get(key)
-    except (OSError, ValueError, AttributeError):
-        return None
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise BadInput(f"{what} {path}: cannot read it: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(info.st_mode) else "a FIFO (named pipe)"
+                    if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode)
+                    or stat.S_ISBLK(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "not a file")
+            raise BadInput(f"{what} {path} is {kind}: give a regular file")
+        if info.st_size > limit:
+            raise BadInput(f"{what} {path} is {info.st_size:,} bytes, over the limit of {limit:,}: "
+                           f"give a smaller file")
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:  # grew while being read
+            raise BadInput(f"{what} {path} is over the limit of {limit:,} bytes: give a smaller file")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise BadInput(f"{what} {path}: cannot read it: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _entry_digest(key: str, source: str, value) -> str:
+    text = json.dumps([key, source, value], sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _valid_entry(key: str, entry):
+    """``(True, value)`` when ``entry`` was written for ``key`` by the current sources and is intact."""
+    if not (isinstance(entry, dict) and set(entry) == {"key", "source", "digest", "value"}):
+        return False, None
+    if entry["key"] != key or entry["source"] != _source_hash():
+        return False, None
+    try:
+        ok = entry["digest"] == _entry_digest(key, entry["source"], entry["value"])
+    except (TypeError, ValueError, RecursionError):
+        return False, None
+    return ok, entry["value"] if ok else None
+
+
+def _cache_data() -> dict:
+    """The cache file's entries, or {} (no file, not a regular file, too large, not JSON, not an object)."""
+    try:
+        raw = read_regular_file(_cache_path(), CACHE_MAX_BYTES, "cache")
+        data = json.loads(raw.decode("utf-8"))
+    except (BadInput, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _cache_read(key: str):
+    """The cached value under ``key``, or None: no cache, an unreadable or corrupted file, or an entry that
+    was not written for ``key`` by the current sources (its source hash and its digest are checked, so a
+    stale, foreign, truncated or edited entry is rebuilt, never used)."""
+    ok, value = _valid_entry(key, _cache_data().get(key))
+    return value if ok else None
 
 
 def _cache_write(key: str, value) -> None:
-    """Store ``value`` under ``key`` (atomically; caches of older sources are removed); a cache that
-    can't be written is skipped."""
+    """Store ``value`` under ``key`` with the source hash and a digest (atomically; entries that fail the
+    check and caches of older sources are removed); a cache that can't be written is skipped."""
     path = _cache_path()
     try:
+        entry = {"key": key, "source": _source_hash(), "digest": _entry_digest(key, _source_hash(), value),
+                 "value": value}
+        data = {k: v for k, v in _cache_data().items() if _valid_entry(k, v)[0]}
+        data[key] = entry
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        data = {}
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-        data[key] = value
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
+            json.dump(data, fh, allow_nan=False)
         os.replace(tmp, path)
         for old in os.listdir(os.path.dirname(path)):  # caches of older sources
             if old.startswith("crosscheck-") and old.endswith(".json") and old != os.path.basename(path):
                 os.remove(os.path.join(os.path.dirname(path), old))
-    except (OSError, ValueError):
+    except (OSError, ValueError, TypeError, RecursionError):
         return
 
 
 def load_target(name: str) -> Target | None:
-    """The cached target of ``name``, or None (no cache, stale sources, unreadable file)."""
+    """The cached target of ``name``, or None (no cache, stale sources, an entry that fails its checks or
+    does not rebuild into a target called ``name``)."""
     entry = _cache_read(name)
-    try:
-        return None if entry is None else target_from_json(entry)
-    except (ValueError, KeyError, TypeError):
+    if entry is None:
         return None
+    try:
+        target = target_from_json(entry)
+    except Exception:  # noqa: BLE001 — cache contents are untrusted: anything that fails means rebuild
+        return None
+    if target.name != name or not isinstance(target.expr, Basic):
+        return None
+    return target
 
 
 def store_target(t: Target) -> None:
@@ -941,15 +1194,29 @@ def format_verdict(v: Verdict, what: str) -> str:
         if ce:
             sizes = ", ".join(f"{k} = {n}" for k, n in ce["sizes"].items())
             lines.append(f"  counterexample ({sizes}):")
-            with np.printoptions(precision=6, suppress=True, linewidth=110):
-                for name, value in ce["inputs"].items():
-                    how = f"  (= {ce['defined'][name]})" if name in ce["defined"] else ""
-                    lines.append(f"    {name}{how} =\n" + _indent(np.array(value, dtype=float)))
-                lines.append("    derived value =\n" + _indent(np.array(ce["derived"], dtype=float)))
-                cand = "could not be evaluated" if ce["candidate"] is None else _indent(
-                    np.array(ce["candidate"], dtype=float))
-                lines.append("    candidate value =\n" + cand)
+            for name, value in ce["inputs"].items():
+                how = f"  (= {ce['defined'][name]})" if name in ce["defined"] else ""
+                lines.append(f"    {name}{how} =\n" + _indent(_array_text(value)))
+            lines.append("    derived value =\n" + _indent(_array_text(ce["derived"])))
+            cand = "could not be evaluated" if ce["candidate"] is None else _indent(_array_text(ce["candidate"]))
+            lines.append("    candidate value =\n" + cand)
     return "\n".join(lines) + "\n"
+
+
+def _array_text(value) -> str:
+    """A counterexample value as text: fixed-point when its nonzero entries are of moderate size, else
+    scientific (a value of 1e-40 must not print as 0); entries kept as strings are printed as they are."""
+    if isinstance(value, str):
+        return value
+    flat = np.ravel(np.array(value, dtype=object))
+    if any(isinstance(x, str) for x in flat):
+        rows = value
+        return "\n".join("[" + "  ".join(str(x) for x in row) + "]" for row in rows)
+    arr = np.array(value, dtype=float)
+    nonzero = np.abs(arr[arr != 0])
+    moderate = nonzero.size == 0 or (nonzero.min() >= 1e-4 and nonzero.max() < 1e8)
+    with np.printoptions(precision=6, suppress=moderate, linewidth=110):
+        return str(arr)
 
 
 def _indent(a) -> str:
@@ -974,15 +1241,20 @@ def _parser():
                        "  python -m derivations.crosscheck --list\n"
                        "exit status: 0 equal, 1 different, 2 bad input")
     p.add_argument("args", nargs="*", metavar="DERIVATION FORMULA | identity LHS RHS")
-    p.add_argument("--chain", metavar="FILE", help="check every step of the display math in a Markdown/LaTeX file")
+    p.add_argument("--chain", metavar="FILE", help="check every step of the display math in a Markdown/LaTeX file "
+                                                   f"(a regular file of at most {CHAIN_MAX_BYTES:,} bytes)")
     p.add_argument("--assume", action="append", default=[], metavar="'NAME: FACT'",
                    help="a fact for identities and chains (orthonormal columns/rows, symmetric, spd, "
                         "full column/row rank, square, positive, RxC); repeatable")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (verdict, method, scale, diagnosis, counterexample; the "
+                        "counterexample's relative_difference is ||candidate - derived||_F / ||derived||_F "
+                        "on its instance: 1.0 for twice the derived result)")
     p.add_argument("--list", action="store_true", help="list the derivation names")
     p.add_argument("--no-cache", action="store_true",
                    help="rebuild the derivation (or, with --list, all of them) instead of reading the cache "
-                        "(~/.cache/optimizer-workbench, keyed by a hash of the sources)")
+                        "(~/.cache/optimizer-workbench: each entry carries the hash of the sources and a digest, "
+                        "checked before use; a stale, foreign or damaged entry is rebuilt)")
     return p
 
 
