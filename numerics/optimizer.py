@@ -42,11 +42,13 @@ Muon: Jordan et al. 2024; optax: ``optax.contrib.muon``.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 import coeffsearch
@@ -64,6 +66,9 @@ QK_RULES = ("half_split", "joint", "isotropic", "sylvester")
 OV_RULES = ("hybrid",)
 GAUGES = ("none", "horizontal_projection", "rebalance")
 GRAM_ROOTS = ("eigh",)
+MSIGN_METHODS = jax_kernels.MSIGN_METHODS
+NONFINITE_POLICIES = ("skip", "raise")
+SCHEDULE_BOUND = 100.0  # the largest |σ| a Newton–Schulz step may reach from σ ∈ [0, 1] (see check_schedule_bounded)
 
 
 class QKPair(NamedTuple):
@@ -118,8 +123,20 @@ def path_name(path) -> str:
 
 
 def named_leaves(tree) -> dict:
-    """``{path name: leaf}`` of a pytree (masked leaves of ``optax.partition`` have none)."""
-    return {path_name(p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    """``{path name: leaf}`` of a pytree (masked leaves of ``optax.partition`` have none).
+
+    Raises ``ValueError`` naming both leaves when two paths join to one name (``{"a/b": x}`` and
+    ``{"a": {"b": y}}`` are both ``"a/b"``; so are the keys ``0`` and ``"0"``).
+    """
+    out, paths = {}, {}
+    for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        name = path_name(p)
+        if name in out:
+            raise ValueError(f"compositional_muon: the parameters at {jax.tree_util.keystr(paths[name])} and "
+                             f"{jax.tree_util.keystr(p)} have the same path name {name!r} (paths are '/'-joined "
+                             f"keys); rename one of the keys")
+        out[name], paths[name] = x, p
+    return out
 
 
 def resolve_schedule(ns_coeffs, ns_steps):
@@ -154,6 +171,60 @@ def _schedule_for(module, schedule):
     return schedule if isinstance(module.NS_SCHEDULE, tuple) else jnp.asarray(schedule)
 
 
+def check_schedule_bounded(schedule, bound: float = SCHEDULE_BOUND, points: int = 4097):
+    """Refuse a Newton–Schulz schedule whose iterates leave ``[−bound, bound]``.
+
+    Newton–Schulz starts from ``X/‖X‖_F``, so every singular value starts in ``[0, 1]`` and step
+    ``(c_0, …, c_k)`` maps it to ``c_0 σ + c_1 σ³ + … + c_k σ^{2k+1}``. The scalar iteration runs here
+    in float64 on ``points`` equally spaced ``σ ∈ [0, 1]``; a schedule that approximates ``msign``
+    keeps them near ``[0, 1]`` (every schedule in :mod:`coeffsearch`'s registry stays below 2), and
+    one that passes ``bound`` either diverges (the next step raises it to a higher odd power, which
+    overflows to NaN/Inf in the update) or makes steps ``bound`` times the budget. A sampled check:
+    the optimizer still skips (or refuses) any update that comes out NaN/Inf.
+    """
+    sigma0 = np.linspace(0.0, 1.0, points)
+    x = sigma0.copy()
+    with np.errstate(all="ignore"):
+        for i, step in enumerate(schedule):
+            a, p = x * x, np.zeros_like(x)
+            for c in reversed(step[1:]):
+                p = (p + c) * a  # c_1 a + c_2 a² + … by Horner's rule
+            x = step[0] * x + p * x
+            bad = ~(np.abs(x) <= bound)  # NaN counts as out of bounds
+            if bad.any():
+                j = int(np.argmax(bad))
+                raise ValueError(f"compositional_muon: ns_coeffs diverge: Newton–Schulz step {i + 1} of "
+                                 f"{len(schedule)} maps the singular value {sigma0[j]:.4g} of the normalized "
+                                 f"input to {x[j]:.4g}; a schedule that approximates msign keeps its iterates "
+                                 f"within [-{bound:g}, {bound:g}] on [0, 1] (the registry's stay below 2)")
+    return schedule
+
+
+def real_scalar(name: str, value) -> float:
+    """``value`` as a float: any real scalar (``int``, ``float``, ``Fraction``, NumPy or JAX 0-d).
+
+    ``TypeError`` for bool, complex, strings, arrays with axes and traced values; ``ValueError``
+    for NaN, Inf and negative values. The messages name ``name``.
+    """
+    where = f"compositional_muon: {name}"
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(f"{where} must be a concrete real number, got a traced value; build the optimizer "
+                        f"outside jit")
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and hasattr(value, "shape"):
+        if tuple(value.shape) != ():
+            raise TypeError(f"{where} must be a real scalar, got an array of shape {tuple(value.shape)}")
+        if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
+            raise TypeError(f"{where} must be a real number, got {value!r} of dtype {dtype}")
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{where} must be a real number, got {value!r}")
+    v = float(value)
+    if not (math.isfinite(v) and v >= 0.0):
+        raise ValueError(f"{where} must be finite and >= 0, got {value!r}")
+    return v
+
+
 # ---- the pair declaration -------------------------------------------------------------------
 class _Plan(NamedTuple):
     """Resolved pairs: per pair its kind, member paths, heads, kv heads and head dimension."""
@@ -169,6 +240,11 @@ def _check_pair_shapes(kind, a_name, b_name, a, b, heads, kv_heads, kernels):
         if getattr(x, "ndim", 0) < 2:
             raise ValueError(f"{where}: {name!r} must be a matrix (..., rows, cols), got shape "
                              f"{tuple(getattr(x, 'shape', ()))}")
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise TypeError(f"{where}: {name!r} must be real floating point, got dtype {x.dtype}")
+    if a.dtype != b.dtype:
+        raise TypeError(f"{where}: {a_name!r} is {a.dtype} but {b_name!r} is {b.dtype}; store both factors of a "
+                        f"pair in one dtype")
     if not isinstance(heads, int) or heads < 1:
         raise ValueError(f"{where}: heads must be a positive int, got {heads!r}")
     if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
@@ -193,12 +269,33 @@ def _check_pair_shapes(kind, a_name, b_name, a, b, heads, kv_heads, kernels):
     return head_dim
 
 
+def pair_declaration(pairs) -> Pairs | None:
+    """``pairs`` as a function ``params -> [QKPair | OVPair, ...]`` (or ``None``: no pairs).
+
+    Takes that function, or the pairs themselves: a list or tuple of ``QKPair``/``OVPair``, or one.
+    Anything else raises ``TypeError`` saying what ``pairs`` must be.
+    """
+    if pairs is None or callable(pairs):
+        return pairs
+    fixed = [pairs] if isinstance(pairs, (QKPair, OVPair)) else pairs
+    if isinstance(fixed, (list, tuple)) and all(isinstance(p, (QKPair, OVPair)) for p in fixed):
+        fixed = list(fixed)
+        return lambda params: fixed
+    raise TypeError(f"compositional_muon: pairs must be a function params -> [QKPair | OVPair, ...], a list of "
+                    f"QKPair/OVPair, or None (no attention pairs), got {pairs!r}")
+
+
 def plan_pairs(pairs: Pairs | None, params) -> _Plan:
     """Call the user's declaration on ``params`` and check every pair against the params."""
+    leaves = named_leaves(params)  # also refuses two parameters with one path name
+    pairs = pair_declaration(pairs)
     if pairs is None:
         return _Plan((), frozenset())
-    leaves = named_leaves(params)
     declared = pairs(params)
+    if isinstance(declared, (QKPair, OVPair)):
+        declared = [declared]
+    if not isinstance(declared, (list, tuple)):
+        raise TypeError(f"compositional_muon: pairs(params) must return a list of QKPair/OVPair, got {declared!r}")
     out, members = [], set()
     for p in declared:
         if isinstance(p, QKPair):
@@ -208,6 +305,9 @@ def plan_pairs(pairs: Pairs | None, params) -> _Plan:
         else:
             raise TypeError(f"compositional_muon: pairs must return QKPair/OVPair items, got {p!r}")
         for name in names:
+            if not isinstance(name, str):
+                raise TypeError(f"compositional_muon: the {kind} pair {p!r} names {name!r}; parameters are named "
+                                f"by '/'-joined path strings like {next(iter(leaves), '')!r}")
             if name not in leaves:
                 near = sorted(n for n in leaves if n.split("/")[-1] == str(name).split("/")[-1])[:3]
                 hint = f"; parameters with that last name: {near}" if near else \
@@ -223,7 +323,27 @@ def plan_pairs(pairs: Pairs | None, params) -> _Plan:
     return _Plan(tuple(out), frozenset(members))
 
 
-def _check_options(qk_rule, ov_rule, gauge, gram_roots, plan_kv):
+def check_damping_range(plan: _Plan, params, damping: float):
+    """``λ`` must be 0 or a normal number of the dtype each pair computes its Gram roots in.
+
+    That dtype is float32 for 16-bit and float32 weights, float64 for float64. ``damping = 1e300``
+    is a float64 number but infinite in float32, where it would turn every root of the pair into
+    NaN; a subnormal ``λ`` (``1e-40`` in float32) is flushed to 0 by XLA on the CPU, so the step
+    would silently be the undamped one. Refused naming the pair and the usable range.
+    """
+    leaves = named_leaves(params)
+    for kind, (a, b), *_ in plan.pairs:
+        dtype = jnp.dtype(leaves[a].dtype)
+        ct = jnp.dtype(jax_kernels.compute_dtype(dtype))
+        info = jnp.finfo(ct)
+        if damping > float(info.max) or 0.0 < damping < float(info.tiny):
+            raise ValueError(f"compositional_muon: damping = {damping:g} is {'infinite' if damping > 1 else 'subnormal'}"
+                             f" in {ct.name}, the dtype in which the {kind} pair ({a!r}, {b!r}) of {dtype.name} "
+                             f"weights computes (WᵀW + λI)^(1/2); use 0 or a damping in [{float(info.tiny):.3g}, "
+                             f"{float(info.max):.3g}] (λ is in the units of the squared weights)")
+
+
+def _check_options(qk_rule, ov_rule, gauge, gram_roots, msign):
     if qk_rule not in QK_RULES:
         raise ValueError(f"compositional_muon: qk_rule must be one of {QK_RULES}, got {qk_rule!r}")
     if ov_rule not in OV_RULES:
@@ -232,6 +352,8 @@ def _check_options(qk_rule, ov_rule, gauge, gram_roots, plan_kv):
         raise ValueError(f"compositional_muon: gauge must be one of {GAUGES}, got {gauge!r}")
     if gram_roots not in GRAM_ROOTS:
         raise ValueError(f"compositional_muon: gram_roots must be one of {GRAM_ROOTS}, got {gram_roots!r}")
+    if not isinstance(msign, str) or msign not in MSIGN_METHODS:
+        raise ValueError(f"compositional_muon: msign must be one of {MSIGN_METHODS}, got {msign!r}")
 
 
 # ---- the rules on one pair ------------------------------------------------------------------
@@ -378,22 +500,25 @@ def scale_by_compositional_muon(
     Pairs get the derived rule at budget ``ε = 2`` with the sign flipped, i.e. a direction whose
     halves have operator norm 1; other matrices get ``√max(1, fan_out/fan_in) msign(m)``.
     ``optax.scale_by_learning_rate(η)`` then makes the step ``−η ·`` direction. Expects
-    ``update(updates, state, params)`` with ``params``.
+    ``update(updates, state, params)`` with ``params``. The direction of each matrix is computed
+    and returned in its parameter's dtype (gradients and momentum of another dtype, e.g. float64
+    gradients of float32 weights, are cast to it first); the momentum keeps optax's dtype rules.
+    Nothing here skips a NaN/Inf direction: :func:`compositional_muon` does (``on_nonfinite``).
     """
-    schedule = resolve_schedule(ns_coeffs, ns_steps)
-    _check_options(qk_rule, ov_rule, gauge, gram_roots, None)
-    if not (isinstance(damping, (int, float)) and math.isfinite(damping) and damping >= 0):
-        raise ValueError(f"compositional_muon: damping must be finite and >= 0, got {damping!r}")
+    schedule = check_schedule_bounded(resolve_schedule(ns_coeffs, ns_steps))
+    _check_options(qk_rule, ov_rule, gauge, gram_roots, msign)
+    pairs = pair_declaration(pairs)
+    damping = real_scalar("damping", damping)
     if qk_rule == "sylvester" and not damping > 0:
         raise ValueError("compositional_muon: qk_rule='sylvester' needs damping > 0 (the regularization "
                          f"weight 2λ of its least-squares problem), got {damping!r}")
 
     def opts(module):
-        return {"eps": 2.0, "damping": float(damping), "msign": msign,
+        return {"eps": 2.0, "damping": damping, "msign": msign,
                 "schedule": _schedule_for(module, schedule), "check_finite": False}
 
     def init_fn(params):
-        plan_pairs(pairs, params)  # errors at init, naming the parameter
+        check_damping_range(plan_pairs(pairs, params), params, damping)  # errors at init, naming the parameter
         mu = jax.tree.map(lambda x: jnp.zeros_like(x, dtype=mu_dtype or x.dtype), params)
         return CompositionalMuonState(count=jnp.zeros([], jnp.int32), mu=mu)
 
@@ -401,13 +526,16 @@ def scale_by_compositional_muon(
         if params is None:
             raise ValueError("compositional_muon: update needs the params: call update(grads, state, params)")
         plan = plan_pairs(pairs, params)
+        check_damping_range(plan, params, damping)
         mu = optax.tree.update_moment(updates, state.mu, beta, 1)
         count = optax.safe_increment(state.count)
         p = named_leaves(params)
         if gauge == "horizontal_projection":
             m = named_leaves(mu)
             for kind, (a, b), heads, kv, hd, kernels in plan.pairs:
-                m[a], m[b] = _project_pair(kind, p[a], p[b], m[a], m[b], heads, kv, hd, kernels, float(damping))
+                ha, hb = _project_pair(kind, p[a], p[b], m[a].astype(p[a].dtype), m[b].astype(p[b].dtype), heads,
+                                       kv, hd, kernels, damping)
+                m[a], m[b] = ha.astype(m[a].dtype), hb.astype(m[b].dtype)
             mu = jax.tree_util.tree_unflatten(jax.tree.structure(mu), [m[k] for k in named_leaves(mu)])
         if nesterov:
             mu_hat = jax.tree.map(lambda m, g: beta * m + (1 - beta) * g,
@@ -415,7 +543,7 @@ def scale_by_compositional_muon(
                                   optax.tree.bias_correction(updates, beta, count))
         else:
             mu_hat = optax.tree.bias_correction(mu, beta, count)
-        g = named_leaves(mu_hat)
+        g = {k: x.astype(p[k].dtype) for k, x in named_leaves(mu_hat).items()}  # the rules take one dtype
         out = {}
         for kind, (a, b), heads, kv, hd, kernels in plan.pairs:
             if kind == "qk":
@@ -425,11 +553,15 @@ def scale_by_compositional_muon(
             out[a], out[b] = -da, -db
         for name, x in g.items():
             if name not in out:
+                if x.ndim < 2:
+                    raise ValueError(f"scale_by_compositional_muon: {name!r} has shape {tuple(x.shape)}, not a "
+                                     f"matrix; compositional_muon gives vectors to AdamW, this transformation "
+                                     f"takes matrices only")
                 fan_in, fan_out = x.shape[-2], x.shape[-1]
                 sign = _halfsplit.spectral_sign(x, msign, _schedule_for(_halfsplit, schedule))
                 out[name] = math.sqrt(max(1.0, fan_out / fan_in)) * sign
         treedef = jax.tree.structure(mu_hat)
-        new = jax.tree_util.tree_unflatten(treedef, [out[k].astype(v.dtype) for k, v in g.items()])
+        new = jax.tree_util.tree_unflatten(treedef, [out[k].astype(p[k].dtype) for k in g])
         mu = optax.tree.cast(mu, mu_dtype)
         return new, CompositionalMuonState(count=count, mu=mu)
 
@@ -443,6 +575,8 @@ def rebalance_pairs(pairs: Pairs | None) -> optax.GradientTransformation:
     heads ``Q̄_g`` (:func:`_grouped_pair`): ``Q̄_gᵀQ̄_g = Σ_{h∈g} W_{Q,h}ᵀW_{Q,h}`` equals ``K_gᵀK_g`` after
     the step, and every product ``W_{Q,h} K_gᵀ`` is unchanged.
     """
+
+    pairs = pair_declaration(pairs)
 
     def update_fn(updates, state, params=None):
         plan = plan_pairs(pairs, params)
@@ -473,17 +607,95 @@ def check_finite_gradients() -> optax.GradientTransformation:
     def update_fn(updates, state, params=None):
         del params
         named = named_leaves(updates)
-        names = tuple(named)
-        flags = jnp.stack([jnp.all(jnp.isfinite(x)) for x in named.values()]) if names else jnp.ones(0, bool)
-        if not isinstance(flags, jax.core.Tracer):
-            if not bool(jnp.all(flags)):
-                fail([bool(f) for f in flags], names)
-            return updates, state
-        jax.lax.cond(jnp.all(flags), lambda f: None,
-                     lambda f: jax.debug.callback(lambda v: fail(list(v), names), f), flags)
+        _fail_unless_all(_finite_flags(named), tuple(named), fail)
         return updates, state
 
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
+
+
+def _finite_flags(named: dict):
+    """One boolean per leaf of ``{name: array}``: every entry finite (one fused reduction per leaf)."""
+    return jnp.stack([jnp.all(jnp.isfinite(x)) for x in named.values()]) if named else jnp.ones(0, bool)
+
+
+def _fail_unless_all(flags, names, fail):
+    """Call ``fail(per-leaf bools, names)`` (which raises) unless every flag holds.
+
+    Eagerly at once; under ``jit`` from a host callback inside a ``lax.cond``, so it runs only on
+    failure and JAX reports its ``ValueError`` as a runtime error carrying the same message.
+    """
+    if not isinstance(flags, jax.core.Tracer):
+        if not bool(jnp.all(flags)):
+            fail([bool(f) for f in flags], names)
+        return
+    jax.lax.cond(jnp.all(flags), lambda f: None,
+                 lambda f: jax.debug.callback(lambda v: fail(list(v), names), f), flags)
+
+
+class SkipNonFiniteState(NamedTuple):
+    """Skipped steps, with the fields of ``optax.ApplyIfFiniteState``.
+
+    ``notfinite_count``: consecutive steps skipped up to now (0 after an applied step);
+    ``last_finite``: whether the last step's update was finite, i.e. applied; ``total_notfinite``:
+    steps skipped in all.
+    """
+
+    notfinite_count: jax.Array
+    last_finite: jax.Array
+    total_notfinite: jax.Array
+
+
+def skip_nonfinite_updates(*transforms: optax.GradientTransformation, on_nonfinite: str = "skip",
+                           hint: str = "") -> optax.GradientTransformation:
+    """``optax.chain(*transforms)`` whose NaN/Inf updates never reach the parameters.
+
+    The chain's final update is checked leaf by leaf (one fused reduction per leaf, under ``jit``
+    too). A step with a NaN or Inf anywhere is skipped as a whole, as ``optax.apply_if_finite``
+    skips one: every update is zero and every state of the chain stays as it was (momentum,
+    counts, schedules), and the step is counted in a :class:`SkipNonFiniteState`, the state's last
+    element (so ``state[i]`` is still the state of ``transforms[i]``). Unlike ``apply_if_finite``
+    there is no count after which a non-finite update goes through. With ``on_nonfinite="raise"``
+    the step is skipped and a ``ValueError`` names the first parameter whose update is NaN/Inf
+    (eagerly; under ``jit`` from a host callback that runs only on failure, as
+    :func:`check_finite_gradients`); ``hint`` ends that message.
+    """
+    if on_nonfinite not in NONFINITE_POLICIES:
+        raise ValueError(f"compositional_muon: on_nonfinite must be one of {NONFINITE_POLICIES}, got {on_nonfinite!r}")
+
+    def init_fn(params):
+        zero = jnp.zeros([], jnp.int32)
+        return (*(t.init(params) for t in transforms),
+                SkipNonFiniteState(notfinite_count=zero, last_finite=jnp.array(True), total_notfinite=zero))
+
+    def update_fn(updates, state, params=None):
+        *inner, guard = state
+        new_inner = []
+        for t, s in zip(transforms, inner):
+            updates, s = t.update(updates, s, params)
+            new_inner.append(s)
+        named = named_leaves(updates)
+        flags = _finite_flags(named)
+        if on_nonfinite == "raise":
+            dtypes = {n: jnp.dtype(x.dtype).name for n, x in named.items()}
+
+            def fail(ok, names):
+                bad = [n for n, f in zip(names, ok) if not f]
+                raise ValueError(f"compositional_muon.update: the update of {bad[0]!r} ({dtypes[bad[0]]}) contains "
+                                 f"NaN or Inf" + (f" (also {len(bad) - 1} more)" if len(bad) > 1 else "")
+                                 + f"; the step was not applied{hint}")
+
+            _fail_unless_all(flags, tuple(named), fail)
+        ok = jnp.all(flags)
+        if isinstance(ok, jax.core.Tracer) or not bool(ok):
+            updates = jax.tree.map(lambda u: jnp.where(ok, u, jnp.zeros_like(u)), updates)
+            new_inner = jax.tree.map(lambda new, old: jnp.where(ok, new, old), tuple(new_inner), tuple(inner))
+        guard = SkipNonFiniteState(
+            notfinite_count=jnp.where(ok, jnp.zeros([], jnp.int32), optax.safe_increment(guard.notfinite_count)),
+            last_finite=ok,
+            total_notfinite=jnp.where(ok, guard.total_notfinite, optax.safe_increment(guard.total_notfinite)))
+        return updates, (*new_inner, guard)
+
+    return optax.GradientTransformation(init_fn, update_fn)
 
 
 def compositional_muon(
@@ -511,6 +723,7 @@ def compositional_muon(
     adam_learning_rate: optax.ScalarOrSchedule | None = None,
     adamw_params: Callable[[str, Any], bool] | None = None,
     check_finite: bool = True,
+    on_nonfinite: Literal["skip", "raise"] = "skip",
 ) -> optax.GradientTransformation:
     r"""Compositional Muon: derived per-head rules on attention pairs, Muon and AdamW elsewhere.
 
@@ -521,15 +734,18 @@ def compositional_muon(
     ``adam_*`` arguments of the AdamW part (``adam_learning_rate`` defaults to ``learning_rate``).
 
     Args:
-      pairs: ``params -> [QKPair | OVPair, ...]``: which parameters form attention pairs, with their
-        heads and kv heads; paths are ``"/"``-joined pytree keys (``"params/Block_0/q/kernel"``
-        for flax). Checked at ``init`` and ``update``; bad names or shapes raise ``ValueError``
-        naming the parameter.
+      pairs: ``params -> [QKPair | OVPair, ...]`` (or that list itself): which parameters form
+        attention pairs, with their heads and kv heads; paths are ``"/"``-joined pytree keys
+        (``"params/Block_0/q/kernel"`` for flax; two leaves whose paths join to one name are refused).
+        Checked at ``init`` and ``update``; bad names, shapes or dtypes raise an error naming the
+        parameter.
       qk_rule: ``"half_split"`` (GQA when ``kv_heads < heads``), ``"joint"``, ``"isotropic"``,
         ``"sylvester"`` (per head, ``O(d³)`` per head for the sign of the ``d × d`` product gradient;
         no grouped-query form).
       ov_rule: ``"hybrid"`` (head-local V, global O; shared value heads with GQA).
-      damping: ``λ`` in every Gram root ``(WᵀW + λI)^{1/2}`` (default ``1e-2``). For
+      damping: ``λ`` in every Gram root ``(WᵀW + λI)^{1/2}`` (default ``1e-2``): any real scalar
+        (Python, NumPy or JAX) that is finite and ``>= 0``, and 0 or a normal number of the dtype
+        the roots are computed in (float32 for 16-bit weights; refused at ``init`` otherwise). For
         ``qk_rule="sylvester"`` it is also the derivation's ``λ``: the step minimizes
         ``‖T(ΔW_Q, ΔW_K) − D‖_F² + 2λ‖(ΔW_Q, ΔW_K)‖_F²``, so ``(W_QW_Qᵀ + λI) H + H (W_KW_Kᵀ + λI) = D``;
         it must be ``> 0`` there (the achieved change is ``D − 2λH``).
@@ -537,11 +753,20 @@ def compositional_muon(
         horizontal space), ``"rebalance"`` (equal Grams of both factors after every step, the gauge
         derived in :mod:`derivations.balance`). A shared kv head is projected and balanced with its
         group's query (output) heads stacked row-wise.
-      msign: ``"newton_schulz"`` or ``"svd"``.
+      msign: ``"newton_schulz"`` or ``"svd"``. A Newton–Schulz ``ns_coeffs`` whose scalar iteration
+        leaves ``[−100, 100]`` on ``[0, 1]`` (it diverges) is refused here.
       gram_roots: ``"eigh"`` (the emitted code's Gram roots).
       adamw_params: ``(path, array) -> bool`` selecting matrices for AdamW (embeddings, heads);
         default: AdamW exactly for the parameters with fewer than 2 axes.
       check_finite: raise (naming the parameter) when a gradient has a NaN or Inf.
+      on_nonfinite: what happens to a step whose update has a NaN or Inf although the gradients
+        are finite (an overflow: float16 weights near 0 with ``damping=0``, a schedule that
+        diverges). Default ``"skip"``: the step is not applied (every update is zero, momentum and
+        counts stay as they were, as ``optax.apply_if_finite`` does) and it is counted in the
+        state's last element, a :class:`SkipNonFiniteState` (``notfinite_count``, ``last_finite``,
+        ``total_notfinite``); under ``jit`` too. ``"raise"``: skipped as well, and a ``ValueError``
+        names the first parameter whose update is NaN/Inf (under ``jit`` from a host callback that
+        runs only on failure). Either way no NaN/Inf reaches the parameters.
 
     The update of a pair is ``−η·`` the derived rule at ``ε = 2``: each half of the product change
     has operator norm ``η``, e.g. for half-split
@@ -549,10 +774,13 @@ def compositional_muon(
     .. math:: \Delta W_Q = -\eta\,\mathrm{msign}(\hat m_Q C_K^{-1}) C_K^{-1},\quad
               C_K = (W_K^\top W_K + \lambda I)^{1/2},
 
-    with ``\hat m`` the (Nesterov) momentum. Matrices of more than two axes are batched over the
-    leading axes (stacked layers).
+    with ``\hat m`` the (Nesterov) momentum, computed in the parameter's dtype (float64 gradients of
+    float32 weights are cast to float32). Matrices of more than two axes are batched over the
+    leading axes (stacked layers). The state is a tuple: the gradient check's, the partition's (the
+    ``"cm"`` and ``"adam"`` parts) and the :class:`SkipNonFiniteState`.
     """
-    _check_options(qk_rule, ov_rule, gauge, gram_roots, None)
+    _check_options(qk_rule, ov_rule, gauge, gram_roots, msign)
+    pairs = pair_declaration(pairs)
     if adam_learning_rate is None:
         adam_learning_rate = learning_rate
 
@@ -581,4 +809,8 @@ def compositional_muon(
          "adam": optax.adamw(adam_learning_rate, b1=adam_b1, b2=adam_b2, eps=eps, eps_root=adam_eps_root,
                              weight_decay=adam_weight_decay, mu_dtype=mu_dtype, nesterov=nesterov)},
         labels)
-    return optax.chain(check_finite_gradients(), parts) if check_finite else parts
+    hint = ("; the gradients are finite, so the update overflowed in its dtype: use a wider dtype, damping > 0 "
+            "or another ns_coeffs" if check_finite else
+            "; a gradient was NaN/Inf (check_finite=False) or the update overflowed in its dtype")
+    return skip_nonfinite_updates(check_finite_gradients() if check_finite else optax.identity(), parts,
+                                  on_nonfinite=on_nonfinite, hint=hint)
