@@ -8,13 +8,15 @@ the 60-digit time to the 30-digit time.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 
 from coeffsearch.certify import certify
 from coeffsearch.minimax import greedy_schedule
+from derivations.stdout import OneLineParser, stdout_closed
+
+MAX_REPEATS = 100  # about 2 s per repeat
 
 
 def one(dps: int) -> tuple:
@@ -27,9 +29,13 @@ def one(dps: int) -> tuple:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.coeffsearch", description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=5)
+    if stdout_closed("benchmarks.coeffsearch"):
+        return 2
+    p = OneLineParser(prog="python -m benchmarks.coeffsearch", description=__doc__.split("\n\n")[0])
+    p.add_argument("--repeats", type=int, default=5, help=f"timed runs per precision, 1 to {MAX_REPEATS} (default 5)")
     args = p.parse_args(argv)
+    if not 1 <= args.repeats <= MAX_REPEATS:
+        p.error(f"argument --repeats: must be an integer in [1, {MAX_REPEATS}], got {args.repeats}")
     print(f"{'digits':>6} {'minimax s':>10} {'certify s':>10} {'total s':>9}  (median of {args.repeats})")
     totals = {}
     for dps in (30, 60):

@@ -52,6 +52,9 @@ def ns_throughput(batch, m, n, dtype):
 
 
 def main(argv=None) -> int:
+    from derivations.stdout import stdout_closed  # >&-: one line and exit 2, not a silent run
+    if stdout_closed("benchmarks.gpu"):
+        return 2
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--small", action="store_true", help="small sizes (default on a CPU)")
     args = p.parse_args(argv)

@@ -46,6 +46,9 @@ def rel(a, b):
 
 
 def main(argv=None) -> int:
+    from derivations.stdout import stdout_closed  # >&-: one line and exit 2, not a silent run
+    if stdout_closed("benchmarks.gram_roots"):
+        return 2
     p = argparse.ArgumentParser(prog="python -m benchmarks.gram_roots", description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--shapes", default="gpt2,llama3")

@@ -96,6 +96,9 @@ def run(repeats: int, dtype, configs) -> float:
 
 
 def main(argv=None) -> int:
+    from derivations.stdout import stdout_closed  # >&-: one line and exit 2, not a silent run
+    if stdout_closed("benchmarks.halfsplit"):
+        return 2
     p = argparse.ArgumentParser(prog="python -m benchmarks.halfsplit", description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=30, help="timed calls per implementation (default 30)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")

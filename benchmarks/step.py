@@ -91,6 +91,9 @@ def measure(name, repeats, dtype):
 
 
 def main(argv=None) -> int:
+    from derivations.stdout import stdout_closed  # >&-: one line and exit 2, not a silent run
+    if stdout_closed("benchmarks.step"):
+        return 2
     p = OneLineParser(prog="python -m benchmarks.step", description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=9, help="timed updates per optimizer and shape (default 9)")
     p.add_argument("--shapes", default="gpt2,llama3", help="comma-separated: gpt2, llama3 (default both)")

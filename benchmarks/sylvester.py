@@ -35,6 +35,9 @@ def _median(fn, repeats):
 
 
 def main(argv=None) -> int:
+    from derivations.stdout import stdout_closed  # >&-: one line and exit 2, not a silent run
+    if stdout_closed("benchmarks.sylvester"):
+        return 2
     p = argparse.ArgumentParser(prog="python -m benchmarks.sylvester", description=__doc__.split("\n\n")[0])
     p.add_argument("--d", type=int, default=1024)
     p.add_argument("--d-h", type=int, default=64)

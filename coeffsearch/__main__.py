@@ -6,12 +6,20 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 
 import mpmath
 
 from . import registry
-from .polynomial import ScheduleError
+from .polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleError
+
+#: upper bounds on what sizes the work (each refused above with one line, exit 2; stated in --help)
+MAX_DEGREE = 15  # minimax --degree: one greedy step at degree 15 and 200 digits takes about 2 s (31: 14 s)
+MAX_DPS = 200  # minimax --dps
+MAX_BATCH = 64  # validate --batch
+MAX_COMPARE = 16  # compare: schedules in one table
+STDOUT_CLOSED = "stdout is closed (the command was started with >&-); redirect it to a file or /dev/null instead"
 
 
 class UsageError(Exception):
@@ -23,13 +31,20 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+#: what a number on the command line may look like: an ASCII decimal (float() would also take '1_0',
+#: Unicode digits and surrounding whitespace, which then reach the output and the JSON as given)
+_DECIMAL = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", re.ASCII)
+
+
 def _number(minimum: float, strict: bool):
-    """An argparse type: a finite number above ``minimum`` (``strict``) or at least ``minimum``."""
+    """An argparse type: a finite decimal number above ``minimum`` (``strict``) or at least ``minimum``."""
     def parse(text):
+        if not _DECIMAL.fullmatch(text):
+            raise argparse.ArgumentTypeError(f"not a decimal number: {ascii(text)[:80]}")
         try:
             v = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+            raise argparse.ArgumentTypeError(f"not a number: {ascii(text)[:80]}") from None
         ok = (v > minimum if strict else v >= minimum) and v < float("inf")
         if not ok:
             raise argparse.ArgumentTypeError(f"must be a finite number {'>' if strict else '>='} {minimum:g}, "
@@ -54,20 +69,27 @@ def _seed(text):
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not an integer: {ascii(text)[:80]}") from None
     if not 0 <= v < 2**63:
         raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**63), got {v}")
     return v
 
 
-def _count(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
+def _count(maximum: int, why: str = ""):
+    """An argparse type: an integer in ``[1, maximum]``."""
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {ascii(text)[:80]}") from None
+        if not 1 <= v <= maximum:
+            raise argparse.ArgumentTypeError(f"must be >= 1 and <= {maximum}{why}, got {v}")
+        return v
+    return parse
+
+
+_steps = _count(MAX_SCHEDULE_STEPS, " (MAX_SCHEDULE_STEPS)")
+STEPS_HELP = f"number of steps, 1 to {MAX_SCHEDULE_STEPS}"
 
 
 def _progress(total, desc):
@@ -77,22 +99,28 @@ def _progress(total, desc):
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m coeffsearch", description="Newton–Schulz coefficient search, certification "
-                "and validation in arbitrary precision.")
+                "and validation in arbitrary precision.",
+                epilog=f"A schedule has at most {MAX_SCHEDULE_STEPS} steps of at most {MAX_STEP_COEFFICIENTS} "
+                       f"coefficients; a schedule file is at most {registry.MAX_FILE_BYTES // 2**20} MiB, and its "
+                       "path and name use letters, digits, spaces and _ . / ~ , : + = @ - only.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     m = sub.add_parser("minimax", help="greedy per-step minimax schedule (Polar Express objective, Remez)")
-    m.add_argument("--degree", type=_count, default=5, help="odd polynomial degree (default 5)")
-    m.add_argument("--steps", type=_count, required=True)
+    m.add_argument("--degree", type=_count(MAX_DEGREE), default=5,
+                   help=f"odd polynomial degree, 1 to {MAX_DEGREE} (default 5)")
+    m.add_argument("--steps", type=_steps, required=True,
+                   help=STEPS_HELP + "; once the interval has converged to 1 the rest repeat the limit polynomial")
     m.add_argument("--lower", type=_positive, required=True, help="smallest normalized singular value l")
     m.add_argument("--upper", type=_positive, default="1", help="largest normalized singular value (default 1)")
     m.add_argument("--cushion", type=_fraction, default="0", help="solve on [max(l, cushion·u), u], cushion in [0, 1) "
                                                                   "(default 0)")
     m.add_argument("--safety", type=_nonneg, default="0", help="δ of the safety factor s = 1 + δ (default 0)")
-    m.add_argument("--dps", type=_count, default=30, help="decimal digits of working precision (default 30)")
+    m.add_argument("--dps", type=_count(MAX_DPS), default=30,
+                   help=f"decimal digits of working precision, 1 to {MAX_DPS} (default 30)")
     m.add_argument("--json", metavar="FILE", help="write the schedule and its report as JSON")
 
     b = sub.add_parser("band", help="one fixed polynomial at every step: max slope into a band, or narrowest band")
-    b.add_argument("--steps", type=_count, required=True)
+    b.add_argument("--steps", type=_steps, required=True, help=STEPS_HELP)
     b.add_argument("--lower", type=_positive, required=True)
     b.add_argument("--upper", type=_positive, default="1")
     b.add_argument("--band", type=_positive, nargs=2, metavar=("LO", "HI"), help="target band (max-slope objective)")
@@ -103,7 +131,8 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("certify", help="rigorous per-step images by interval arithmetic, or re-check a certificate")
     c.add_argument("schedule", help=f"a registered name ({', '.join(registry.names())}), a schedule JSON, "
                                     "or a certificate JSON to re-check")
-    c.add_argument("--steps", type=_count, help="use this many steps (a one-polynomial schedule repeats)")
+    c.add_argument("--steps", type=_steps, help=f"use this many steps, 1 to {MAX_SCHEDULE_STEPS} (a one-polynomial "
+                                                "schedule repeats)")
     c.add_argument("--lower", type=_positive, help="default: the schedule's design l, else 1e-3")
     c.add_argument("--upper", type=_positive, default=None, help="default 1")
     c.add_argument("--json", metavar="FILE", help="write the certificate")
@@ -111,13 +140,16 @@ def parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="run the schedule (JAX Newton–Schulz) on matrices with prescribed spectra")
     v.add_argument("schedule")
     v.add_argument("--dtype", choices=("float64", "float32", "bfloat16", "all"), default="all")
-    v.add_argument("--shape", default="256x512", help="MxN (default 256x512)")
+    v.add_argument("--shape", default="256x512",
+                   help="MxN (default 256x512); refused when --batch·M·N·min(M, N) > 2**36 or the memory it needs "
+                        "(about 128 bytes per entry per matrix) exceeds what is available")
     v.add_argument("--lower", type=_positive, default="1e-3")
-    v.add_argument("--batch", type=_count, default=3, help="test matrices (condition numbers 1 … max)")
+    v.add_argument("--batch", type=_count(MAX_BATCH), default=3,
+                   help=f"test matrices (condition numbers 1 … max), 1 to {MAX_BATCH} (default 3)")
     v.add_argument("--json", metavar="FILE")
 
     k = sub.add_parser("compare", help="table of schedules (and --plot PNG of the composed polynomials)")
-    k.add_argument("schedules", nargs="+")
+    k.add_argument("schedules", nargs="+", help=f"1 to {MAX_COMPARE} schedule names or files")
     k.add_argument("--lower", type=_positive, default="1e-3")
     k.add_argument("--upper", type=_positive, default="1")
     k.add_argument("--plot", metavar="PNG", help="write the plot as PNG to exactly this path (must end in .png)")
@@ -129,8 +161,8 @@ def _read(path):
     try:
         with open(path, encoding="utf-8") as fh:
             return fh.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def resolve(spec: str):
@@ -164,8 +196,8 @@ def _write_json(path, payload):
     try:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write --json {path}: {exc.strerror}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path (possible through main(argv))
+        raise UsageError(f"cannot write --json {path!a}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def _check_interval(lower, upper):
@@ -191,7 +223,13 @@ def cmd_minimax(a):
     for r, step in zip(doc.report, doc.steps):
         iv_ = f"[{float(r['interval'][0]):.6g}, {float(r['interval'][1]):.6g}]"
         flag = "" if r["converged"] else "  (not converged)"
+        flag += "  (interval converged: limit polynomial)" if r["interval_collapsed"] else ""
         print(f"{r['step']:>4}  {iv_:<33} {float(r['error']):>12.4e}  ({', '.join(step)}){flag}")
+    collapsed = [r["step"] for r in doc.report if r["interval_collapsed"]]
+    if collapsed:
+        rest = f"step {a.steps} repeats" if collapsed[0] == a.steps else f"steps {collapsed[0]}–{a.steps} repeat"
+        print(f"converged: the first {collapsed[0] - 1} step(s) map [l, u] to 1 at {a.dps} digits; {rest} "
+              f"the limit polynomial, which fixes 1 (p(1) = 1, p'(1) = 0) and only corrects rounding")
     _write_json(a.json, doc.to_json())
 
 
@@ -284,9 +322,10 @@ def cmd_certify(a):
 
 
 def cmd_validate(a):
-    from .validate import DTYPES, format_rows, parse_shape, validate
+    from .validate import DTYPES, check_size, format_rows, parse_shape, validate
     try:
         shape = parse_shape(a.shape)
+        check_size(shape, a.batch)
     except ValueError as exc:
         raise UsageError(f"argument --shape: {exc}") from None
     name, steps, _, _ = resolve(a.schedule)
@@ -302,21 +341,28 @@ def cmd_compare(a):
     from .compare import compare_rows, format_compare, plot
     _check_interval(a.lower, a.upper)
     if a.plot and (not a.plot.lower().endswith(".png") or os.path.isdir(a.plot)):
-        raise UsageError(f"argument --plot: must name a .png file (it is written to exactly that path), got {a.plot}")
+        raise UsageError(f"argument --plot: must name a .png file (it is written to exactly that path), got {a.plot!a}")
+    if len(a.schedules) > MAX_COMPARE:
+        raise UsageError(f"argument schedules: at most {MAX_COMPARE} schedules in one comparison, got "
+                         f"{len(a.schedules)}")
     named = [(n, s) for n, s, _, _ in (resolve(x) for x in a.schedules)]
     rows = compare_rows(named, float(a.lower), float(a.upper))
     sys.stdout.write(format_compare(rows, float(a.lower), float(a.upper)))
     if a.plot:
         try:
             plot(named, a.plot, float(a.lower))
-        except OSError as exc:
-            raise UsageError(f"cannot write --plot {a.plot}: {exc.strerror}") from None
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot write --plot {a.plot!a}: {getattr(exc, 'strerror', None) or exc}") from None
         print(f"plot written to {a.plot}")
     _write_json(a.json, rows)
     return 0
 
 
 def main(argv=None) -> int:
+    if sys.stdout is None:  # started with >&-: print() would discard every result silently
+        if sys.stderr is not None:
+            sys.stderr.write(f"coeffsearch: error: {STDOUT_CLOSED}\n")
+        return 2
     try:
         args = parser().parse_args(argv)
         handler = {"minimax": cmd_minimax, "band": cmd_band, "certify": cmd_certify,

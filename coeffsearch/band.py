@@ -56,7 +56,7 @@ def image(coeffs, lo: float, hi: float, steps: int, survived: list | None = None
     elif b != 0 and -a / (3 * b) > 0:
         crit = [-a / (3 * b)]
     xs = [math.sqrt(y) for y in crit]
-    p = lambda x: odd_eval((a, b, c), x)  # noqa: E731
+    p = lambda x: odd_eval((a, b, c), x)
     for k in range(steps):
         vals = [p(lo), p(hi)] + [p(x) for x in xs if lo < x < hi]
         lo, hi = min(vals), max(vals)

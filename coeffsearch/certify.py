@@ -27,7 +27,7 @@ from functools import cache
 import mpmath
 from mpmath import iv
 
-from .polynomial import odd_eval
+from .polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, NAME_PATTERN, odd_eval
 
 DEFAULT_PREC = 200  # bits (about 60 digits)
 BOUNDED = mpmath.mpf("1.5")  # "still converges": the final image stays inside (0, BOUNDED]
@@ -191,9 +191,9 @@ SCHEMA = {
                  "worst_error", "below_lower", "overshoot"],
     "properties": {
         "kind": {"const": "certificate"},
-        "name": {"type": "string"},
-        "schedule": {"type": "array", "minItems": 1,
-                     "items": {"type": "array", "minItems": 1, "items": _DEC}},
+        "name": {"type": "string", "pattern": f"^$|^(?:{NAME_PATTERN.pattern})$"},
+        "schedule": {"type": "array", "minItems": 1, "maxItems": MAX_SCHEDULE_STEPS,
+                     "items": {"type": "array", "minItems": 1, "maxItems": MAX_STEP_COEFFICIENTS, "items": _DEC}},
         "interval": _PAIR,
         "precision_bits": {"type": "integer", "minimum": 53, "maximum": 4096},
         "digits": {"type": "integer", "minimum": 5, "maximum": 200},
@@ -227,14 +227,18 @@ def _schema_lines(data) -> list:
     validator = jsonschema.Draft202012Validator(SCHEMA)
     for err in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
         where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
-        if err.validator == "pattern":
+        if err.validator == "pattern" and where == "name":
+            why = f"{ascii(err.instance)[:120]} is not allowed as a name (see coeffsearch.polynomial.NAME_PATTERN)"
+        elif err.validator == "pattern":
             why = f"{err.instance!r} is not a decimal number"
         elif err.validator == "const":
             why = f"must be {err.validator_value!r}, got {err.instance!r}"
         elif err.validator in ("minItems", "maxItems") and err.schema.get("minItems") == 2 == err.schema.get("maxItems"):
-            why = f"must be a pair [lower, upper], got {err.instance!r}"
+            why = f"must be a pair [lower, upper], got {err.instance!r}"[:240]
+        elif err.validator == "maxItems":
+            why = f"{len(err.instance)} items; at most {err.validator_value}"
         else:
-            why = err.message
+            why = err.message if len(err.message) <= 200 else err.message[:200] + " …"
         lines.append(f"field '{where}': {why}")
     return lines
 
@@ -290,6 +294,9 @@ class Certificate:
 def certify(steps, lower, upper=1, name: str = "", prec: int = DEFAULT_PREC, digits: int = 20) -> Certificate:
     """A re-checkable certificate for ``steps`` on ``[lower, upper]`` (any odd degree)."""
     lower_text, upper_text = str(lower), str(upper)
+    if len(steps) > MAX_SCHEDULE_STEPS or any(len(s) > MAX_STEP_COEFFICIENTS for s in steps):
+        raise CertificateError(f"a schedule has at most {MAX_SCHEDULE_STEPS} steps of at most "
+                               f"{MAX_STEP_COEFFICIENTS} coefficients, got {len(steps)} steps")
     with mpmath.workprec(prec):
         if not 0 < mpmath.mpf(lower_text) < mpmath.mpf(upper_text):
             raise CertificateError(f"need 0 < lower < upper, got lower = {lower_text}, upper = {upper_text}")

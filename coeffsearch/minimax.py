@@ -127,14 +127,25 @@ def _remez(l, u, degree, tol, max_iter):
 
 def greedy_schedule(lower, steps: int, degree: int = 5, cushion=0, safety=0, upper=1,
                     dps: int = DEFAULT_DPS, progress=None) -> ScheduleDoc:
-    """Polar Express's greedy composition; returns the schedule with a per-step report."""
+    """Polar Express's greedy composition; returns the schedule with a per-step report.
+
+    Once the interval has converged to 1 at working precision (``l ≥ u`` after rounding), the
+    remaining steps are the limit polynomial (:func:`limit_polynomial`, which maps 1 to 1 with
+    ``p'(1) = 0``, so it only corrects rounding); their report rows say ``interval_collapsed``.
+    """
     with mpmath.workdps(dps):
         l, u = mpmath.mpf(lower), mpmath.mpf(upper)
         cushion, s = mpmath.mpf(cushion), 1 + mpmath.mpf(safety)
         out, report = [], []
+        k = (degree - 1) // 2
         for i in range(steps):
             lo = max(l, cushion * u)
-            res = remez_step(lo, u, degree)
+            collapsed = lo >= u  # the interval has converged to 1 at working precision: a result, not an error
+            if collapsed:  # every singular value is 1: keep the limit polynomial, which fixes 1 (p'(1) = 0)
+                coeffs = limit_polynomial(k, (lo + u) / 2)
+                res = StepResult(coeffs, abs(1 - odd_eval(coeffs, lo)), [lo, u], 0, True)
+            else:
+                res = remez_step(lo, u, degree)
             coeffs = res.coeffs
             if cushion > 0 or lo != l:
                 scale = 2 / (odd_eval(coeffs, l) + odd_eval(coeffs, u))
@@ -145,7 +156,8 @@ def greedy_schedule(lower, steps: int, degree: int = 5, cushion=0, safety=0, upp
             out.append([to_decimal(c, dps) for c in coeffs])
             report.append({"step": i + 1, "interval": [to_decimal(lo, dps), to_decimal(u, dps)],
                            "true_lower": to_decimal(l, dps), "error": to_decimal(res.error, 12),
-                           "iterations": res.iterations, "converged": res.converged})
+                           "iterations": res.iterations, "converged": res.converged,
+                           "interval_collapsed": bool(collapsed)})
             l, u = new_l, 2 - new_l
             if progress is not None:
                 progress.update(1)

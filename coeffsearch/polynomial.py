@@ -8,11 +8,24 @@ working precision), together with the parameters that produced them.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 import mpmath
 
 DEFAULT_DPS = 30
+
+#: the longest Newton–Schulz schedule anything here accepts (files, ``--steps``, the emitted code's kernels)
+MAX_SCHEDULE_STEPS = 100
+#: the most coefficients in one step (odd degree ``2·32 − 1 = 63``); ``minimax --degree`` stops at 15
+MAX_STEP_COEFFICIENTS = 32
+#: what a schedule name, a schedule file's ``name`` field and a schedule file path may be: letters,
+#: digits, ``_``, spaces and ``. / ~ , : + = @ -`` (no quotes, backslashes, line breaks, control or
+#: format characters, shell metacharacters), starting with a letter, digit, ``_``, ``.``, ``/`` or ``~``,
+#: at most 255 characters. Names reach emitted modules' docstrings, plots and terminals.
+NAME_PATTERN = re.compile(r"[\w./~][\w./~,:+=@ -]{0,254}")
+NAME_RULE = ("letters, digits, spaces and _ . / ~ , : + = @ - only (starting with a letter, digit, _ . / or ~), "
+             "at most 255 characters")
 
 
 class ScheduleError(ValueError):
@@ -72,13 +85,27 @@ class ScheduleDoc:
                    data.get("parameters", {}), data.get("report", []))
 
 
+def check_name(name, what: str = "schedule name") -> str:
+    """``name`` if it matches :data:`NAME_PATTERN`, else :class:`ScheduleError` (one line, the value
+    shown with escapes)."""
+    if not isinstance(name, str) or NAME_PATTERN.fullmatch(name) is None:
+        raise ScheduleError(f"{what} {ascii(name)[:120]} is not allowed: use {NAME_RULE}")
+    return name
+
+
 def validate_steps(steps, source: str = "schedule"):
-    """Every step a non-empty list of finite decimal numbers with a positive slope ``c_0``."""
+    """Every step a non-empty list of finite decimal numbers with a positive slope ``c_0``; at most
+    :data:`MAX_SCHEDULE_STEPS` steps of at most :data:`MAX_STEP_COEFFICIENTS` coefficients."""
     if not isinstance(steps, (list, tuple)) or not steps:
         raise ScheduleError(f"{source}: 'steps' must be a non-empty list of coefficient lists")
+    if len(steps) > MAX_SCHEDULE_STEPS:
+        raise ScheduleError(f"{source}: {len(steps)} steps; a schedule has at most {MAX_SCHEDULE_STEPS}")
     for i, step in enumerate(steps):
         if not isinstance(step, (list, tuple)) or not step:
             raise ScheduleError(f"{source}: step {i + 1} must be a non-empty list of coefficients")
+        if len(step) > MAX_STEP_COEFFICIENTS:
+            raise ScheduleError(f"{source}: step {i + 1} has {len(step)} coefficients; a step has at most "
+                                f"{MAX_STEP_COEFFICIENTS} (degree {2 * MAX_STEP_COEFFICIENTS - 1})")
         for c in step:
             try:
                 v = mpmath.mpf(str(c)) if not isinstance(c, bool) else None

@@ -51,7 +51,10 @@ _REGISTRY = {}
 
 
 def register(schedule: Schedule) -> Schedule:
-    """Add ``schedule`` to the registry (names are unique)."""
+    """Add ``schedule`` to the registry (names are unique and match
+    :data:`coeffsearch.polynomial.NAME_PATTERN`)."""
+    from .polynomial import check_name
+    check_name(schedule.name)
     if schedule.name in _REGISTRY:
         raise ValueError(f"schedule {schedule.name!r} is already registered")
     _REGISTRY[schedule.name] = schedule
@@ -109,7 +112,27 @@ def _check_schema(data, schema, spec):
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
-        raise ScheduleError(f"{spec}: field {where}: {error.message}")
+        message = error.message if len(error.message) <= 200 else error.message[:200] + " …"
+        raise ScheduleError(f"{spec}: field {where}: {message}")
+
+
+#: the largest schedule or certificate file read (far above any 100-step schedule or its certificate)
+MAX_FILE_BYTES = 4 * 2**20
+
+
+def _check_sizes(data, key, spec):
+    """At most ``MAX_SCHEDULE_STEPS`` steps of at most ``MAX_STEP_COEFFICIENTS`` coefficients, checked
+    before the schema (whose messages would quote a huge list)."""
+    from .polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleError
+    steps = data.get(key) if isinstance(data, dict) else None
+    if isinstance(steps, list):
+        if len(steps) > MAX_SCHEDULE_STEPS:
+            raise ScheduleError(f"{spec}: field {key}: {len(steps)} steps; a schedule has at most "
+                                f"{MAX_SCHEDULE_STEPS} (MAX_SCHEDULE_STEPS)")
+        for i, step in enumerate(steps):
+            if isinstance(step, list) and len(step) > MAX_STEP_COEFFICIENTS:
+                raise ScheduleError(f"{spec}: field {key}/{i}: {len(step)} coefficients; a step has at most "
+                                    f"{MAX_STEP_COEFFICIENTS} (degree {2 * MAX_STEP_COEFFICIENTS - 1})")
 
 
 def _check_float64(steps, spec):
@@ -129,20 +152,32 @@ def resolve(spec: str) -> Schedule:
 
     Files are validated against :data:`SCHEDULE_SCHEMA` (or, for certificates, the fields
     :data:`CERTIFICATE_SCHEDULE_SCHEMA` names) and every coefficient must be finite in float64.
+    The path and a file's ``name`` must match :data:`coeffsearch.polynomial.NAME_PATTERN` (they reach
+    emitted code), a file is at most :data:`MAX_FILE_BYTES`, and a schedule has at most
+    :data:`coeffsearch.polynomial.MAX_SCHEDULE_STEPS` steps.
     Raises ``KeyError`` for an unknown name that is not a file, and
-    :class:`coeffsearch.polynomial.ScheduleError` for a malformed file.
+    :class:`coeffsearch.polynomial.ScheduleError` for a malformed file or a refused name.
     """
     import json
     import os
+    import stat
 
-    from .polynomial import ScheduleDoc, ScheduleError
-    if spec in _REGISTRY:
+    from .polynomial import ScheduleDoc, ScheduleError, check_name
+    if isinstance(spec, os.PathLike):
+        spec = os.fspath(spec)
+    if isinstance(spec, str) and spec in _REGISTRY:
         return _REGISTRY[spec]
+    check_name(spec, "schedule")
     if not os.path.isfile(spec):
         raise KeyError(f"unknown schedule {spec!r}: not a registered name ({', '.join(names())}) and not a file")
     try:
-        with open(spec, encoding="utf-8") as fh:
-            text = fh.read()
+        with open(spec, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise ScheduleError(f"{spec}: not a regular file")
+            raw = fh.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise ScheduleError(f"{spec}: larger than {MAX_FILE_BYTES} bytes; a schedule file is far smaller")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ScheduleError(f"cannot read {spec}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
@@ -150,13 +185,17 @@ def resolve(spec: str) -> Schedule:
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ScheduleError(f"{spec}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
     if isinstance(data, dict) and data.get("kind") == "certificate":
+        _check_sizes(data, "schedule", spec)
         _check_schema(data, CERTIFICATE_SCHEDULE_SCHEMA, spec)
         doc = ScheduleDoc.from_json(json.dumps({"steps": data["schedule"], "name": data.get("name", spec)}), spec)
         lower = data.get("interval", [None])[0]
     else:
+        _check_sizes(data, "steps", spec)
         _check_schema(data, SCHEDULE_SCHEMA, spec)
         doc = ScheduleDoc.from_json(text, spec)
         lower = doc.parameters.get("lower")
+    if doc.name:
+        check_name(doc.name, f"{spec}: field name:")
     _check_float64(doc.steps, spec)
     lower = float(lower) if lower is not None else None
     if lower is not None and not 0 < lower < 1:
@@ -197,11 +236,11 @@ register(Schedule(
     "polar-express", None,
     "Amsel, Persson, Musco, Gower 2025 (Polar Express), greedy minimax: l = 1e-3, 8 steps, "
     "cushion 0.02407327424182761, no safety factor (computed here; first and last tuples published)",
-    lower=1e-3, recipe=dict(lower="1e-3", steps=8, cushion="0.02407327424182761")))
+    lower=1e-3, recipe={"lower": "1e-3", "steps": 8, "cushion": "0.02407327424182761"}))
 register(Schedule(
     "cans", None,
     "Grishina, Smirnov, Rakhuba 2025 (CANS), greedy minimax with no cushion or safety: l = 1e-3, "
     "5 steps (computed here; first tuple published as about (8.4703, -25.1081, 18.6293))",
-    lower=1e-3, recipe=dict(lower="1e-3", steps=5)))
+    lower=1e-3, recipe={"lower": "1e-3", "steps": 5}))
 
 DEFAULT = "polar-express-5"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,17 +13,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import coeffsearch
+from coeffsearch.polynomial import MAX_SCHEDULE_STEPS
 
 from .engine import DerivationError, StepCheckFailed
 from .lemmas import ALL_LEMMAS
-from .printing.codegen import lemmas_used
+from .printing.codegen import UnsafeText, lemmas_used
 from .printing.jax_printer import emit_jax
 from .printing.latex import document_latex
 from .printing.numpy_printer import emit_numpy
 from .printing.text import derivation_text, lemma_text
-from .stdout import write_result
+from .stdout import STDOUT_CLOSED, write_result
 
 EMIT_TARGETS = ("jax", "numpy", "latex", "text")
+#: the most random instances per size that ``--check --trials`` runs (about 0.2 s each for halfsplit)
+MAX_TRIALS = 1000
 
 
 @dataclass
@@ -49,6 +53,11 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2 (argparse prints the usage block otherwise)
         raise UsageError(message)
 
+    def print_help(self, file=None):  # argparse would print the help on stderr when stdout is closed
+        if file is None and sys.stdout is None:
+            raise UsageError(STDOUT_CLOSED)
+        super().print_help(file)
+
 
 def _parser(rule: RuleModule) -> argparse.ArgumentParser:
     p = _Parser(prog=f"python -m derivations.{rule.name}", description=rule.description or rule.title,
@@ -63,8 +72,11 @@ def _parser(rule: RuleModule) -> argparse.ArgumentParser:
     p.add_argument("--schedule", default=coeffsearch.DEFAULT, metavar="NAME|FILE",
                    help=f"default Newton–Schulz schedule of the emitted JAX code: one of "
                         f"{', '.join(coeffsearch.names())}, or a JSON file from python -m coeffsearch "
-                        f"(default: {coeffsearch.DEFAULT})")
-    p.add_argument("--trials", type=int, default=5, help="--check: random instances per size (default 5)")
+                        f"(default: {coeffsearch.DEFAULT}); a file's path and name use letters, digits, spaces "
+                        f"and _ . / ~ , : + = @ - only, and it has at most "
+                        f"{MAX_SCHEDULE_STEPS} steps")
+    p.add_argument("--trials", type=int, default=5,
+                   help=f"--check: random instances per size, 1 to {MAX_TRIALS} (default 5)")
     p.add_argument("--seed", type=int, default=0, help="--check: random seed (default 0)")
     p.add_argument("--json", action="store_true", help="--check: print the table as JSON")
     return p
@@ -77,7 +89,7 @@ def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
     functions = rule.functions()
     if target == "jax":
         if schedule_name != coeffsearch.DEFAULT:
-            command += f" --schedule {schedule_name}"
+            command += f" --schedule {shlex.quote(schedule_name)}"
         if msign != "newton_schulz":
             command += f" --msign {msign}"
         sched = coeffsearch.resolve(schedule_name)
@@ -158,8 +170,8 @@ def _write(prog: str, text: str, out: str | None, status: int) -> int:
     try:
         with open(out, "w", encoding="utf-8") as fh:
             fh.write(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write --out {out}: {exc.strerror}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path (possible through main(argv))
+        raise UsageError(f"cannot write --out {out!a}: {getattr(exc, 'strerror', None) or exc}") from None
     return status
 
 
@@ -173,12 +185,14 @@ def main(rule: RuleModule, argv=None) -> int:
             raise UsageError(f"argument --schedule: {exc.args[0]}") from None
         except ValueError as exc:
             raise UsageError(f"argument --schedule: {exc}") from None
-        if args.trials < 1:
-            raise UsageError(f"argument --trials: must be >= 1, got {args.trials}")
+        if not 1 <= args.trials <= MAX_TRIALS:
+            raise UsageError(f"argument --trials: must be >= 1 and <= {MAX_TRIALS}, got {args.trials}")
         if not 0 <= args.seed < 2**63:
             raise UsageError(f"argument --seed: must be an integer in [0, 2**63), got {args.seed}")
         if args.out and os.path.isdir(args.out):
             raise UsageError(f"argument --out: {args.out} is a directory")
+        if args.out is None and sys.stdout is None:  # >&-: refuse before the work, not after it
+            raise UsageError(STDOUT_CLOSED)
         if args.check:
             try:
                 table = check_table(rule, args.trials, args.seed)
@@ -194,6 +208,8 @@ def main(rule: RuleModule, argv=None) -> int:
         except (StepCheckFailed, DerivationError) as exc:  # never emit what did not check
             sys.stderr.write(f"{prog}: not emitted: {exc}\n")
             return 1
+        except UnsafeText as exc:  # text that would not stay inert in the emitted code
+            raise UsageError(f"not emitted: {exc}") from None
         return _write(prog, text, args.out, 0)
     except UsageError as exc:
         sys.stderr.write(f"{prog}: error: {exc}\n")

@@ -63,7 +63,7 @@ from numerics.reference import MpmathBackend, NumpyBackend
 from .algebra import product, tidy, transpose
 from .evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
 from .formula import Builder, FormulaError, GramPower, matrix_power, parse_tree
-from .stdout import write_result
+from .stdout import stdout_closed, write_result
 from .symbolic import ExplicitModel, Unsupported, prove_equal
 from .vocabulary import (
     FULL_COLUMN_RANK,
@@ -1293,6 +1293,8 @@ def run(argv=None) -> tuple[int, str]:
 
 def main(argv=None) -> int:
     prog = "derivations.crosscheck"
+    if stdout_closed(prog):  # >&-: one line and exit 2 before any work (and for --help)
+        return 2
     try:
         status, text = run(argv)
     except (BadInput, FormulaError) as exc:

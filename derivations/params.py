@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 
-from .stdout import write_result
+from .stdout import stdout_closed, write_result
 
 MAX_SIZE = 10**7  # any one dimension
 MAX_LAYERS = 10**5
@@ -263,6 +263,8 @@ def _comparison_text(c: dict) -> str:
 
 
 def main(argv=None) -> int:
+    if stdout_closed("derivations.params"):  # >&-: one line and exit 2 (also for --help)
+        return 2
     try:
         text = run(argv)
     except UsageError as exc:

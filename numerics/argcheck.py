@@ -20,7 +20,9 @@ def check_scalar(function, name, value, positive=False):
 
 
 def check_shapes(function, shapes, arrays):
-    """Trailing dimensions by name, one leading (batch) shape, ``d_h ≤ d``, blocks that tile the gradient.
+    """Trailing dimensions by name (each >= 1), one leading (batch) shape, ``d_h ≤ d``, blocks that tile the gradient.
+
+    A leading (batch) dimension may be 0: the result is then empty too.
 
     ``shapes`` maps each argument name to its trailing dimension names, e.g. ``{"W_Q": ("d", "d_h")}``;
     every dimension name must get one size and every argument the same leading shape.
@@ -37,6 +39,9 @@ def check_shapes(function, shapes, arrays):
         elif lead != batch:
             raise ValueError(f"{function}: {name} has leading (batch) shape {lead}, expected {batch}")
         for dim, size in zip(dims, x.shape[-nd:]):
+            if size == 0:
+                raise ValueError(f"{function}: {name} has {dim} = 0 (shape {tuple(x.shape)}); every matrix "
+                                 f"dimension must be at least 1, expected shape (..., {', '.join(dims)})")
             if sizes.setdefault(dim, size) != size:
                 raise ValueError(f"{function}: {name} has {dim} = {size} but an earlier argument has "
                                  f"{dim} = {sizes[dim]}; expected shape (..., {', '.join(dims)})")

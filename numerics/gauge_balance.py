@@ -16,9 +16,13 @@ the Riccati equation ``P B P = A`` for ``P = S Sᵀ``, whose unique SPD solution
 with the ``S`` above), and :func:`balance` calls the function the JAX printer emits from it
 (``balance_qk`` in :mod:`numerics.emitted.balance`). ``tests/test_balance.py`` compares it with the
 derived pair evaluated at 50 digits. Eigenvalues of ``NᵀN`` are floored at ``d_h · eps · max`` and
-``C_K⁻¹`` is a pseudo-inverse root, so rank-deficient factors stay finite; eigendecompositions run one
-matrix at a time on the CPU (``per_matrix_on_cpu``: two batched LAPACK kernels at once can deadlock
-jaxlib's 2-worker pool).
+``C_K⁻¹`` is a pseudo-inverse root (cut at the numerical rank of ``W_K``), so rank-deficient factors
+stay finite; eigendecompositions run one matrix at a time on the CPU (``per_matrix_on_cpu``: two
+batched LAPACK kernels at once can deadlock jaxlib's 2-worker pool). ``W_Q`` and ``W_K`` are each
+scaled by an exact power of two before ``C_K W_QᵀW_Q C_K`` is formed and the pair is scaled back
+(the balanced factors scale as ``√(ab)`` for ``(a W_Q, b W_K)``), so tiny weights (float32 ×1e-10)
+keep equal Grams; a pair whose balanced factors fall below ``tiny/(16 eps)`` of the dtype is refused
+(``balance_qk``) or NaN (:func:`balance`, no check).
 """
 
 from .emitted import balance as _balance

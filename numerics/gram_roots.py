@@ -13,11 +13,24 @@ gives ``Z = u/√x → X^{-1/2}`` and ``Y = u√x → X^{1/2}`` with relative er
 known before the iteration runs (:func:`certified_lower`). Only matrix products: no ``eigh``.
 This is the coupled Newton–Schulz iteration of Higham (*Functions of Matrices*, 2008, §6.3) with
 the cubic ``q(y) = (3 − y)/2`` replaced by any certified schedule.
+
+Accuracy and where it differs from the emitted roots: this path works on the formed Gram matrix
+``A = WᵀW + λI``, so its condition number is ``κ(W)²`` (damped: ``(σ_max² + λ)/(σ_min² + λ)``) and
+its relative error is about ``eps·κ(A)``, not the ``eps·κ(W)`` of the emitted kernels
+(:func:`numerics.jax_kernels.gram_eigh` takes the roots from the SVD of ``W`` when ``W`` is
+ill-conditioned). It has no rank cut: it is only meant for damped partners, certified when
+:func:`certified_lower` is at least the schedule's lower end (``λ`` then bounds ``κ(A)``); below that
+the iteration is not certified and a rank-deficient partner diverges. A schedule longer than
+``NS_UNROLL_STEPS`` runs as a loop (``lax.scan``), and one longer than ``MAX_SCHEDULE_STEPS`` is
+refused, as for the Newton–Schulz msign.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+
+from .jax_kernels import MAX_SCHEDULE_STEPS, NS_UNROLL_STEPS
 
 #: the default schedule: Polar Express, 8 steps (certified on [1e-3, 1] to a 1e-20 band)
 DEFAULT_SCHEDULE = "polar-express"
@@ -25,18 +38,34 @@ CERTIFIED_LOWER = 1e-3
 
 
 def coupled_newton_schulz(a, schedule):
-    """``(A^{-1/2}, A^{1/2})`` of SPD ``a`` (``(..., n, n)``) by the coupled iteration, in ``a``'s dtype."""
+    """``(A^{-1/2}, A^{1/2})`` of SPD ``a`` (``(..., n, n)``) by the coupled iteration, in ``a``'s dtype.
+
+    ``schedule``: a tuple of coefficient tuples ``(c_0, c_1, …)`` (``q(y) = c_0 + c_1 y + …``), at most
+    ``MAX_SCHEDULE_STEPS`` of them; shorter steps are padded with zero high-order coefficients.
+    """
+    if len(schedule) > MAX_SCHEDULE_STEPS:
+        raise ValueError(f"coupled_newton_schulz: schedule has {len(schedule)} steps, more than "
+                         f"MAX_SCHEDULE_STEPS = {MAX_SCHEDULE_STEPS}")
     n = a.shape[-1]
     s = jnp.sqrt(jnp.sum(jnp.square(a.astype(jnp.float32)), axis=(-2, -1), keepdims=True)).astype(a.dtype)
     eye = jnp.eye(n, dtype=a.dtype)
-    y, z = a / s, jnp.broadcast_to(eye, a.shape)
-    for coeffs in schedule:
+    width = max(len(step) for step in schedule)
+    coeffs = jnp.asarray([list(step) + [0.0] * (width - len(step)) for step in schedule], a.dtype)
+
+    def step(carry, c):
+        y, z = carry
         m = z @ y
-        t = coeffs[-1] * m
-        for c in reversed(coeffs[1:-1]):
-            t = (t + c * eye) @ m
-        t = t + coeffs[0] * eye
-        y, z = y @ t, t @ z
+        if width == 1:
+            t = c[0] * jnp.broadcast_to(eye, m.shape)
+        else:
+            t = c[-1] * m
+            for j in range(width - 2, 0, -1):
+                t = (t + c[j] * eye) @ m
+            t = t + c[0] * eye
+        return (y @ t, t @ z), None
+
+    y, z = a / s, jnp.broadcast_to(eye, a.shape)
+    (y, z), _ = jax.lax.scan(step, (y, z), coeffs, unroll=True if len(schedule) <= NS_UNROLL_STEPS else 1)
     root = jnp.sqrt(s)
     return z / root, y * root
 

@@ -2,8 +2,10 @@
 
 They follow the JAX kernels' conventions: inputs are validated where the computation starts
 (:func:`validate_arrays`), no NaN or Inf ever reaches LAPACK (:func:`finite_for_lapack` raises
-instead), scales are taken out before squaring, and negative powers of Gram matrices are
-pseudo-inverse powers (the minimum-norm update for undamped rank-deficient partners).
+instead), scales are taken out before squaring, Gram roots come from the SVD of ``W`` (the
+condition number is not squared), and negative powers of Gram matrices are pseudo-inverse powers
+cut at the numerical rank of ``[W; √λ I]`` (the minimum-norm update for undamped rank-deficient
+partners).
 """
 
 import numpy as np
@@ -50,28 +52,35 @@ def scale_of(a, floor=0.0):
 
 
 def gram_eigh(w, damping, side):
-    """Eigenpairs ``(e, V, s)`` of ``WᵀW + λI`` (``"right"``) or ``WWᵀ + λI`` (``"left"``): eigenvalues ``s² e``.
+    """``(r, V, s)`` with ``WᵀW + λI = V diag((s r)²) Vᵀ`` (``"right"``; ``"left"``: ``WWᵀ + λI``).
 
-    ``W`` is divided by ``s = max(max|w_ij|, √λ)`` before squaring, so nothing overflows.
+    ``r`` are the singular values of ``[W; √λ I] / s`` (``s = max(max|w_ij|, √λ)``), from the SVD of
+    ``W`` itself: the condition number is not squared, so a small singular value keeps ``eps·κ``
+    relative accuracy (the eigenvalues of a formed ``WᵀW`` would have ``eps·κ²``). The numerical
+    rank cut is applied to ``r``: ``r_i ≤ max(m, n)·eps·max(r)`` (``W`` of shape ``m × n``) is set
+    to 0, which :func:`psd_power` maps to 0 for negative powers (pseudo-inverse roots).
     """
-    s = scale_of(w, np.sqrt(damping))
-    ws = w / s
-    g = np.swapaxes(ws, -1, -2) @ ws if side == "right" else ws @ np.swapaxes(ws, -1, -2)
-    g = 0.5 * (g + np.swapaxes(g, -1, -2)) + (np.sqrt(damping) / s) ** 2 * np.eye(g.shape[-1])
-    evals, evecs = np.linalg.eigh(finite_for_lapack(g))
-    return evals, evecs, s
+    a = w if side == "right" else np.swapaxes(w, -1, -2)
+    s = scale_of(a, np.sqrt(damping))
+    a = a / s
+    m, n = a.shape[-2:]
+    _, sv, vt = np.linalg.svd(finite_for_lapack(a), full_matrices=m < n)
+    if m < n:
+        sv = np.concatenate([sv, np.zeros(sv.shape[:-1] + (n - m,))], axis=-1)
+    r = np.sqrt(sv * sv + (np.sqrt(damping) / s[..., 0]) ** 2)
+    r = np.where(r > max(m, n) * np.finfo(np.float64).eps * np.max(r, axis=-1, keepdims=True), r, 0.0)
+    return r, np.swapaxes(vt, -1, -2), s
 
 
 def psd_power(eig, p):
-    """``V diag(s² e)^p Vᵀ``; for ``p < 0`` eigenvalues at or below ``n·eps·max(e)`` map to 0 (pseudo-inverse)."""
-    evals, evecs, s = eig
-    cut = evals.shape[-1] * np.finfo(np.float64).eps * evals[..., -1:]
+    """``V diag((s r)²)^p Vᵀ`` from :func:`gram_eigh`; for ``p < 0`` a cut ``r = 0`` maps to 0 (pseudo-inverse)."""
+    r, v, s = eig
     if p < 0:
-        kept = evals > cut
-        powered = np.where(kept, np.where(kept, evals, 1.0) ** p, 0.0)
+        kept = r > 0
+        powered = np.where(kept, np.where(kept, r, 1.0) ** (2 * p), 0.0)
     else:
-        powered = np.maximum(evals, 0.0) ** p
-    return (evecs * powered[..., None, :]) @ np.swapaxes(evecs, -1, -2) * s ** (2 * p)
+        powered = r ** (2 * p)
+    return (v * powered[..., None, :]) @ np.swapaxes(v, -1, -2) * s ** (2 * p)
 
 
 def isotropic_scale(w, damping):
@@ -108,12 +117,13 @@ def sylvester_dense(w_q, w_k, damping, d):
 def sylvester_gram(w_q, w_k, damping, r):
     """``X`` with ``(W_QᵀW_Q + λI) X + X (W_KᵀW_K + λI) = R`` by the two Grams' eigendecompositions.
 
-    ``α_i + β_j = 0`` (undamped rank-deficient partners) gets 0: the minimum-norm solution.
+    The eigenpairs come from :func:`gram_eigh` (SVDs of the factors); ``α_i + β_j = 0`` (undamped
+    rank-deficient partners) gets 0: the minimum-norm solution.
     """
     aq, vq, sq = gram_eigh(w_q, damping, "right")
     ak, vk, sk = gram_eigh(w_k, damping, "right")
     m = np.maximum(sq, sk)
-    alpha, beta = aq * (sq / m)[..., 0] ** 2, ak * (sk / m)[..., 0] ** 2
+    alpha, beta = (aq * (sq / m)[..., 0]) ** 2, (ak * (sk / m)[..., 0]) ** 2
     rt = np.swapaxes(vq, -1, -2) @ (r / m / m) @ vk
     den = alpha[..., :, None] + beta[..., None, :]
     x = np.where(den > 0, rt / np.where(den > 0, den, 1.0), 0.0)

@@ -49,7 +49,10 @@ class NumpyBackend:
         w, v = np.linalg.eigh(a)
         if p < 0 and np.any(w <= 0):
             raise np.linalg.LinAlgError("negative power of a singular PSD matrix")
-        return numpy_kernels.psd_power((w, v, 1.0), p)
+        # numpy_kernels.psd_power takes root singular values r (eigenvalues r²); for p < 0 eigenvalues
+        # at or below n·eps·max(w) count as 0 (a pseudo-inverse power)
+        cut = w.shape[-1] * np.finfo(np.float64).eps * w[..., -1:] if p < 0 else 0.0
+        return numpy_kernels.psd_power((np.sqrt(np.where(w > cut, w, 0.0)), v, 1.0), p)
 
     sylvester = staticmethod(numpy_kernels.sylvester_dense)
     inverse = staticmethod(np.linalg.inv)

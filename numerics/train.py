@@ -335,6 +335,9 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv=None) -> int:
     """Command line: train one optimizer (``--optimizer``) or compare all (``--compare``); returns the exit status."""
+    from derivations.stdout import stdout_closed  # >&-: one line and exit 2, not a silent run
+    if stdout_closed("numerics.train"):
+        return 2
     p = _Parser(prog="python -m numerics.train", description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter,
                 epilog="examples:\n  python -m numerics.train --optimizer cm --steps 300\n"

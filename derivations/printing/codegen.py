@@ -9,7 +9,10 @@ without a ``_print_<Node>`` method are an error (the printer is strict), never b
 
 from __future__ import annotations
 
+import ast
 import inspect
+import keyword
+import textwrap
 from dataclasses import dataclass, field
 
 from sympy import Add, Basic, Integer, Mul, Pow, Rational, S, Symbol
@@ -28,6 +31,48 @@ from ..vocabulary import (
     facts_of,
     short_name,
 )
+
+
+class UnsafeText(ValueError):
+    """Text that would not stay inert in emitted code (an identifier that is not one, a docstring that
+    would not be one string literal): the printers refuse to emit rather than emit it."""
+
+
+def docstring_fragment(text) -> str:
+    """``text`` escaped for a triple-quoted (non-raw) docstring: the literal evaluates to ``text`` again and
+    nothing in it can end the string. Backslashes and double quotes get a backslash; every character that
+    is not printable (line breaks, NUL and other controls, U+2028/U+2029, format characters) is written as
+    its ``\\x``/``\\u`` escape. Printable text without ``\\`` or ``"`` comes back unchanged."""
+    out = []
+    for ch in str(text):
+        if ch in '\\"':
+            out.append("\\" + ch)
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(ascii(ch)[1:-1])
+    return "".join(out)
+
+
+def check_docstring(source: str, what: str) -> str:
+    """``source`` (a docstring literal, possibly indented) if it parses as exactly one string constant,
+    else :class:`UnsafeText` (whatever reached it, it cannot have become code)."""
+    try:
+        body = ast.parse(textwrap.dedent(source)).body
+    except (SyntaxError, ValueError) as exc:
+        why = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+        raise UnsafeText(f"{what}: the docstring does not parse ({type(exc).__name__}: {why})") from None
+    if not (len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)):
+        raise UnsafeText(f"{what}: the docstring would not be one string literal (refused: it would run as code)")
+    return source
+
+
+def check_identifier(name, what: str) -> str:
+    """``name`` if it is a Python identifier and not a keyword, else :class:`UnsafeText`."""
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
+        raise UnsafeText(f"{what} {ascii(name)[:80]} is not an ASCII Python identifier")
+    return name
 
 
 class UnsupportedNode(MissingRule):

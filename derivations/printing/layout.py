@@ -94,8 +94,8 @@ class AdapterPrinter:
         heads = _heads(lay.stored, axis, source)
         if lay.arrangement == "stack_rows":
             self.lines += [f"heads = {heads}  # one block per head",
-                           (f"{lay.operand} = heads.reshape(*heads.shape[:-3], -1, group * heads.shape[-2], "
-                            "heads.shape[-1])")]
+                           (f"{lay.operand} = heads.reshape(*heads.shape[:-3], heads.shape[-3] // group, "
+                            "group * heads.shape[-2], heads.shape[-1])")]  # no -1: an empty batch has size 0
             return lay.operand
         if lay.arrangement == "diagonal":
             if lay.transposed:  # the blocks W_hᵀ: transpose each head

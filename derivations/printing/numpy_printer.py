@@ -5,7 +5,14 @@ from __future__ import annotations
 from numerics import numpy_kernels as K
 
 from .array_module import docstring, header
-from .codegen import EmittedFunction, MatrixCodePrinter, kernel_source
+from .codegen import (
+    EmittedFunction,
+    MatrixCodePrinter,
+    check_docstring,
+    check_identifier,
+    docstring_fragment,
+    kernel_source,
+)
 
 KERNELS = (K.check_scalar, K.check_shapes, K.check_group, K.validate_arrays, K.finite_for_lapack, K.scale_of, K.gram_eigh,
            K.psd_power, K.isotropic_scale, K.msign_svd, K.sylvester_dense, K.sylvester_gram)
@@ -46,12 +53,15 @@ def _arg_doc(fn: EmittedFunction) -> str:
 
 
 def emit_numpy(title: str, command: str, functions: list[EmittedFunction], scalars: dict) -> str:
-    parts = [header(title + " (float64 NumPy reference)", command, functions, []),
+    head = header(docstring_fragment(title) + " (float64 NumPy reference)", docstring_fragment(command), functions, [])
+    parts = [check_docstring(head, "module docstring"),
              "import numpy as np\n",
              f"__all__ = {sorted(fn.name for fn in functions)!r}\n",
              "\n" + kernel_source(KERNELS) + "\n"]
     for fn in functions:
         args = fn.argument_names
+        for name in [fn.name, *args, *(out for out, _ in fn.outputs), *fn.extra_scalars.values(), *scalars.values()]:
+            check_identifier(name, f"{fn.name}: function, argument or output name")
         shapes = {m.name: (str(m.rows), str(m.cols)) for m in fn.inputs}  # dense, as the symbols are
         printer = NumpyPrinter({a: a for a in args}, {**scalars, **fn.extra_scalars})
         body = printer.body([(out, der.formula) for out, der in fn.outputs])
@@ -61,7 +71,7 @@ def emit_numpy(title: str, command: str, functions: list[EmittedFunction], scala
         checked = (["eps"] if fn.needs_eps else []) + extra + ["damping"]
         positive = tuple(extra + (["damping"] if fn.positive_damping else []))
         lines = ["", f"def {fn.name}({', '.join(args)}, *, {', '.join(kw)}):",
-                 docstring(fn, _arg_doc(fn), shapes=shapes),
+                 check_docstring(docstring(fn, _arg_doc(fn), shapes=shapes), f"docstring of {fn.name}"),
                  f"    {', '.join(args)}{',' if len(args) == 1 else ''} = validate_arrays(",
                  f"        {fn.name!r}, {shapes!r},",
                  f"        {{{', '.join(f'{a!r}: {a}' for a in args)}}},",

@@ -10,6 +10,9 @@ from . import RULES, regenerate, stale
 
 
 def main(argv=None) -> int:
+    from derivations.stdout import stdout_closed  # >&-: one line and exit 2, not a silent run
+    if stdout_closed("numerics.emitted"):
+        return 2
     p = OneLineParser(prog="python -m numerics.emitted",
                 description="Regenerate or check the emitted JAX modules shipped in numerics/emitted/.")
     what = p.add_mutually_exclusive_group(required=True)

@@ -40,6 +40,11 @@ MSIGN_METHODS = ('newton_schulz', 'svd')
 
 UNROLL_LIMIT = 64  # matrices per batched LAPACK call unrolled on the CPU
 
+GRAM_ROUTE_RATIO = 0.01  # Gram eigh while e_min >= this * e_max, else QR + SVD of W
+NS_UNROLL_STEPS = 16  # Newton–Schulz schedules up to this long are unrolled
+MAX_SCHEDULE_STEPS = 100  # longer schedules are refused
+UNDERFLOW_BITS = 4  # an output below tiny * 2**(nmant - this) underflowed
+
 NS_SCHEDULE = (
     (8.156554524902461, -22.48329292557795, 15.878769915207462),
     (4.042929935166739, -2.808917465908714, 0.5000178451051316),
@@ -66,6 +71,117 @@ def max_abs(a):
     m = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True)
     return jnp.where(m > 0, m, jnp.ones_like(m))
 
+def float_layout(dtype):
+    """``(integer dtype of the same width, mantissa bits, exponent bias)`` of a float dtype."""
+    info = jnp.finfo(dtype)
+    return {16: jnp.int16, 32: jnp.int32, 64: jnp.int64}[info.bits], info.nmant, info.maxexp - 1
+
+def pow2(n, dtype):
+    """``2**n`` in ``dtype`` for integer ``n`` in the normal exponent range, built from its bits (exact)."""
+    it, nmant, bias = float_layout(dtype)
+    n = jnp.clip(jnp.asarray(n), 1 - bias, bias)
+    return jax.lax.bitcast_convert_type(jnp.left_shift((n + bias).astype(it), nmant), dtype)
+
+def pow2_scale(x, n):
+    """``x · 2**n`` for integer ``n`` (broadcast), exact whenever ``x`` and the result are normal numbers.
+
+    Three multiplications by powers of two of one sign, each in the normal range: the partial products
+    lie between ``x`` and the result, so nothing over- or underflows on the way (``n`` up to ±3·1022).
+    """
+    _, _, bias = float_layout(x.dtype)
+    left = jnp.asarray(n, jnp.int32)
+    for _ in range(3):
+        step = jnp.clip(left, 2 - bias, bias - 1)
+        x = x * pow2(step, x.dtype)
+        left = left - step
+    return x
+
+def pow2_normalize(a, axes=(-2, -1)):
+    """``(a · 2**k, k)`` with ``max|a · 2**k|`` in ``[1, 2)`` over ``axes`` (``k`` int32, keepdims), exact.
+
+    In the compute dtype (float32 for 16-bit inputs). Exact also for subnormal entries: XLA on the
+    CPU flushes subnormal operands to zero (float32 entries below 1.2e-38, float64 below 2.2e-308),
+    so the exponent is read off the bits and a subnormal entry is rebuilt from its integer mantissa,
+    never multiplied as it is. A zero matrix gets ``k = 0``; a matrix with NaN/Inf becomes all NaN
+    (``k = 0``), so the non-finite value reaches every result computed from it.
+    """
+    ct = compute_dtype(a.dtype)
+    x = a.astype(ct)
+    it, nmant, bias = float_layout(ct)
+    bits = jax.lax.bitcast_convert_type(x, it)
+    mag = jnp.bitwise_and(bits, jnp.asarray(jnp.iinfo(it).max, it))  # |x| as an integer, same order as |x|
+    top = jnp.max(mag, axis=axes, keepdims=True, initial=0)
+    field = jnp.right_shift(top, nmant)  # biased exponent of max|x|; 0 for a subnormal maximum
+    sub = jnp.right_shift(jax.lax.bitcast_convert_type(top.astype(ct), it), nmant)  # float(mantissa)'s
+    e = jnp.where(field > 0, field - bias, sub - 2 * bias + 1 - nmant)
+    bad = field >= 2 * bias + 1  # a NaN or Inf somewhere
+    k = jnp.where((top == 0) | bad, 0, -e).astype(jnp.int32)
+    normal = pow2_scale(x, k)
+    tiny = pow2_scale(mag.astype(ct), k + 1 - bias - nmant)  # |x| = mantissa · 2^(1−bias−nmant)
+    tiny = jnp.where(bits < 0, -tiny, tiny)
+    out = jnp.where(jnp.right_shift(mag, nmant) > 0, normal, tiny)
+    return jnp.where(bad, jnp.asarray(jnp.nan, ct), out), k
+
+def scale_group(arrays, damping, multiple):
+    """``(arrays · 2**k, λ · 4**k, k)``: one group of an emitted function's arguments brought near 1, exactly.
+
+    ``2**-k`` is about the largest ``max|x_ij|`` of the group's nonzero matrices, and of ``√λ`` unless
+    ``damping`` is None (then ``None`` is returned for it); ``k`` (int32, ``(..., 1, 1)``) is rounded
+    down to a multiple of ``multiple`` so that the outputs' powers of two are whole. The printer
+    takes the groups and the outputs' powers from the formulas (:mod:`derivations.printing.scaling`)
+    and scales the outputs back with :func:`pow2_scale`.
+    """
+    never = jnp.iinfo(jnp.int32).max
+    scaled, ks = zip(*(pow2_normalize(a) for a in arrays))
+    k = jnp.asarray(never, jnp.int32)
+    for x, kx in zip(scaled, ks):
+        k = jnp.minimum(k, jnp.where(jnp.any(x != 0, axis=(-2, -1), keepdims=True), kx, never))
+    if damping is not None:
+        root = jnp.sqrt(jnp.asarray(damping, scaled[0].dtype))
+        _, k_root = pow2_normalize(root, axes=())
+        k = jnp.where(root > 0, jnp.minimum(k, k_root), k)
+    k = jnp.where(k == never, 0, k)
+    k = jnp.floor_divide(k, multiple) * multiple
+    out = tuple(pow2_scale(x, k - kx).astype(a.dtype) for x, kx, a in zip(scaled, ks, arrays))
+    lam = None if damping is None else pow2_scale(jnp.asarray(damping, scaled[0].dtype), 2 * k)
+    return out, lam, k
+
+def underflow_limit(dtype):
+    """``tiny / (16 eps)`` of a float dtype: about 6e-33 for float32, 7e-294 for float64."""
+    info = jnp.finfo(dtype)
+    return float(info.tiny) * 2.0 ** (info.nmant - UNDERFLOW_BITS)
+
+def pow2_unscale(x, n):
+    """``(x · 2**n, lost)``: an output scaled back (:func:`scale_group`); ``lost`` is True where it underflows.
+
+    ``lost``: a nonzero float32/float64 matrix whose largest entry lands below :func:`underflow_limit`
+    (decided from the exponents, so a result flushed to zero entirely is caught too; :func:`output_status`).
+    """
+    y = pow2_scale(x, n)
+    if jnp.dtype(x.dtype).itemsize < 4:
+        return y, jnp.asarray(False)
+    _, nmant, bias = float_layout(x.dtype)
+    unit, k = pow2_normalize(x)
+    nonzero = jnp.any(unit != 0, axis=(-2, -1), keepdims=True)
+    return y, jnp.any(nonzero & (n - k < 1 - bias + nmant - UNDERFLOW_BITS))
+
+def unit_scale(a, axes=(-2, -1)):
+    """``a`` times the power of two that puts ``max|a|`` over ``axes`` in ``[1, 2)``; same dtype, exact.
+
+    ``msign`` ignores a positive factor, so each factor of an msign argument is unit-scaled before
+    the product is formed: neither the product nor its terms can over- or underflow, whatever the
+    scale of the gradient (float32 gradients of size 1e-39 are subnormal) or of the partner's root.
+    """
+    return pow2_normalize(a, axes)[0].astype(a.dtype)
+
+def real_scalar(x):
+    """A checked scalar as JAX takes it: arrays and tracers as they are, any other real number as a float.
+
+    ``fractions.Fraction`` or ``decimal.Decimal`` pass :func:`check_scalar` (``float`` converts them) but
+    are no JAX type; jit would reject them with a multi-line TypeError.
+    """
+    return x if isinstance(x, jax.core.Tracer) or hasattr(x, "dtype") else float(x)
+
 def per_matrix_on_cpu(fn, a):
     """``fn(a)`` for a batched LAPACK ``fn``; on the CPU one single-matrix call per matrix.
 
@@ -78,7 +194,7 @@ def per_matrix_on_cpu(fn, a):
     (12.2 ms for the same 24; a loop body runs its calls in sequence). Other platforms keep the
     batched call.
     """
-    if a.ndim == 2:
+    if a.ndim == 2 or a.size == 0:  # an empty batch: the batched call returns empty results
         return fn(a)
 
     def single_calls(x):
@@ -92,64 +208,116 @@ def per_matrix_on_cpu(fn, a):
 
     return jax.lax.platform_dependent(a, cpu=single_calls, default=fn)
 
-def gram_eigh(w, damping, side):
-    """Eigenpairs of ``WᵀW + λI`` (``side="right"``) or ``WWᵀ + λI`` (``"left"``), as ``(e, V, s)``.
+def scale_with_damping(w, damping):
+    """``(W · 2**k, √λ · 2**k, k)`` in the compute dtype: ``2**-k`` is about ``max(max|w_ij|, √λ)``.
 
-    The eigenvalues are ``s² e`` (ascending): ``W`` is divided by ``s = max(max|w_ij|, √λ)`` before
-    the Gram matrix is formed, so ``WᵀW`` can neither overflow nor underflow (float32 weights of
-    size 1e30 or 1e-30 work) and the damping ``λ/s² ≤ 1``. A matrix with NaN/Inf gives NaN pairs.
+    Exact (:func:`pow2_normalize`: subnormal entries included), so ``[W; √λ I]`` keeps its singular
+    vectors and its singular values scale by exactly ``2**k``; ``k`` is int32 of shape ``(..., 1, 1)``.
+    A negative ``λ`` gives a NaN root (and NaN results).
     """
-    wc = w.astype(compute_dtype(w.dtype))
-    lam = jnp.asarray(damping, wc.dtype)
-    s = jnp.maximum(max_abs(wc), jnp.sqrt(lam))
-    ws = wc / s
-    g = ws.mT @ ws if side == "right" else ws @ ws.mT
+    a, k_w = pow2_normalize(w)
+    root = jnp.sqrt(jnp.asarray(damping, a.dtype))
+    _, k_root = pow2_normalize(root, axes=())
+    k = jnp.where(root > 0, jnp.minimum(k_w, k_root), k_w)
+    return pow2_scale(a, k - k_w), pow2_scale(root, k), k
+
+def right_singular(a):
+    """``(σ, V)``: singular values (padded with zeros to ``n``) and right singular vectors of ``a`` (``m × n``).
+
+    ``m ≥ n``: the SVD of ``R`` from ``a = QR`` (``n × n``; ``Q`` is never formed). ``σ`` is accurate to
+    ``eps·σ_max`` absolute, so small singular values keep ``eps·κ`` relative accuracy.
+    """
+    m, n = a.shape[-2:]
+    if m >= n:
+        _, sv, vt = jnp.linalg.svd(jnp.linalg.qr(a, mode="r"), full_matrices=False)
+    else:
+        _, sv, vt = jnp.linalg.svd(a, full_matrices=True)
+        sv = jnp.concatenate([sv, jnp.zeros((*sv.shape[:-1], n - m), sv.dtype)], axis=-1)
+    return sv, vt.mT
+
+def gram_eigh(w, damping, side):
+    """``WᵀW + λI`` (``side="right"``) or ``WWᵀ + λI`` (``"left"``) as ``(r, V, k)``, ``= V diag(r²) Vᵀ · 4**-k``.
+
+    ``r`` are the singular values of ``[W; √λ I] · 2**k`` (:func:`scale_with_damping`; nothing over-
+    or underflows, whatever the scale of ``W``), and the numerical rank cut is applied to them, not
+    to their squares: ``r_i ≤ max(m, n)·eps·max(r)`` (``W`` of shape ``m × n``, eps of the compute
+    dtype) is set to 0, which :func:`psd_power` maps to 0 for negative powers (pseudo-inverse roots).
+    With ``λ ≥ (max(m, n)·eps)²·‖W‖²`` the cut is never active.
+
+    Two routes, same result: while every finite matrix of the batch has eigenvalues
+    ``e_min ≥ GRAM_ROUTE_RATIO · e_max`` (condition number of ``[W; √λ I]`` at most 10), the
+    eigendecomposition of the Gram matrix (error about ``eps·κ²``, at most ``100·eps``); otherwise
+    the QR and SVD of ``W`` itself (:func:`right_singular`, error about ``eps·κ``: the condition
+    number is not squared), for the whole batch (a ``lax.cond``: only one route runs). A matrix
+    with NaN/Inf gives NaN.
+    """
+    ct = compute_dtype(w.dtype)
+    a = w.astype(ct)
+    if side == "left":
+        a = a.mT
+    a, root, k = scale_with_damping(a, damping)
+    lam = root * root
+    tol = max(a.shape[-2:]) * jnp.finfo(ct).eps
+    g = a.mT @ a
     # exact symmetry matters: jax 0.10's CPU eigh never returned on a float32 Gram matrix
     # formed as Wᵀ W without it (seen in benchmarks/halfsplit.py)
-    g = 0.5 * (g + g.mT) + (jnp.sqrt(lam) / s) ** 2 * jnp.eye(g.shape[-1], dtype=g.dtype)
+    g = 0.5 * (g + g.mT) + lam * jnp.eye(g.shape[-1], dtype=ct)
     g, ok = lapack_guard(g)
     evals, evecs = per_matrix_on_cpu(jnp.linalg.eigh, g)
-    nan = jnp.asarray(jnp.nan, g.dtype)
-    return jnp.where(ok[..., 0], evals, nan), jnp.where(ok, evecs, nan), s
+    well = (evals[..., :1] >= GRAM_ROUTE_RATIO * evals[..., -1:]) | ~ok[..., 0]
+
+    def by_gram(_):
+        return jnp.sqrt(jnp.maximum(evals, 0)), evecs
+
+    def by_svd(_):
+        sv, v = per_matrix_on_cpu(right_singular, lapack_guard(a)[0])
+        return jnp.sqrt(sv * sv + lam[..., 0]), v
+
+    r, v = jax.lax.cond(jnp.all(well), by_gram, by_svd, None)
+    r = jnp.where(r > tol * jnp.max(r, axis=-1, keepdims=True), r, 0)
+    nan = jnp.asarray(jnp.nan, ct)
+    return jnp.where(ok[..., 0], r, nan), jnp.where(ok, v, nan), k
 
 def gram_eigh_stacked(ws, damping, side):
     """:func:`gram_eigh` of several same-shape matrices in one batched call.
 
     One LAPACK call instead of several (fewer kernel launches; see :func:`per_matrix_on_cpu`).
     """
-    evals, evecs, s = gram_eigh(jnp.stack(ws), damping, side)
-    return tuple((evals[i], evecs[i], s[i]) for i in range(len(ws)))
+    r, v, k = gram_eigh(jnp.stack(ws), damping, side)
+    return tuple((r[i], v[i], k[i]) for i in range(len(ws)))
 
 def psd_power(eig, p, dtype):
-    """``V diag(s² e)^p Vᵀ`` from :func:`gram_eigh`: a power of the damped Gram matrix.
+    """``V diag(r²)^p Vᵀ · 4**(-p k)`` from :func:`gram_eigh`: a power of the damped Gram matrix.
 
-    Negative powers are pseudo-inverse powers: eigenvalues at or below ``n·eps·max(e)`` (the
-    numerical rank cut of ``numpy.linalg.matrix_rank``) map to 0. For an undamped rank-deficient
-    partner this gives the minimum-norm solution of the derived problem (an update along the
-    partner's null space leaves the product unchanged); a zero partner gives a zero update. With
-    ``λ ≥ n·eps·‖W‖²`` the cut is never active.
+    Negative powers are pseudo-inverse powers: the ``r`` that :func:`gram_eigh` cut to 0 (at the
+    numerical rank of ``[W; √λ I]``, ``r_i ≤ max(m, n)·eps·max(r)``) map to 0. For an undamped
+    rank-deficient partner this gives the minimum-norm solution of the derived problem (an update
+    along the partner's null space leaves the product unchanged); a zero partner gives a zero
+    update. The scale ``4**(-p k)`` is applied last, exactly for ``2p`` whole (the roots and
+    inverses), so the result is right whenever it is representable.
     """
-    evals, evecs, s = eig
-    n = evals.shape[-1]
-    cut = n * jnp.finfo(evals.dtype).eps * evals[..., -1:]
+    r, v, k = eig
     if p < 0:
-        kept = evals > cut
-        powered = jnp.where(kept, jnp.where(kept, evals, 1) ** p, 0)
+        kept = r > 0
+        powered = jnp.where(kept, jnp.where(kept, r, 1) ** (2 * p), 0)
     else:
-        powered = jnp.maximum(evals, 0) ** p
-    return ((evecs * powered[..., None, :]) @ evecs.mT * s ** (2 * p)).astype(dtype)
+        powered = r ** (2 * p)
+    out = (v * powered[..., None, :]) @ v.mT
+    if float(2 * p).is_integer():
+        out = pow2_scale(out, -int(2 * p) * k)
+    else:
+        half = jnp.exp2(-p * k.astype(out.dtype))  # 2**(-2pk) in two factors that stay in range
+        out = out * half * half
+    return out.astype(dtype)
 
 def isotropic_scale(w, damping):
-    """``c_W = (‖W‖_F² / d_h + λ)^{1/2}`` per matrix, shape ``(..., 1, 1)``, computed as ``s (‖W/s‖_F² / d_h + λ/s²)^{1/2}``.
+    """``c_W = (‖W‖_F² / d_h + λ)^{1/2}`` per matrix, shape ``(..., 1, 1)``, with the scale taken out exactly.
 
-    ``s = max(max|w_ij|, √λ)`` keeps the squares in range.
+    ``c = 2**-k (‖W 2**k‖_F² / d_h + λ 4**k)^{1/2}`` (:func:`scale_with_damping`), so the squares stay in range.
     """
-    wc = w.astype(compute_dtype(w.dtype))
-    lam = jnp.asarray(damping, wc.dtype)
-    s = jnp.maximum(max_abs(wc), jnp.sqrt(lam))
-    ws = wc / s
-    sq = jnp.sum(ws * ws, axis=(-2, -1), keepdims=True)
-    return (s * jnp.sqrt(sq / w.shape[-1] + (jnp.sqrt(lam) / s) ** 2)).astype(w.dtype)
+    a, root, k = scale_with_damping(w.astype(compute_dtype(w.dtype)), damping)
+    sq = jnp.sum(a * a, axis=(-2, -1), keepdims=True)
+    return pow2_scale(jnp.sqrt(sq / w.shape[-1] + root * root), -k).astype(w.dtype)
 
 def msign_svd(a):
     """``U Vᵀ`` over the singular values above ``max(m, n)·eps·σ_max`` (zero ones map to 0).
@@ -187,7 +355,9 @@ def newton_schulz(x, schedule):
     ``c_0 X/ν + (B/ν) X`` scales a ``k × k`` matrix instead of the whole ``X`` (one pass over ``X``
     fewer; 16-bit inputs keep an explicit float32 normalisation). ``schedule`` is data: an array
     ``(steps, k+1)`` (or a tuple of coefficient tuples) scanned by ``jax.lax.scan``, so schedules
-    of one shape share one compilation. Runs in the input dtype.
+    of one shape share one compilation; up to ``NS_UNROLL_STEPS`` steps the scan is unrolled, a
+    longer schedule runs as a loop (compile time independent of its length; at most
+    ``MAX_SCHEDULE_STEPS``, see :func:`check_schedule`). Runs in the input dtype.
 
     Orientation: the same polynomial is applied as ``X (c_1 A + …)`` with ``A = XᵀX`` when ``X`` is
     held tall. On the CPU a batch of matrices runs tall (XLA's batched ``X Xᵀ`` is slow there: 24 ×
@@ -237,7 +407,7 @@ def _newton_schulz_oriented(x, schedule, wide):
         c = coeffs[0].astype(x.dtype)
         x = (c[0] / nu) * xc + times(gram_polynomial(a / (nu * nu), c) / nu, xc)
         rest = coeffs[1:]
-    x, _ = jax.lax.scan(step, x, rest, unroll=True)
+    x, _ = jax.lax.scan(step, x, rest, unroll=True if coeffs.shape[0] <= NS_UNROLL_STEPS else 1)
     return x.mT if flip else x
 
 def spectral_sign(a, method, schedule):
@@ -251,34 +421,52 @@ def spectral_sign_stacked(arrays, method, schedule):
     out = spectral_sign(jnp.stack(arrays), method, schedule)
     return tuple(out[i] for i in range(len(arrays)))
 
-def all_finite(arrays):
-    """One boolean: every entry of every array is finite (fuses with the producers under jit)."""
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in arrays]))
+def output_status(arrays, underflow=False):
+    """``0``: every output is finite and representable; ``1``: one holds NaN/Inf; ``2``: one underflows.
+
+    One reduction per output (``max|x|``, which propagates NaN). Underflow: a nonzero float32/float64
+    output with ``max|x|`` below :func:`underflow_limit` (about 6e-33 in float32, 7e-294 in float64).
+    XLA on the CPU flushes results below ``tiny`` to zero, so such an output may have lost entries
+    above ``16 eps`` of its largest; 16-bit outputs are exempt (their own range is that narrow).
+    ``underflow``: the outputs' own flags from :func:`pow2_unscale`.
+    """
+    bad, under = jnp.asarray(False), jnp.asarray(underflow)
+    for a in arrays:
+        m = jnp.max(jnp.abs(a)) if a.size else jnp.zeros((), a.dtype)
+        bad = bad | ~jnp.isfinite(m)
+        if jnp.dtype(a.dtype).itemsize >= 4:
+            under = under | ((m > 0) & (m < underflow_limit(a.dtype)))
+    return jnp.where(bad, 1, jnp.where(under, 2, 0)).astype(jnp.int32)
 
 def nan_unless(ok, arrays):
     """``arrays`` where ``ok``, else all NaN.
 
-    The emitted functions pass ``ok = all_finite(outputs)``: the inputs themselves are not scanned
-    (that pass cost 1.9 ms of a 90 ms half-split update at 12 × (768, 64)). A NaN/Inf input still
-    makes the whole result NaN, because every kernel spreads one over the whole matrix it computes
-    (``x / max|x_ij|`` divides by NaN or Inf; LAPACK results are NaN where :func:`lapack_guard`
-    failed), so each output computed from the input has a NaN. The test suite plants NaN and ±Inf
-    in every input of every emitted function to hold this.
+    The emitted functions pass ``ok = output_status(outputs) == 0``: the inputs themselves are not
+    scanned (that pass cost 1.9 ms of a 90 ms half-split update at 12 × (768, 64)). A NaN/Inf input
+    still makes the whole result NaN, because every kernel spreads one over the whole matrix it
+    computes (``x / max|x_ij|`` divides by NaN or Inf; LAPACK results are NaN where
+    :func:`lapack_guard` failed), so each output computed from the input has a NaN. The test suite
+    plants NaN and ±Inf in every input of every emitted function to hold this.
     """
     return tuple(jnp.where(ok, a, jnp.nan).astype(a.dtype) for a in arrays)
 
-def raise_if_not_finite(function, finite, arrays):
-    """After a call: raise ``ValueError`` naming the non-finite input, or the overflow.
+def raise_if_not_finite(function, status, arrays):
+    """After a call: raise ``ValueError`` naming the non-finite input, the overflow or the underflow.
 
-    Skipped when ``finite`` is a tracer (under an outer ``jit`` or ``vmap`` nothing can be raised:
-    the update is then all NaN for a NaN/Inf input, and LAPACK never sees the bad value).
+    ``status`` is :func:`output_status`'s. Skipped when it is a tracer (under an outer ``jit`` or
+    ``vmap`` nothing can be raised: the update is then all NaN, and LAPACK never sees a bad value).
     """
-    if isinstance(finite, jax.core.Tracer) or bool(finite):
+    if isinstance(status, jax.core.Tracer) or int(status) == 0:
         return
+    dtype = next(iter(arrays.values())).dtype
+    if int(status) == 2:
+        raise ValueError(f"{function}: the result underflows {dtype}: its largest entry is below "
+                         f"{underflow_limit(dtype):.3g} = tiny/(16 eps), where entries flushed to zero are no longer "
+                         f"negligible; scale the inputs (or eps) up, or use float64")
     for name, x in arrays.items():  # only after a failure: the inputs are scanned here, not in the update
         if not bool(jnp.all(jnp.isfinite(x))):
             raise ValueError(f"{function}: {name} contains NaN or Inf")
-    raise ValueError(f"{function}: the update overflowed to NaN/Inf in {next(iter(arrays.values())).dtype} "
+    raise ValueError(f"{function}: the update overflowed to NaN/Inf in {dtype} "
                      f"although every input is finite; use a wider dtype or a larger damping")
 
 def check_scalar(function, name, value, positive=False):
@@ -296,7 +484,9 @@ def check_scalar(function, name, value, positive=False):
                          f"got {value}")
 
 def check_shapes(function, shapes, arrays):
-    """Trailing dimensions by name, one leading (batch) shape, ``d_h ≤ d``, blocks that tile the gradient.
+    """Trailing dimensions by name (each >= 1), one leading (batch) shape, ``d_h ≤ d``, blocks that tile the gradient.
+
+    A leading (batch) dimension may be 0: the result is then empty too.
 
     ``shapes`` maps each argument name to its trailing dimension names, e.g. ``{"W_Q": ("d", "d_h")}``;
     every dimension name must get one size and every argument the same leading shape.
@@ -313,6 +503,9 @@ def check_shapes(function, shapes, arrays):
         elif lead != batch:
             raise ValueError(f"{function}: {name} has leading (batch) shape {lead}, expected {batch}")
         for dim, size in zip(dims, x.shape[-nd:]):
+            if size == 0:
+                raise ValueError(f"{function}: {name} has {dim} = 0 (shape {tuple(x.shape)}); every matrix "
+                                 f"dimension must be at least 1, expected shape (..., {', '.join(dims)})")
             if sizes.setdefault(dim, size) != size:
                 raise ValueError(f"{function}: {name} has {dim} = {size} but an earlier argument has "
                                  f"{dim} = {sizes[dim]}; expected shape (..., {', '.join(dims)})")
@@ -339,7 +532,15 @@ def check_group(function, group_size, shapes, arrays):
                          f"d = {sizes['d']} rows need {int(g) * sizes['d']}; stack the group's heads row-wise")
 
 def check_schedule(function, schedule):
-    """A non-empty schedule of finite coefficients: a tuple of coefficient tuples or an array ``(steps, k+1)``."""
+    """A non-empty schedule of finite coefficients: a tuple of coefficient tuples or an array ``(steps, k+1)``.
+
+    At most ``MAX_SCHEDULE_STEPS`` steps (checked under ``jit`` too: the length is static).
+    """
+    steps = len(schedule.shape) and schedule.shape[0] if hasattr(schedule, "shape") else (
+        len(schedule) if isinstance(schedule, (tuple, list)) else 0)
+    if steps > MAX_SCHEDULE_STEPS:
+        raise ValueError(f"{function}: schedule has {steps} steps, more than MAX_SCHEDULE_STEPS = "
+                         f"{MAX_SCHEDULE_STEPS}; a certified schedule needs far fewer (polar-express-5 has 5)")
     if isinstance(schedule, jax.core.Tracer):
         return
     if hasattr(schedule, "shape"):
@@ -365,7 +566,8 @@ def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
     ``{"W_Q": ("d", "d_h")}``; every dimension name must get one size, every argument the same
     leading (batch) shape and the same floating dtype, and ``d_h ≤ d``. Shapes and dtypes are
     checked under ``jit`` and ``vmap`` too (they are static); values (``eps``, ``damping``,
-    finiteness) only outside them.
+    finiteness) only outside them. A nonzero ``eps`` or ``damping`` outside the normal range of the
+    compute dtype is refused (XLA on the CPU flushes a subnormal one to zero).
     """
     dtype = None
     for name in shapes:
@@ -385,9 +587,14 @@ def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
             raise TypeError(f"{function}: {name} has dtype {x.dtype} but earlier arguments have {dtype}; "
                             f"cast all inputs to one dtype")
     check_shapes(function, shapes, arrays)
+    info = jnp.finfo(compute_dtype(dtype))
     for name, value in (("eps", eps), ("damping", damping)):
         if not isinstance(value, jax.core.Tracer):
             check_scalar(function, name, value)
+            if float(value) != 0 and not float(info.tiny) <= float(value) <= float(info.max):
+                raise ValueError(f"{function}: {name} = {value} is outside the normal range of {info.dtype} "
+                                 f"[{float(info.tiny):.3g}, {float(info.max):.3g}], the dtype the update is computed "
+                                 f"in; use 0 or a value in that range, or a wider dtype")
     if not isinstance(method, str) or method not in MSIGN_METHODS:
         raise ValueError(f"{function}: msign must be one of {MSIGN_METHODS}, got {method!r}")
     if method == "newton_schulz":
@@ -401,20 +608,28 @@ def safe_ratio(num, den):
 def sylvester_factor_svd(w_q, w_k, damping, d):
     """Thin SVDs of both factors (one stacked call) with the shared scale of the Sylvester operator.
 
-    Returns ``(U_Q, U_K, Vᵀ_Q, Vᵀ_K, r_Q, r_K, μ, m, ok)``: singular values ``s = m r`` with
-    ``m = max(s_Q,max, s_K,max, √(2λ))`` and ``μ = 2λ/m²``, so every ratio below is formed from
-    numbers in ``[0, 1]``; ``ok`` is False where a factor holds NaN/Inf (its results are NaN).
+    Returns ``(U_Q, U_K, Vᵀ_Q, Vᵀ_K, r_Q, r_K, μ, m, k, ok)``: singular values ``s = m r 2**-k`` with
+    ``m 2**-k = max(s_Q,max, s_K,max, √(2λ))`` and ``μ = 2λ/(m 2**-k)²``, so every ratio below is
+    formed from numbers in ``[0, 1]``. Each factor is scaled by an exact power of two before its SVD
+    (:func:`pow2_normalize`) and the common power ``2**k`` is carried apart, so tiny or huge weights
+    neither underflow nor overflow. ``ok`` is False where a factor holds NaN/Inf or ``λ ≤ 0`` (the
+    results are then NaN: under ``jit`` a negative damping cannot be refused).
     """
     ct = compute_dtype(d.dtype)
-    w = jnp.stack([w_q, w_k]).astype(ct)  # one stacked SVD
-    scale = max_abs(w)
-    w, ok = lapack_guard(w / scale)
+    w, k_w = pow2_normalize(jnp.stack([w_q, w_k]).astype(ct))  # one stacked SVD, each factor in [1, 2)
+    w, ok = lapack_guard(w)
     u, s, vt = per_matrix_on_cpu(lambda x: jnp.linalg.svd(x, full_matrices=False), w)
-    s = s * scale[..., 0]
-    root = jnp.sqrt(2 * jnp.asarray(damping, ct))
-    m = jnp.maximum(jnp.maximum(s[0, ..., :1], s[1, ..., :1]), root)
+    lam = jnp.asarray(damping, ct)
+    root = jnp.sqrt(jnp.where(lam > 0, 2 * lam, 0))
+    _, k_root = pow2_normalize(root, axes=())
+    k = jnp.minimum(k_w[0], k_w[1])
+    k = jnp.where(root > 0, jnp.minimum(k, k_root), k)
+    sq, sk = pow2_scale(s[0], (k - k_w[0])[..., 0]), pow2_scale(s[1], (k - k_w[1])[..., 0])
+    root = pow2_scale(root, k)[..., 0]
+    m = jnp.maximum(jnp.maximum(sq[..., :1], sk[..., :1]), root)
     m = jnp.where(m > 0, m, 1)
-    return u[0], u[1], vt[0], vt[1], s[0] / m, s[1] / m, (root / m) ** 2, m, ok[0] & ok[1]
+    ok = ok[0] & ok[1] & (lam > 0)
+    return u[0], u[1], vt[0], vt[1], sq / m, sk / m, (root / m) ** 2, m, k, ok
 
 def sylvester_products(w_q, w_k, damping, d, solver):
     """``(H W_K, Hᵀ W_Q)`` for ``(W_Q W_Qᵀ + λI) H + H (W_K W_Kᵀ + λI) = D``, ``λ > 0``.
@@ -432,10 +647,13 @@ def sylvester_products(w_q, w_k, damping, d, solver):
     forming ``H`` and then ``H W_K`` loses about ``eps·‖W‖²/λ`` relative. ``"dense"`` does
     exactly that (``jax.scipy.linalg.solve_sylvester``, ``O(d³)``, a cross-check).
     """
-    if solver == "dense":
-        h = sylvester_dense(w_q, w_k, damping, d)
-        return h @ w_k.astype(h.dtype), h.mT @ w_q.astype(h.dtype)
-    uq, uk, vtq, vtk, rq, rk, mu, m, ok = sylvester_factor_svd(w_q, w_k, damping, d)
+    if solver == "dense":  # on the factors and λ scaled by 2**k and 4**k (exact): H W scales by 2**-k
+        (wq, wk), lam, k = scale_group((w_q, w_k), damping, 1)
+        h = sylvester_dense(wq, wk, lam, d)
+        ok = jnp.asarray(damping) > 0
+        return tuple(jnp.where(ok, pow2_scale(p, k), jnp.nan).astype(d.dtype)
+                     for p in (h @ wk.astype(h.dtype), h.mT @ wq.astype(h.dtype)))
+    uq, uk, vtq, vtk, rq, rk, mu, m, k, ok = sylvester_factor_svd(w_q, w_k, damping, d)
     dc = d.astype(uq.dtype)
     dk = dc @ uk  # D U_K, d × d_h
     core = uq.mT @ dk  # U_Qᵀ D U_K, d_h × d_h
@@ -444,8 +662,8 @@ def sylvester_products(w_q, w_k, damping, d, solver):
     den = rq[..., :, None] ** 2 + rk[..., None, :] ** 2 + mu[..., None]
     hq = uq @ (core * safe_ratio(rk[..., None, :], den)) + col * safe_ratio(rk, rk * rk + mu)[..., None, :]
     hk = uk @ (core * safe_ratio(rq[..., :, None], den)).mT + row * safe_ratio(rq, rq * rq + mu)[..., None, :]
-    dq_out = jnp.where(ok, (hq @ vtk) / m[..., None], jnp.nan)
-    dk_out = jnp.where(ok, (hk @ vtq) / m[..., None], jnp.nan)
+    dq_out = jnp.where(ok, pow2_scale((hq @ vtk) / m[..., None], k), jnp.nan)
+    dk_out = jnp.where(ok, pow2_scale((hk @ vtq) / m[..., None], k), jnp.nan)
     return dq_out.astype(d.dtype), dk_out.astype(d.dtype)
 
 def sylvester_dense(w_q, w_k, damping, d):
@@ -465,14 +683,15 @@ def sylvester_dense(w_q, w_k, damping, d):
 def sylvester_gram(w_q, w_k, damping, r):
     """``X`` with ``(W_QᵀW_Q + λI) X + X (W_KᵀW_K + λI) = R`` (``d_h × d_h``, SPD coefficients).
 
-    Both Grams are diagonalized by one stacked eigh: ``X = V_Q [(V_Qᵀ R V_K) / (α_i + β_j)] V_Kᵀ``
-    with ``α = s_Q² e_Q``, ``β = s_K² e_K`` (scales of :func:`gram_eigh` taken out as ``m = max(s_Q, s_K)``);
-    a pair with ``α_i + β_j = 0`` (undamped rank-deficient partners) gets 0, the minimum-norm solution.
+    Both Grams are diagonalized by one stacked :func:`gram_eigh` (eigenvalues ``r² 4**-k``, from the SVD
+    of ``W`` when ill-conditioned): ``X = V_Q [(V_Qᵀ R V_K) / (α_i + β_j)] V_Kᵀ`` with ``α``, ``β`` in the
+    units of the larger factor (``4**-min(k_Q, k_K)``, applied to ``R`` exactly); a pair with
+    ``α_i + β_j = 0`` (undamped rank-deficient partners) gets 0, the minimum-norm solution.
     """
-    (aq, vq, sq), (ak, vk, sk) = gram_eigh_stacked((w_q, w_k), damping, "right")
-    m = jnp.maximum(sq, sk)
-    alpha, beta = aq * (sq / m)[..., 0] ** 2, ak * (sk / m)[..., 0] ** 2
-    rt = vq.mT @ (r.astype(vq.dtype) / m / m) @ vk
+    (aq, vq, kq), (ak, vk, kk) = gram_eigh_stacked((w_q, w_k), damping, "right")
+    km = jnp.minimum(kq, kk)
+    alpha, beta = pow2_scale(aq, (km - kq)[..., 0]) ** 2, pow2_scale(ak, (km - kk)[..., 0]) ** 2
+    rt = vq.mT @ pow2_scale(r.astype(vq.dtype), 2 * km) @ vk
     den = alpha[..., :, None] + beta[..., None, :]
     return (vq @ safe_ratio(rt, den) @ vk.mT).astype(r.dtype)
 
@@ -484,11 +703,24 @@ def block_right(x, blocks):
     return out.reshape(x.shape)
 
 def require_arrays(function, arrays):
-    """Each value must already be an array (``.shape``, ``.dtype``, ``.ndim``); the error names it."""
+    """Arrays (``.shape``, ``.dtype``, ``.ndim``) of one dtype, with no zero-size matrix dimension; errors name them.
+
+    The stored-layout entry points call this first: their adapters stack and concatenate the inputs,
+    which would promote mixed dtypes silently, and a width of 0 would hold 0 heads.
+    """
+    first = None
     for name, x in arrays.items():
         if not all(hasattr(x, a) for a in ("shape", "dtype", "ndim")):
             raise TypeError(f"{function}: {name} must be an array, got {type(x).__name__}; "
                             f"convert it with jnp.asarray({name})")
+        if x.ndim >= 2 and 0 in x.shape[-2:]:
+            raise ValueError(f"{function}: {name} has shape {tuple(x.shape)}, an empty matrix; both of its last "
+                             f"two dimensions must be at least 1")
+        if first is None:
+            first = name
+        elif x.dtype != arrays[first].dtype:
+            raise TypeError(f"{function}: {name} has dtype {x.dtype} but {first} has {arrays[first].dtype}; "
+                            f"cast all inputs to one dtype")
 
 def check_dense_damping(function, solver, damping, w_q, w_k, resolution=100):
     """Refuse ``solver="dense"`` when ``λ < 100·eps·max(‖W_Q‖_F², ‖W_K‖_F²)`` (concrete values only).
@@ -516,13 +748,18 @@ def check_dense_damping(function, solver, damping, w_q, w_k, resolution=100):
 
 @functools.partial(jax.jit, static_argnames=("msign",))
 def _horizontal_projection(W_Q, W_K, m_Q, m_K, eps, damping, msign, schedule):
+    valid = (damping >= 0)  # under an outer jit a bad scalar cannot be refused: NaN
+    (W_Q, W_K,), damping, _ = scale_group((W_Q, W_K,), damping, 1)
+    (m_Q, m_K,), _, k_2 = scale_group((m_Q, m_K,), None, 1)
     X = sylvester_gram(W_Q, W_K, damping, m_K.mT @ W_K - (W_Q.mT @ m_Q))
     m_Q_h = m_Q + W_Q @ X
     m_K_h = m_K - (W_K @ X.mT)
+    m_Q_h, lost_1 = pow2_unscale(m_Q_h, -(1 * k_2))
+    m_K_h, lost_2 = pow2_unscale(m_K_h, -(1 * k_2))
     m_Q_h = m_Q_h.astype(W_Q.dtype)
     m_K_h = m_K_h.astype(W_Q.dtype)
-    finite = all_finite((m_Q_h, m_K_h))  # a NaN/Inf input reaches every output computed from it
-    return nan_unless(finite, (m_Q_h, m_K_h)), finite
+    status = jnp.where(valid, output_status((m_Q_h, m_K_h), lost_1 | lost_2), 1)  # a NaN/Inf input reaches every output computed from it
+    return nan_unless(status == 0, (m_Q_h, m_K_h)), status
 
 
 def horizontal_projection(W_Q, W_K, m_Q, m_K, *, damping=0.0, check_finite=True):
@@ -541,12 +778,15 @@ def horizontal_projection(W_Q, W_K, m_Q, m_K, *, damping=0.0, check_finite=True)
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
     ValueError naming the input (outside an outer jit/vmap, where nothing can be raised: check the
     result with jnp.isfinite there). Undamped rank-deficient partners give the minimum-norm update
-    (pseudo-inverse roots); use damping > 0 to regularize.
+    (pseudo-inverse roots, cut where a singular value of [W; √λ I] is at most max(d, d_h)·eps·σ_max;
+    ill-conditioned partners get roots from the SVD of W, accurate to about eps·cond(W)); use
+    damping > 0 to regularize. Results are right at any input scale while they and the Gram roots
+    are representable; an overflow or an underflow (below tiny/(16 eps)) raises a ValueError.
     """
     validate_inputs('horizontal_projection', {'W_Q': ('d', 'd_h'), 'W_K': ('d', 'd_h'), 'm_Q': ('d', 'd_h'), 'm_K': ('d', 'd_h')},
                     {'W_Q': W_Q, 'W_K': W_K, 'm_Q': m_Q, 'm_K': m_K},
                     0.0, damping, 'svd', ())
-    outputs, finite = _horizontal_projection(W_Q, W_K, m_Q, m_K, 0.0, damping, 'svd', None)
+    outputs, status = _horizontal_projection(W_Q, W_K, m_Q, m_K, 0.0, real_scalar(damping), 'svd', None)
     if check_finite:
-        raise_if_not_finite('horizontal_projection', finite, {'W_Q': W_Q, 'W_K': W_K, 'm_Q': m_Q, 'm_K': m_K})
+        raise_if_not_finite('horizontal_projection', status, {'W_Q': W_Q, 'W_K': W_K, 'm_Q': m_Q, 'm_K': m_K})
     return outputs
