@@ -83,7 +83,7 @@ def test_every_scalar_and_argmin_prints_for_every_target(expr):
     ref = np.asarray(evaluate(expr, {A: values["A"], B: values["B"], beta: 0.7}), dtype=float)
     np_ns = {"np": np, "msign_svd": numpy_kernels.msign_svd}
     jax_ns = {"jnp": jnp, "compute_dtype": jax_kernels.compute_dtype, "spectral_sign": jax_kernels.spectral_sign,
-              "msign": "svd", "schedule": ()}
+              "unit_scale": jax_kernels.unit_scale, "msign": "svd", "schedule": ()}
     assert np.allclose(_run(NumpyPrinter, expr, values, np_ns), ref, atol=1e-12)
     assert np.allclose(_run(JaxPrinter, expr, values, jax_ns), ref, atol=1e-10)
     assert sstr(expr) and latex(expr)
