@@ -97,7 +97,8 @@ def test_the_adapters_are_printed_from_the_reduction_steps():
     key = gqa.emitted_functions()[1]
     assert layouts_of(key) == [gqa.KEY_LAYOUT]
     text = render(gqa.rule_module(), "jax")
-    assert "W_Qbar = heads.reshape(*heads.shape[:-3], -1, group * heads.shape[-2], heads.shape[-1])" in text
+    assert ("W_Qbar = heads.reshape(*heads.shape[:-3], heads.shape[-3] // group, group * heads.shape[-2], "
+            "heads.shape[-1])") in text
     assert "(gqa.key step 1, Lemma K)" in " ".join(text.split())
     ov = render(hybrid_ov.rule_module(), "jax")
     assert "jnp.repeat(split_heads(jnp.asarray(W_V).mT, head_dim), group, axis=-3)" in ov  # blockdiag(W_{V,g(h)}ᵀ)
