@@ -14,7 +14,7 @@ import time
 
 from coeffsearch.certify import certify
 from coeffsearch.minimax import greedy_schedule
-from derivations.stdout import OneLineParser, stdout_closed
+from derivations.commandline import OneLineParser, stdout_closed
 
 MAX_REPEATS = 100  # about 2 s per repeat
 

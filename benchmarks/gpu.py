@@ -52,7 +52,7 @@ def ns_throughput(batch, m, n, dtype):
 
 
 def main(argv=None) -> int:
-    from derivations.stdout import stdout_closed  # >&-: one line and exit 2, not a silent run
+    from derivations.commandline import stdout_closed  # >&-: one line and exit 2, not a silent run
     if stdout_closed("benchmarks.gpu"):
         return 2
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n\n")[0])
@@ -61,8 +61,8 @@ def main(argv=None) -> int:
     dev = jax.devices()[0]
     small = args.small or dev.platform == "cpu"
     if dev.platform == "cpu":
-        from numerics.lapack_threads import lapack_threads
-        lapack_threads(1)  # as benchmarks.step does (see numerics.lapack_threads)
+        from numerics.kernels.lapack_threads import lapack_threads
+        lapack_threads(1)  # as benchmarks.step does (see numerics.kernels.lapack_threads)
     t0 = time.perf_counter()
     print(f"device: {dev.device_kind} ({dev.platform}), {len(jax.devices())} device(s), small={small}", flush=True)
 
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
 
     import coeffsearch
     from benchmarks import gram_roots as gr
-    from numerics.gram_roots import DEFAULT_SCHEDULE, gram_inv_sqrt
+    from numerics.kernels.gram_roots import DEFAULT_SCHEDULE, gram_inv_sqrt
     sched = tuple(coeffsearch.resolve(DEFAULT_SCHEDULE).as_floats())
     h, d, dh = (4, 256, 32) if small else gr.SHAPES["llama3"]
     w64 = np.random.default_rng(0).standard_normal((h, d, dh)) / np.sqrt(d)

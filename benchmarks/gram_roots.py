@@ -22,7 +22,7 @@ import numpy as np
 import coeffsearch
 from benchmarks.interleave import interleaved
 from coeffsearch.certify import certify
-from numerics.gram_roots import CERTIFIED_LOWER, DEFAULT_SCHEDULE, certified_lower, gram_inv_sqrt
+from numerics.kernels.gram_roots import CERTIFIED_LOWER, DEFAULT_SCHEDULE, certified_lower, gram_inv_sqrt
 
 SHAPES = {"gpt2": (12, 768, 64), "llama3": (32, 4096, 128)}
 DAMPING = 1e-2
@@ -46,7 +46,7 @@ def rel(a, b):
 
 
 def main(argv=None) -> int:
-    from derivations.stdout import stdout_closed  # >&-: one line and exit 2, not a silent run
+    from derivations.commandline import stdout_closed  # >&-: one line and exit 2, not a silent run
     if stdout_closed("benchmarks.gram_roots"):
         return 2
     p = argparse.ArgumentParser(prog="python -m benchmarks.gram_roots", description=__doc__.split("\n\n")[0])

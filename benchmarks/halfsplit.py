@@ -31,7 +31,7 @@ import coeffsearch
 from benchmarks.interleave import interleaved, paired_ratio
 from derivations import halfsplit
 from derivations.cli import render
-from numerics.lapack_threads import lapack_threads
+from numerics.kernels.lapack_threads import lapack_threads
 
 
 @functools.partial(jax.jit, static_argnames=("coeffs", "tall"))
@@ -96,7 +96,7 @@ def run(repeats: int, dtype, configs) -> float:
 
 
 def main(argv=None) -> int:
-    from derivations.stdout import stdout_closed  # >&-: one line and exit 2, not a silent run
+    from derivations.commandline import stdout_closed  # >&-: one line and exit 2, not a silent run
     if stdout_closed("benchmarks.halfsplit"):
         return 2
     p = argparse.ArgumentParser(prog="python -m benchmarks.halfsplit", description=__doc__.split("\n\n")[0])
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     p.add_argument("--heads-4096", type=int, default=1, help="heads in the d = 4096 configuration (default 1)")
     p.add_argument("--lapack-threads", type=int, default=1,
                    help="OpenBLAS threads for jaxlib's CPU eigh, both implementations (default 1; 0 leaves the "
-                        "library default; see numerics.lapack_threads)")
+                        "library default; see numerics.kernels.lapack_threads)")
     args = p.parse_args(argv)
     if args.repeats < 1 or args.heads_4096 < 1 or args.lapack_threads < 0:
         p.error("--repeats and --heads-4096 must be >= 1, --lapack-threads >= 0")

@@ -25,8 +25,8 @@ import optax
 from threadpoolctl import threadpool_info
 
 from benchmarks.interleave import interleaved, paired_ratio
-from derivations.stdout import OneLineParser
-from numerics.lapack_threads import lapack_threads
+from derivations.commandline import OneLineParser
+from numerics.kernels.lapack_threads import lapack_threads
 from numerics.optimizer import OVPair, QKPair, compositional_muon, resolve_schedule
 
 SHAPES = {"gpt2": (768, 12, 12, 64), "llama3": (4096, 32, 8, 128)}
@@ -91,7 +91,7 @@ def measure(name, repeats, dtype):
 
 
 def main(argv=None) -> int:
-    from derivations.stdout import stdout_closed  # >&-: one line and exit 2, not a silent run
+    from derivations.commandline import stdout_closed  # >&-: one line and exit 2, not a silent run
     if stdout_closed("benchmarks.step"):
         return 2
     p = OneLineParser(prog="python -m benchmarks.step", description=__doc__.split("\n\n")[0])
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--lapack-threads", type=int, default=1,
                    help="OpenBLAS threads for jaxlib's CPU eigh (default 1; 0 leaves the library default; "
-                        "see numerics.lapack_threads)")
+                        "see numerics.kernels.lapack_threads)")
     args = p.parse_args(argv)
     names = [s.strip() for s in args.shapes.split(",") if s.strip()]
     bad = [s for s in names if s not in SHAPES]

@@ -21,7 +21,7 @@ import scipy.linalg
 
 jax.config.update("jax_enable_x64", True)
 
-from numerics import jax_kernels as K
+from numerics.kernels import jax_kernels as K
 
 
 def _median(fn, repeats):
@@ -35,7 +35,7 @@ def _median(fn, repeats):
 
 
 def main(argv=None) -> int:
-    from derivations.stdout import stdout_closed  # >&-: one line and exit 2, not a silent run
+    from derivations.commandline import stdout_closed  # >&-: one line and exit 2, not a silent run
     if stdout_closed("benchmarks.sylvester"):
         return 2
     p = argparse.ArgumentParser(prog="python -m benchmarks.sylvester", description=__doc__.split("\n\n")[0])

@@ -9,6 +9,6 @@
 Command line: ``python -m coeffsearch --help``.
 """
 
-from .registry import DEFAULT, Schedule, get, names, register, resolve
+from coeffsearch.registry import DEFAULT, Schedule, get, names, register, resolve
 
 __all__ = ["DEFAULT", "Schedule", "get", "names", "register", "resolve"]

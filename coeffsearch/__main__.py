@@ -11,8 +11,8 @@ import sys
 
 import mpmath
 
-from . import registry
-from .polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleError
+from coeffsearch import registry
+from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleError
 
 #: upper bounds on what sizes the work (each refused above with one line, exit 2; stated in --help)
 MAX_DEGREE = 15  # minimax --degree: one greedy step at degree 15 and 200 digits takes about 2 s (31: 14 s)
@@ -209,7 +209,7 @@ def cmd_minimax(a):
     if a.degree % 2 == 0:
         raise UsageError(f"argument --degree: must be odd, got {a.degree}")
     _check_interval(a.lower, a.upper)
-    from .minimax import greedy_schedule
+    from coeffsearch.minimax import greedy_schedule
     with _progress(a.steps, "minimax") as bar:
         try:
             doc = greedy_schedule(a.lower, a.steps, a.degree, a.cushion, a.safety, a.upper, a.dps, progress=bar)
@@ -234,12 +234,12 @@ def cmd_minimax(a):
 
 
 def cmd_band(a):
-    from .band import max_slope, narrowest_band
+    from coeffsearch.band import max_slope, narrowest_band
     _check_interval(a.lower, a.upper)
     if (a.band is None) == (a.slope is None):
         raise UsageError("give exactly one of --band LO HI (maximize the slope) or --slope A (narrowest band)")
     muon = (3.4445, -4.7750, 2.0315)
-    from .band import image
+    from coeffsearch.band import image
     m_lo, m_hi = image(muon, float(a.lower), float(a.upper), a.steps)
     with _progress(None, "band search") as bar:
         if a.band is not None:
@@ -285,7 +285,7 @@ def _steps_for(steps, n):
 
 
 def cmd_certify(a):
-    from .certify import Certificate, CertificateError, CertificateFormatError, certify, recheck
+    from coeffsearch.certify import Certificate, CertificateError, CertificateFormatError, certify, recheck
     name, steps, design_lower, raw = resolve(a.schedule)
     if raw is not None and a.lower is None and a.steps is None:
         try:  # malformed: one line per bad field, exit 2; well-formed but wrong: FAILED, exit 1
@@ -322,7 +322,7 @@ def cmd_certify(a):
 
 
 def cmd_validate(a):
-    from .validate import DTYPES, check_size, format_rows, parse_shape, validate
+    from coeffsearch.validate import DTYPES, check_size, format_rows, parse_shape, validate
     try:
         shape = parse_shape(a.shape)
         check_size(shape, a.batch)
@@ -338,7 +338,7 @@ def cmd_validate(a):
 
 
 def cmd_compare(a):
-    from .compare import compare_rows, format_compare, plot
+    from coeffsearch.compare import compare_rows, format_compare, plot
     _check_interval(a.lower, a.upper)
     if a.plot and (not a.plot.lower().endswith(".png") or os.path.isdir(a.plot)):
         raise UsageError(f"argument --plot: must name a .png file (it is written to exactly that path), got {a.plot!a}")

@@ -27,7 +27,7 @@ from functools import cache
 import mpmath
 from mpmath import iv
 
-from .polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, NAME_PATTERN, odd_eval
+from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, NAME_PATTERN, odd_eval
 
 DEFAULT_PREC = 200  # bits (about 60 digits)
 BOUNDED = mpmath.mpf("1.5")  # "still converges": the final image stays inside (0, BOUNDED]
@@ -340,7 +340,7 @@ def _differences(old, new, where=""):
 def _check_name(cert: Certificate):
     """A certificate named after a published schedule must state that schedule's coefficients
     (its first steps, or one polynomial repeated): a label cannot be moved to other coefficients."""
-    from . import registry
+    from coeffsearch import registry
     try:
         published = registry.get(cert.name).published
     except KeyError:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import mpmath
 
-from .polynomial import DEFAULT_DPS, ScheduleDoc, odd_derivative, odd_eval, to_decimal
+from coeffsearch.polynomial import DEFAULT_DPS, ScheduleDoc, odd_derivative, odd_eval, to_decimal
 
 #: above this l/u the levelled system is singular to working precision; PE uses the limit polynomial
 NEAR_ONE = mpmath.mpf("5e-6")

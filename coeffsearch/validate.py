@@ -16,9 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from numerics.spectra import with_singular_values
-
-from .certify import certify
+from coeffsearch.certify import certify
+from numerics.kernels.spectra import with_singular_values
 
 ROUNDING_ULPS = 8
 DTYPES = ("float64", "float32", "bfloat16")
@@ -123,7 +122,7 @@ def validate(steps, dtypes=DTYPES, shape=(256, 512), lower: float = 1e-3, batch:
     import jax
     import jax.numpy as jnp
 
-    from numerics.jax_kernels import newton_schulz
+    from numerics.kernels.jax_kernels import newton_schulz
 
     jax.config.update("jax_enable_x64", True)
     rng = np.random.default_rng(seed)

@@ -9,34 +9,42 @@ Public surface:
 * :func:`derive` — a checked derivation found by best-first search over the lemmas
   (:class:`SearchFailed` says where each branch stopped);
 * norm families — :data:`FAMILIES` (operator, Frobenius, nuclear, max-abs, RMS→RMS), each solved
-  through its dual norm (:mod:`derivations.norms`);
+  through its dual norm (:mod:`derivations.engine.norms`);
 * lemma objects — :class:`Lemma` (statement, side conditions, rewrite, self-check), :class:`NotApplicable`;
 * emission — :class:`RuleModule` (what ``python -m derivations.<rule>`` runs), :class:`EmittedFunction`
   (one public function of an emitted module), :func:`render` (``--emit jax|numpy|latex|text`` as text);
 * rule modules — :mod:`derivations.halfsplit` (``python -m derivations.halfsplit --help``).
 """
 
-from .engine import Context, Derivation, DerivationError, Problem, Solution, StepCheckFailed, identity_chain
-from .vocabulary import (
-                         FactMatrix,
-                         GramInvSqrt,
-                         GramSqrt,
-                         Inner,
-                         IsotropicScale,
-                         Msign,
-                         NuclearNorm,
-                         OpNorm,
-                         PolarFactor,
-                         Projector,
+from derivations.engine.derivation import (
+    Context,
+    Derivation,
+    DerivationError,
+    Problem,
+    Solution,
+    StepCheckFailed,
+    identity_chain,
+)
+from derivations.engine.vocabulary import (
+    FactMatrix,
+    GramInvSqrt,
+    GramSqrt,
+    Inner,
+    IsotropicScale,
+    Msign,
+    NuclearNorm,
+    OpNorm,
+    PolarFactor,
+    Projector,
 )
 
 __all__ = ["Context", "Derivation", "DerivationError", "FactMatrix", "GramInvSqrt", "GramSqrt", "Inner",
            "IsotropicScale", "Msign", "NuclearNorm", "OpNorm", "PolarFactor", "Problem", "Projector",
            "Solution", "StepCheckFailed", "identity_chain"]
 
-from .lemmas import Lemma, NotApplicable
-from .norms import FAMILIES, NormFamily
-from .search import SearchFailed, derive
+from derivations.engine.norms import FAMILIES, NormFamily
+from derivations.engine.search import SearchFailed, derive
+from derivations.lemmas import Lemma, NotApplicable
 
 __all__ += ["FAMILIES", "EmittedFunction", "Lemma", "NormFamily", "NotApplicable", "RuleModule", "SearchFailed",
             "derive", "render"]

@@ -36,12 +36,21 @@ from sympy import Basic, Rational, sympify
 from sympy.core.sympify import _sympify
 from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, Transpose, ZeroMatrix
 
-from . import lemmas as L
-from .algebra import product, tidy, total, transpose
-from .engine import Context, DerivationError, identity_chain
-from .evaluate import InstanceSampler
-from .lemmas.base import _SMALL, Lemma, NotApplicable, _fresh, _m, _n, _tall, rewrite_nodes
-from .vocabulary import FULL_COLUMN_RANK, SPD, SYMMETRIC, FactMatrix, GramInvSqrt, GramSqrt, _Derived, dimension
+from derivations import lemmas as L
+from derivations.engine.algebra import product, tidy, total, transpose
+from derivations.engine.derivation import Context, DerivationError, identity_chain
+from derivations.engine.evaluate import InstanceSampler
+from derivations.engine.vocabulary import (
+    FULL_COLUMN_RANK,
+    SPD,
+    SYMMETRIC,
+    FactMatrix,
+    GramInvSqrt,
+    GramSqrt,
+    _Derived,
+    dimension,
+)
+from derivations.lemmas.base import _SMALL, Lemma, NotApplicable, _fresh, _m, _n, _tall, rewrite_nodes
 
 #: the split of an exponent into two equal halves (``X^p = X^{p·HALF} X^{p·HALF}``)
 HALF = Rational(1, 2)
@@ -528,7 +537,7 @@ def measurements(rng):
     """Gram gap and product change of the derived balanced pair on one random unbalanced instance."""
     import numpy as np
 
-    from .evaluate import evaluate_on
+    from derivations.engine.evaluate import evaluate_on
     w_q, w_k = 4 * rng.standard_normal((9, 3)), rng.standard_normal((9, 3)) / 4
     values = {"W_Q": w_q, "W_K": w_k}
     q, k = (evaluate_on(x, values) for x in balanced_factors())
@@ -540,7 +549,7 @@ def measurements(rng):
 
 
 def emitted_functions():
-    from .printing.codegen import DerivedOutput, EmittedFunction
+    from derivations.printing.codegen import DerivedOutput, EmittedFunction
     q, k = balanced_factors()
     related = [congruence(), whitening(), riccati(), factor(), inverse_transpose(), product_kept()]
     return [EmittedFunction(
@@ -554,7 +563,7 @@ def emitted_functions():
 
 
 def rule_module():
-    from .cli import RuleModule
+    from derivations.cli import RuleModule
     return RuleModule(name="balance", title="Balancing gauge of the QK factorization",
                       derivations=derivations, functions=emitted_functions, scalars={}, measurements=measurements,
                       description=__doc__.split("\n\n")[0],
@@ -564,5 +573,5 @@ def rule_module():
 if __name__ == "__main__":
     import sys
 
-    from .cli import main
+    from derivations.cli import main
     sys.exit(main(rule_module()))

@@ -1,6 +1,6 @@
 """Classic results that hand derivations about Muon-style optimizers lean on, each a checked derivation.
 
-Every classic is one or more derivations of the engine (:mod:`derivations.engine`): a start, a chain
+Every classic is one or more derivations of the engine (:mod:`derivations.engine.derivation`): a start, a chain
 of steps that each apply a named lemma (:mod:`derivations.lemmas.spectral` and the other families)
 with its side conditions, and every step checked on random instances in float64 and in mpmath at
 50 digits. Bound steps (``rank(A B) ≤ rank(A)``) are checked as inequalities, ``before ≤ after``.
@@ -40,9 +40,11 @@ import numpy as np
 from sympy import Eq, solve
 from sympy.matrices.expressions import MatrixSymbol
 
-from . import lemmas as L
-from .algebra import product, transpose
-from .engine import (
+from derivations import lemmas as L
+from derivations.commandline import OneLineParser, write_result
+from derivations.crosscheck.formula import parse
+from derivations.engine.algebra import product, transpose
+from derivations.engine.derivation import (
     FLOAT64_TOL,
     MPMATH_DPS,
     MPMATH_TOL,
@@ -52,12 +54,10 @@ from .engine import (
     StepCheckFailed,
     identity_chain,
 )
-from .evaluate import evaluate
-from .formula import parse
-from .lemmas import spectral as S
-from .norms import UNITARY_INVARIANCE, FrobeniusNorm
-from .stdout import OneLineParser, write_result
-from .vocabulary import FULL_COLUMN_RANK, FactMatrix, OpNorm, dimension, positive_symbol
+from derivations.engine.evaluate import evaluate
+from derivations.engine.norms import UNITARY_INVARIANCE, FrobeniusNorm
+from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix, OpNorm, dimension, positive_symbol
+from derivations.lemmas import spectral as S
 
 DPS = MPMATH_DPS
 
@@ -80,7 +80,7 @@ class ClassicDerivation(Derivation):
     def _instance_errors(self, step, sampler, rng, backend):
         if step.kind != "bound":
             return super()._instance_errors(step, sampler, rng, backend)
-        from .engine import _Failure
+        from derivations.engine.derivation import _Failure
         try:
             env = sampler.sample(rng, L.base.free_symbols(*step.before.parts(), *step.after.parts()), backend)
             worst = 0.0
@@ -234,7 +234,7 @@ def build_eckart_young(norm: str = "op", plant=None) -> ClassicDerivation:
     """``‖A − A_r‖_op = σ_{r+1}`` (``norm="op"``) or ``‖A − A_r‖_F = (Σ_{i>r} σ_i²)^{1/2}`` (``"frobenius"``)."""
     a = FactMatrix("A", m, n, [FULL_COLUMN_RANK])
     diff = product(-1, S.TruncatedSvd(a, r))
-    from .algebra import total
+    from derivations.engine.algebra import total
     err = (OpNorm if norm == "op" else FrobeniusNorm)(total(a, diff))
     ctx = Context(check_dims=[{m: 6, n: 4, r: 2}, {m: 7, n: 5, r: 3}, {m: 5, n: 5, r: 2}],
                   mpmath_dims={m: 5, n: 4, r: 2})
@@ -327,8 +327,8 @@ def lora_fraction() -> ClassicDerivation:
 
 def llama_example(rank: int = 16) -> int:
     """Trainable parameters of rank-``rank`` LoRA on ``W_Q`` and ``W_V`` of every layer of Llama-3-8B, from the
-    derived count evaluated at the shapes of :mod:`derivations.params`."""
-    from .params import Shape, tensors
+    derived count evaluated at the shapes of :mod:`derivations.crosscheck.params`."""
+    from derivations.crosscheck.params import Shape, tensors
     shapes = {t.name: t.shape for t in tensors(Shape(4096, 32, 128256, 14336, 32, 8, 128))}
     count = lora().formula
     per_layer = sum(int(count.subs({d_out: shapes[w][0], d_in: shapes[w][1], r: rank})) for w in ("W_Q", "W_V"))

@@ -14,15 +14,14 @@ import numpy as np
 
 import coeffsearch
 from coeffsearch.polynomial import MAX_SCHEDULE_STEPS
-
-from .engine import DerivationError, StepCheckFailed
-from .lemmas import ALL_LEMMAS
-from .printing.codegen import UnsafeText, lemmas_used
-from .printing.jax_printer import emit_jax
-from .printing.latex import document_latex
-from .printing.numpy_printer import emit_numpy
-from .printing.text import derivation_text, lemma_text
-from .stdout import STDOUT_CLOSED, write_result
+from derivations.commandline import STDOUT_CLOSED, write_result
+from derivations.engine.derivation import DerivationError, StepCheckFailed
+from derivations.lemmas import ALL_LEMMAS
+from derivations.printing.codegen import UnsafeText, lemmas_used
+from derivations.printing.jax_printer import emit_jax
+from derivations.printing.latex import document_latex
+from derivations.printing.numpy_printer import emit_numpy
+from derivations.printing.text import derivation_text, lemma_text
 
 EMIT_TARGETS = ("jax", "numpy", "latex", "text")
 #: the most random instances per size that ``--check --trials`` runs (about 0.2 s each for halfsplit)
@@ -203,6 +202,9 @@ def main(rule: RuleModule, argv=None) -> int:
                 sys.stderr.write(f"{prog}: check failed: {message}\n")
             text = json.dumps(table, indent=2) + "\n" if args.json else format_table(table)
             return _write(prog, text, args.out, 0 if table["ok"] else 1)
+        if args.emit in ("jax", "numpy") and not rule.functions():
+            raise UsageError(f"--emit {args.emit}: {rule.name} emits no functions (its derivations are checked with "
+                             "--check and printed with --emit text|latex)")
         try:
             text = render(rule, args.emit, args.msign, args.schedule)
         except (StepCheckFailed, DerivationError) as exc:  # never emit what did not check

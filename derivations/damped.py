@@ -23,11 +23,11 @@ from functools import cache
 
 from sympy.matrices.expressions import MatrixSymbol
 
-from . import halfsplit as H
-from . import lemmas as L
-from .algebra import product, transpose, with_damping
-from .engine import Context, Derivation, Problem
-from .vocabulary import GramSqrt, Inner, OpNorm, positive_symbol
+from derivations import halfsplit as H
+from derivations import lemmas as L
+from derivations.engine.algebra import product, transpose, with_damping
+from derivations.engine.derivation import Context, Derivation, Problem
+from derivations.engine.vocabulary import GramSqrt, Inner, OpNorm, positive_symbol
 
 lam = positive_symbol("lambda")
 
@@ -98,7 +98,7 @@ def measurements(rng):
     """The damped query update on random instances: whitened norm (= ε/2) and product norm (≤ ε/2)."""
     import numpy as np
 
-    from .evaluate import evaluate_on
+    from derivations.engine.evaluate import evaluate_on
     out = []
     for damping in (1e-3, 1e-1, 10.0):
         worst_whitened, worst_product = 0.0, 0.0
@@ -115,7 +115,7 @@ def measurements(rng):
 
 
 def rule_module():
-    from .cli import RuleModule
+    from derivations.cli import RuleModule
     return RuleModule(name="damped", title="Damped half-split rules as exact solutions of their own problems",
                       derivations=derivations, functions=list, scalars={H.eps: "eps", lam: "damping"},
                       measurements=measurements, description=__doc__.split("\n\n")[0],
@@ -125,5 +125,5 @@ def rule_module():
 if __name__ == "__main__":
     import sys
 
-    from .cli import main
+    from derivations.cli import main
     sys.exit(main(rule_module()))

@@ -20,10 +20,10 @@ from functools import cache
 from sympy import Rational
 from sympy.matrices.expressions import MatrixSymbol
 
-from . import lemmas as L
-from .algebra import product, total, transpose
-from .engine import Context, Derivation, Problem, identity_chain
-from .vocabulary import (
+from derivations import lemmas as L
+from derivations.engine.algebra import product, total, transpose
+from derivations.engine.derivation import Context, Derivation, Problem, identity_chain
+from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     ISOTROPIC_COLUMNS,
     FactMatrix,
@@ -166,7 +166,7 @@ def derivations() -> list[Derivation]:
 # ---- emission ------------------------------------------------------------------------------
 def emitted_functions():
     """The public functions of the emitted modules."""
-    from .printing.codegen import EmittedFunction
+    from derivations.printing.codegen import EmittedFunction
     return [
         EmittedFunction("halfsplit_qk", "Half-split QK update of Compositional Muon",
                         [W_Q, W_K, G_Q, G_K], [("dW_Q", query_side()), ("dW_K", key_side())],
@@ -187,9 +187,8 @@ def measurements(rng):
     """How far the isotropic approximation is from the exact rule, by partner condition number."""
     import numpy as np
 
-    from numerics.spectra import log_spaced_spectrum, with_singular_values
-
-    from .evaluate import evaluate_on
+    from derivations.engine.evaluate import evaluate_on
+    from numerics.kernels.spectra import log_spaced_spectrum, with_singular_values
     out = []
     for cond in (1.0, 2.0, 10.0, 100.0):
         worst = 0.0
@@ -204,7 +203,7 @@ def measurements(rng):
 
 
 def rule_module():
-    from .cli import RuleModule
+    from derivations.cli import RuleModule
     return RuleModule(
         name="halfsplit", title="Half-split QK rule of Compositional Muon",
         derivations=derivations, functions=emitted_functions, scalars={eps: "eps"},
@@ -218,5 +217,5 @@ def rule_module():
 if __name__ == "__main__":
     import sys
 
-    from .cli import main
+    from derivations.cli import main
     sys.exit(main(rule_module()))

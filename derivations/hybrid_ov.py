@@ -24,12 +24,12 @@ from functools import cache
 from sympy import Rational
 from sympy.matrices.expressions import MatrixSymbol
 
-from . import halfsplit
-from . import lemmas as L
-from .block_whitened import block_roots as block_roots_of
-from .block_whitened import block_whitened
-from .engine import Context
-from .vocabulary import BLOCK_DIAGONAL, FULL_COLUMN_RANK, FactMatrix, dimension
+from derivations import halfsplit
+from derivations import lemmas as L
+from derivations.block_whitened import block_roots as block_roots_of
+from derivations.block_whitened import block_whitened
+from derivations.engine.derivation import Context
+from derivations.engine.vocabulary import BLOCK_DIAGONAL, FULL_COLUMN_RANK, FactMatrix, dimension
 
 d, m, n = dimension("d"), dimension("m"), dimension("n")  # m = H d_h, n = H d
 eps = halfsplit.eps
@@ -48,7 +48,7 @@ RESTRICTION_NOTE = "restrict to all heads side by side: max_h ‖ΔW_{O,h} W_{V,
 
 
 def _o_layout():
-    from . import gqa
+    from derivations import gqa
     #: P_V's blocks: the value heads W_{V,g}ᵀ of W_V (H_kv·d_h, d), each repeated over its group of output heads
     return L.HeadLayout("P_V", "W_V", "diagonal", gqa.group, head_axis="rows", transposed=True)
 
@@ -78,13 +78,13 @@ def block_roots():
 
 
 def derivations():
-    from . import gqa
+    from derivations import gqa
     return [halfsplit.value_side(), o_side(), block_roots(), gqa.value_side()]
 
 
 def emitted_functions():
-    from . import gqa
-    from .printing.codegen import EmittedFunction
+    from derivations import gqa
+    from derivations.printing.codegen import EmittedFunction
     return [
         EmittedFunction("hybrid_o", "Global O update of the hybrid OV rule (core)", [P, G_O], [("dW_O", o_side())],
                         ["P_V = blockdiag(W_{V,h}ᵀ): the JAX module takes its blocks (..., H, d, d_h), the NumPy reference the dense matrix."],
@@ -100,7 +100,7 @@ def adapter():
     """The stored-layout entry point ``hybrid_ov``, printed from the reduction steps of :func:`o_side`
     (value heads as diagonal blocks, repeated over each group) and of :func:`derivations.gqa.value_side`
     (a group's output heads stacked row-wise)."""
-    from .printing.layout import Adapter
+    from derivations.printing.layout import Adapter
     o_fn, _, value_fn = emitted_functions()
     return Adapter("gqa_ov_layout", "hybrid_ov",
                    "Stored OV layouts with H_kv value heads → O side (one global sign) and shared V side.",
@@ -114,12 +114,12 @@ def adapter():
 
 
 def jax_extra():
-    from .printing.layout import adapter_source
+    from derivations.printing.layout import adapter_source
     return adapter_source(adapter())
 
 
 def rule_module():
-    from .cli import RuleModule
+    from derivations.cli import RuleModule
     return RuleModule(name="hybrid_ov", title="Hybrid OV rule of Compositional Muon", derivations=derivations,
                       functions=emitted_functions, scalars={eps: "eps"}, description=__doc__.split("\n\n")[0],
                       jax_extra=jax_extra,
@@ -130,5 +130,5 @@ def rule_module():
 if __name__ == "__main__":
     import sys
 
-    from .cli import main
+    from derivations.cli import main
     sys.exit(main(rule_module()))

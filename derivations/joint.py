@@ -29,14 +29,13 @@ from functools import cache
 from sympy import Rational
 from sympy.matrices.expressions import Identity, MatrixSymbol
 
-from . import halfsplit
-from . import lemmas as L
-from .algebra import product, total, transpose
-from .block_whitened import block_roots as block_roots_of
-from .block_whitened import block_whitened
-from .engine import Context, Derivation, Problem, identity_chain
-from .lemmas.blocks import ColumnBlock, HeadLayout
-from .vocabulary import (
+from derivations import halfsplit
+from derivations import lemmas as L
+from derivations.block_whitened import block_roots as block_roots_of
+from derivations.block_whitened import block_whitened
+from derivations.engine.algebra import product, total, transpose
+from derivations.engine.derivation import Context, Derivation, Problem, identity_chain
+from derivations.engine.vocabulary import (
     BLOCK_DIAGONAL,
     FULL_COLUMN_RANK,
     BlockDiag,
@@ -48,6 +47,7 @@ from .vocabulary import (
     Projector,
     dimension,
 )
+from derivations.lemmas.blocks import ColumnBlock, HeadLayout
 
 d, d_h = halfsplit.d, halfsplit.d_h
 m, n = dimension("m"), dimension("n")  # m = 2 d_h, n = 2 d (separate symbols: smaller symbolic checks)
@@ -145,9 +145,8 @@ def measurements(rng):
     import numpy as np
     import scipy.linalg
 
-    from numerics.numpy_kernels import gram_eigh, psd_power
-
-    from .evaluate import evaluate_on
+    from derivations.engine.evaluate import evaluate_on
+    from numerics.kernels.numpy_kernels import gram_eigh, psd_power
     out = []
     for label, orthogonal in (("generic gradients", False), ("orthogonal whitened column spaces", True)):
         wq, wk = rng.standard_normal((30, 4)), rng.standard_normal((30, 4))
@@ -166,7 +165,7 @@ def measurements(rng):
 
 
 def emitted_functions():
-    from .printing.codegen import EmittedFunction
+    from derivations.printing.codegen import EmittedFunction
     return [EmittedFunction(
         "joint_whitened", "Block-whitened steepest descent (the joint rule's core)", [P, G],
         [("Delta", joint())],
@@ -176,7 +175,7 @@ def emitted_functions():
 
 def adapter():
     """The stored-layout entry point ``joint_qk``, printed from the concatenation step of :func:`joint`."""
-    from .printing.layout import Adapter
+    from derivations.printing.layout import Adapter
     return Adapter("joint_layout", "joint_qk",
                    "``(W_Q, W_K, G_Q, G_K)`` → one block-whitened call → ``(ΔW_Q, ΔW_K)``.",
                    {"W_Q": "columns", "W_K": "columns", "G_Q": "columns", "G_K": "columns"},
@@ -187,12 +186,12 @@ def adapter():
 
 
 def jax_extra():
-    from .printing.layout import adapter_source
+    from derivations.printing.layout import adapter_source
     return adapter_source(adapter())
 
 
 def rule_module():
-    from .cli import RuleModule
+    from derivations.cli import RuleModule
     return RuleModule(name="joint", title="Joint-whitened QK rule of Compositional Muon", derivations=derivations,
                       functions=emitted_functions, scalars={eps: "eps"}, measurements=measurements,
                       description=__doc__.split("\n\n")[0], jax_extra=jax_extra,
@@ -203,5 +202,5 @@ def rule_module():
 if __name__ == "__main__":
     import sys
 
-    from .cli import main
+    from derivations.cli import main
     sys.exit(main(rule_module()))

@@ -20,11 +20,11 @@ from functools import cache
 from sympy import Add
 from sympy.matrices.expressions import MatrixSymbol
 
-from . import gauge as G
-from .algebra import product, total
-from .engine import identity_chain
-from .sylvester import sylvester_operator
-from .vocabulary import RegularizedSylvester
+from derivations import gauge_directions as G
+from derivations.engine.algebra import product, total
+from derivations.engine.derivation import identity_chain
+from derivations.engine.vocabulary import RegularizedSylvester
+from derivations.sylvester import sylvester_operator
 
 X = MatrixSymbol("X", G.d_h, G.d_h)
 
@@ -69,7 +69,7 @@ def least_squares_projection(w_q, w_k, m_q, m_k):
     """``m + V(A*)`` with ``A* = argmin ‖m + V(A)‖_F²`` by dense least squares on vectorized ``V``."""
     import numpy as np
 
-    from .evaluate import evaluate_on
+    from derivations.engine.evaluate import evaluate_on
     k = w_q.shape[1]
     cols = []
     for idx in range(k * k):
@@ -87,7 +87,7 @@ def least_squares_projection(w_q, w_k, m_q, m_k):
 def measurements(rng):
     import numpy as np
 
-    from .evaluate import evaluate_on
+    from derivations.engine.evaluate import evaluate_on
     w_q, w_k, m_q, m_k = (rng.standard_normal((8, 3)) for _ in range(4))
     values = {"W_Q": w_q, "W_K": w_k, "m_Q": m_q, "m_K": m_k}
     got = [evaluate_on(p, values) for p in projected()]

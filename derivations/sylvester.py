@@ -26,10 +26,18 @@ from functools import cache
 from sympy import Add, S
 from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol
 
-from . import lemmas as L
-from .algebra import product, total, transpose
-from .engine import Context, DerivationError, identity_chain
-from .vocabulary import FULL_COLUMN_RANK, FactMatrix, Inner, Msign, RegularizedSylvester, dimension, positive_symbol
+from derivations import lemmas as L
+from derivations.engine.algebra import product, total, transpose
+from derivations.engine.derivation import Context, DerivationError, identity_chain
+from derivations.engine.vocabulary import (
+    FULL_COLUMN_RANK,
+    FactMatrix,
+    Inner,
+    Msign,
+    RegularizedSylvester,
+    dimension,
+    positive_symbol,
+)
 
 d, d_h = dimension("d"), dimension("d_h")
 eps = positive_symbol("epsilon")
@@ -125,7 +133,7 @@ def least_squares_step(w_q, w_k, d_target, mu):
     (independent of the derivation: ``T`` built column by column from :func:`forward`)."""
     import numpy as np
 
-    from .evaluate import evaluate_on
+    from derivations.engine.evaluate import evaluate_on
     n, k = w_q.shape
     cols = []
     for which in range(2):
@@ -145,7 +153,7 @@ def measurements(rng):
     """Distance of the derived step to the least-squares minimizer solved independently."""
     import numpy as np
 
-    from .evaluate import evaluate_on
+    from derivations.engine.evaluate import evaluate_on
     w_q, w_k, g_m = rng.standard_normal((7, 2)), rng.standard_normal((7, 2)), rng.standard_normal((7, 7))
     values = {"W_Q": w_q, "W_K": w_k, "G_M": g_m, "epsilon": 0.5, "lambda": 0.3}
     q, k = adjoint_components(solution())
@@ -172,7 +180,7 @@ def derivations():
 
 
 def emitted_functions():
-    from .printing.codegen import DerivedOutput, EmittedFunction
+    from derivations.printing.codegen import DerivedOutput, EmittedFunction
     q, k = adjoint_components(solution())
     related = [normal_operator(), achieved_change()]
     return [EmittedFunction(
@@ -186,7 +194,7 @@ def emitted_functions():
 
 
 def rule_module():
-    from .cli import RuleModule
+    from derivations.cli import RuleModule
     return RuleModule(name="sylvester", title="Sylvester-regularized QK rule of Compositional Muon",
                       derivations=derivations, functions=emitted_functions,
                       scalars={eps: "eps", lam: "damping"}, measurements=measurements,
@@ -198,5 +206,5 @@ def rule_module():
 if __name__ == "__main__":
     import sys
 
-    from .cli import main
+    from derivations.cli import main
     sys.exit(main(rule_module()))

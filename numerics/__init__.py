@@ -1,8 +1,4 @@
-"""Numerical kernels shared by everything in the workbench that computes.
-
-* :mod:`numerics.reference` — float64 NumPy and high-precision mpmath references
-  (msign over nonzero singular values, damped PSD powers of Gram matrices, norms).
-* :mod:`numerics.jax_kernels` — the JAX kernels (the one Newton–Schulz, eigh-based damped
-  inverse roots, SVD msign, input validation); the emitted code inlines their source.
-* :mod:`numerics.spectra` — random test matrices with prescribed singular values.
-"""
+"""Numerics: the kernels everything computes with (:mod:`numerics.kernels`, layer 1) and the
+products built on the derivations (layer 6): the emitted JAX modules (:mod:`numerics.emitted`,
+generated), the optax optimizer (:mod:`numerics.optimizer`), training (:mod:`numerics.train`),
+sharding (:mod:`numerics.sharding`) and gauge rebalancing (:mod:`numerics.gauge_balance`)."""

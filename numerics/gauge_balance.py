@@ -25,7 +25,7 @@ keep equal Grams; a pair whose balanced factors fall below ``tiny/(16 eps)`` of 
 (``balance_qk``) or NaN (:func:`balance`, no check).
 """
 
-from .emitted import balance as _balance
+from numerics.emitted import balance as _balance
 
 
 def balance(w_q, w_k):

@@ -52,15 +52,14 @@ import numpy as np
 import optax
 
 import coeffsearch
-
-from . import jax_kernels
-from .emitted import gauge as _gauge
-from .emitted import gqa as _gqa
-from .emitted import halfsplit as _halfsplit
-from .emitted import hybrid_ov as _hybrid_ov
-from .emitted import joint as _joint
-from .emitted import sylvester as _sylvester
-from .gauge_balance import balance
+from numerics.emitted import gauge as _gauge
+from numerics.emitted import gqa as _gqa
+from numerics.emitted import halfsplit as _halfsplit
+from numerics.emitted import hybrid_ov as _hybrid_ov
+from numerics.emitted import joint as _joint
+from numerics.emitted import sylvester as _sylvester
+from numerics.gauge_balance import balance
+from numerics.kernels import jax_kernels
 
 QK_RULES = ("half_split", "joint", "isotropic", "sylvester")
 OV_RULES = ("hybrid",)

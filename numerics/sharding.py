@@ -17,7 +17,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .optimizer import OVPair, QKPair, compositional_muon
+from numerics.optimizer import OVPair, QKPair, compositional_muon
 
 
 def attention_block(rng, layers, d, heads, kv_heads, head_dim, dtype=np.float32):

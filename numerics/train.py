@@ -35,8 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .lapack_threads import lapack_threads
-from .optimizer import OVPair, QKPair, compositional_muon, path_name
+from numerics.kernels.lapack_threads import lapack_threads
+from numerics.optimizer import OVPair, QKPair, compositional_muon, path_name
 
 VOCAB = 128  # ASCII; bytes above 127 map to 127
 
@@ -335,7 +335,7 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv=None) -> int:
     """Command line: train one optimizer (``--optimizer``) or compare all (``--compare``); returns the exit status."""
-    from derivations.stdout import stdout_closed  # >&-: one line and exit 2, not a silent run
+    from derivations.commandline import stdout_closed  # >&-: one line and exit 2, not a silent run
     if stdout_closed("numerics.train"):
         return 2
     p = _Parser(prog="python -m numerics.train", description=__doc__.split("\n\n")[0],
@@ -366,7 +366,7 @@ def main(argv=None) -> int:
     if args.compare and os.path.isfile(args.out):
         p.error(f"argument --out: {args.out} is a file")
     cfg = Config(width=args.width, heads=args.heads, kv_heads=kv, layers=args.layers)
-    lapack_threads(1)  # small per-head eigh: one OpenBLAS thread (see numerics.lapack_threads)
+    lapack_threads(1)  # small per-head eigh: one OpenBLAS thread (see numerics.kernels.lapack_threads)
     if args.compare:
         compare(args.steps, cfg, Path(args.out))
         return 0

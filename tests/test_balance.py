@@ -11,9 +11,9 @@ from sympy import Rational
 
 from derivations import StepCheckFailed
 from derivations import balance as B
-from derivations.evaluate import evaluate
+from derivations.engine.evaluate import evaluate
 from numerics.gauge_balance import balance
-from numerics.reference import MpmathBackend
+from numerics.kernels.reference import MpmathBackend
 
 DERIVED = (B.congruence, B.whitening, B.riccati, B.factor, B.inverse_transpose, B.equal_grams, B.product_kept)
 

@@ -34,7 +34,7 @@ def test_step_benchmark_rejects_bad_arguments_with_one_line(args):
 def test_lapack_threads_limits_the_library_jaxlib_calls_and_restores_it():
     from threadpoolctl import threadpool_info
 
-    from numerics.lapack_threads import lapack_threads
+    from numerics.kernels.lapack_threads import lapack_threads
 
     def scipy_threads():
         return {i["filepath"]: i["num_threads"] for i in threadpool_info() if "scipy" in i["filepath"]}

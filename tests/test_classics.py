@@ -14,12 +14,12 @@ from sympy import Rational
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import classics as C
-from derivations import crosscheck
-from derivations.engine import StepCheckFailed
-from derivations.evaluate import evaluate
+from derivations.crosscheck.cli import main as crosscheck_main
+from derivations.engine.derivation import StepCheckFailed
+from derivations.engine.evaluate import evaluate
+from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix, dimension
 from derivations.lemmas import NotApplicable
 from derivations.lemmas import spectral as S
-from derivations.vocabulary import FULL_COLUMN_RANK, FactMatrix, dimension
 
 
 @pytest.mark.parametrize("classic", C.CLASSICS, ids=lambda c: c.name)
@@ -165,16 +165,16 @@ def test_cli_unknown_classic_exits_2(capsys):
     ("classics.nope", "U", 2),
 ])
 def test_cross_checker_reaches_the_classics(name, formula, status, capsys):
-    assert crosscheck.main([name, formula, "--no-cache"]) == status
+    assert crosscheck_main([name, formula, "--no-cache"]) == status
 
 
 def test_count_cross_check_reports_scale_and_sizes(capsys):
-    assert crosscheck.main(["classics.lora", "r d_in", "--json"]) == 1
+    assert crosscheck_main(["classics.lora", "r d_in", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "different" and out["method"] == "symbolic"
     ce = out["counterexample"]
     assert ce["derived"] != ce["candidate"] and set(ce["sizes"]) <= {"r", "d_in", "d_out"}
-    assert crosscheck.main(["classics.linear_attention.flops_quadratic", "2 n^2 d", "--json"]) == 1
+    assert crosscheck_main(["classics.linear_attention.flops_quadratic", "2 n^2 d", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["scale"] == "1/2"
 
 

@@ -9,10 +9,12 @@ import time
 import pytest
 from sympy import sstr
 
-from derivations import classics, crosscheck, halfsplit
-from derivations.chain import check_blocks, check_chain_file
-from derivations.crosscheck import compare, parse_for, target_of
-from derivations.formula import FormulaError, parse, parse_tree
+from derivations import classics, halfsplit
+from derivations.crosscheck import checker as crosscheck
+from derivations.crosscheck.chain import check_blocks, check_chain_file
+from derivations.crosscheck.checker import compare, parse_for, target_of
+from derivations.crosscheck.cli import main as crosscheck_main
+from derivations.crosscheck.formula import FormulaError, parse, parse_tree
 
 
 @pytest.fixture(scope="module")
@@ -77,15 +79,15 @@ def test_unrelated_formula_gets_no_false_diagnosis(query):
 
 # ---- the command line -----------------------------------------------------------------------------
 def test_cli_json_object(capsys):
-    status = crosscheck.main(["halfsplit.query", "-eps msign(G_Q C_K^{-1}) C_K^{-1}", "--json"])
+    status = crosscheck_main(["halfsplit.query", "-eps msign(G_Q C_K^{-1}) C_K^{-1}", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert status == 1
     assert {"verdict", "method", "scale", "diagnosis", "counterexample"} <= set(out)
     assert out["verdict"] == "different" and out["scale"] == "2" and out["method"] in ("numeric", "symbolic")
-    assert crosscheck.main(["halfsplit.query", "(-epsilon/2)*msign(G_Q*C_K^-1)*C_K^-1"]) == 0
+    assert crosscheck_main(["halfsplit.query", "(-epsilon/2)*msign(G_Q*C_K^-1)*C_K^-1"]) == 0
     # a formula with a leading minus and no space is a formula, not an unknown option
     capsys.readouterr()
-    assert crosscheck.main(["halfsplit.query", "-(eps/2)*msign(G_Q*C_K^-1)*C_K^-1", "--json"]) == 0
+    assert crosscheck_main(["halfsplit.query", "-(eps/2)*msign(G_Q*C_K^-1)*C_K^-1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "equal"
 
 
@@ -101,7 +103,7 @@ def test_cli_json_object(capsys):
     (["identity", "A B", "B"], "different shapes"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, words, capsys):
-    assert crosscheck.main(argv) == 2
+    assert crosscheck_main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and words in err, err
 
@@ -191,7 +193,7 @@ def test_equality_chain_wrong_at_exactly_one_step(tmp_path):
 def test_bad_chain_files(tmp_path, content, words, capsys):
     path = tmp_path / "f.md"
     path.write_text(content)
-    assert crosscheck.main(["--chain", str(path)]) == 2
+    assert crosscheck_main(["--chain", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and words in err, err
 
@@ -248,9 +250,9 @@ def test_classic_holds(classic):
 
 
 def test_classics_are_reachable_from_the_cross_checker():
-    assert crosscheck.main(["classics.shampoo", "U V^T"]) == 0
-    assert crosscheck.main(["classics.shampoo", "U Sigma^-1 V^T"]) == 1
-    assert crosscheck.main(["classics.lora", "r d_in"]) == 1  # planted mistakes: tests/test_classics.py
+    assert crosscheck_main(["classics.shampoo", "U V^T"]) == 0
+    assert crosscheck_main(["classics.shampoo", "U Sigma^-1 V^T"]) == 1
+    assert crosscheck_main(["classics.lora", "r d_in"]) == 1  # planted mistakes: tests/test_classics.py
 
 
 def test_target_cache_round_trip(query, tmp_path, monkeypatch):

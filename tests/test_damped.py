@@ -32,7 +32,7 @@ def test_wrong_budget_fails_the_certificate():
     from dataclasses import replace
 
     from derivations import lemmas as L
-    from derivations.engine import StepCheckFailed
+    from derivations.engine.derivation import StepCheckFailed
     doubled = replace(L.LINEAR_STEEPEST_DESCENT, solution=lambda a, beta: L._lsd_solution(a, 2 * beta))
     with pytest.raises(StepCheckFailed, match="solve"):
         D.query_side(doubled)
@@ -44,10 +44,10 @@ def test_search_finds_the_damped_rule():
     from sympy.matrices.expressions import MatrixSymbol
 
     from derivations import halfsplit as H
-    from derivations.algebra import product, transpose
-    from derivations.engine import Problem
-    from derivations.search import derive
-    from derivations.vocabulary import GramSqrt, Inner, OpNorm
+    from derivations.engine.algebra import product, transpose
+    from derivations.engine.derivation import Problem
+    from derivations.engine.search import derive
+    from derivations.engine.vocabulary import GramSqrt, Inner, OpNorm
     dq = MatrixSymbol("dW_Q", H.d, H.d_h)
     problem = Problem(dq, Inner(H.G_M, product(dq, transpose(H.W_K))), OpNorm(product(dq, GramSqrt(H.W_K, D.lam))),
                       H.BUDGET)

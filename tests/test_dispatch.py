@@ -7,13 +7,13 @@ import pytest
 from sympy import Symbol, sstr
 from sympy.matrices.expressions import MatrixExpr, MatrixSymbol
 
-from derivations.interpret import MissingRule
-from derivations.numeric import evaluate
+from derivations.engine.interpret import MissingRule
+from derivations.engine.numeric import evaluate
+from derivations.engine.symbolic import ExplicitModel
+from derivations.engine.vocabulary import MatrixFunction
 from derivations.printing.jax_printer import JaxPrinter
 from derivations.printing.latex import latex
 from derivations.printing.numpy_printer import NumpyPrinter
-from derivations.symbolic import ExplicitModel
-from derivations.vocabulary import MatrixFunction
 
 A = MatrixSymbol("A", 4, 3)
 
@@ -80,9 +80,9 @@ def test_a_missing_rule_fails_the_same_way_everywhere(interpret):
 def test_every_interpreter_is_a_sympy_printer():
     from sympy.printing.printer import Printer
 
-    from derivations.interpret import Interpreter
-    from derivations.numeric import NumericEvaluator
-    from derivations.symbolic import ExplicitModel
+    from derivations.engine.interpret import Interpreter
+    from derivations.engine.numeric import NumericEvaluator
+    from derivations.engine.symbolic import ExplicitModel
 
     for cls in (NumpyPrinter, JaxPrinter, NumericEvaluator, ExplicitModel):
         assert issubclass(cls, Interpreter) and issubclass(cls, Printer), cls

@@ -52,9 +52,9 @@ PLANTED_RULE = '''
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import Context, identity_chain
-from derivations.algebra import product, transpose
+from derivations.engine.algebra import product, transpose
 from derivations.lemmas import Lemma
-from derivations.vocabulary import dimension
+from derivations.engine.vocabulary import dimension
 
 n = dimension("n")
 A, B = MatrixSymbol("A", n, n), MatrixSymbol("B", n, n)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import coeffsearch
-from numerics.spectra import log_spaced_spectrum, random_orthonormal, with_singular_values
+from numerics.kernels.spectra import log_spaced_spectrum, random_orthonormal, with_singular_values
 from tests import hand_formulas as hand
 
 

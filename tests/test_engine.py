@@ -7,9 +7,9 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import halfsplit as H
 from derivations import lemmas as L
-from derivations.algebra import product, transpose
-from derivations.engine import Context, Derivation, DerivationError, Problem, StepCheckFailed, identity_chain
-from derivations.vocabulary import (
+from derivations.engine.algebra import product, transpose
+from derivations.engine.derivation import Context, Derivation, DerivationError, Problem, StepCheckFailed, identity_chain
+from derivations.engine.vocabulary import (
     FactMatrix,
     GramInvSqrt,
     GramSqrt,
@@ -124,7 +124,7 @@ def test_full_check_passes_with_mpmath_and_says_what_was_shown_symbolically():
 
 
 def test_symbolic_check_refutes_a_false_algebraic_identity():
-    from derivations.symbolic import verify_equal
+    from derivations.engine.symbolic import verify_equal
     a, b = MatrixSymbol("A", d, d), MatrixSymbol("B", d, d)
     assert verify_equal([(product(a, b), product(b, a))], {d: 2}).status == "refuted"
     ok = verify_equal([(transpose(product(a, b)), product(transpose(b), transpose(a)))], {d: 2})

@@ -17,10 +17,10 @@ from sympy.matrices.expressions import MatrixSymbol
 from derivations import Context, Derivation, EmittedFunction, Problem, RuleModule, SearchFailed, derive, render
 from derivations import halfsplit as H
 from derivations import lemmas as L
-from derivations import norms as N
-from derivations.algebra import product, transpose
-from derivations.evaluate import evaluate_on
-from derivations.vocabulary import (
+from derivations.engine import norms as N
+from derivations.engine.algebra import product, transpose
+from derivations.engine.evaluate import evaluate_on
+from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     FactMatrix,
     GramInvSqrt,

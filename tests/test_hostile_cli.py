@@ -372,10 +372,10 @@ CLOSED_STDOUT = [
     ["-m", "coeffsearch", "--help"],
     ["-m", "derivations.crosscheck", "--list"],
     ["-m", "derivations.crosscheck", "--help"],
-    ["-m", "derivations.params", "--hidden", "64", "--layers", "2", "--vocab", "100", "--ffn", "256", "--heads", "4",
+    ["-m", "derivations.crosscheck.params", "--hidden", "64", "--layers", "2", "--vocab", "100", "--ffn", "256", "--heads", "4",
      "--kv-heads", "4"],
     ["-m", "derivations.classics"],
-    ["-m", "numerics.emitted", "--check"],
+    ["-m", "derivations.regenerate", "--check"],
     ["-m", "benchmarks.coeffsearch", "--repeats", "1"],
     ["-m", "benchmarks.sylvester"],
     ["-m", "numerics.train", "--help"],
@@ -452,7 +452,7 @@ def test_one_schedule_length_bound():
     """The schedule files' bound is MAX_SCHEDULE_STEPS = 100, the number the JAX kernels refuse above."""
     from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, ScheduleError, validate_steps
     assert MAX_SCHEDULE_STEPS == 100
-    kernels = pytest.importorskip("numerics.jax_kernels")
+    kernels = pytest.importorskip("numerics.kernels.jax_kernels")
     if hasattr(kernels, "MAX_SCHEDULE_STEPS"):
         assert kernels.MAX_SCHEDULE_STEPS == MAX_SCHEDULE_STEPS
     validate_steps([ONE_STEP[0]] * MAX_SCHEDULE_STEPS)

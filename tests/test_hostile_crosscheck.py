@@ -15,10 +15,12 @@ import pytest
 from sympy import Integer, Rational, sstr
 
 import derivations
-from derivations import crosscheck, halfsplit
-from derivations.algebra import product
-from derivations.chain import check_chain_file
-from derivations.crosscheck import compare, identity_target, parse_assumptions, parse_for, target_of
+from derivations import halfsplit
+from derivations.crosscheck import checker as crosscheck
+from derivations.crosscheck.chain import check_chain_file
+from derivations.crosscheck.checker import compare, identity_target, parse_assumptions, parse_for, target_of
+from derivations.crosscheck.cli import main as crosscheck_main
+from derivations.engine.algebra import product
 
 
 def identity(lhs, rhs, *facts, diagnose=True):
@@ -40,7 +42,7 @@ def query():
 def test_tiny_true_differences_are_different(lhs, rhs, scale, capsys):
     v = identity(lhs, rhs)
     assert v.verdict == "different" and v.scale == scale, (v.scale, v.diagnosis)
-    assert crosscheck.main(["identity", lhs, rhs]) == 1
+    assert crosscheck_main(["identity", lhs, rhs]) == 1
     assert "DIFFERENT" in capsys.readouterr().out
 
 
@@ -109,15 +111,15 @@ def test_chain_file_compares_relative_to_both_sides(tmp_path, body, ok):
     path.write_text(f"$${body}$$\n")
     report = check_chain_file(str(path))
     assert report.ok is ok
-    assert crosscheck.main(["--chain", str(path)]) == (0 if ok else 1)
+    assert crosscheck_main(["--chain", str(path)]) == (0 if ok else 1)
 
 
 def test_counterexample_values_keep_their_scale(capsys):
     """Values of 1e-40 print as such (not as 0.), values beyond float64 as strings (not inf): valid JSON."""
-    assert crosscheck.main(["identity", "10^-40 A", "2*10^-40 A"]) == 1
+    assert crosscheck_main(["identity", "10^-40 A", "2*10^-40 A"]) == 1
     text = capsys.readouterr().out
     assert "e-40" in text and "e-41" in text and " 0. " not in text and "[-0. " not in text
-    assert crosscheck.main(["identity", "10^400 A", "-10^400 A", "--json"]) == 1
+    assert crosscheck_main(["identity", "10^400 A", "-10^400 A", "--json"]) == 1
     out = capsys.readouterr().out
     assert "Infinity" not in out and "NaN" not in out
     ce = json.loads(out)["counterexample"]
@@ -135,9 +137,9 @@ def test_tolerance_fits_the_working_precision():
 def test_identity_with_two_whitening_factors_is_diagnosed(capsys):
     argv = ["identity", "msign(G (W^T W)^{-1/2}) (W^T W)^{-1/2}", "msign(G) (W^T W)^{-1/2}",
             "--assume", "W: full column rank"]
-    assert crosscheck.main(argv) == 1
+    assert crosscheck_main(argv) == 1
     assert "whitening C_W^-1 missing" in capsys.readouterr().out
-    assert crosscheck.main([*argv, "--json"]) == 1
+    assert crosscheck_main([*argv, "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "different" and any("missing" in d for d in out["diagnosis"])
     ref = identity_target(*argv[1:3], parse_assumptions(["W: full column rank"]))[0].expr
@@ -178,8 +180,8 @@ def test_every_listed_name_is_accepted(tmp_path, monkeypatch):
     ("projection.normal_operator", "W_Q^T W_Q X + X W_K^T W_K"),
 ])
 def test_balance_damped_and_projection_from_the_command_line(name, formula, capsys):
-    assert crosscheck.main([name, formula]) == 0, capsys.readouterr().err
-    assert crosscheck.main([name, f"2 ({formula})"]) == 1
+    assert crosscheck_main([name, formula]) == 0, capsys.readouterr().err
+    assert crosscheck_main([name, f"2 ({formula})"]) == 1
 
 
 # ---- 3. relative_difference ------------------------------------------------------------------------
@@ -187,7 +189,7 @@ def test_balance_damped_and_projection_from_the_command_line(name, formula, caps
 def test_relative_difference_is_frobenius_relative_to_the_derived_value(factor, expected, capsys):
     """-ε (2×), -ε/4 (½×) and 0 against the derived -ε/2 msign(G_Q C_K⁻¹) C_K⁻¹ (the README's example)."""
     formula = rf"-\varepsilon{factor}\operatorname{{msign}}(G_Q C_K^{{-1}}) C_K^{{-1}}"
-    assert crosscheck.main(["halfsplit.query", formula, "--json"]) == 1
+    assert crosscheck_main(["halfsplit.query", formula, "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["counterexample"]["relative_difference"] == pytest.approx(expected, rel=1e-12)
 
@@ -273,7 +275,7 @@ def test_cached_names_are_checked(tmp_path, monkeypatch):
 def test_cache_path_that_is_a_fifo_is_ignored(tmp_path):
     """The cache file replaced by a FIFO: the cross-check neither hangs nor fails."""
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
-    code = "from derivations import crosscheck; print(crosscheck._cache_path())"
+    code = "from derivations.crosscheck import checker; print(checker._cache_path())"
     path = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
                           timeout=120).stdout.strip()
     os.makedirs(os.path.dirname(path))
@@ -304,7 +306,7 @@ def test_chain_on_a_fifo_is_refused_not_waited_on(tmp_path):
 def test_chain_on_non_regular_or_huge_files(tmp_path, make, words, capsys):
     path = tmp_path / "notes.md"
     where = make(path) or path
-    assert crosscheck.main(["--chain", str(where)]) == 2
+    assert crosscheck_main(["--chain", str(where)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and words in err, err
 

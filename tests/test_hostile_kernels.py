@@ -30,9 +30,11 @@ import mpmath
 import numpy as np
 import pytest
 
-from numerics import jax_kernels as K
-from numerics import numpy_kernels as NK
-from numerics.emitted import RULES
+from derivations.regenerate import shipped
+from numerics.kernels import jax_kernels as K
+from numerics.kernels import numpy_kernels as NK
+
+RULES = shipped()
 from tests.conftest import load_module
 from tests.emitted_inputs import example_call
 
@@ -406,7 +408,7 @@ def test_the_longest_schedule_compiles_as_a_loop():
     code = textwrap.dedent("""
         import numpy as np, jax, jax.numpy as jnp
         from numerics.emitted.halfsplit import halfsplit_qk
-        from numerics.gram_roots import gram_inv_sqrt
+        from numerics.kernels.gram_roots import gram_inv_sqrt
         rng = np.random.default_rng(0)
         a = [jnp.asarray(rng.standard_normal((2, 32, 8)), jnp.float32) for _ in range(4)]
         step = (1.5, -0.5)  # the cubic: converges, then stays at 1

@@ -16,10 +16,10 @@ import coeffsearch
 from coeffsearch.certify import CertificateError, certify, recheck
 from derivations import gqa, halfsplit, sylvester
 from derivations import lemmas as L
-from derivations.algebra import map_bottom_up, product, transpose
 from derivations.cli import main
-from derivations.engine import Derivation, DerivationError, Problem, StepCheckFailed
-from derivations.vocabulary import GramInvSqrt, GramSqrt, Inner, Msign, OpNorm
+from derivations.engine.algebra import map_bottom_up, product, transpose
+from derivations.engine.derivation import Derivation, DerivationError, Problem, StepCheckFailed
+from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, Inner, Msign, OpNorm
 
 CAUGHT = {}
 CACHED = [halfsplit.query_side, halfsplit.key_side, halfsplit.value_side, halfsplit.product_step,
@@ -55,11 +55,11 @@ def test_dropped_transpose_in_a_gradient_definition():
 def test_dropped_transpose_in_the_chain_rule_rewrite(monkeypatch):
     """The rewrite substitutes ``G_K → G_M W_Q`` (transpose of the square ``G_M`` dropped); the step's
     instances come from automatic differentiation of ``L(W_Q W_Kᵀ)``, so the rewrite is refuted."""
-    from derivations import gauge
+    from derivations import gauge, gauge_directions
     rewrite = L.CHAIN_RULE.rewrite
 
     def dropped(expr, *, gradients, **kw):
-        wrong = {k: v.xreplace({transpose(gauge.G_M): gauge.G_M}) for k, v in gradients.items()}
+        wrong = {k: v.xreplace({transpose(gauge_directions.G_M): gauge_directions.G_M}) for k, v in gradients.items()}
         return rewrite(expr, gradients=wrong, **kw)
 
     monkeypatch.setattr(L, "CHAIN_RULE", dataclasses.replace(L.CHAIN_RULE, rewrite=dropped))

@@ -9,16 +9,16 @@ import pytest
 from sympy import Symbol, sstr
 from sympy.matrices.expressions import MatrixSymbol
 
-from derivations import norms as N
-from derivations.engine import Problem
-from derivations.interpret import MissingRule
-from derivations.numeric import NumericEvaluator, evaluate
+from derivations.engine import norms as N
+from derivations.engine.derivation import Problem
+from derivations.engine.interpret import MissingRule
+from derivations.engine.numeric import NumericEvaluator, evaluate
+from derivations.engine.vocabulary import Inner, MatrixFunction, OpNorm
 from derivations.printing.jax_printer import JaxPrinter
 from derivations.printing.latex import latex
 from derivations.printing.numpy_printer import NumpyPrinter
-from derivations.vocabulary import Inner, OpNorm
-from numerics import jax_kernels, numpy_kernels
-from numerics.reference import MpmathBackend
+from numerics.kernels import jax_kernels, numpy_kernels
+from numerics.kernels.reference import MpmathBackend
 
 A, B = MatrixSymbol("A", 5, 3), MatrixSymbol("B", 5, 3)
 beta = Symbol("beta", positive=True)
@@ -101,7 +101,7 @@ def test_scalars_broadcast_over_a_batch():
 
 
 def test_missing_rule_names_node_and_interpreter():
-    class Unknown(N.MatrixFunction):
+    class Unknown(MatrixFunction):
         pass
 
     with pytest.raises(MissingRule, match="numeric evaluator has no rule for Unknown"):

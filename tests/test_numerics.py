@@ -7,10 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import coeffsearch
-from numerics import jax_kernels as K
-from numerics import numpy_kernels as NK
-from numerics.reference import MpmathBackend, NumpyBackend
-from numerics.spectra import log_spaced_spectrum, random_orthonormal, with_singular_values
+from numerics.kernels import jax_kernels as K
+from numerics.kernels import numpy_kernels as NK
+from numerics.kernels.reference import MpmathBackend, NumpyBackend
+from numerics.kernels.spectra import log_spaced_spectrum, random_orthonormal, with_singular_values
 
 
 @settings(max_examples=30, deadline=None)

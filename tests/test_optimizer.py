@@ -10,6 +10,7 @@ import optax
 import pytest
 import scipy.linalg
 
+from derivations import regenerate
 from numerics import emitted
 from numerics.gauge_balance import balance
 from numerics.optimizer import OVPair, QKPair, compositional_muon
@@ -45,15 +46,16 @@ def step(opt, params, g):
 
 
 def test_shipped_emitted_modules_are_fresh():
-    assert emitted.stale() == []
+    assert regenerate.stale() == []
 
 
 def test_stale_shipped_copy_is_detected(tmp_path, monkeypatch):
     """Planted mistake: a shipped copy edited by hand."""
-    monkeypatch.setattr(emitted, "HERE", tmp_path)
-    (tmp_path / "gauge.py").write_text(emitted.emit("gauge") + "# edited\n")
-    assert emitted.stale(("gauge",)) == ["gauge"]
-    out = subprocess.run([sys.executable, "-m", "numerics.emitted", "--rule", "nope", "--check"],
+    (tmp_path / "gauge.py").write_text(regenerate.emit("gauge") + "# edited\n")
+    assert regenerate.stale(("gauge",), tmp_path) == ["gauge"]
+    (tmp_path / "nosuchrule.py").write_text("")  # a shipped copy that no rule module emits
+    assert regenerate.stale(("gauge",), tmp_path) == ["gauge", "nosuchrule"]
+    out = subprocess.run([sys.executable, "-m", "derivations.regenerate", "--rule", "nope", "--check"],
                          capture_output=True, text=True, check=False)
     assert out.returncode == 2 and out.stderr.count("\n") == 1
 

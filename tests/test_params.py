@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from derivations import params as P
+from derivations.crosscheck import params as P
 
 LLAMA3_8B = ["--hidden", "4096", "--layers", "32", "--vocab", "128256", "--ffn", "14336", "--heads", "32",
              "--kv-heads", "8"]
@@ -79,7 +79,7 @@ def test_bad_input_is_one_line_exit_2(bad, capsys):
 
 
 @pytest.mark.parametrize("argv", [
-    ["derivations.params", "--hidden", "64", "--layers", "2", "--vocab", "100", "--ffn", "128", "--heads", "4",
+    ["derivations.crosscheck.params", "--hidden", "64", "--layers", "2", "--vocab", "100", "--ffn", "128", "--heads", "4",
      "--kv-heads", "2"],
     ["derivations.crosscheck", "--list"],
 ])

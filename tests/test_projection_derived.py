@@ -2,17 +2,18 @@
 
 import numpy as np
 
-from derivations import gauge as G
+from derivations import gauge
+from derivations import gauge_directions as G
 from derivations import projection as P
-from derivations.algebra import product, total, transpose
-from derivations.evaluate import evaluate_on
-from derivations.vocabulary import RegularizedSylvester
+from derivations.engine.algebra import product, total, transpose
+from derivations.engine.evaluate import evaluate_on
+from derivations.engine.vocabulary import RegularizedSylvester
 
 
 def test_normal_equations_give_the_inner_sylvester_solve():
     rhs = total(product(transpose(G.m_K), G.W_K), product(-1, transpose(G.W_Q), G.m_Q))
     assert P.coefficient() == RegularizedSylvester(G.W_Q, G.W_K, 0, rhs, "inner")
-    assert G.projection_solution() == P.coefficient()
+    assert gauge.projection_solution() == P.coefficient()
 
 
 def _projection_error(vertical):

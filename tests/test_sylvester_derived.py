@@ -5,10 +5,10 @@ import pytest
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import sylvester as S
-from derivations.algebra import product, total
-from derivations.engine import DerivationError
-from derivations.evaluate import evaluate_on
-from derivations.vocabulary import RegularizedSylvester
+from derivations.engine.algebra import product, total
+from derivations.engine.derivation import DerivationError
+from derivations.engine.evaluate import evaluate_on
+from derivations.engine.vocabulary import RegularizedSylvester
 
 
 def test_operator_read_off_the_engine_is_the_regularized_sylvester_operator():

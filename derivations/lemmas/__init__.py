@@ -9,10 +9,17 @@ family; :data:`ALL_LEMMAS` is collected from those modules (no hand-kept list). 
 a rule's final formula: they are generic identities.
 """
 
-from ..vocabulary import GramInvSqrt, NuclearNorm  # noqa: F401 (names the single-module lemmas re-exported)
-from . import adjoint, blocks, chain_rule, descent, isometry, msign, ring, spectral, whitening
-from .adjoint import ADJOINT_MOVE, INNER_LINEARITY, _adjoint_ids, _adjoint_rewrite, _linearity_ids, _linearity_rewrite  # noqa: F401
-from .base import (  # noqa: F401
+from derivations.engine.vocabulary import GramInvSqrt, NuclearNorm  # noqa: F401 (names the single-module lemmas re-exported)
+from derivations.lemmas import adjoint, blocks, chain_rule, descent, isometry, msign, ring, spectral, whitening
+from derivations.lemmas.adjoint import (  # noqa: F401
+    ADJOINT_MOVE,
+    INNER_LINEARITY,
+    _adjoint_ids,
+    _adjoint_rewrite,
+    _linearity_ids,
+    _linearity_rewrite,
+)
+from derivations.lemmas.base import (
     _NP,
     _SMALL,
     SELF_CHECK_TOL,
@@ -32,8 +39,17 @@ from .base import (  # noqa: F401
     _orthonormal_rows,
     _tall,
 )
-from .blocks import BLOCK_DIAGONAL_ROOT, BLOCK_STACKING, CONCATENATION, BlockMaxOpNorm, ColumnBlock, HeadLayout, Reduction, Restriction  # noqa: F401
-from .chain_rule import (  # noqa: F401
+from derivations.lemmas.blocks import (  # noqa: F401
+    BLOCK_DIAGONAL_ROOT,
+    BLOCK_STACKING,
+    CONCATENATION,
+    BlockMaxOpNorm,
+    ColumnBlock,
+    HeadLayout,
+    Reduction,
+    Restriction,
+)
+from derivations.lemmas.chain_rule import (
     CHAIN_RULE,
     _chain_ids,
     _chain_instance,
@@ -43,7 +59,7 @@ from .chain_rule import (  # noqa: F401
     _loss_gradient,
     chain_rule_products,
 )
-from .descent import (  # noqa: F401
+from derivations.lemmas.descent import (
     LINEAR_STEEPEST_DESCENT,
     _lsd_check,
     _lsd_rewrite,
@@ -51,7 +67,7 @@ from .descent import (  # noqa: F401
     operator_ball_certificate,
     singular_values,
 )
-from .isometry import (  # noqa: F401
+from derivations.lemmas.isometry import (
     ORTHONORMAL_INVARIANCE,
     TRANSPOSITION,
     _ortho_norm_ids,
@@ -59,7 +75,7 @@ from .isometry import (  # noqa: F401
     _transpose_ids,
     _transpose_rewrite,
 )
-from .msign import (  # noqa: F401
+from derivations.lemmas.msign import (
     BLOCK_PRODUCT,
     MSIGN_ISOMETRY,
     MSIGN_ORTHOGONAL,
@@ -82,7 +98,7 @@ from .msign import (  # noqa: F401
     _polar_form_ids,
     _polar_form_rewrite,
 )
-from .ring import (  # noqa: F401
+from derivations.lemmas.ring import (
     RING,
     SYLVESTER_EQUATION,
     _collect_ids,
@@ -92,7 +108,7 @@ from .ring import (  # noqa: F401
     _sylvester_ids,
     _sylvester_rewrite,
 )
-from .whitening import (  # noqa: F401
+from derivations.lemmas.whitening import (
     CHANGE_OF_VARIABLES,
     GAUGE_POLAR,
     ISOTROPIC_PARTNER,

@@ -5,21 +5,10 @@ from __future__ import annotations
 from sympy import Add, S
 from sympy.matrices.expressions import MatAdd, MatMul, Transpose
 
-from ..algebra import product, transpose
-from ..evaluate import InstanceSampler
-from ..vocabulary import (
-    Inner,
-)
-from .base import (
-    _SMALL,
-    Case,
-    Lemma,
-    _fresh,
-    _k,
-    _m,
-    _n,
-    rewrite_nodes,
-)
+from derivations.engine.algebra import product, transpose
+from derivations.engine.evaluate import InstanceSampler
+from derivations.engine.vocabulary import Inner
+from derivations.lemmas.base import _SMALL, Case, Lemma, _fresh, _k, _m, _n, rewrite_nodes
 
 
 # ---- Lemma 3: adjoint moves ---------------------------------------------------------------

@@ -9,9 +9,9 @@ import numpy as np
 from sympy import Basic
 from sympy.matrices.expressions import MatrixSymbol
 
-from ..algebra import map_bottom_up, product, total
-from ..evaluate import evaluate, free_symbols, relative_error
-from ..vocabulary import (
+from derivations.engine.algebra import map_bottom_up, product, total
+from derivations.engine.evaluate import evaluate, free_symbols, relative_error
+from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     FULL_ROW_RANK,
     ORTHONORMAL_COLUMNS,
@@ -79,7 +79,7 @@ class Lemma:
     pairs) that the self-check evaluates on both sides and feeds to ``rewrite`` inside random
     surrounding expressions. ``check(rng) -> {sub-check: error}`` replaces that for lemmas that
     are not rewrites (Lemma 1). ``algebraic``: the explicit symbolic model of
-    :mod:`derivations.symbolic` encodes everything the lemma uses, so a symbolic disagreement
+    :mod:`derivations.engine.symbolic` encodes everything the lemma uses, so a symbolic disagreement
     refutes a step; otherwise ``not_modelled`` says why the symbolic check does not apply.
     ``instance(env, rng, backend, dims, **params) -> (env, overridden)`` replaces sampled values
     where the lemma's facts are not identities of the sampled matrices (the chain rule: gradients
@@ -208,7 +208,7 @@ def _contexts(lhs):
     return out
 
 
-from numerics.reference import NumpyBackend
+from numerics.kernels.reference import NumpyBackend
 
 _NP = NumpyBackend()
 

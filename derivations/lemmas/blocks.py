@@ -31,9 +31,9 @@ from sympy.core.symbol import Str
 from sympy.core.sympify import _sympify
 from sympy.matrices.expressions import MatMul, MatrixExpr, MatrixSymbol, Transpose
 
-from ..algebra import product, transpose
-from ..evaluate import InstanceSampler, evaluate
-from ..vocabulary import (
+from derivations.engine.algebra import product, transpose
+from derivations.engine.evaluate import InstanceSampler, evaluate
+from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     BlockDiag,
     GramInvSqrt,
@@ -45,7 +45,7 @@ from ..vocabulary import (
     dimension,
     positive_symbol,
 )
-from .base import _NP, _SMALL, Lemma, _fresh, rewrite_nodes
+from derivations.lemmas.base import _NP, _SMALL, Lemma, _fresh, rewrite_nodes
 
 _SMALL_BLOCKS = _SMALL
 
@@ -366,7 +366,7 @@ def _block_root_rewrite(expr, **_):
 
 
 def _block_root_ids():
-    from .base import _tall
+    from derivations.lemmas.base import _tall
     a, b = _tall("A", FULL_COLUMN_RANK), _tall("B", FULL_COLUMN_RANK)
     lam = positive_symbol("lambda_b")
     cases = [(node(BlockDiag(a, b), damping), BlockDiag(node(a, damping), node(b, damping)))

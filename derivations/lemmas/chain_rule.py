@@ -9,22 +9,10 @@ import numpy as np
 from sympy import S
 from sympy.matrices.expressions import MatMul, Transpose
 
-from ..algebra import product, replace_free, rewrite_adjacent, transpose
-from ..evaluate import InstanceSampler
-from ..vocabulary import (
-    FULL_COLUMN_RANK,
-    FactMatrix,
-)
-from .base import (
-    _SMALL,
-    Case,
-    Lemma,
-    NotApplicable,
-    _fresh,
-    _m,
-    _n,
-    _tall,
-)
+from derivations.engine.algebra import product, replace_free, rewrite_adjacent, transpose
+from derivations.engine.evaluate import InstanceSampler
+from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix
+from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _m, _n, _tall
 
 
 # ---- chain rule: factor gradients ---------------------------------------------------------
@@ -139,7 +127,7 @@ def _chain_instance(env, rng, backend, dims, *, gradients, loss_gradient=None, *
     chain rule's own definitions are never used, so a step that rewrites with a wrong definition
     disagrees with the derivatives.
     """
-    from ..evaluate import _size
+    from derivations.engine.evaluate import _size
     s, left, right, slots = chain_rule_products(gradients, loss_gradient)
     m_shape = tuple(_size(x, dims) for x in s.shape)
     out = dict(env)

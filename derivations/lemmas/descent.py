@@ -6,18 +6,10 @@ import mpmath
 import numpy as np
 from sympy.matrices.expressions import MatrixSymbol
 
-from ..algebra import product, tidy
-from ..evaluate import evaluate
-from ..vocabulary import (
-    Msign,
-    NuclearNorm,
-    positive_symbol,
-)
-from .base import (
-    _NP,
-    Lemma,
-    NotApplicable,
-)
+from derivations.engine.algebra import product, tidy
+from derivations.engine.evaluate import evaluate
+from derivations.engine.vocabulary import Msign, NuclearNorm, positive_symbol
+from derivations.lemmas.base import _NP, Lemma, NotApplicable
 
 
 # ---- Lemma 1: linear steepest descent (Muon) ----------------------------------------------

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from sympy.matrices.expressions import MatMul, Transpose
 
-from ..algebra import product
-from ..evaluate import InstanceSampler
-from ..vocabulary import (
-    ORTHONORMAL_COLUMNS,
-    Inner,
-    OpNorm,
-)
-from .base import (
+from derivations.engine.algebra import product
+from derivations.engine.evaluate import InstanceSampler
+from derivations.engine.vocabulary import ORTHONORMAL_COLUMNS, Inner, OpNorm
+from derivations.lemmas.base import (
     _SMALL,
     Case,
     Lemma,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from sympy.matrices.expressions import Identity, MatMul, MatrixSymbol, Transpose
 
-from ..algebra import product, total, transpose
-from ..evaluate import InstanceSampler
-from ..vocabulary import (
+from derivations.engine.algebra import product, total, transpose
+from derivations.engine.evaluate import InstanceSampler
+from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     ORTHONORMAL_COLUMNS,
     BlockDiag,
@@ -17,7 +17,7 @@ from ..vocabulary import (
     Projector,
     positive_symbol,
 )
-from .base import (
+from derivations.lemmas.base import (
     _SMALL,
     Case,
     Lemma,

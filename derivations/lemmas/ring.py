@@ -5,23 +5,10 @@ from __future__ import annotations
 from sympy import S
 from sympy.matrices.expressions import MatAdd, MatMul, ZeroMatrix
 
-from ..algebra import product, tidy, total
-from ..evaluate import InstanceSampler
-from ..vocabulary import (
-    FULL_COLUMN_RANK,
-    RegularizedSylvester,
-    positive_symbol,
-)
-from .base import (
-    _SMALL,
-    Lemma,
-    _fresh,
-    _k,
-    _m,
-    _n,
-    _tall,
-    rewrite_nodes,
-)
+from derivations.engine.algebra import product, tidy, total
+from derivations.engine.evaluate import InstanceSampler
+from derivations.engine.vocabulary import FULL_COLUMN_RANK, RegularizedSylvester, positive_symbol
+from derivations.lemmas.base import _SMALL, Lemma, _fresh, _k, _m, _n, _tall, rewrite_nodes
 
 
 # ---- regularized Sylvester equation -------------------------------------------------------

@@ -24,23 +24,26 @@ from sympy import Basic, Expr, Rational, S, sympify
 from sympy.core.symbol import Str
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixExpr, MatrixSymbol, Transpose
 
-from ..algebra import product, tidy, total, transpose
-from ..evaluate import EvaluationError, InstanceSampler
-from ..vocabulary import (
+from derivations.engine.algebra import product, tidy, total, transpose
+from derivations.engine.evaluate import EvaluationError, InstanceSampler
+from derivations.engine.norm_nodes import FrobeniusNorm
+from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     ORTHONORMAL_COLUMNS,
     ORTHONORMAL_ROWS,
     SPD,
     SYMMETRIC,
     GramInvSqrt,
+    GramPower,
     GramSqrt,
     Msign,
+    OpNorm,
     _Derived,
     dimension,
     facts_of,
     positive_symbol,
 )
-from .base import _SMALL, Case, Lemma, NotApplicable, _fresh, _k, _m, _n, rewrite_nodes
+from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _k, _m, _n, rewrite_nodes
 
 
 # ---- the SVD at either precision ------------------------------------------------------------
@@ -422,7 +425,7 @@ def svd_parts(g):
 
 # ---- self-check instances -------------------------------------------------------------------------
 def _full(name, rows=_m, cols=_n):
-    from ..vocabulary import FactMatrix
+    from derivations.engine.vocabulary import FactMatrix
     return FactMatrix(name, rows, cols, [FULL_COLUMN_RANK])
 
 
@@ -558,7 +561,6 @@ def _gram_power_rewrite(expr, **_):
 
 
 def _gram_power_ids():
-    from ..formula import GramPower
     x = _full("X")
     return [(GramPower(x, 0, "right", Rational(-1, 4)), PsdPower(product(transpose(x), x), Rational(-1, 4))),
             (GramInvSqrt(x), PsdPower(product(transpose(x), x), Rational(-1, 2)))], _sampler()
@@ -733,8 +735,6 @@ DIAGONAL_SPLIT = Lemma(
 
 def _diag_norm_rewrite(expr, **_):
     """``‖Σ_{>r}‖_op → σ_{r+1}`` and ``‖Σ_{>r}‖_F → (Σ_{i>r} σ_i²)^{1/2}`` (``σ`` sorted, descending)."""
-    from ..norms import FrobeniusNorm
-    from ..vocabulary import OpNorm
 
     def rule(e):
         if isinstance(e, OpNorm | FrobeniusNorm) and isinstance(e.args[0], Singular):
@@ -749,8 +749,6 @@ def _diag_norm_rewrite(expr, **_):
 
 
 def _diag_norm_ids():
-    from ..norms import FrobeniusNorm
-    from ..vocabulary import OpNorm
     x = _full("X")
     tail = Singular(x, 1, "tail", _r)
     return [(OpNorm(tail), SingularValue(x, _r + 1)), (FrobeniusNorm(tail), SingularTail(x, _r))], _sampler()
@@ -890,7 +888,7 @@ SCALAR_ALGEBRA = Lemma(
 # ---- rank bounds (inequalities: before ≤ after) ------------------------------------------------------
 def _bound_check(pairs_fn):
     def check(rng, lemma):
-        from ..evaluate import evaluate, free_symbols
+        from derivations.engine.evaluate import evaluate, free_symbols
         pairs, sampler = pairs_fn()
         worst, fired = 0.0, 0.0
         for case in pairs:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from sympy import S
 from sympy.matrices.expressions import Identity, Inverse, Transpose
 
-from ..algebra import product, replace_free, rewrite_adjacent, tidy, transpose
-from ..evaluate import InstanceSampler
-from ..vocabulary import (
+from derivations.engine.algebra import product, replace_free, rewrite_adjacent, tidy, transpose
+from derivations.engine.evaluate import InstanceSampler
+from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     FULL_ROW_RANK,
     ISOTROPIC_COLUMNS,
@@ -23,7 +23,7 @@ from ..vocabulary import (
     facts_of,
     nonnegative_symbol,
 )
-from .base import (
+from derivations.lemmas.base import (
     _SMALL,
     Case,
     Lemma,

@@ -6,7 +6,7 @@ import textwrap
 
 from sympy import sstr
 
-from .codegen import EmittedFunction, derivation_list, lemmas_used
+from derivations.printing.codegen import EmittedFunction, derivation_list, lemmas_used
 
 DAMPING_NOTE = ("Damping: every Gram root C_W = (W^T W)^(1/2) is computed as (W^T W + damping I)^(1/2) "
                 "(damped polar factor). At damping = 0 the update solves the stated problem, whose side condition "

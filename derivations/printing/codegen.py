@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from sympy import Add, Basic, Integer, Mul, Pow, Rational, S, Symbol
 from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol, Transpose
 
-from ..algebra import product
-from ..engine import Derivation
-from ..interpret import Interpreter, MissingRule, find_rule
-from ..vocabulary import (
+from derivations.engine.algebra import product
+from derivations.engine.derivation import Derivation
+from derivations.engine.interpret import Interpreter, MissingRule, find_rule
+from derivations.engine.vocabulary import (
     BLOCK_DIAGONAL,
     GramInvSqrt,
     GramSqrt,
@@ -159,14 +159,14 @@ def kernel_source(functions) -> str:
 class MatrixCodePrinter(Interpreter):
     """Straight-line array code for matrix expressions, with common subexpressions named once.
 
-    A SymPy :class:`~sympy.printing.printer.Printer` (through :class:`~derivations.interpret.Interpreter`):
+    A SymPy :class:`~sympy.printing.printer.Printer` (through :class:`~derivations.engine.interpret.Interpreter`):
     rules are ``_print_<Class>`` methods found along the node's class hierarchy, or the node's own
     ``_jaxcode``/``_numpycode``; a node without either raises :class:`UnsupportedNode` (a
-    :class:`~derivations.interpret.MissingRule`) naming the node and the printer.
+    :class:`~derivations.engine.interpret.MissingRule`) naming the node and the printer.
     """
 
     cse_always = (Msign, GramSqrt, GramInvSqrt, IsotropicScale, RegularizedSylvester)
-    #: rule lookup (:func:`derivations.interpret.find_rule`): node method, then ``_print_<Class>``
+    #: rule lookup (:func:`derivations.engine.interpret.find_rule`): node method, then ``_print_<Class>``
     rule_prefix = "_print_"
 
     @property

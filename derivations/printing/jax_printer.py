@@ -8,13 +8,19 @@ import textwrap
 
 from sympy.matrices.expressions import MatMul, Transpose
 
-from numerics import jax_kernels as K
-
-from .array_module import docstring, header
-from ..vocabulary import BLOCK_DIAGONAL, GramInvSqrt, GramSqrt, Msign, RegularizedSylvester, facts_of
-from .codegen import (EmittedFunction, MatrixCodePrinter, UnsupportedNode, check_docstring, check_identifier,
-                      docstring_fragment, kernel_source)
-from .scaling import scaling_plan
+from derivations.engine.vocabulary import BLOCK_DIAGONAL, GramInvSqrt, GramSqrt, Msign, RegularizedSylvester, facts_of
+from derivations.printing.array_module import docstring, header
+from derivations.printing.codegen import (
+    EmittedFunction,
+    MatrixCodePrinter,
+    UnsupportedNode,
+    check_docstring,
+    check_identifier,
+    docstring_fragment,
+    kernel_source,
+)
+from derivations.printing.scaling import scaling_plan
+from numerics.kernels import jax_kernels as K
 
 KERNELS = (K.compute_dtype, K.lapack_guard, K.max_abs, K.float_layout, K.pow2, K.pow2_scale, K.pow2_normalize,
            K.scale_group, K.underflow_limit, K.pow2_unscale, K.unit_scale, K.real_scalar, K.per_matrix_on_cpu, K.scale_with_damping,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sympy.printing.latex import LatexPrinter
 
-from ..engine import Claim, Derivation, Problem, Solution
+from derivations.engine.derivation import Claim, Derivation, Problem, Solution
 
 
 class WorkbenchLatexPrinter(LatexPrinter):

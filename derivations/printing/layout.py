@@ -20,8 +20,8 @@ the stored layouts into core calls and the updates back into the stored layouts:
   partner, the stored gradients side by side, and the output split back into its column blocks.
 
 What the derivations say nothing about stays hand-written and is inlined: the array primitives
-``split_heads``/``merge_heads`` (:mod:`numerics.jax_kernels`) and the input checks
-(:mod:`numerics.ov_layout`).
+``split_heads``/``merge_heads`` (:mod:`numerics.kernels.jax_kernels`) and the input checks
+(:mod:`numerics.kernels.ov_layout`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass, field
 
-from ..lemmas.blocks import HeadLayout
-from .codegen import UnsupportedNode
+from derivations.lemmas.blocks import HeadLayout
+from derivations.printing.codegen import UnsupportedNode
 
 
 @dataclass(frozen=True)
@@ -192,10 +192,9 @@ class AdapterPrinter:
 
 def adapter_source(adapter: Adapter) -> tuple[str, tuple]:
     """``(source, public names)``: the inlined primitives and checks, the printed adapter, the entry point."""
-    from numerics import jax_kernels as K
-    from numerics import ov_layout
-
-    from .codegen import kernel_source
+    from derivations.printing.codegen import kernel_source
+    from numerics.kernels import jax_kernels as K
+    from numerics.kernels import ov_layout
     printer = AdapterPrinter(adapter)
     kernels = kernel_source([K.split_heads, K.merge_heads, ov_layout._same_shapes, getattr(ov_layout, adapter.check)])
     return kernels + "\n\n" + printer.source() + "\n\n\n" + printer.entry_source() + "\n", (adapter.entry,)

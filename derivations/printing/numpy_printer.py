@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from numerics import numpy_kernels as K
-
-from .array_module import docstring, header
-from .codegen import (
+from derivations.printing.array_module import docstring, header
+from derivations.printing.codegen import (
     EmittedFunction,
     MatrixCodePrinter,
     check_docstring,
@@ -13,6 +11,7 @@ from .codegen import (
     docstring_fragment,
     kernel_source,
 )
+from numerics.kernels import numpy_kernels as K
 
 KERNELS = (K.check_scalar, K.check_shapes, K.check_group, K.validate_arrays, K.finite_for_lapack, K.scale_of, K.gram_eigh,
            K.psd_power, K.isotropic_scale, K.msign_svd, K.sylvester_dense, K.sylvester_gram)

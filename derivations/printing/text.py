@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sympy import sstr
 
-from ..engine import Claim, Derivation, Problem, Solution
+from derivations.engine.derivation import Claim, Derivation, Problem, Solution
 
 
 def state_text(state) -> list[str]:

@@ -18,7 +18,7 @@ from .checks import public_api
 
 
 def resolve(dotted: str):
-    """The object a dotted public name refers to (``derivations.render``, ``numerics.spectra.x``)."""
+    """The object a dotted public name refers to (``derivations.render``, ``numerics.kernels.spectra.x``)."""
     module_name, _, attr = dotted.rpartition(".")
     return getattr(importlib.import_module(module_name), attr)
 

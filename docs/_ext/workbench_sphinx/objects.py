@@ -9,7 +9,6 @@ those recorded checks instead of re-running ``--check``.
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import traceback
 from dataclasses import dataclass
 from functools import cache
@@ -46,16 +45,9 @@ class RuleEntry:
 
 
 def _rule_module_names() -> list[str]:
-    """Modules of the ``derivations`` package that define ``rule_module()`` (sorted)."""
-    package = importlib.import_module(RULE_PACKAGE)
-    out = []
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.name.startswith("_") or info.ispkg:
-            continue
-        module = importlib.import_module(f"{RULE_PACKAGE}.{info.name}")
-        if callable(getattr(module, "rule_module", None)):
-            out.append(info.name)
-    return out
+    """The registered rule modules (:func:`derivations.registry.rule_names`, sorted)."""
+    from derivations import registry
+    return list(registry.rule_names())
 
 
 def _failing_derivation_name(tb) -> str | None:

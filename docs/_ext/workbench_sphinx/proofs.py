@@ -65,7 +65,7 @@ def _sizes(dims: dict) -> str:
 def theorem_result(der) -> str:
     """The derived statement in LaTeX: the minimizer and value, or the identity ``start = end``."""
     latex, state_latex = _latex()
-    from derivations.engine import Solution
+    from derivations.engine.derivation import Solution
     if isinstance(der.state, Solution):
         return state_latex(der.state)
     return rf"{latex(der.start.expr)} = {latex(der.formula)}"
@@ -97,7 +97,7 @@ def symbolic_status(status: str, der) -> str:
 
 def check_lines(step, der, rule_name: str) -> list[str]:
     """The evidence recorded for one step, stated as what was measured."""
-    from derivations import engine
+    from derivations.engine import derivation as engine
     check = step.check
     ftol = getattr(engine, "FLOAT64_TOL", None)
     mtol = getattr(engine, "MPMATH_TOL", None)

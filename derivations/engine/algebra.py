@@ -15,7 +15,16 @@ from collections.abc import Callable
 from sympy import Basic, Mul, S
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixExpr, Transpose, ZeroMatrix
 
-from .vocabulary import SPD, SYMMETRIC, GramInvSqrt, GramSqrt, IsotropicScale, PolarFactor, _Derived, facts_of
+from derivations.engine.vocabulary import (
+    SPD,
+    SYMMETRIC,
+    GramInvSqrt,
+    GramSqrt,
+    IsotropicScale,
+    PolarFactor,
+    _Derived,
+    facts_of,
+)
 
 
 def is_symmetric(expr: Basic) -> bool:

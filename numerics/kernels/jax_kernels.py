@@ -30,7 +30,7 @@ are representable; otherwise the update is NaN and the emitted function raises a
 import jax
 import jax.numpy as jnp
 
-from .argcheck import check_group, check_scalar, check_shapes  # noqa: F401 (check_group: inlined by the printers)
+from numerics.kernels.argcheck import check_group, check_scalar, check_shapes  # noqa: F401 (check_group: inlined by the printers)
 
 MSIGN_METHODS = ("newton_schulz", "svd")
 

@@ -10,7 +10,7 @@ partners).
 
 import numpy as np
 
-from .argcheck import check_group, check_scalar, check_shapes
+from numerics.kernels.argcheck import check_group, check_scalar, check_shapes
 
 
 def validate_arrays(function, shapes, arrays, scalars, positive=()):

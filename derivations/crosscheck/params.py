@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 
-from .stdout import stdout_closed, write_result
+from derivations.commandline import stdout_closed, write_result
 
 MAX_SIZE = 10**7  # any one dimension
 MAX_LAYERS = 10**5
@@ -197,9 +197,9 @@ def _positive(name, limit):
 
 
 def _parser():
-    p = _Parser(prog="python -m derivations.params",
+    p = _Parser(prog="python -m derivations.crosscheck.params",
                 description="Parameter count of a Llama-3-style decoder from its shapes (exact integers).",
-                epilog="example (Llama-3-8B): python -m derivations.params --hidden 4096 --layers 32 "
+                epilog="example (Llama-3-8B): python -m derivations.crosscheck.params --hidden 4096 --layers 32 "
                        "--vocab 128256 --ffn 14336 --heads 32 --kv-heads 8 --compare 8.59e9")
     dim = _positive("size", MAX_SIZE)
     p.add_argument("--hidden", type=dim, required=True, help="model width d")
@@ -263,14 +263,14 @@ def _comparison_text(c: dict) -> str:
 
 
 def main(argv=None) -> int:
-    if stdout_closed("derivations.params"):  # >&-: one line and exit 2 (also for --help)
+    if stdout_closed("derivations.crosscheck.params"):  # >&-: one line and exit 2 (also for --help)
         return 2
     try:
         text = run(argv)
     except UsageError as exc:
-        sys.stderr.write(f"derivations.params: error: {exc}\n")
+        sys.stderr.write(f"derivations.crosscheck.params: error: {exc}\n")
         return 2
-    return write_result("derivations.params", text, 0)
+    return write_result("derivations.crosscheck.params", text, 0)
 
 
 if __name__ == "__main__":

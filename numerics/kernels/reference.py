@@ -1,7 +1,7 @@
 """Float64 NumPy and arbitrary-precision mpmath references of the workbench's operations.
 
 Both backends expose the same functions, so an expression can be evaluated either way
-(:func:`derivations.evaluate.evaluate`). mpmath code scopes its precision with ``workdps``.
+(:func:`derivations.engine.evaluate.evaluate`). mpmath code scopes its precision with ``workdps``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from . import numpy_kernels
+from numerics.kernels import numpy_kernels
 
 
 class NumpyBackend:

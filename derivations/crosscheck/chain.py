@@ -5,7 +5,7 @@
 
 * a block ``A = B = C`` is a chain of equalities; a block that starts with ``=`` continues the
   previous block's last expression. Each ``=`` is a step: the two sides must be equal as
-  functions of the symbols (:func:`derivations.crosscheck.compare`).
+  functions of the symbols (:func:`derivations.crosscheck.checker.compare`).
 * a block ``\\min_{X} ⟨G, L(X)⟩ \\text{ s.t. } ‖N(X)‖_{op} \\le β`` is a problem. Consecutive problems
   are a step: objective, constraint and budget must agree at every point, after the change of
   variables ``\\text{where } Z = f(X)`` when the variable changes.
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from sympy import Symbol
 from sympy.matrices.expressions import MatrixSymbol
 
-from .crosscheck import (
+from derivations.crosscheck.checker import (
     CHAIN_MAX_BYTES,
     Assumptions,
     BadInput,
@@ -38,11 +38,12 @@ from .crosscheck import (
     _sizes_for,
     build_with_inference,
     compare,
+    format_verdict,
     parse_assumptions,
     read_regular_file,
 )
-from .formula import FormulaError
-from .vocabulary import Inner, NuclearNorm, OpNorm
+from derivations.crosscheck.formula import FormulaError
+from derivations.engine.vocabulary import Inner, NuclearNorm, OpNorm
 
 MAX_FILE = CHAIN_MAX_BYTES  # bytes: a --chain file over this (or not a regular file) is refused
 
@@ -86,7 +87,6 @@ class ChainReport:
                              "method": s.verdict.method, "note": s.note} for s in self.steps]}
 
     def text(self) -> str:
-        from .crosscheck import format_verdict
         lines = [f"step {s.index} ({s.kind}): {s.verdict.verdict} ({s.verdict.method})"
                  + (f" — {s.note}" if s.note else "") for s in self.steps]
         if self.failed is None:
@@ -293,7 +293,7 @@ def check_blocks(blocks: list[str], assumptions: Assumptions) -> ChainReport:
 
 
 def _failing_text(texts, assumptions) -> int:
-    from .formula import parse_tree
+    from derivations.crosscheck.formula import parse_tree
     for i, t in enumerate(texts):
         try:
             parse_tree(t)

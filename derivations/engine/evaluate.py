@@ -1,8 +1,8 @@
 """Numerical evaluation of matrix expressions on random instances that satisfy their facts.
 
 :func:`evaluate` interprets a SymPy expression made of the vocabulary's nodes with a backend
-from :mod:`numerics.reference` (float64 NumPy, or mpmath at high precision); its rules are the
-``_eval_<Node>`` methods of :class:`derivations.numeric.NumericEvaluator` (or a node's own
+from :mod:`numerics.kernels.reference` (float64 NumPy, or mpmath at high precision); its rules are the
+``_eval_<Node>`` methods of :class:`derivations.engine.numeric.NumericEvaluator` (or a node's own
 ``_numeric``), dispatched along the class hierarchy like every other interpreter.
 :class:`InstanceSampler` draws values for the symbols of an expression that satisfy the
 structural facts the symbols carry, and computes the defined symbols (factor gradients) from
@@ -17,11 +17,8 @@ import numpy as np
 from sympy import Basic, Symbol
 from sympy.matrices.expressions import MatrixSymbol
 
-from numerics.reference import NumpyBackend
-from numerics.spectra import random_orthonormal
-
-from .numeric import EvaluationError, NumericEvaluator, evaluate
-from .vocabulary import (
+from derivations.engine.numeric import EvaluationError, NumericEvaluator, evaluate
+from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     FULL_ROW_RANK,
     ISOTROPIC_COLUMNS,
@@ -31,6 +28,8 @@ from .vocabulary import (
     SYMMETRIC,
     facts_of,
 )
+from numerics.kernels.reference import NumpyBackend
+from numerics.kernels.spectra import random_orthonormal
 
 
 def _size(dim, dims) -> int:

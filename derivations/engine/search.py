@@ -1,6 +1,6 @@
 """``derive(problem)``: find a checked derivation by best-first search over the applicable lemmas.
 
-A node of the search is a :class:`~derivations.engine.Derivation` (every step already checked).
+A node of the search is a :class:`~derivations.engine.derivation.Derivation` (every step already checked).
 Its successors are the lemmas that apply to its state, with their parameters read off the state:
 
 * the partners that can be polar-substituted (matrices known to have full rank),
@@ -30,10 +30,10 @@ from dataclasses import dataclass, field, replace
 from sympy import MatMul, S, srepr
 from sympy.matrices.expressions import MatrixSymbol, Transpose
 
-from . import lemmas as L
-from .algebra import product, transpose
-from .engine import Context, Derivation, DerivationError, Problem, Solution, StepCheckFailed
-from .vocabulary import (
+from derivations import lemmas as L
+from derivations.engine.algebra import product, transpose
+from derivations.engine.derivation import Context, Derivation, DerivationError, Problem, Solution, StepCheckFailed
+from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     FULL_ROW_RANK,
     FactMatrix,
@@ -155,7 +155,7 @@ class Searcher:
 
     # ---- moves ----------------------------------------------------------------------------
     def moves(self, der: Derivation) -> list[Move]:
-        from . import norms
+        from derivations.engine import norms
         st = der.state
         out = []
         if isinstance(st, Solution):
@@ -294,7 +294,7 @@ def _solve(der: Derivation):
 
 def invariance_lemmas():
     """The rewrites without parameters that simplify a norm or an inner product."""
-    from . import norms
+    from derivations.engine import norms
     return (L.ORTHONORMAL_INVARIANCE, L.TRANSPOSITION, *norms.NORM_LEMMAS)
 
 
@@ -313,7 +313,7 @@ def derive(problem: Problem, context: Context, *, name: str = "derived", title: 
         max_expansions: states expanded before giving up.
 
     Returns:
-        a :class:`~derivations.engine.Derivation` whose every step is checked, with
+        a :class:`~derivations.engine.derivation.Derivation` whose every step is checked, with
         ``search_stats`` (states expanded, seconds spent searching and replaying with every check,
         the path of lemmas).
 

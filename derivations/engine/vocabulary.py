@@ -19,10 +19,10 @@ Conventions:
 
 from __future__ import annotations
 
-from sympy import Basic, Expr, S, Symbol, Tuple, sympify
+from sympy import Basic, Expr, Rational, S, Symbol, Tuple, sympify
 from sympy.core.symbol import Str
 from sympy.core.sympify import _sympify
-from sympy.matrices.expressions import MatrixExpr, MatrixSymbol, Transpose
+from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixExpr, MatrixSymbol, Transpose
 
 # Structural facts a matrix can carry.
 FULL_COLUMN_RANK = "full_column_rank"
@@ -197,6 +197,34 @@ class GramInvSqrt(_GramNode):
 
     def _latex(self, printer):
         return f"C_{{{short_name(self.base)}}}^{{-1}}"
+
+
+
+class GramPower(GramSqrt):
+    """``(WᵀW + λI)^p`` (right) or ``(WWᵀ + λI)^p`` (left) for a rational ``p`` other than ±1/2.
+
+    Evaluated as the PSD power of the Gram matrix (eigendecomposition); the symbolic model
+    treats it as an opaque symmetric matrix, so an identity involving it is numeric only.
+    """
+
+    def __new__(cls, base, damping, side, power):
+        obj = GramSqrt.__new__(cls, base, damping, side)
+        obj._args = obj._args + (Rational(power),)
+        return obj
+
+    @property
+    def exponent(self):
+        return self.args[3]
+
+    def _damped_gram(self):
+        g = self.gram()
+        return g if self.damping == 0 else MatAdd(g, MatMul(self.damping, Identity(self.size)))
+
+    def _sympystr(self, printer):
+        return f"({printer._print(self._damped_gram())})^({self.exponent})"
+
+    def _latex(self, printer):
+        return rf"\left({printer._print(self._damped_gram())}\right)^{{{self.exponent}}}"
 
 
 class PolarFactor(_Derived):

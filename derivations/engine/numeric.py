@@ -1,15 +1,14 @@
 """The numeric evaluator: the value of a vocabulary expression in float64 (NumPy) or mpmath.
 
 One ``_eval_<Node>`` rule per node on :class:`NumericEvaluator` (or a ``_numeric`` method on the
-node itself), dispatched along the class hierarchy by :mod:`derivations.interpret`. The backend
-(:mod:`numerics.reference`) supplies the operations, so one set of rules serves both precisions.
+node itself), dispatched along the class hierarchy by :mod:`derivations.engine.interpret`. The backend
+(:mod:`numerics.kernels.reference`) supplies the operations, so one set of rules serves both precisions.
 """
 
 from __future__ import annotations
 
-from numerics.reference import NumpyBackend
-
-from .interpret import Interpreter, MissingRule
+from derivations.engine.interpret import Interpreter, MissingRule
+from numerics.kernels.reference import NumpyBackend
 
 
 class EvaluationError(ValueError):
@@ -109,7 +108,7 @@ class NumericEvaluator(Interpreter):
         return self.backend.blockdiag([self(b) for b in expr.args])
 
     def _eval_Projector(self, expr):
-        from .vocabulary import PolarFactor
+        from derivations.engine.vocabulary import PolarFactor
         u = self(PolarFactor(expr.base))
         return self.backend.matmul(u, self.backend.transpose(u))
 

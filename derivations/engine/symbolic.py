@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from sympy import Matrix, S, Symbol, cancel, diag, symbols
 
-from .algebra import is_symmetric
-from .interpret import Interpreter, MissingRule
-from .vocabulary import GramSqrt, PolarFactor
+from derivations.engine.algebra import is_symmetric
+from derivations.engine.interpret import Interpreter, MissingRule
+from derivations.engine.vocabulary import GramSqrt, PolarFactor
 
 
 class Unsupported(MissingRule):
@@ -157,7 +157,7 @@ def _equal(a, b) -> bool:
 
 
 def _norm_types() -> tuple:
-    from .norms import FAMILIES, EntrywiseL1Norm
+    from derivations.engine.norms import FAMILIES, EntrywiseL1Norm
     return (EntrywiseL1Norm, *(f.norm for f in FAMILIES))
 
 

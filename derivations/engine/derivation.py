@@ -38,13 +38,12 @@ import numpy as np
 from sympy import Expr, srepr
 from sympy.matrices.expressions import MatrixSymbol
 
-from numerics.reference import MpmathBackend, NumpyBackend
-
-from . import lemmas as L
-from .algebra import product, replace_free, tidy
-from .evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
-from .symbolic import size_label, verify_equal
-from .vocabulary import GramInvSqrt, GramSqrt, Inner
+from derivations import lemmas as L
+from derivations.engine.algebra import product, replace_free, tidy
+from derivations.engine.evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
+from derivations.engine.symbolic import size_label, verify_equal
+from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, Inner
+from numerics.kernels.reference import MpmathBackend, NumpyBackend
 
 FLOAT64_TOL = 1e-9
 MPMATH_DPS = 50
@@ -265,9 +264,9 @@ class Derivation:
 
     def solve(self, note: str = "", lemma: L.Lemma | None = None):
         """Steepest descent in a norm ball: ``min ⟨A, Z⟩ s.t. ‖Z‖ ≤ β`` for a norm of
-        :data:`derivations.norms.FAMILIES` (Lemma 1 for the operator norm; ``lemma`` may override,
+        :data:`derivations.engine.norms.FAMILIES` (Lemma 1 for the operator norm; ``lemma`` may override,
         with a ``solution`` function), through the family's dual norm."""
-        from .norms import family_of, solve_lemma
+        from derivations.engine.norms import family_of, solve_lemma
         family = family_of(self.state.constraint) if isinstance(self.state, Problem) else None
         lemma = lemma or (solve_lemma(family) if family is not None else L.LINEAR_STEEPEST_DESCENT)
         where = self._where("solve", lemma)
@@ -503,15 +502,15 @@ class Derivation:
         """Duality certificate of ``sol`` for ``problem``: ``min ⟨G, L(X)⟩ s.t. ‖K(X)‖ ≤ β``.
 
         ``L`` and ``K`` are read off the problem; ``‖·‖`` is a norm of a family of
-        :mod:`derivations.norms`. Their matrices are built column by column on the instance. When
+        :mod:`derivations.engine.norms`. Their matrices are built column by column on the instance. When
         ``L = K``, ``A`` is the orthogonal projection of ``G`` onto the range of ``L``; otherwise (a
         damped constraint, ``K`` of full column rank) ``A = K (KᵀK)⁻¹ Lᵀ G``, so that
         ``⟨G, L(X)⟩ = ⟨A, K(X)⟩`` for every ``X``. Either way ``−β‖A‖_†`` bounds every feasible value
         from below (Hölder, ``‖·‖_†`` the dual norm), and the certificate
-        (:func:`derivations.lemmas.operator_ball_certificate`, :func:`derivations.norms.ball_certificate`)
+        (:func:`derivations.lemmas.operator_ball_certificate`, :func:`derivations.engine.norms.ball_certificate`)
         checks ``Y* = K(X*)`` against it.
         """
-        from .norms import OPERATOR, ball_certificate, family_of
+        from derivations.engine.norms import OPERATOR, ball_certificate, family_of
         ev = lambda e, env: evaluate(e, env, backend, sampler.dims)
         x, obj, con = problem.variable, problem.objective, problem.constraint
         family = family_of(con)

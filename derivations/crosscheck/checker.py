@@ -13,7 +13,7 @@ on the same instance at 100 digits, and is rounding (equal) only when its differ
 1e-30 or has shrunk by 25 orders of magnitude: so a true identity whose sides cancel to near zero
 is not called different, and a true difference of any scale is. The verdict is then upgraded to
 *symbolic* when the two sides agree as rational functions of explicit small symbolic matrices
-(:func:`derivations.symbolic.prove_equal`). When both sides are purely algebraic (products, sums,
+(:func:`derivations.engine.symbolic.prove_equal`). When both sides are purely algebraic (products, sums,
 transposes and inverses of symbols), a disagreement is also shown symbolically. A numerical check
 at finite precision cannot see a difference hidden below the rounding of a larger intermediate
 (``(B + 10^-60 A) − B`` against ``0``); the symbolic check, where it applies, does.
@@ -36,7 +36,6 @@ Exit status: 0 equal, 1 different, 2 bad input (one line on stderr).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import hashlib
@@ -47,7 +46,6 @@ import os
 import re
 import signal
 import stat
-import sys
 import threading
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -58,14 +56,12 @@ from sympy import Add, Basic, Integer, Mul, Pow, Rational, Symbol, Tuple, cancel
 from sympy.core.symbol import Str
 from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, MatrixSymbol, Transpose, ZeroMatrix
 
-from numerics.reference import MpmathBackend, NumpyBackend
-
-from .algebra import product, tidy, transpose
-from .evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
-from .formula import Builder, FormulaError, GramPower, matrix_power, parse_tree
-from .stdout import stdout_closed, write_result
-from .symbolic import ExplicitModel, Unsupported, prove_equal
-from .vocabulary import (
+from derivations import registry
+from derivations.crosscheck.formula import Builder, matrix_power, parse_tree
+from derivations.engine.algebra import product, tidy, transpose
+from derivations.engine.evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
+from derivations.engine.symbolic import ExplicitModel, Unsupported, prove_equal
+from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     FULL_ROW_RANK,
     ORTHONORMAL_COLUMNS,
@@ -75,6 +71,7 @@ from .vocabulary import (
     BlockDiag,
     FactMatrix,
     GramInvSqrt,
+    GramPower,
     GramSqrt,
     HStack,
     Inner,
@@ -89,6 +86,7 @@ from .vocabulary import (
     dimension,
     positive_symbol,
 )
+from numerics.kernels.reference import MpmathBackend, NumpyBackend
 
 DPS = 50
 # Every comparison is relative to the magnitudes of both sides (see :func:`_agree`), so it is the same
@@ -103,26 +101,7 @@ INSTANCES_PER_SIZE = 2
 CHAIN_MAX_BYTES = 1_000_000  # a --chain file over this, or not a regular file, is refused
 
 
-def _discover_rule_modules() -> tuple:
-    """The modules of this package that define ``derivations()`` at top level (read from their sources,
-    nothing imported): every derivation the package builds is reached from one of them."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    found = []
-    for entry in sorted(os.listdir(here)):
-        name, ext = os.path.splitext(entry)
-        if ext != ".py" or name.startswith("_") or name == "crosscheck":
-            continue
-        try:
-            with open(os.path.join(here, entry), encoding="utf-8") as fh:
-                text = fh.read()
-        except (OSError, UnicodeDecodeError):
-            continue
-        if re.search(r"^def derivations\(", text, re.MULTILINE):
-            found.append(name)
-    return tuple(found)
-
-
-RULE_MODULES = _discover_rule_modules()
+RULE_MODULES = registry.derivation_sources()
 
 
 class BadInput(ValueError):
@@ -246,7 +225,7 @@ def _owner_modules(name: str, use_cache: bool = True) -> list:
     prefix = name.split(".")[0]
     if prefix in RULE_MODULES:
         return [prefix]
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = registry.PACKAGE_DIR
     if re.fullmatch(r"[a-z][a-z0-9_]*", prefix) and os.path.isfile(os.path.join(here, f"{prefix}.py")):
         owner = derivation_names(use_cache).get(name)
         if owner in RULE_MODULES:
@@ -884,7 +863,7 @@ def _from_json(obj):
 @functools.cache
 def _source_hash() -> str:
     """Hash of the ``derivations`` and ``numerics`` sources as imported (read once per process)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(registry.PACKAGE_DIR)
     h = hashlib.sha256()
     for package in ("derivations", "numerics"):
         for dirpath, _, files in sorted(os.walk(os.path.join(root, package))):
@@ -1221,92 +1200,3 @@ def _array_text(value) -> str:
 
 def _indent(a) -> str:
     return "\n".join("      " + line for line in str(a).splitlines())
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise BadInput(message)
-
-
-def _parser():
-    p = _Parser(prog="python -m derivations.crosscheck",
-                description="Cross-check a hand-derived formula, an identity or a chain of steps.",
-                formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog="examples:\n"
-                       "  python -m derivations.crosscheck halfsplit.query '(-eps/2)*msign(G_Q*C_K^-1)*C_K^-1'\n"
-                       "  python -m derivations.crosscheck halfsplit.query '-eps msign(G_Q C_K^{-1}) C_K^{-1}' --json\n"
-                       "  python -m derivations.crosscheck identity 'msign(W@A)' 'W@msign(A)' "
-                       "--assume 'W: orthonormal columns'\n"
-                       "  python -m derivations.crosscheck --chain derivation.md\n"
-                       "  python -m derivations.crosscheck --list\n"
-                       "exit status: 0 equal, 1 different, 2 bad input")
-    p.add_argument("args", nargs="*", metavar="DERIVATION FORMULA | identity LHS RHS")
-    p.add_argument("--chain", metavar="FILE", help="check every step of the display math in a Markdown/LaTeX file "
-                                                   f"(a regular file of at most {CHAIN_MAX_BYTES:,} bytes)")
-    p.add_argument("--assume", action="append", default=[], metavar="'NAME: FACT'",
-                   help="a fact for identities and chains (orthonormal columns/rows, symmetric, spd, "
-                        "full column/row rank, square, positive, RxC); repeatable")
-    p.add_argument("--json", action="store_true",
-                   help="print one JSON object (verdict, method, scale, diagnosis, counterexample; the "
-                        "counterexample's relative_difference is ||candidate - derived||_F / ||derived||_F "
-                        "on its instance: 1.0 for twice the derived result)")
-    p.add_argument("--list", action="store_true", help="list the derivation names")
-    p.add_argument("--no-cache", action="store_true",
-                   help="rebuild the derivation (or, with --list, all of them) instead of reading the cache "
-                        "(~/.cache/optimizer-workbench: each entry carries the hash of the sources and a digest, "
-                        "checked before use; a stale, foreign or damaged entry is rebuilt)")
-    return p
-
-
-def run(argv=None) -> tuple[int, str]:
-    """``(exit status, stdout text)``; raises :class:`BadInput` for bad input."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    # a formula may start with a minus sign ('-(eps/2)*msign(...)'): a leading space keeps argparse
-    # from reading it as an option (the formula grammar ignores the space); only --long options and -h exist
-    argv = [f" {a}" if a.startswith("-") and not a.startswith("--") and a != "-h" else a for a in argv]
-    args = _parser().parse_args(argv)
-    if args.list:
-        return 0, "\n".join(sorted(derivation_names(use_cache=not args.no_cache))) + "\n"
-    if args.chain:
-        if args.args:
-            raise BadInput("--chain takes a file and no positional arguments")
-        from .chain import check_chain_file
-        report = check_chain_file(args.chain, parse_assumptions(args.assume))
-        return (0 if report.ok else 1), (json.dumps(report.as_json(), indent=2) + "\n" if args.json
-                                         else report.text())
-    if args.args[:1] == ["identity"]:
-        if len(args.args) != 3:
-            raise BadInput("identity takes two formulas: identity LHS RHS")
-        target, cand = identity_target(args.args[1], args.args[2], parse_assumptions(args.assume))
-        verdict = compare(target, cand)
-        what = "identity"
-    else:
-        if len(args.args) != 2:
-            raise BadInput("give DERIVATION FORMULA, identity LHS RHS, or --chain FILE (see --help)")
-        if args.assume:
-            raise BadInput("--assume is for identities and chains; a derivation carries its own facts")
-        verdict = check_derivation(*args.args, use_cache=not args.no_cache)
-        what = args.args[0]
-    text = json.dumps(verdict.as_json(), indent=2) + "\n" if args.json else format_verdict(verdict, what)
-    return (0 if verdict.verdict == "equal" else 1), text
-
-
-def main(argv=None) -> int:
-    prog = "derivations.crosscheck"
-    if stdout_closed(prog):  # >&-: one line and exit 2 before any work (and for --help)
-        return 2
-    try:
-        status, text = run(argv)
-    except (BadInput, FormulaError) as exc:
-        sys.stderr.write(f"{prog}: error: {' '.join(str(exc).split())}\n")
-        return 2
-    except RecursionError:
-        sys.stderr.write(f"{prog}: error: input nested too deeply\n")
-        return 2
-    return write_result(prog, text, status)
-
-
-if __name__ == "__main__":  # run the imported module's main, so its exception classes are the ones raised
-    from derivations.crosscheck import main as _main
-
-    sys.exit(_main())

@@ -1,7 +1,7 @@
 """A formula language for matrix expressions, parsed without evaluating any Python.
 
 The parser is a hand-written recursive descent over a closed grammar; it builds the project's
-own vocabulary (:mod:`derivations.vocabulary`) and never calls ``eval``, ``sympify`` or
+own vocabulary (:mod:`derivations.engine.vocabulary`) and never calls ``eval``, ``sympify`` or
 ``parse_expr`` on user text. It reads
 
 * what ``--emit text`` prints: ``(-epsilon/2)*msign(G_Q*C_K^-1)*C_K^-1``, ``W_Q.T``,
@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from sympy import Basic, Integer, Rational, S, sqrt
 from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, Transpose
 
-from .algebra import product, tidy, total, transpose
-from .vocabulary import (
+from derivations.engine.algebra import product, tidy, total, transpose
+from derivations.engine.vocabulary import (
     BlockDiag,
     GramInvSqrt,
+    GramPower,
     GramSqrt,
     HStack,
     Inner,
@@ -54,33 +55,6 @@ class FormulaError(ValueError):
     def __init__(self, message: str, column: int | None = None):
         self.column = column
         super().__init__(f"column {column}: {message}" if column is not None else message)
-
-
-class GramPower(GramSqrt):
-    """``(WᵀW + λI)^p`` (right) or ``(WWᵀ + λI)^p`` (left) for a rational ``p`` other than ±1/2.
-
-    Evaluated as the PSD power of the Gram matrix (eigendecomposition); the symbolic model
-    treats it as an opaque symmetric matrix, so an identity involving it is numeric only.
-    """
-
-    def __new__(cls, base, damping, side, power):
-        obj = GramSqrt.__new__(cls, base, damping, side)
-        obj._args = obj._args + (Rational(power),)
-        return obj
-
-    @property
-    def exponent(self):
-        return self.args[3]
-
-    def _damped_gram(self):
-        g = self.gram()
-        return g if self.damping == 0 else total(g, product(self.damping, Identity(self.size)))
-
-    def _sympystr(self, printer):
-        return f"({printer._print(self._damped_gram())})^({self.exponent})"
-
-    def _latex(self, printer):
-        return rf"\left({printer._print(self._damped_gram())}\right)^{{{self.exponent}}}"
 
 
 # ---- tokens -------------------------------------------------------------------------------

@@ -1,0 +1,95 @@
+"""``python -m derivations.crosscheck``: the command line of the cross-checker (a derivation and a
+hand formula, an identity, a chain file, or ``--list``). Exit status 0 equal, 1 different, 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from derivations.commandline import stdout_closed, write_result
+from derivations.crosscheck import chain, checker
+from derivations.crosscheck.checker import CHAIN_MAX_BYTES, BadInput
+from derivations.crosscheck.formula import FormulaError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise BadInput(message)
+
+
+def _parser():
+    p = _Parser(prog="python -m derivations.crosscheck",
+                description="Cross-check a hand-derived formula, an identity or a chain of steps.",
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="examples:\n"
+                       "  python -m derivations.crosscheck halfsplit.query '(-eps/2)*msign(G_Q*C_K^-1)*C_K^-1'\n"
+                       "  python -m derivations.crosscheck halfsplit.query '-eps msign(G_Q C_K^{-1}) C_K^{-1}' --json\n"
+                       "  python -m derivations.crosscheck identity 'msign(W@A)' 'W@msign(A)' "
+                       "--assume 'W: orthonormal columns'\n"
+                       "  python -m derivations.crosscheck --chain derivation.md\n"
+                       "  python -m derivations.crosscheck --list\n"
+                       "exit status: 0 equal, 1 different, 2 bad input")
+    p.add_argument("args", nargs="*", metavar="DERIVATION FORMULA | identity LHS RHS")
+    p.add_argument("--chain", metavar="FILE", help="check every step of the display math in a Markdown/LaTeX file "
+                                                   f"(a regular file of at most {CHAIN_MAX_BYTES:,} bytes)")
+    p.add_argument("--assume", action="append", default=[], metavar="'NAME: FACT'",
+                   help="a fact for identities and chains (orthonormal columns/rows, symmetric, spd, "
+                        "full column/row rank, square, positive, RxC); repeatable")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (verdict, method, scale, diagnosis, counterexample; the "
+                        "counterexample's relative_difference is ||candidate - derived||_F / ||derived||_F "
+                        "on its instance: 1.0 for twice the derived result)")
+    p.add_argument("--list", action="store_true", help="list the derivation names")
+    p.add_argument("--no-cache", action="store_true",
+                   help="rebuild the derivation (or, with --list, all of them) instead of reading the cache "
+                        "(~/.cache/optimizer-workbench: each entry carries the hash of the sources and a digest, "
+                        "checked before use; a stale, foreign or damaged entry is rebuilt)")
+    return p
+
+
+def run(argv=None) -> tuple[int, str]:
+    """``(exit status, stdout text)``; raises :class:`BadInput` for bad input."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # a formula may start with a minus sign ('-(eps/2)*msign(...)'): a leading space keeps argparse
+    # from reading it as an option (the formula grammar ignores the space); only --long options and -h exist
+    argv = [f" {a}" if a.startswith("-") and not a.startswith("--") and a != "-h" else a for a in argv]
+    args = _parser().parse_args(argv)
+    if args.list:
+        return 0, "\n".join(sorted(checker.derivation_names(use_cache=not args.no_cache))) + "\n"
+    if args.chain:
+        if args.args:
+            raise BadInput("--chain takes a file and no positional arguments")
+        report = chain.check_chain_file(args.chain, checker.parse_assumptions(args.assume))
+        return (0 if report.ok else 1), (json.dumps(report.as_json(), indent=2) + "\n" if args.json
+                                         else report.text())
+    if args.args[:1] == ["identity"]:
+        if len(args.args) != 3:
+            raise BadInput("identity takes two formulas: identity LHS RHS")
+        target, cand = checker.identity_target(args.args[1], args.args[2], checker.parse_assumptions(args.assume))
+        verdict = checker.compare(target, cand)
+        what = "identity"
+    else:
+        if len(args.args) != 2:
+            raise BadInput("give DERIVATION FORMULA, identity LHS RHS, or --chain FILE (see --help)")
+        if args.assume:
+            raise BadInput("--assume is for identities and chains; a derivation carries its own facts")
+        verdict = checker.check_derivation(*args.args, use_cache=not args.no_cache)
+        what = args.args[0]
+    text = json.dumps(verdict.as_json(), indent=2) + "\n" if args.json else checker.format_verdict(verdict, what)
+    return (0 if verdict.verdict == "equal" else 1), text
+
+
+def main(argv=None) -> int:
+    prog = "derivations.crosscheck"
+    if stdout_closed(prog):  # >&-: one line and exit 2 before any work (and for --help)
+        return 2
+    try:
+        status, text = run(argv)
+    except (BadInput, FormulaError) as exc:
+        sys.stderr.write(f"{prog}: error: {' '.join(str(exc).split())}\n")
+        return 2
+    except RecursionError:
+        sys.stderr.write(f"{prog}: error: input nested too deeply\n")
+        return 2
+    return write_result(prog, text, status)

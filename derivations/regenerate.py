@@ -1,0 +1,89 @@
+"""Regenerate and check the emitted JAX modules that the products ship in ``numerics/emitted/``.
+
+``python -m derivations.regenerate --regenerate`` writes ``python -m derivations.<rule> --emit jax``
+(default schedule and msign) for every registered rule module that emits functions;
+``--check`` exits 1 when a shipped copy differs from a fresh emission, is missing, or belongs to no
+rule module. The rules come from :mod:`derivations.registry`; nothing here lists them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from derivations import registry
+from derivations.cli import render
+from derivations.commandline import OneLineParser, stdout_closed
+
+#: where the shipped copies live (the generated package :mod:`numerics.emitted`)
+SHIPPED_DIR = registry.PACKAGE_DIR.parent / "numerics" / "emitted"
+
+
+def path_of(rule: str, directory: Path | None = None) -> Path:
+    """Where the shipped copy of ``rule``'s emitted module lives."""
+    return (directory or SHIPPED_DIR) / f"{rule}.py"
+
+
+def emit(rule: str) -> str | None:
+    """A fresh emission of ``rule`` (what ``--emit jax`` prints), or None when it emits no function."""
+    module = registry.rule_module(rule)
+    return render(module, "jax") if module.functions() else None
+
+
+def shipped(directory: Path | None = None) -> tuple[str, ...]:
+    """The rules with a shipped copy (files of the generated package, ``__init__`` excluded)."""
+    return tuple(sorted(p.stem for p in (directory or SHIPPED_DIR).glob("*.py") if not p.stem.startswith("_")))
+
+
+def stale(rules: tuple[str, ...] | None = None, directory: Path | None = None) -> list[str]:
+    """The rules whose shipped copy is missing, differs from a fresh emission, or has no rule module."""
+    rules = registry.rule_names() if rules is None else rules
+    out = []
+    for rule in rules:
+        text, path = emit(rule), path_of(rule, directory)
+        if text is None:
+            continue
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            out.append(rule)
+    out += [r for r in shipped(directory) if r not in registry.rule_names()]
+    return out
+
+
+def regenerate(rules: tuple[str, ...] | None = None, directory: Path | None = None) -> list[str]:
+    """Write a fresh emission of every rule that emits functions; returns the rules whose file changed."""
+    rules = registry.rule_names() if rules is None else rules
+    changed = []
+    for rule in rules:
+        text, path = emit(rule), path_of(rule, directory)
+        if text is not None and (not path.exists() or path.read_text(encoding="utf-8") != text):
+            path.write_text(text, encoding="utf-8")
+            changed.append(rule)
+    return changed
+
+
+def main(argv=None) -> int:
+    if stdout_closed("derivations.regenerate"):
+        return 2
+    p = OneLineParser(prog="python -m derivations.regenerate",
+                      description="Regenerate or check the emitted JAX modules shipped in numerics/emitted/.")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--regenerate", action="store_true", help="write a fresh emission of every rule")
+    what.add_argument("--check", action="store_true", help="exit 1 if a shipped copy differs from a fresh emission")
+    p.add_argument("--rule", action="append", choices=registry.rule_names(),
+                   help="only this rule (repeatable; default: all)")
+    args = p.parse_args(argv)
+    rules = tuple(args.rule) if args.rule else registry.rule_names()
+    if args.regenerate:
+        changed = regenerate(rules)
+        print(f"regenerated {len(rules)} rule modules; changed: {', '.join(changed) or 'none'}")
+        return 0
+    bad = stale(rules)
+    if bad:
+        print(f"stale emitted modules: {', '.join(bad)}; run python -m derivations.regenerate --regenerate")
+        return 1
+    print(f"all emitted modules of {len(rules)} rule modules are fresh")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

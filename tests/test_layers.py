@@ -1,0 +1,155 @@
+"""The architecture as a test: every hand-written module sits on one layer, imports only from its
+own layer or below, and no import circle exists (README, "Layout").
+
+The layers are named once, in :data:`LAYERS`; a module belongs to the longest prefix that matches
+its dotted name. Imports inside functions count like any other. A planted back-import and a planted
+circle must make the check fail (the last two tests).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("derivations", "numerics", "coeffsearch", "benchmarks")
+
+#: prefix -> layer, from the ground up; the longest matching prefix decides
+LAYERS: dict[str, int] = {
+    # 1. primitives: numerical kernels, the expression vocabulary and its evaluators, the command line
+    "numerics.kernels": 1,
+    "derivations.engine.vocabulary": 1,
+    "derivations.engine.algebra": 1,
+    "derivations.engine.interpret": 1,
+    "derivations.engine.evaluate": 1,
+    "derivations.engine.numeric": 1,
+    "derivations.engine.norm_nodes": 1,
+    "derivations.commandline": 1,
+    # 2. lemmas
+    "derivations.lemmas": 2,
+    # 3. the engine: problems, derivations, norm families, symbolic model, search, printers
+    "derivations.engine": 3,
+    "derivations.printing": 3,
+    # 4. rule modules, their command line and registry; Newton–Schulz schedules
+    "derivations": 4,
+    "coeffsearch": 4,
+    # 5. tools on top of the rules
+    "derivations.crosscheck": 5,
+    "derivations.classics": 5,  # classic results stated from hand-written formulas: above the parser
+    # 6. products: emitted modules, optimizer, training, benchmarks
+    "numerics": 6,
+    "benchmarks": 6,
+}
+#: generated code: imports only jax (checked by its own tests), not part of the layer graph
+GENERATED = ("numerics.emitted.",)
+
+
+def layer_of(module: str) -> int:
+    best = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len)
+    return LAYERS[best]
+
+
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    """Dotted name -> file of every hand-written module of the project's packages."""
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            name = ".".join(parts)
+            if not name.startswith(GENERATED) and "_build" not in parts:
+                out[name] = path
+    return out
+
+
+def imports(name: str, path: Path, known: dict) -> set[str]:
+    """The project modules that ``name`` imports (anywhere in the file, functions included)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name and not t.startswith(GENERATED):
+                found.add(t)
+    return found
+
+
+def graph(root: Path = ROOT) -> dict[str, set[str]]:
+    known = modules(root)
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def upward_imports(g: dict) -> list[str]:
+    return sorted(f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
+                  for a, targets in g.items() for b in targets if layer_of(b) > layer_of(a))
+
+
+def circles(g: dict) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in g.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_runs_up_a_layer():
+    assert upward_imports(graph()) == []
+
+
+def test_no_import_circles():
+    assert circles(graph()) == []
+
+
+def test_every_module_has_a_layer():
+    for name in modules():
+        assert layer_of(name) in range(1, 7), name
+
+
+def test_planted_back_import_and_circle_are_caught(tmp_path):
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "numerics" / "kernels").mkdir()
+    (tmp_path / "numerics" / "kernels" / "__init__.py").write_text("")
+    (tmp_path / "numerics" / "kernels" / "low.py").write_text("def f():\n    from derivations import rule\n")
+    (tmp_path / "derivations" / "rule.py").write_text("from derivations import other\n")
+    (tmp_path / "derivations" / "other.py").write_text("from . import rule\n")
+    g = graph(tmp_path)
+    assert upward_imports(g) == ["numerics.kernels.low (layer 1) imports derivations.rule (layer 4)"]
+    assert circles(g) == [["derivations.other", "derivations.rule"]]
