@@ -42,10 +42,23 @@ __all__ = ["Context", "Derivation", "DerivationError", "FactMatrix", "GramInvSqr
            "IsotropicScale", "Msign", "NuclearNorm", "OpNorm", "PolarFactor", "Problem", "Projector",
            "Solution", "StepCheckFailed", "identity_chain"]
 
+from derivations.engine.algebra import product, total, transpose
 from derivations.engine.norms import FAMILIES, NormFamily
 from derivations.engine.search import SearchFailed, derive
+from derivations.engine.vocabulary import (
+    FULL_COLUMN_RANK,
+    FULL_ROW_RANK,
+    ORTHONORMAL_COLUMNS,
+    ORTHONORMAL_ROWS,
+    SPD,
+    SYMMETRIC,
+    dimension,
+    positive_symbol,
+)
 from derivations.lemmas import Lemma, NotApplicable
 
+__all__ += ["FULL_COLUMN_RANK", "FULL_ROW_RANK", "ORTHONORMAL_COLUMNS", "ORTHONORMAL_ROWS", "SPD", "SYMMETRIC",
+            "dimension", "positive_symbol", "product", "total", "transpose"]
 __all__ += ["FAMILIES", "EmittedFunction", "Lemma", "NormFamily", "NotApplicable", "RuleModule", "SearchFailed",
             "derive", "render"]
 

@@ -159,6 +159,8 @@ def test_readme_example_runs_as_written():
     section = text.split("## Extending the engine", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
     assert len(code.strip().splitlines()) <= 25
+    # one import for the public API: nothing from the package's internal modules
+    assert re.findall(r"^from derivations(\.\w+)+ import", code, re.MULTILINE) == []
     ns = {}
     exec(code, ns)  # noqa: S102 (the README's example, run as a user would)
     module = {}
