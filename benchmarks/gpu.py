@@ -18,7 +18,6 @@ Measures, in one process, on ``jax.devices()[0]``:
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -27,7 +26,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import coeffsearch
+from benchmarks import gram_roots as gr
+from benchmarks import step
 from benchmarks.interleave import interleaved
+from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error
+from numerics import sharding
+from numerics.emitted import halfsplit
+from numerics.kernels.gram_roots import DEFAULT_SCHEDULE, gram_inv_sqrt
+from numerics.kernels.lapack_threads import lapack_threads
+from numerics.optimizer import _schedule_for, resolve_schedule
 
 
 def timed(fn, *args, repeats=5):
@@ -42,8 +50,6 @@ def matmul_rate(n, dtype):
 
 
 def ns_throughput(batch, m, n, dtype):
-    from numerics.emitted import halfsplit
-    from numerics.optimizer import _schedule_for, resolve_schedule
     sched = resolve_schedule("polar-express-5", 5)
     x = jax.random.normal(jax.random.PRNGKey(0), (batch, m, n), dtype)
     f = jax.jit(lambda x: halfsplit.spectral_sign(x, "newton_schulz", _schedule_for(halfsplit, sched)))
@@ -52,16 +58,17 @@ def ns_throughput(batch, m, n, dtype):
 
 
 def main(argv=None) -> int:
-    from derivations.commandline import stdout_closed  # >&-: one line and exit 2, not a silent run
     if stdout_closed("benchmarks.gpu"):
         return 2
-    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--small", action="store_true", help="small sizes (default on a CPU)")
-    args = p.parse_args(argv)
+    try:
+        args = p.parse_args(argv)
+    except UsageError as exc:
+        return usage_error("benchmarks.gpu", exc)
     dev = jax.devices()[0]
     small = args.small or dev.platform == "cpu"
     if dev.platform == "cpu":
-        from numerics.kernels.lapack_threads import lapack_threads
         lapack_threads(1)  # as benchmarks.step does (see numerics.kernels.lapack_threads)
     t0 = time.perf_counter()
     print(f"device: {dev.device_kind} ({dev.platform}), {len(jax.devices())} device(s), small={small}", flush=True)
@@ -74,7 +81,6 @@ def main(argv=None) -> int:
         print(f"    bf16 Newton-Schulz {batch} x ({m}, {d}): {thr / 1e12:.3f} TFLOP/s = {thr / rate:.2f} of matmul",
               flush=True)
 
-    from benchmarks import step
     shapes = ("gpt2",) if small else ("gpt2", "llama3")
     ratios = []
     for name in shapes:
@@ -82,9 +88,6 @@ def main(argv=None) -> int:
         ratios.append(ratio)
         print(f"[2] {name}: cm {1e3 * t_cm:.1f} ms, muon {1e3 * t_muon:.1f} ms, ratio {ratios[-1]:.3f}", flush=True)
 
-    import coeffsearch
-    from benchmarks import gram_roots as gr
-    from numerics.kernels.gram_roots import DEFAULT_SCHEDULE, gram_inv_sqrt
     sched = tuple(coeffsearch.resolve(DEFAULT_SCHEDULE).as_floats())
     h, d, dh = (4, 256, 32) if small else gr.SHAPES["llama3"]
     w64 = np.random.default_rng(0).standard_normal((h, d, dh)) / np.sqrt(d)
@@ -96,7 +99,6 @@ def main(argv=None) -> int:
           f"eigh err {gr.rel(eg(w32), ref):.1e} in {1e3 * timed(eg, w32):.2f} ms; "
           f"bf16 input err {gr.rel(ns(w32.astype(jnp.bfloat16)).astype(jnp.float32), ref):.1e}", flush=True)
 
-    from numerics import sharding
     count = len(jax.devices())
     mesh_shape = (2, count // 2) if count >= 2 and count % 2 == 0 else (1, count)
     worst, _ = sharding.compare(layers=2, d=64 if small else 1024, heads=4 if small else 16, kv_heads=4,

@@ -11,7 +11,6 @@ float64 ``eigh`` (bfloat16 inputs computed in float32, and bfloat16 arithmetic t
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 
@@ -22,6 +21,7 @@ import numpy as np
 import coeffsearch
 from benchmarks.interleave import interleaved
 from coeffsearch.certify import certify
+from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error
 from numerics.kernels.gram_roots import CERTIFIED_LOWER, DEFAULT_SCHEDULE, certified_lower, gram_inv_sqrt
 
 SHAPES = {"gpt2": (12, 768, 64), "llama3": (32, 4096, 128)}
@@ -46,13 +46,15 @@ def rel(a, b):
 
 
 def main(argv=None) -> int:
-    from derivations.commandline import stdout_closed  # >&-: one line and exit 2, not a silent run
     if stdout_closed("benchmarks.gram_roots"):
         return 2
-    p = argparse.ArgumentParser(prog="python -m benchmarks.gram_roots", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m benchmarks.gram_roots", description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--shapes", default="gpt2,llama3")
-    args = p.parse_args(argv)
+    try:
+        args = p.parse_args(argv)
+    except UsageError as exc:
+        return usage_error("benchmarks.gram_roots", exc)
     names = [s for s in args.shapes.split(",") if s]
     if args.repeats < 1 or any(s not in SHAPES for s in names) or not names:
         sys.stderr.write(f"benchmarks.gram_roots: error: --repeats >= 1 and --shapes from {', '.join(SHAPES)}\n")

@@ -15,7 +15,6 @@ worst configuration).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import importlib.util
 import statistics
@@ -31,6 +30,7 @@ import coeffsearch
 from benchmarks.interleave import interleaved, paired_ratio
 from derivations import halfsplit
 from derivations.cli import render
+from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error
 from numerics.kernels.lapack_threads import lapack_threads
 
 
@@ -85,7 +85,8 @@ def run(repeats: int, dtype, configs) -> float:
                "hand": lambda args=args: handwritten_halfsplit(*args, 0.02, 1e-4, sched),
                "hand tall": lambda args=args: handwritten_halfsplit(*args, 0.02, 1e-4, sched, tall=True)}
         times = interleaved(fns, repeats)
-        svd = lambda args=args: mod.halfsplit_qk(*args, eps=0.02, damping=1e-4, msign="svd")
+        def svd(args=args):
+            return mod.halfsplit_qk(*args, eps=0.02, damping=1e-4, msign="svd")
         s_times = interleaved({"svd": svd}, max(3, repeats // 4))["svd"]
         e, h, t, s = (statistics.median(x) * 1e3 for x in (*times.values(), s_times))
         ratio = max(paired_ratio(times["emitted"], times["hand"]), paired_ratio(times["emitted"], times["hand tall"]))
@@ -96,19 +97,21 @@ def run(repeats: int, dtype, configs) -> float:
 
 
 def main(argv=None) -> int:
-    from derivations.commandline import stdout_closed  # >&-: one line and exit 2, not a silent run
     if stdout_closed("benchmarks.halfsplit"):
         return 2
-    p = argparse.ArgumentParser(prog="python -m benchmarks.halfsplit", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m benchmarks.halfsplit", description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=30, help="timed calls per implementation (default 30)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--heads-4096", type=int, default=1, help="heads in the d = 4096 configuration (default 1)")
     p.add_argument("--lapack-threads", type=int, default=1,
                    help="OpenBLAS threads for jaxlib's CPU eigh, both implementations (default 1; 0 leaves the "
                         "library default; see numerics.kernels.lapack_threads)")
-    args = p.parse_args(argv)
-    if args.repeats < 1 or args.heads_4096 < 1 or args.lapack_threads < 0:
-        p.error("--repeats and --heads-4096 must be >= 1, --lapack-threads >= 0")
+    try:
+        args = p.parse_args(argv)
+        if args.repeats < 1 or args.heads_4096 < 1 or args.lapack_threads < 0:
+            p.error("--repeats and --heads-4096 must be >= 1, --lapack-threads >= 0")
+    except UsageError as exc:
+        return usage_error("benchmarks.halfsplit", exc)
     if args.lapack_threads:
         lapack_threads(args.lapack_threads)
     dtype = jnp.float32 if args.dtype == "float32" else jnp.bfloat16

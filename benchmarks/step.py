@@ -25,7 +25,7 @@ import optax
 from threadpoolctl import threadpool_info
 
 from benchmarks.interleave import interleaved, paired_ratio
-from derivations.commandline import OneLineParser
+from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error
 from numerics.kernels.lapack_threads import lapack_threads
 from numerics.optimizer import OVPair, QKPair, compositional_muon, resolve_schedule
 
@@ -63,7 +63,8 @@ def flop_model(d, heads, kv_heads, head_dim, steps, degree):
     ``d_h × d`` sign). Muon: one sign per matrix. Elementwise work and momentum are left out.
     """
     g, dh = heads // kv_heads, head_dim
-    root = lambda rows: 2 * rows * dh * dh + eigh_flops(dh) + 2 * dh ** 3  # Gram, eigh, V f(Λ) Vᵀ
+    def root(rows):
+        return 2 * rows * dh * dh + eigh_flops(dh) + 2 * dh ** 3  # Gram, eigh, V f(Λ) Vᵀ
     whiten = 2 * d * dh * dh  # G C⁻¹ or C⁻¹ G for one head
     head_sign = ns_flops(d, dh, steps, degree)
     qk = heads * (root(d) + 2 * whiten + head_sign) + kv_heads * (root(g * d) + 2 * whiten + head_sign)
@@ -91,7 +92,6 @@ def measure(name, repeats, dtype):
 
 
 def main(argv=None) -> int:
-    from derivations.commandline import stdout_closed  # >&-: one line and exit 2, not a silent run
     if stdout_closed("benchmarks.step"):
         return 2
     p = OneLineParser(prog="python -m benchmarks.step", description=__doc__.split("\n\n")[0])
@@ -101,15 +101,18 @@ def main(argv=None) -> int:
     p.add_argument("--lapack-threads", type=int, default=1,
                    help="OpenBLAS threads for jaxlib's CPU eigh (default 1; 0 leaves the library default; "
                         "see numerics.kernels.lapack_threads)")
-    args = p.parse_args(argv)
-    names = [s.strip() for s in args.shapes.split(",") if s.strip()]
-    bad = [s for s in names if s not in SHAPES]
-    if bad or not names:
-        p.error(f"argument --shapes: unknown {bad or names}; choose from {', '.join(SHAPES)}")
-    if args.repeats < 1:
-        p.error(f"argument --repeats: must be >= 1, got {args.repeats}")
-    if args.lapack_threads < 0:
-        p.error(f"argument --lapack-threads: must be >= 0, got {args.lapack_threads}")
+    try:
+        args = p.parse_args(argv)
+        names = [s.strip() for s in args.shapes.split(",") if s.strip()]
+        bad = [s for s in names if s not in SHAPES]
+        if bad or not names:
+            p.error(f"argument --shapes: unknown {bad or names}; choose from {', '.join(SHAPES)}")
+        if args.repeats < 1:
+            p.error(f"argument --repeats: must be >= 1, got {args.repeats}")
+        if args.lapack_threads < 0:
+            p.error(f"argument --lapack-threads: must be >= 0, got {args.lapack_threads}")
+    except UsageError as exc:
+        return usage_error("benchmarks.step", exc)
     if args.lapack_threads:
         lapack_threads(args.lapack_threads)
     dtype = jnp.dtype(args.dtype)

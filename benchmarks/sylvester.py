@@ -10,7 +10,6 @@ from SciPy's answer, and the speed-ups; the last line is the smaller of the two 
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -19,9 +18,11 @@ import jax
 import numpy as np
 import scipy.linalg
 
+from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error
+
 jax.config.update("jax_enable_x64", True)
 
-from numerics.kernels import jax_kernels as K
+from numerics.kernels import jax_kernels as K  # noqa: E402 (after float64 is switched on)
 
 
 def _median(fn, repeats):
@@ -35,15 +36,17 @@ def _median(fn, repeats):
 
 
 def main(argv=None) -> int:
-    from derivations.commandline import stdout_closed  # >&-: one line and exit 2, not a silent run
     if stdout_closed("benchmarks.sylvester"):
         return 2
-    p = argparse.ArgumentParser(prog="python -m benchmarks.sylvester", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m benchmarks.sylvester", description=__doc__.split("\n\n")[0])
     p.add_argument("--d", type=int, default=1024)
     p.add_argument("--d-h", type=int, default=64)
     p.add_argument("--damping", type=float, default=1e-3)
     p.add_argument("--repeats", type=int, default=5)
-    a = p.parse_args(argv)
+    try:
+        a = p.parse_args(argv)
+    except UsageError as exc:
+        return usage_error("benchmarks.sylvester", exc)
     rng = np.random.default_rng(0)
     W_Q, W_K = rng.standard_normal((a.d, a.d_h)), rng.standard_normal((a.d, a.d_h))
     D = rng.standard_normal((a.d, a.d))

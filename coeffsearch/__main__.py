@@ -13,22 +13,13 @@ import mpmath
 
 from coeffsearch import registry
 from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleError
+from derivations.commandline import OneLineParser, UsageError, stdout_closed, stdout_failed, usage_error
 
 #: upper bounds on what sizes the work (each refused above with one line, exit 2; stated in --help)
 MAX_DEGREE = 15  # minimax --degree: one greedy step at degree 15 and 200 digits takes about 2 s (31: 14 s)
 MAX_DPS = 200  # minimax --dps
 MAX_BATCH = 64  # validate --batch
 MAX_COMPARE = 16  # compare: schedules in one table
-STDOUT_CLOSED = "stdout is closed (the command was started with >&-); redirect it to a file or /dev/null instead"
-
-
-class UsageError(Exception):
-    """Reported on one line with exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
 
 
 #: what a number on the command line may look like: an ASCII decimal (float() would also take '1_0',
@@ -61,7 +52,8 @@ def _fraction(text):
     """An argparse type: a number in ``[0, 1)`` (a cushion ``c·u`` must stay below ``u``)."""
     v = _nonneg(text)
     if not float(v) < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1) (the solve interval is [max(l, cushion·u), u]), got {text}")
+        raise argparse.ArgumentTypeError(
+            f"must be in [0, 1) (the solve interval is [max(l, cushion·u), u]), got {text}")
     return v
 
 
@@ -97,13 +89,14 @@ def _progress(total, desc):
     return tqdm(total=total, desc=desc, delay=1.0, file=sys.stderr, leave=False)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m coeffsearch", description="Newton–Schulz coefficient search, certification "
-                "and validation in arbitrary precision.",
-                epilog=f"A schedule has at most {MAX_SCHEDULE_STEPS} steps of at most {MAX_STEP_COEFFICIENTS} "
-                       f"coefficients; a schedule file is at most {registry.MAX_FILE_BYTES // 2**20} MiB, and its "
-                       "path and name use letters, digits, spaces and _ . / ~ , : + = @ - only.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+def parser() -> OneLineParser:
+    """The parser of ``python -m coeffsearch`` and its subcommands."""
+    p = OneLineParser(prog="python -m coeffsearch", description="Newton–Schulz coefficient search, certification "
+                      "and validation in arbitrary precision.",
+                      epilog=f"A schedule has at most {MAX_SCHEDULE_STEPS} steps of at most {MAX_STEP_COEFFICIENTS} "
+                             f"coefficients; a schedule file is at most {registry.MAX_FILE_BYTES // 2**20} MiB, and "
+                             "its path and name use letters, digits, spaces and _ . / ~ , : + = @ - only.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     m = sub.add_parser("minimax", help="greedy per-step minimax schedule (Polar Express objective, Remez)")
     m.add_argument("--degree", type=_count(MAX_DEGREE), default=5,
@@ -165,7 +158,7 @@ def _read(path):
         raise UsageError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-def resolve(spec: str):
+def resolve(spec: str) -> tuple[str, list[list[str]], float | None, dict | None]:
     """``(name, steps as decimal strings, design lower, certificate JSON or None)``."""
     try:
         sched = registry.resolve(spec)
@@ -178,7 +171,7 @@ def resolve(spec: str):
     return sched.name, [list(step) for step in sched.steps], sched.lower, raw
 
 
-def finite_json(obj):
+def finite_json(obj: object) -> object:
     """``obj`` with every non-finite float replaced by ``None``: standard JSON has no Infinity or NaN."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
@@ -205,7 +198,7 @@ def _check_interval(lower, upper):
         raise UsageError(f"--lower must be < --upper, got {lower} >= {upper}")
 
 
-def cmd_minimax(a):
+def cmd_minimax(a: argparse.Namespace) -> int:
     if a.degree % 2 == 0:
         raise UsageError(f"argument --degree: must be odd, got {a.degree}")
     _check_interval(a.lower, a.upper)
@@ -220,7 +213,7 @@ def cmd_minimax(a):
     print(f"greedy minimax, degree {a.degree}, {a.steps} steps, l = {a.lower}, u = {a.upper}, cushion {a.cushion}, "
           f"safety {a.safety}, {a.dps} digits")
     print(f"{'step':>4}  {'solved on':<33} {'max |1-p|':>12}  coefficients")
-    for r, step in zip(doc.report, doc.steps):
+    for r, step in zip(doc.report, doc.steps, strict=False):
         iv_ = f"[{float(r['interval'][0]):.6g}, {float(r['interval'][1]):.6g}]"
         flag = "" if r["converged"] else "  (not converged)"
         flag += "  (interval converged: limit polynomial)" if r["interval_collapsed"] else ""
@@ -233,7 +226,7 @@ def cmd_minimax(a):
     _write_json(a.json, doc.to_json())
 
 
-def cmd_band(a):
+def cmd_band(a: argparse.Namespace) -> int:
     from coeffsearch.band import max_slope, narrowest_band
     _check_interval(a.lower, a.upper)
     if (a.band is None) == (a.slope is None):
@@ -267,7 +260,8 @@ def cmd_band(a):
               "  no feasible l found below u")
     else:
         print(f"{res.objective}: (a, b, c) = {coeffs}")
-        print(f"  certified image of [{a.lower}, {a.upper}] after {a.steps} steps: [{res.band[0]:.10f}, {res.band[1]:.10f}]")
+        print(f"  certified image of [{a.lower}, {a.upper}] after {a.steps} steps: "
+              f"[{res.band[0]:.10f}, {res.band[1]:.10f}]")
     print(f"  Muon (3.4445, -4.7750, 2.0315): slope a = 3.4445, image [{m_lo:.6f}, {m_hi:.6f}]")
     if res.certificate is not None:
         out["certificate"] = res.certificate.to_dict()
@@ -284,7 +278,7 @@ def _steps_for(steps, n):
     raise UsageError(f"argument --steps: the schedule has {len(steps)} different steps; cannot use {n}")
 
 
-def cmd_certify(a):
+def cmd_certify(a: argparse.Namespace) -> int:
     from coeffsearch.certify import Certificate, CertificateError, CertificateFormatError, certify, recheck
     name, steps, design_lower, raw = resolve(a.schedule)
     if raw is not None and a.lower is None and a.steps is None:
@@ -321,7 +315,7 @@ def cmd_certify(a):
     return 0
 
 
-def cmd_validate(a):
+def cmd_validate(a: argparse.Namespace) -> int:
     from coeffsearch.validate import DTYPES, check_size, format_rows, parse_shape, validate
     try:
         shape = parse_shape(a.shape)
@@ -337,7 +331,7 @@ def cmd_validate(a):
     return 0 if all(r.inside for r in rows) else 1
 
 
-def cmd_compare(a):
+def cmd_compare(a: argparse.Namespace) -> int:
     from coeffsearch.compare import compare_rows, format_compare, plot
     _check_interval(a.lower, a.upper)
     if a.plot and (not a.plot.lower().endswith(".png") or os.path.isdir(a.plot)):
@@ -358,10 +352,10 @@ def cmd_compare(a):
     return 0
 
 
-def main(argv=None) -> int:
-    if sys.stdout is None:  # started with >&-: print() would discard every result silently
-        if sys.stderr is not None:
-            sys.stderr.write(f"coeffsearch: error: {STDOUT_CLOSED}\n")
+def main(argv: list[str] | None = None) -> int:
+    """``python -m coeffsearch …``; returns the exit status (2: bad input or stdout not writable)."""
+    prog = "coeffsearch"
+    if stdout_closed(prog):  # started with >&-: print() would discard every result silently
         return 2
     try:
         args = parser().parse_args(argv)
@@ -371,16 +365,9 @@ def main(argv=None) -> int:
         sys.stdout.flush()  # a full disk shows here, not at interpreter exit
         return status
     except (UsageError, ScheduleError) as exc:
-        sys.stderr.write(f"coeffsearch: error: {exc}\n")
-        return 2
-    except BrokenPipeError:  # the reader (e.g. `| head`) closed stdout: stop quietly
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-        return 0
-    except OSError as exc:  # stdout cannot be written (e.g. a full disk)
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-        sys.stderr.write(f"coeffsearch: error: cannot write to stdout: {exc.strerror or exc}\n")
-        return 2
-
+        return usage_error(prog, exc)
+    except OSError as exc:  # stdout cannot be written: a closed pipe (`| head`) stops quietly, a full disk is 2
+        return stdout_failed(prog, exc, 0)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -56,7 +56,8 @@ def image(coeffs, lo: float, hi: float, steps: int, survived: list | None = None
     elif b != 0 and -a / (3 * b) > 0:
         crit = [-a / (3 * b)]
     xs = [math.sqrt(y) for y in crit]
-    p = lambda x: odd_eval((a, b, c), x)
+    def p(x):
+        return odd_eval((a, b, c), x)
     for k in range(steps):
         vals = [p(lo), p(hi)] + [p(x) for x in xs if lo < x < hi]
         lo, hi = min(vals), max(vals)
@@ -95,7 +96,8 @@ def _search(fun, bounds, seed, maxiter, progress):
 def max_slope(lower, upper, steps, band, seed=0, maxiter=300, progress=None) -> BandResult:
     """``max a`` s.t. ``steps`` applications map ``[lower, upper]`` into ``band``."""
     lower, upper = float(lower), float(upper)
-    penalty = lambda v: -v[0] + 1e3 * _violation(v, lower, upper, steps, band)
+    def penalty(v):
+        return -v[0] + 1e3 * _violation(v, lower, upper, steps, band)
     x, _ = _search(penalty, BOUNDS, seed, maxiter, progress)
     viol = _violation(x, lower, upper, steps, band)
     if viol > 1e-9:
@@ -131,8 +133,8 @@ def _certified(x, lower, upper, steps, band, objective):
 
 def _smallest_feasible_lower(lower, upper, steps, band, seed, iterations=12):
     """Bisection on ``l`` (log scale) for the smallest interval start the search can satisfy."""
-    def feasible(l):
-        _, v = _search(lambda z: _violation(z, l, upper, steps, band), BOUNDS, seed, 150, None)
+    def feasible(low):
+        _, v = _search(lambda z: _violation(z, low, upper, steps, band), BOUNDS, seed, 150, None)
         return v <= 1e-12
 
     lo, hi = math.log(lower), math.log(upper * 0.999)

@@ -24,9 +24,12 @@ from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from functools import cache
 
+import flint
+import jsonschema
 import mpmath
 from mpmath import iv
 
+from coeffsearch import registry
 from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, NAME_PATTERN, odd_eval
 
 DEFAULT_PREC = 200  # bits (about 60 digits)
@@ -91,7 +94,6 @@ def _critical_ys(step: tuple, prec: int) -> tuple:
     every complex root in a ball; a root whose imaginary part is not certainly nonzero is kept as
     possibly real (its real part enters), so no critical point can be missed.
     """
-    import flint
     if len(step) < 2:
         return ()
     q = [Fraction(str(c)) * (2 * j + 1) for j, c in enumerate(step)]
@@ -222,7 +224,6 @@ class CertificateFormatError(CertificateError):
 
 
 def _schema_lines(data) -> list:
-    import jsonschema
     lines = []
     validator = jsonschema.Draft202012Validator(SCHEMA)
     for err in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
@@ -309,7 +310,8 @@ def certify(steps, lower, upper=1, name: str = "", prec: int = DEFAULT_PREC, dig
         u_max = overshoot_limit(cs, lower, upper)
         band = rows[-1]["output"]
         worst = max(abs(1 - band[0]), abs(1 - band[1]))
-        fmt = lambda ab: [decimal_down(ab[0], digits), decimal_up(ab[1], digits)]
+        def fmt(ab):
+            return [decimal_down(ab[0], digits), decimal_up(ab[1], digits)]
         return Certificate(
             name=name, schedule=[[str(c) for c in s] for s in steps], interval=[lower_text, upper_text],
             precision_bits=prec, method=METHOD,
@@ -333,14 +335,13 @@ def _differences(old, new, where=""):
     if isinstance(old, list) and isinstance(new, list):
         if len(old) != len(new):
             return [(where, old, new)]
-        return [d for i, (a, b) in enumerate(zip(old, new)) for d in _differences(a, b, f"{where}/{i}")]
+        return [d for i, (a, b) in enumerate(zip(old, new, strict=False)) for d in _differences(a, b, f"{where}/{i}")]
     return [] if old == new else [(where, old, new)]
 
 
 def _check_name(cert: Certificate):
     """A certificate named after a published schedule must state that schedule's coefficients
     (its first steps, or one polynomial repeated): a label cannot be moved to other coefficients."""
-    from coeffsearch import registry
     try:
         published = registry.get(cert.name).published
     except KeyError:

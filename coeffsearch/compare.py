@@ -26,7 +26,8 @@ def format_compare(rows, lower, upper) -> str:
     head = (f"{'schedule':<18} {'steps':>5} {'matmuls':>7} {'certified band on [l, u]':>28} {'worst |1-p|':>11} "
             f"{'bf16 observed band':>22} {'u_max':>9}")
     out = [f"l = {lower:g}, u = {upper:g}", head, "-" * len(head)]
-    num = lambda x: f"{x:.6f}" if abs(x) < 1e6 else f"{x:.3e}"  # a diverging schedule has a huge band
+    def num(x):
+        return f"{x:.6f}" if abs(x) < 1e6 else f"{x:.3e}"  # a diverging schedule has a huge band
     for r in rows:
         cb, ob = r["certified_band"], r["bf16_observed_band"]
         out.append(f"{r['schedule']:<18} {r['steps']:>5} {r['matmuls']:>7} {f'[{num(cb[0])}, {num(cb[1])}]':>28} "
@@ -36,9 +37,9 @@ def format_compare(rows, lower, upper) -> str:
 
 def plot(named, path: str, lower: float = 1e-3):
     """PNG of ``p^{∘k}(σ)`` against ``σ ∈ [lower/10, 1.2]`` (log axis), one curve per schedule."""
-    import matplotlib
+    import matplotlib  # lazy: only the plot needs matplotlib, a slow import
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: after choosing the backend
 
     x = np.geomspace(lower / 10, 1.2, 2000)
     fig, ax = plt.subplots(figsize=(8, 5), dpi=120)

@@ -54,16 +54,16 @@ def limit_polynomial(k: int, u=1):
     return [c / u ** (2 * i + 1) for i, c in enumerate(coeffs)]
 
 
-def cubic_closed_form(l, u):
+def cubic_closed_form(low, u):
     """Degree-3 minimax of 1 on ``[l, u]``: equal values at ``l`` and ``u``, peak at ``x*² = (u²+ul+l²)/3``."""
-    l, u = mpmath.mpf(l), mpmath.mpf(u)
-    xs = mpmath.sqrt((u * u + u * l + l * l) / 3)
-    a = 2 / (l - l ** 3 / (3 * xs * xs) + 2 * xs / 3)
+    low, u = mpmath.mpf(low), mpmath.mpf(u)
+    xs = mpmath.sqrt((u * u + u * low + low * low) / 3)
+    a = 2 / (low - low ** 3 / (3 * xs * xs) + 2 * xs / 3)
     b = -a / (3 * xs * xs)
     return [a, b]
 
 
-def _critical_points(coeffs, l, u):
+def _critical_points(coeffs, low, u):
     d = odd_derivative(coeffs)  # p'(x) = Σ d_j y^j with y = x²
     if len(d) == 1:
         return []
@@ -74,12 +74,12 @@ def _critical_points(coeffs, l, u):
             y = mpmath.re(y)
             if y > 0:
                 x = mpmath.sqrt(y)
-                if l < x < u:
+                if low < x < u:
                     xs.append(x)
     return sorted(xs)
 
 
-def remez_step(l, u, degree: int = 5, tol=None, max_iter: int = 100) -> StepResult:
+def remez_step(low, u, degree: int = 5, tol=None, max_iter: int = 100) -> StepResult:
     """Minimax odd polynomial of ``degree`` for ``1`` on ``[l, u]`` (``0 < l < u``).
 
     Runs at twice the working precision: on short intervals the monomial levelled system is
@@ -87,30 +87,30 @@ def remez_step(l, u, degree: int = 5, tol=None, max_iter: int = 100) -> StepResu
     """
     tol = tol or mpmath.mpf(10) ** (-(mpmath.mp.dps - 5))
     with mpmath.workdps(2 * mpmath.mp.dps):
-        res = _remez(l, u, degree, tol, max_iter)
+        res = _remez(low, u, degree, tol, max_iter)
     res.coeffs = [+c for c in res.coeffs]
     return res
 
 
-def _remez(l, u, degree, tol, max_iter):
+def _remez(low, u, degree, tol, max_iter):
     if degree < 1 or degree % 2 == 0:
         raise ValueError(f"degree must be odd and >= 1, got {degree}")
     k = (degree - 1) // 2
-    l, u = mpmath.mpf(l), mpmath.mpf(u)
-    if not 0 < l < u:
-        raise ValueError(f"need 0 < l < u, got l = {l}, u = {u}")
-    if l / u >= 1 - NEAR_ONE:  # limit of the minimax polynomial as l/u → 1: full contact at the midpoint
-        coeffs = limit_polynomial(k, (l + u) / 2)
-        return StepResult(coeffs, max(abs(1 - odd_eval(coeffs, l)), abs(1 - odd_eval(coeffs, u))), [l, u], 0, True)
+    low, u = mpmath.mpf(low), mpmath.mpf(u)
+    if not 0 < low < u:
+        raise ValueError(f"need 0 < l < u, got l = {low}, u = {u}")
+    if low / u >= 1 - NEAR_ONE:  # limit of the minimax polynomial as l/u → 1: full contact at the midpoint
+        coeffs = limit_polynomial(k, (low + u) / 2)
+        return StepResult(coeffs, max(abs(1 - odd_eval(coeffs, low)), abs(1 - odd_eval(coeffs, u))), [low, u], 0, True)
     n = k + 1
-    ref = [(l + u) / 2 - (u - l) / 2 * mpmath.cos(mpmath.pi * i / n) for i in range(n + 1)]
+    ref = [(low + u) / 2 - (u - low) / 2 * mpmath.cos(mpmath.pi * i / n) for i in range(n + 1)]
     best = None
     for it in range(1, max_iter + 1):
         rows = [[x ** (2 * j + 1) for j in range(n)] + [(-1) ** i] for i, x in enumerate(ref)]
         sol = mpmath.lu_solve(mpmath.matrix(rows), mpmath.matrix([1] * (n + 1)))
         coeffs, lev = [sol[j] for j in range(n)], sol[n]
-        crit = _critical_points(coeffs, l, u)
-        cand = [l] + crit + [u]
+        crit = _critical_points(coeffs, low, u)
+        cand = [low] + crit + [u]
         errs = [abs(1 - odd_eval(coeffs, x)) for x in cand]
         emax = max(errs)
         if best is None or emax < best.error:
@@ -120,8 +120,9 @@ def _remez(l, u, degree, tol, max_iter):
         if len(crit) != k:
             break
         ref = cand
-    warnings.warn(f"Remez on [{mpmath.nstr(l, 8)}, {mpmath.nstr(u, 8)}] degree {degree} did not converge "
-                  f"(max error {mpmath.nstr(best.error, 8)}); returning the best iterate", RemezNotConverged)
+    warnings.warn(f"Remez on [{mpmath.nstr(low, 8)}, {mpmath.nstr(u, 8)}] degree {degree} did not converge "
+                  f"(max error {mpmath.nstr(best.error, 8)}); returning the best iterate", RemezNotConverged,
+                  stacklevel=2)
     return best
 
 
@@ -134,12 +135,12 @@ def greedy_schedule(lower, steps: int, degree: int = 5, cushion=0, safety=0, upp
     ``p'(1) = 0``, so it only corrects rounding); their report rows say ``interval_collapsed``.
     """
     with mpmath.workdps(dps):
-        l, u = mpmath.mpf(lower), mpmath.mpf(upper)
+        low, u = mpmath.mpf(lower), mpmath.mpf(upper)
         cushion, s = mpmath.mpf(cushion), 1 + mpmath.mpf(safety)
         out, report = [], []
         k = (degree - 1) // 2
         for i in range(steps):
-            lo = max(l, cushion * u)
+            lo = max(low, cushion * u)
             collapsed = lo >= u  # the interval has converged to 1 at working precision: a result, not an error
             if collapsed:  # every singular value is 1: keep the limit polynomial, which fixes 1 (p'(1) = 0)
                 coeffs = limit_polynomial(k, (lo + u) / 2)
@@ -147,18 +148,18 @@ def greedy_schedule(lower, steps: int, degree: int = 5, cushion=0, safety=0, upp
             else:
                 res = remez_step(lo, u, degree)
             coeffs = res.coeffs
-            if cushion > 0 or lo != l:
-                scale = 2 / (odd_eval(coeffs, l) + odd_eval(coeffs, u))
+            if cushion > 0 or lo != low:
+                scale = 2 / (odd_eval(coeffs, low) + odd_eval(coeffs, u))
                 coeffs = [c * scale for c in coeffs]
             if safety and i < steps - 1:
                 coeffs = [c / s ** (2 * j + 1) for j, c in enumerate(coeffs)]
-            new_l = odd_eval(coeffs, l)
+            new_l = odd_eval(coeffs, low)
             out.append([to_decimal(c, dps) for c in coeffs])
             report.append({"step": i + 1, "interval": [to_decimal(lo, dps), to_decimal(u, dps)],
-                           "true_lower": to_decimal(l, dps), "error": to_decimal(res.error, 12),
+                           "true_lower": to_decimal(low, dps), "error": to_decimal(res.error, 12),
                            "iterations": res.iterations, "converged": res.converged,
                            "interval_collapsed": bool(collapsed)})
-            l, u = new_l, 2 - new_l
+            low, u = new_l, 2 - new_l
             if progress is not None:
                 progress.update(1)
         params = {"method": "minimax", "lower": str(lower), "steps": steps, "degree": degree,

@@ -8,8 +8,17 @@ with, so nothing is lost before the interval arithmetic of the certifier reads t
 
 from __future__ import annotations
 
+import json
+import math
+import os
+import stat
 from dataclasses import dataclass, field
 from functools import cached_property
+
+import jsonschema
+
+from coeffsearch.minimax import greedy_schedule
+from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleDoc, ScheduleError, check_name
 
 
 @dataclass(frozen=True)
@@ -30,7 +39,6 @@ class Schedule:
     def steps(self) -> tuple:
         if self.published is not None:
             return self.published
-        from coeffsearch.minimax import greedy_schedule
         return tuple(tuple(step) for step in greedy_schedule(**self.recipe).steps)
 
     def as_floats(self) -> tuple:
@@ -53,7 +61,6 @@ _REGISTRY = {}
 def register(schedule: Schedule) -> Schedule:
     """Add ``schedule`` to the registry (names are unique and match
     :data:`coeffsearch.polynomial.NAME_PATTERN`)."""
-    from coeffsearch.polynomial import check_name
     check_name(schedule.name)
     if schedule.name in _REGISTRY:
         raise ValueError(f"schedule {schedule.name!r} is already registered")
@@ -106,9 +113,7 @@ CERTIFICATE_SCHEDULE_SCHEMA = {
 
 def _check_schema(data, schema, spec):
     """One line naming the first bad field (JSON pointer style) or nothing."""
-    import jsonschema
 
-    from coeffsearch.polynomial import ScheduleError
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
@@ -123,7 +128,6 @@ MAX_FILE_BYTES = 4 * 2**20
 def _check_sizes(data, key, spec):
     """At most ``MAX_SCHEDULE_STEPS`` steps of at most ``MAX_STEP_COEFFICIENTS`` coefficients, checked
     before the schema (whose messages would quote a huge list)."""
-    from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleError
     steps = data.get(key) if isinstance(data, dict) else None
     if isinstance(steps, list):
         if len(steps) > MAX_SCHEDULE_STEPS:
@@ -137,9 +141,7 @@ def _check_sizes(data, key, spec):
 
 def _check_float64(steps, spec):
     """Every coefficient must be a finite float64 number: the emitted code and validators run in floats."""
-    import math
 
-    from coeffsearch.polynomial import ScheduleError
     for i, step in enumerate(steps):
         for c in step:
             if not math.isfinite(float(c)):
@@ -158,11 +160,7 @@ def resolve(spec: str) -> Schedule:
     Raises ``KeyError`` for an unknown name that is not a file, and
     :class:`coeffsearch.polynomial.ScheduleError` for a malformed file or a refused name.
     """
-    import json
-    import os
-    import stat
 
-    from coeffsearch.polynomial import ScheduleDoc, ScheduleError, check_name
     if isinstance(spec, os.PathLike):
         spec = os.fspath(spec)
     if isinstance(spec, str) and spec in _REGISTRY:

@@ -12,6 +12,8 @@ stated in the report.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,7 +61,6 @@ def parse_shape(text: str) -> tuple:
 def available_bytes() -> int | None:
     """Memory this process can still get: ``MemAvailable`` of ``/proc/meminfo`` (else free pages), capped by
     a cgroup v2/v1 limit less its usage; None when none of them can be read."""
-    import os
     found = []
     try:
         with open("/proc/meminfo") as fh:
@@ -69,10 +70,8 @@ def available_bytes() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     if not found:
-        try:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-        except (OSError, ValueError, AttributeError):
-            pass
     for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
                          ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
         try:
@@ -119,11 +118,11 @@ def test_matrices(rng, shape, lower, count: int = 3):
 
 def validate(steps, dtypes=DTYPES, shape=(256, 512), lower: float = 1e-3, batch: int = 3, seed: int = 0):
     """Observed vs certified bands per dtype (float steps are run; the certificate uses the decimals)."""
-    import jax
-    import jax.numpy as jnp
+    import jax  # lazy: coeffsearch imports without JAX; only validation runs the kernels
 
-    from numerics.kernels.jax_kernels import newton_schulz
+    from numerics.kernels.jax_kernels import newton_schulz  # lazy: imports JAX (as above)
 
+    jnp = jax.numpy
     jax.config.update("jax_enable_x64", True)
     rng = np.random.default_rng(seed)
     mats = test_matrices(rng, shape, lower, batch)

@@ -16,6 +16,8 @@ Public surface:
 * rule modules — :mod:`derivations.halfsplit` (``python -m derivations.halfsplit --help``).
 """
 
+import importlib
+
 from derivations.engine.derivation import (
     Context,
     Derivation,
@@ -68,7 +70,6 @@ _LAZY = {"RuleModule": ("cli", "RuleModule"), "render": ("cli", "render"),
 
 def __getattr__(name):  # the emission API imports JAX: loaded on first use
     if name in _LAZY:
-        import importlib
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(f".{module}", __name__), attr)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

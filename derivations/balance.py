@@ -32,14 +32,16 @@ from __future__ import annotations
 
 from functools import cache
 
+import numpy as np
 from sympy import Basic, Rational, sympify
 from sympy.core.sympify import _sympify
 from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, Transpose, ZeroMatrix
 
 from derivations import lemmas as L
+from derivations.cli import RuleModule
 from derivations.engine.algebra import product, tidy, total, transpose
 from derivations.engine.derivation import Context, DerivationError, identity_chain
-from derivations.engine.evaluate import InstanceSampler
+from derivations.engine.evaluate import InstanceSampler, evaluate_on
 from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     SPD,
@@ -51,6 +53,7 @@ from derivations.engine.vocabulary import (
     dimension,
 )
 from derivations.lemmas.base import _SMALL, Lemma, NotApplicable, _fresh, _m, _n, _tall, rewrite_nodes
+from derivations.printing.codegen import DerivedOutput, EmittedFunction
 
 #: the split of an exponent into two equal halves (``X^p = X^{p·HALF} X^{p·HALF}``)
 HALF = Rational(1, 2)
@@ -535,9 +538,7 @@ def derivations():
 
 def measurements(rng):
     """Gram gap and product change of the derived balanced pair on one random unbalanced instance."""
-    import numpy as np
 
-    from derivations.engine.evaluate import evaluate_on
     w_q, w_k = 4 * rng.standard_normal((9, 3)), rng.standard_normal((9, 3)) / 4
     values = {"W_Q": w_q, "W_K": w_k}
     q, k = (evaluate_on(x, values) for x in balanced_factors())
@@ -549,7 +550,6 @@ def measurements(rng):
 
 
 def emitted_functions():
-    from derivations.printing.codegen import DerivedOutput, EmittedFunction
     q, k = balanced_factors()
     related = [congruence(), whitening(), riccati(), factor(), inverse_transpose(), product_kept()]
     return [EmittedFunction(
@@ -563,7 +563,6 @@ def emitted_functions():
 
 
 def rule_module():
-    from derivations.cli import RuleModule
     return RuleModule(name="balance", title="Balancing gauge of the QK factorization",
                       derivations=derivations, functions=emitted_functions, scalars={}, measurements=measurements,
                       description=__doc__.split("\n\n")[0],

@@ -41,9 +41,10 @@ from sympy import Eq, solve
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import lemmas as L
-from derivations.commandline import OneLineParser, write_result
+from derivations.commandline import OneLineParser, UsageError, usage_error, write_result
 from derivations.crosscheck.formula import parse
-from derivations.engine.algebra import product, transpose
+from derivations.crosscheck.params import Shape, tensors
+from derivations.engine.algebra import product, total, transpose
 from derivations.engine.derivation import (
     FLOAT64_TOL,
     MPMATH_DPS,
@@ -52,6 +53,7 @@ from derivations.engine.derivation import (
     Derivation,
     DerivationError,
     StepCheckFailed,
+    _Failure,
     identity_chain,
 )
 from derivations.engine.evaluate import evaluate
@@ -80,11 +82,10 @@ class ClassicDerivation(Derivation):
     def _instance_errors(self, step, sampler, rng, backend):
         if step.kind != "bound":
             return super()._instance_errors(step, sampler, rng, backend)
-        from derivations.engine.derivation import _Failure
         try:
             env = sampler.sample(rng, L.base.free_symbols(*step.before.parts(), *step.after.parts()), backend)
             worst = 0.0
-            for b, a in zip(step.before.parts(), step.after.parts()):
+            for b, a in zip(step.before.parts(), step.after.parts(), strict=False):
                 vb, va = (float(evaluate(e, env, backend, sampler.dims)) for e in (b, a))
                 worst = max(worst, max(0.0, vb - va) / max(1.0, abs(va)))
         except (ValueError, ZeroDivisionError, np.linalg.LinAlgError) as exc:
@@ -116,7 +117,8 @@ def build_shampoo(plant=None) -> ClassicDerivation:
     der = _chain("classics.shampoo", "Shampoo's one-step preconditioner is msign", start, ctx,
                  "Shampoo with exponent −1/4 on both sides, one step, G square of full rank",
                  names=S.svd_parts(g))
-    p = lambda lemma: _pick(plant, lemma)
+    def p(lemma):
+        return _pick(plant, lemma)
     der.apply(p(S.GRAM_POWER), note="(G Gᵀ)^{-1/4} and (Gᵀ G)^{-1/4} as powers of PSD matrices")
     der.apply(p(S.SVD), matrix=g, note="G = U Σ Vᵀ")
     der.apply(p(S.ORTHONORMAL_CANCEL), note="G Gᵀ = U Σ Vᵀ V Σ Uᵀ, Gᵀ G = V Σ Uᵀ U Σ Vᵀ")
@@ -143,7 +145,8 @@ def build_odd_polynomial(plant=None) -> ClassicDerivation:
     ctx = Context(check_dims=[{m: 5, n: 3}, {m: 4, n: 4}, {m: 6, n: 2}], mpmath_dims={m: 4, n: 3})
     der = _chain("classics.odd_polynomial", "Odd matrix polynomials act on singular values", start, ctx,
                  "p(X) = a X + b X(XᵀX) + c X(XᵀX)², X of full column rank", names=S.svd_parts(x))
-    p = lambda lemma: _pick(plant, lemma)
+    def p(lemma):
+        return _pick(plant, lemma)
     der.apply(p(S.SVD), matrix=x, note="X = U Σ Vᵀ")
     der.apply(p(S.ORTHONORMAL_CANCEL), note="XᵀX = V Σ² Vᵀ: X (XᵀX)^k = U Σ (Vᵀ V) Σ (Uᵀ U) Σ … Vᵀ")
     der.apply(p(S.DIAGONAL_POWERS), note="X (XᵀX)^k = U Σ^{2k+1} Vᵀ")
@@ -164,7 +167,8 @@ def build_attention_rank(plant=None) -> ClassicDerivation:
     ctx = Context(check_dims=[{n: 6, d_h: 2}, {n: 7, d_h: 3}, {n: 4, d_h: 4}], mpmath_dims={n: 5, d_h: 2})
     der = _chain("classics.attention_rank", "Rank of attention logits", S.Rank(product(q, transpose(k))), ctx,
                  "Q, K ∈ R^{n×d_h}", dimensions=(n, d_h))
-    p = lambda lemma: _pick(plant, lemma)
+    def p(lemma):
+        return _pick(plant, lemma)
     der.apply(p(S.RANK_PRODUCT), note="Q Kᵀ factors through R^{d_h}: its columns are combinations of Q's")
     der.apply(p(S.RANK_SHAPE), note="Q is n × d_h")
     der.apply(p(S.MIN_BOUND), keep=d_h, note="min(n, d_h) ≤ d_h")
@@ -234,7 +238,6 @@ def build_eckart_young(norm: str = "op", plant=None) -> ClassicDerivation:
     """``‖A − A_r‖_op = σ_{r+1}`` (``norm="op"``) or ``‖A − A_r‖_F = (Σ_{i>r} σ_i²)^{1/2}`` (``"frobenius"``)."""
     a = FactMatrix("A", m, n, [FULL_COLUMN_RANK])
     diff = product(-1, S.TruncatedSvd(a, r))
-    from derivations.engine.algebra import total
     err = (OpNorm if norm == "op" else FrobeniusNorm)(total(a, diff))
     ctx = Context(check_dims=[{m: 6, n: 4, r: 2}, {m: 7, n: 5, r: 3}, {m: 5, n: 5, r: 2}],
                   mpmath_dims={m: 5, n: 4, r: 2})
@@ -243,7 +246,8 @@ def build_eckart_young(norm: str = "op", plant=None) -> ClassicDerivation:
     der = _chain(name, f"Eckart–Young: {which} error of the truncated SVD", err, ctx,
                  f"{which} error of the rank-r truncation A_r of A ∈ R^(m×n)", names=S.svd_parts(a),
                  dimensions=(r,))
-    p = lambda lemma: _pick(plant, lemma)
+    def p(lemma):
+        return _pick(plant, lemma)
     der.apply(p(S.TRUNCATED_SVD), note="A_r = U Σ_{≤r} Vᵀ")
     der.apply(p(S.SVD), matrix=a, note="A = U Σ Vᵀ")
     der.apply(p(S.FACTOR_OUTER), note="A − A_r = U (Σ − Σ_{≤r}) Vᵀ")
@@ -328,7 +332,6 @@ def lora_fraction() -> ClassicDerivation:
 def llama_example(rank: int = 16) -> int:
     """Trainable parameters of rank-``rank`` LoRA on ``W_Q`` and ``W_V`` of every layer of Llama-3-8B, from the
     derived count evaluated at the shapes of :mod:`derivations.crosscheck.params`."""
-    from derivations.crosscheck.params import Shape, tensors
     shapes = {t.name: t.shape for t in tensors(Shape(4096, 32, 128256, 14336, 32, 8, 128))}
     count = lora().formula
     per_layer = sum(int(count.subs({d_out: shapes[w][0], d_in: shapes[w][1], r: rank})) for w in ("W_Q", "W_V"))
@@ -446,15 +449,20 @@ def step_lines(der) -> list[str]:
     return out
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
+    """``python -m derivations.classics [NAME …]``: check and print the classics; returns the exit status
+    (1: one fails, 2: bad input)."""
+    prog = "derivations.classics"
     p = OneLineParser(prog="python -m derivations.classics", description=__doc__.split("\n\n")[0])
     p.add_argument("names", nargs="*", help="which classics (default: all)")
-    args = p.parse_args(argv)
     try:
-        chosen = [by_name(nm) for nm in args.names] or list(CLASSICS)
-    except KeyError as exc:
-        sys.stderr.write(f"derivations.classics: error: {exc.args[0]}\n")
-        return 2
+        args = p.parse_args(argv)
+        try:
+            chosen = [by_name(nm) for nm in args.names] or list(CLASSICS)
+        except KeyError as exc:
+            raise UsageError(exc.args[0]) from None
+    except UsageError as exc:
+        return usage_error(prog, exc)
     failed, out = 0, []
     for c in chosen:
         ok, evidence = c.check()
@@ -463,7 +471,7 @@ def main(argv=None) -> int:
         if ok:
             out += ["\n".join(step_lines(der)) for der in c.derivations()]
         out.append(f"   evidence: {evidence}\n")
-    return write_result("derivations.classics", "\n".join(out) + "\n", 1 if failed else 0)
+    return write_result(prog, "\n".join(out) + "\n", 1 if failed else 0)
 
 
 __all__ = ["CLASSICS", "Classic", "ClassicDerivation", "by_name", "competitors", "crossover", "derivations",

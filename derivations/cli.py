@@ -14,7 +14,7 @@ import numpy as np
 
 import coeffsearch
 from coeffsearch.polynomial import MAX_SCHEDULE_STEPS
-from derivations.commandline import STDOUT_CLOSED, write_result
+from derivations.commandline import STDOUT_CLOSED, OneLineParser, UsageError, usage_error, write_result
 from derivations.engine.derivation import DerivationError, StepCheckFailed
 from derivations.lemmas import ALL_LEMMAS
 from derivations.printing.codegen import UnsafeText, lemmas_used
@@ -44,24 +44,10 @@ class RuleModule:
     jax_extra: Callable | None = None
 
 
-class UsageError(Exception):
-    """Bad command-line input: reported on one line, exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 (argparse prints the usage block otherwise)
-        raise UsageError(message)
-
-    def print_help(self, file=None):  # argparse would print the help on stderr when stdout is closed
-        if file is None and sys.stdout is None:
-            raise UsageError(STDOUT_CLOSED)
-        super().print_help(file)
-
-
-def _parser(rule: RuleModule) -> argparse.ArgumentParser:
-    p = _Parser(prog=f"python -m derivations.{rule.name}", description=rule.description or rule.title,
-                formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog="examples:\n" + "\n".join(f"  {e}" for e in rule.examples) if rule.examples else None)
+def _parser(rule: RuleModule) -> OneLineParser:
+    p = OneLineParser(prog=f"python -m derivations.{rule.name}", description=rule.description or rule.title,
+                      formatter_class=argparse.RawDescriptionHelpFormatter,
+                      epilog="examples:\n" + "\n".join(f"  {e}" for e in rule.examples) if rule.examples else None)
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--emit", choices=EMIT_TARGETS, help="print the result as code or the derivation as text/LaTeX")
     what.add_argument("--check", action="store_true", help="re-check every step numerically and print a table")
@@ -162,19 +148,7 @@ def format_table(table: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _write(prog: str, text: str, out: str | None, status: int) -> int:
-    """Write the result to ``--out`` or stdout and return ``status`` (2 when it cannot be written)."""
-    if out is None:
-        return write_result(prog, text, status)
-    try:
-        with open(out, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path (possible through main(argv))
-        raise UsageError(f"cannot write --out {out!a}: {getattr(exc, 'strerror', None) or exc}") from None
-    return status
-
-
-def main(rule: RuleModule, argv=None) -> int:
+def main(rule: RuleModule, argv: list[str] | None = None) -> int:
     prog = f"derivations.{rule.name}"
     try:
         args = _parser(rule).parse_args(argv)
@@ -201,7 +175,7 @@ def main(rule: RuleModule, argv=None) -> int:
             for message in failures(table):
                 sys.stderr.write(f"{prog}: check failed: {message}\n")
             text = json.dumps(table, indent=2) + "\n" if args.json else format_table(table)
-            return _write(prog, text, args.out, 0 if table["ok"] else 1)
+            return write_result(prog, text, 0 if table["ok"] else 1, args.out)
         if args.emit in ("jax", "numpy") and not rule.functions():
             raise UsageError(f"--emit {args.emit}: {rule.name} emits no functions (its derivations are checked with "
                              "--check and printed with --emit text|latex)")
@@ -212,7 +186,6 @@ def main(rule: RuleModule, argv=None) -> int:
             return 1
         except UnsafeText as exc:  # text that would not stay inert in the emitted code
             raise UsageError(f"not emitted: {exc}") from None
-        return _write(prog, text, args.out, 0)
+        return write_result(prog, text, 0, args.out)
     except UsageError as exc:
-        sys.stderr.write(f"{prog}: error: {exc}\n")
-        return 2
+        return usage_error(prog, exc)

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 from functools import cache
 
+import numpy as np
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import halfsplit as H
 from derivations import lemmas as L
+from derivations.cli import RuleModule
 from derivations.engine.algebra import product, transpose, with_damping
 from derivations.engine.derivation import Context, Derivation, Problem
+from derivations.engine.evaluate import evaluate_on
 from derivations.engine.vocabulary import GramSqrt, Inner, OpNorm, positive_symbol
 
 lam = positive_symbol("lambda")
@@ -96,9 +99,7 @@ def matches_emission() -> dict:
 
 def measurements(rng):
     """The damped query update on random instances: whitened norm (= ε/2) and product norm (≤ ε/2)."""
-    import numpy as np
 
-    from derivations.engine.evaluate import evaluate_on
     out = []
     for damping in (1e-3, 1e-1, 10.0):
         worst_whitened, worst_product = 0.0, 0.0
@@ -115,7 +116,6 @@ def measurements(rng):
 
 
 def rule_module():
-    from derivations.cli import RuleModule
     return RuleModule(name="damped", title="Damped half-split rules as exact solutions of their own problems",
                       derivations=derivations, functions=list, scalars={H.eps: "eps", lam: "damping"},
                       measurements=measurements, description=__doc__.split("\n\n")[0],

@@ -21,10 +21,14 @@ from __future__ import annotations
 
 from functools import cache
 
+import numpy as np
+
 from derivations import halfsplit
 from derivations import lemmas as L
-from derivations.engine.algebra import product, total
+from derivations.cli import RuleModule
+from derivations.engine.algebra import product, total, with_damping
 from derivations.engine.derivation import identity_chain
+from derivations.engine.evaluate import evaluate_on
 from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     ORTHONORMAL_COLUMNS,
@@ -46,6 +50,7 @@ from derivations.gauge_directions import (  # re-exported: the gauge's symbols a
     vertical,
     vertical_invisible,
 )
+from derivations.printing.codegen import DerivedOutput, EmittedFunction
 from derivations.projection import coefficient, normal_operator
 
 
@@ -82,7 +87,7 @@ def projection_same_change():
 
 
 S = FactMatrix("S", d_h, d_h, [FULL_COLUMN_RANK])  # gauge: W_K → W_K S, W_Q → W_Q S⁻ᵀ (S = R⁻ᵀ)
-O = FactMatrix("O", d_h, d_h, [ORTHONORMAL_COLUMNS])  # the polar factor of C_K S
+O = FactMatrix("O", d_h, d_h, [ORTHONORMAL_COLUMNS])  # noqa: E741 (the polar factor of C_K S, named as in the docs)
 
 
 @cache
@@ -109,7 +114,6 @@ def derivations():
 
 
 def emitted_functions():
-    from derivations.printing.codegen import DerivedOutput, EmittedFunction
     q, k = projected()
     src = projection_horizontal()
     return [EmittedFunction(
@@ -122,10 +126,7 @@ def emitted_functions():
 
 def measurements(rng):
     """Relative break of GL(d_h) equivariance of the half-split query update against damping λ."""
-    import numpy as np
 
-    from derivations.engine.algebra import with_damping
-    from derivations.engine.evaluate import evaluate_on
     wq, wk, gm = rng.standard_normal((32, 6)), rng.standard_normal((32, 6)), rng.standard_normal((32, 32))
     r = rng.standard_normal((6, 6)) + 3 * np.eye(6)
     wq2, wk2 = wq @ r, wk @ np.linalg.inv(r).T
@@ -143,7 +144,6 @@ def measurements(rng):
 
 
 def rule_module():
-    from derivations.cli import RuleModule
     return RuleModule(name="gauge", title="Gauge directions and horizontal momentum for the QK factorization",
                       derivations=derivations, functions=emitted_functions, scalars={},
                       measurements=measurements, description=__doc__.split("\n\n")[0],

@@ -36,9 +36,12 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import halfsplit
 from derivations import lemmas as L
+from derivations.cli import RuleModule
 from derivations.engine.algebra import product, transpose
 from derivations.engine.derivation import Context, Derivation, Problem
 from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix, GramSqrt, Inner, dimension, positive_symbol
+from derivations.printing.codegen import EmittedFunction
+from derivations.printing.layout import Adapter, adapter_source
 
 d, d_h, n = halfsplit.d, halfsplit.d_h, dimension("n")  # n = G·d rows of the stacked queries
 eps = halfsplit.eps
@@ -120,7 +123,6 @@ def derivations():
 
 
 def emitted_functions():
-    from derivations.printing.codegen import EmittedFunction
     return [
         EmittedFunction("gqa_query", "GQA query update, one head (partner: its group's key head)",
                         [halfsplit.W_K, halfsplit.G_Q], [("dW_Q", halfsplit.query_side())],
@@ -137,7 +139,6 @@ def emitted_functions():
 
 def value_function():
     """The emitted shared-value update (also used by the hybrid OV module's stored-layout entry point)."""
-    from derivations.printing.codegen import EmittedFunction
     return EmittedFunction("gqa_value", "GQA shared value update, one value head (partner: its group's stacked "
                            "output heads)", [W_Obar, G_V], [("dW_V", value_side())],
                            [("W_Obar stacks the group's output heads W_{O,h} (d, d_h) row-wise, shape (..., G·d, d_h); "
@@ -150,7 +151,6 @@ def adapter():
     """The stored-layout entry point ``gqa_qk``: its adapter is printed from the reduction step of
     :func:`key_side` (the group's query heads stacked row-wise; the shared key head repeated over the
     group for the head-local query side)."""
-    from derivations.printing.layout import Adapter
     query, key, _ = emitted_functions()
     return Adapter("gqa_layout", "gqa_qk", "Stored GQA layouts → per-head rule calls → stored layouts.",
                    {"W_Q": "columns", "W_K": "columns", "G_Q": "columns", "G_K": "columns"},
@@ -163,12 +163,10 @@ def adapter():
 
 def jax_extra():
     """The stored-layout entry point ``gqa_qk`` (inlined primitives and checks, the printed adapter)."""
-    from derivations.printing.layout import adapter_source
     return adapter_source(adapter())
 
 
 def rule_module():
-    from derivations.cli import RuleModule
     return RuleModule(name="gqa", title="Grouped-query attention rule of Compositional Muon",
                       derivations=derivations, functions=emitted_functions, scalars={eps: "eps"},
                       description=__doc__.split("\n\n")[0], jax_extra=jax_extra,

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 from functools import cache
 
+import numpy as np
 from sympy import Rational
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import lemmas as L
+from derivations.cli import RuleModule
 from derivations.engine.algebra import product, total, transpose
 from derivations.engine.derivation import Context, Derivation, Problem, identity_chain
+from derivations.engine.evaluate import evaluate_on
 from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     ISOTROPIC_COLUMNS,
@@ -33,6 +36,8 @@ from derivations.engine.vocabulary import (
     dimension,
     positive_symbol,
 )
+from derivations.printing.codegen import EmittedFunction
+from numerics.kernels.spectra import log_spaced_spectrum, with_singular_values
 
 d, d_h = dimension("d"), dimension("d_h")
 eps = positive_symbol("epsilon")
@@ -62,10 +67,7 @@ def _right_whitened(name, title, own, partner, gradients, variable_name):
     """``min ⟨G_M, ΔW Pᵀ⟩`` (own factor on the left of ``M``) or its transpose, whitened by ``P``."""
     delta = MatrixSymbol(f"dW_{own}", d, d_h)
     z = MatrixSymbol(variable_name, d, d_h)
-    if own == "Q":
-        change = product(delta, transpose(partner))
-    else:
-        change = product(partner, transpose(delta))
+    change = product(delta, transpose(partner)) if own == "Q" else product(partner, transpose(delta))
     problem = Problem(delta, Inner(G_M, change), OpNorm(change), BUDGET)
     der = Derivation(name, title, problem, context(gradients),
                      statement=f"half budget ε/2 on the {own} half of ΔM")
@@ -166,7 +168,6 @@ def derivations() -> list[Derivation]:
 # ---- emission ------------------------------------------------------------------------------
 def emitted_functions():
     """The public functions of the emitted modules."""
-    from derivations.printing.codegen import EmittedFunction
     return [
         EmittedFunction("halfsplit_qk", "Half-split QK update of Compositional Muon",
                         [W_Q, W_K, G_Q, G_K], [("dW_Q", query_side()), ("dW_K", key_side())],
@@ -185,10 +186,7 @@ def emitted_functions():
 
 def measurements(rng):
     """How far the isotropic approximation is from the exact rule, by partner condition number."""
-    import numpy as np
 
-    from derivations.engine.evaluate import evaluate_on
-    from numerics.kernels.spectra import log_spaced_spectrum, with_singular_values
     out = []
     for cond in (1.0, 2.0, 10.0, 100.0):
         worst = 0.0
@@ -203,7 +201,6 @@ def measurements(rng):
 
 
 def rule_module():
-    from derivations.cli import RuleModule
     return RuleModule(
         name="halfsplit", title="Half-split QK rule of Compositional Muon",
         derivations=derivations, functions=emitted_functions, scalars={eps: "eps"},

@@ -24,12 +24,15 @@ from functools import cache
 from sympy import Rational
 from sympy.matrices.expressions import MatrixSymbol
 
-from derivations import halfsplit
+from derivations import gqa, halfsplit
 from derivations import lemmas as L
 from derivations.block_whitened import block_roots as block_roots_of
 from derivations.block_whitened import block_whitened
+from derivations.cli import RuleModule
 from derivations.engine.derivation import Context
 from derivations.engine.vocabulary import BLOCK_DIAGONAL, FULL_COLUMN_RANK, FactMatrix, dimension
+from derivations.printing.codegen import EmittedFunction
+from derivations.printing.layout import Adapter, adapter_source
 
 d, m, n = dimension("d"), dimension("m"), dimension("n")  # m = H d_h, n = H d
 eps = halfsplit.eps
@@ -48,7 +51,6 @@ RESTRICTION_NOTE = "restrict to all heads side by side: max_h ‖ΔW_{O,h} W_{V,
 
 
 def _o_layout():
-    from derivations import gqa
     #: P_V's blocks: the value heads W_{V,g}ᵀ of W_V (H_kv·d_h, d), each repeated over its group of output heads
     return L.HeadLayout("P_V", "W_V", "diagonal", gqa.group, head_axis="rows", transposed=True)
 
@@ -78,13 +80,10 @@ def block_roots():
 
 
 def derivations():
-    from derivations import gqa
     return [halfsplit.value_side(), o_side(), block_roots(), gqa.value_side()]
 
 
 def emitted_functions():
-    from derivations import gqa
-    from derivations.printing.codegen import EmittedFunction
     return [
         EmittedFunction("hybrid_o", "Global O update of the hybrid OV rule (core)", [P, G_O], [("dW_O", o_side())],
                         ["P_V = blockdiag(W_{V,h}ᵀ): the JAX module takes its blocks (..., H, d, d_h), the NumPy reference the dense matrix."],
@@ -100,7 +99,6 @@ def adapter():
     """The stored-layout entry point ``hybrid_ov``, printed from the reduction steps of :func:`o_side`
     (value heads as diagonal blocks, repeated over each group) and of :func:`derivations.gqa.value_side`
     (a group's output heads stacked row-wise)."""
-    from derivations.printing.layout import Adapter
     o_fn, _, value_fn = emitted_functions()
     return Adapter("gqa_ov_layout", "hybrid_ov",
                    "Stored OV layouts with H_kv value heads → O side (one global sign) and shared V side.",
@@ -114,12 +112,10 @@ def adapter():
 
 
 def jax_extra():
-    from derivations.printing.layout import adapter_source
     return adapter_source(adapter())
 
 
 def rule_module():
-    from derivations.cli import RuleModule
     return RuleModule(name="hybrid_ov", title="Hybrid OV rule of Compositional Muon", derivations=derivations,
                       functions=emitted_functions, scalars={eps: "eps"}, description=__doc__.split("\n\n")[0],
                       jax_extra=jax_extra,

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from functools import cache
 
+import numpy as np
+import scipy.linalg
 from sympy import Rational
 from sympy.matrices.expressions import Identity, MatrixSymbol
 
@@ -33,8 +35,10 @@ from derivations import halfsplit
 from derivations import lemmas as L
 from derivations.block_whitened import block_roots as block_roots_of
 from derivations.block_whitened import block_whitened
+from derivations.cli import RuleModule
 from derivations.engine.algebra import product, total, transpose
 from derivations.engine.derivation import Context, Derivation, Problem, identity_chain
+from derivations.engine.evaluate import evaluate_on
 from derivations.engine.vocabulary import (
     BLOCK_DIAGONAL,
     FULL_COLUMN_RANK,
@@ -48,6 +52,9 @@ from derivations.engine.vocabulary import (
     dimension,
 )
 from derivations.lemmas.blocks import ColumnBlock, HeadLayout
+from derivations.printing.codegen import EmittedFunction
+from derivations.printing.layout import Adapter, adapter_source
+from numerics.kernels.numpy_kernels import gram_eigh, psd_power
 
 d, d_h = halfsplit.d, halfsplit.d_h
 m, n = dimension("m"), dimension("n")  # m = 2 d_h, n = 2 d (separate symbols: smaller symbolic checks)
@@ -69,7 +76,7 @@ def _layout() -> HeadLayout:
     partner = next(e for e, sym in NAMES.items() if sym == P)
     gradient = next(e for e, sym in NAMES.items() if sym == G_tilde)
     stored = {v: k.name for k, v in halfsplit.GRADIENTS_QK.items()}
-    gradients = tuple(stored[product(g, b)] for g, b in zip(gradient.args, partner.args))
+    gradients = tuple(stored[product(g, b)] for g, b in zip(gradient.args, partner.args, strict=False))
     return HeadLayout("P", tuple(b.name for b in partner.args), "concat", gradient=G.name, gradients=gradients,
                       outputs=(dW_Q.name, dW_K.name))
 
@@ -142,11 +149,7 @@ def derivations():
 
 def measurements(rng):
     """How far joint is from half-split: generic gradients vs orthogonal whitened column spaces."""
-    import numpy as np
-    import scipy.linalg
 
-    from derivations.engine.evaluate import evaluate_on
-    from numerics.kernels.numpy_kernels import gram_eigh, psd_power
     out = []
     for label, orthogonal in (("generic gradients", False), ("orthogonal whitened column spaces", True)):
         wq, wk = rng.standard_normal((30, 4)), rng.standard_normal((30, 4))
@@ -165,7 +168,6 @@ def measurements(rng):
 
 
 def emitted_functions():
-    from derivations.printing.codegen import EmittedFunction
     return [EmittedFunction(
         "joint_whitened", "Block-whitened steepest descent (the joint rule's core)", [P, G],
         [("Delta", joint())],
@@ -175,7 +177,6 @@ def emitted_functions():
 
 def adapter():
     """The stored-layout entry point ``joint_qk``, printed from the concatenation step of :func:`joint`."""
-    from derivations.printing.layout import Adapter
     return Adapter("joint_layout", "joint_qk",
                    "``(W_Q, W_K, G_Q, G_K)`` → one block-whitened call → ``(ΔW_Q, ΔW_K)``.",
                    {"W_Q": "columns", "W_K": "columns", "G_Q": "columns", "G_K": "columns"},
@@ -186,12 +187,10 @@ def adapter():
 
 
 def jax_extra():
-    from derivations.printing.layout import adapter_source
     return adapter_source(adapter())
 
 
 def rule_module():
-    from derivations.cli import RuleModule
     return RuleModule(name="joint", title="Joint-whitened QK rule of Compositional Muon", derivations=derivations,
                       functions=emitted_functions, scalars={eps: "eps"}, measurements=measurements,
                       description=__doc__.split("\n\n")[0], jax_extra=jax_extra,

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from functools import cache
 
+import numpy as np
 from sympy import Add
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import gauge_directions as G
 from derivations.engine.algebra import product, total
 from derivations.engine.derivation import identity_chain
+from derivations.engine.evaluate import evaluate_on
 from derivations.engine.vocabulary import RegularizedSylvester
 from derivations.sylvester import sylvester_operator
 
@@ -67,9 +69,7 @@ def projected():
 
 def least_squares_projection(w_q, w_k, m_q, m_k):
     """``m + V(A*)`` with ``A* = argmin ‖m + V(A)‖_F²`` by dense least squares on vectorized ``V``."""
-    import numpy as np
 
-    from derivations.engine.evaluate import evaluate_on
     k = w_q.shape[1]
     cols = []
     for idx in range(k * k):
@@ -85,13 +85,11 @@ def least_squares_projection(w_q, w_k, m_q, m_k):
 
 
 def measurements(rng):
-    import numpy as np
 
-    from derivations.engine.evaluate import evaluate_on
     w_q, w_k, m_q, m_k = (rng.standard_normal((8, 3)) for _ in range(4))
     values = {"W_Q": w_q, "W_K": w_k, "m_Q": m_q, "m_K": m_k}
     got = [evaluate_on(p, values) for p in projected()]
     ref = least_squares_projection(w_q, w_k, m_q, m_k)
-    err = max(np.max(np.abs(a - b)) / np.max(np.abs(b)) for a, b in zip(got, ref))
+    err = max(np.max(np.abs(a - b)) / np.max(np.abs(b)) for a, b in zip(got, ref, strict=False))
     return [("derived horizontal projection vs dense least squares over the vertical directions, relative error",
              err)]

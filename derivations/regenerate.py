@@ -13,7 +13,7 @@ from pathlib import Path
 
 from derivations import registry
 from derivations.cli import render
-from derivations.commandline import OneLineParser, stdout_closed
+from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
 
 #: where the shipped copies live (the generated package :mod:`numerics.emitted`)
 SHIPPED_DIR = registry.PACKAGE_DIR.parent / "numerics" / "emitted"
@@ -61,8 +61,10 @@ def regenerate(rules: tuple[str, ...] | None = None, directory: Path | None = No
     return changed
 
 
-def main(argv=None) -> int:
-    if stdout_closed("derivations.regenerate"):
+def main(argv: list[str] | None = None) -> int:
+    """``python -m derivations.regenerate --regenerate|--check``; returns the exit status (1: stale, 2: bad input)."""
+    prog = "derivations.regenerate"
+    if stdout_closed(prog):
         return 2
     p = OneLineParser(prog="python -m derivations.regenerate",
                       description="Regenerate or check the emitted JAX modules shipped in numerics/emitted/.")
@@ -71,18 +73,20 @@ def main(argv=None) -> int:
     what.add_argument("--check", action="store_true", help="exit 1 if a shipped copy differs from a fresh emission")
     p.add_argument("--rule", action="append", choices=registry.rule_names(),
                    help="only this rule (repeatable; default: all)")
-    args = p.parse_args(argv)
+    try:
+        args = p.parse_args(argv)
+    except UsageError as exc:
+        return usage_error(prog, exc)
     rules = tuple(args.rule) if args.rule else registry.rule_names()
     if args.regenerate:
         changed = regenerate(rules)
-        print(f"regenerated {len(rules)} rule modules; changed: {', '.join(changed) or 'none'}")
-        return 0
+        return write_result(prog, f"regenerated {len(rules)} rule modules; changed: {', '.join(changed) or 'none'}\n",
+                            0)
     bad = stale(rules)
     if bad:
-        print(f"stale emitted modules: {', '.join(bad)}; run python -m derivations.regenerate --regenerate")
-        return 1
-    print(f"all emitted modules of {len(rules)} rule modules are fresh")
-    return 0
+        return write_result(prog, f"stale emitted modules: {', '.join(bad)}; run python -m derivations.regenerate "
+                                  "--regenerate\n", 1)
+    return write_result(prog, f"all emitted modules of {len(rules)} rule modules are fresh\n", 0)
 
 
 if __name__ == "__main__":

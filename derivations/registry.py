@@ -53,7 +53,7 @@ def load(name: str):
 
 
 def rule_module(name: str):
-    """The :class:`~derivations.printing.module.RuleModule` of rule ``name``."""
+    """The :class:`~derivations.cli.RuleModule` of rule ``name``."""
     if name not in rule_names():
         raise KeyError(f"no rule module {name!r}: known are {', '.join(rule_names())}")
     return load(name).rule_module()

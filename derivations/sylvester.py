@@ -21,14 +21,18 @@ structure (thin SVDs of the factors, ``O(d² d_h)``) or densely (Bartels–Stewa
 
 from __future__ import annotations
 
+import contextlib
 from functools import cache
 
+import numpy as np
 from sympy import Add, S
 from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol
 
 from derivations import lemmas as L
+from derivations.cli import RuleModule
 from derivations.engine.algebra import product, total, transpose
 from derivations.engine.derivation import Context, DerivationError, identity_chain
+from derivations.engine.evaluate import evaluate_on
 from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     FactMatrix,
@@ -38,6 +42,7 @@ from derivations.engine.vocabulary import (
     dimension,
     positive_symbol,
 )
+from derivations.printing.codegen import DerivedOutput, EmittedFunction
 
 d, d_h = dimension("d"), dimension("d_h")
 eps = positive_symbol("epsilon")
@@ -92,10 +97,8 @@ def normal_operator():
                          statement="T(T*(H)) + μH, μ = 2λ: the operator of the push-through form T*(TT* + μI)⁻¹; "
                                    "the sound normal form already gives (H W_K)W_Kᵀ = H W_K W_Kᵀ, "
                                    "W_Q(Hᵀ W_Q)ᵀ = W_Q W_Qᵀ H")
-    try:
+    with contextlib.suppress(DerivationError):  # nothing left to collect: the normal form is the collected operator
         der.apply(L.RING)
-    except DerivationError:  # nothing left to collect: the normal form is the collected operator
-        pass
     return der
 
 
@@ -131,9 +134,7 @@ def solution():
 def least_squares_step(w_q, w_k, d_target, mu):
     """The minimizer of ``‖T(ΔQ, ΔK) − D‖_F² + μ‖(ΔQ, ΔK)‖_F²`` by dense normal equations on vectorized ``T``
     (independent of the derivation: ``T`` built column by column from :func:`forward`)."""
-    import numpy as np
 
-    from derivations.engine.evaluate import evaluate_on
     n, k = w_q.shape
     cols = []
     for which in range(2):
@@ -151,15 +152,13 @@ def least_squares_step(w_q, w_k, d_target, mu):
 
 def measurements(rng):
     """Distance of the derived step to the least-squares minimizer solved independently."""
-    import numpy as np
 
-    from derivations.engine.evaluate import evaluate_on
     w_q, w_k, g_m = rng.standard_normal((7, 2)), rng.standard_normal((7, 2)), rng.standard_normal((7, 7))
     values = {"W_Q": w_q, "W_K": w_k, "G_M": g_m, "epsilon": 0.5, "lambda": 0.3}
     q, k = adjoint_components(solution())
     got = [evaluate_on(x, values) for x in (q, k)]
     ref = least_squares_step(w_q, w_k, evaluate_on(TARGET, values), 2 * 0.3)
-    err = max(np.max(np.abs(a - b)) / np.max(np.abs(b)) for a, b in zip(got, ref))
+    err = max(np.max(np.abs(a - b)) / np.max(np.abs(b)) for a, b in zip(got, ref, strict=False))
     return [("derived step vs dense normal equations of the regularized least squares, relative error", err)]
 
 
@@ -180,7 +179,6 @@ def derivations():
 
 
 def emitted_functions():
-    from derivations.printing.codegen import DerivedOutput, EmittedFunction
     q, k = adjoint_components(solution())
     related = [normal_operator(), achieved_change()]
     return [EmittedFunction(
@@ -194,7 +192,6 @@ def emitted_functions():
 
 
 def rule_module():
-    from derivations.cli import RuleModule
     return RuleModule(name="sylvester", title="Sylvester-regularized QK rule of Compositional Muon",
                       derivations=derivations, functions=emitted_functions,
                       scalars={eps: "eps", lam: "damping"}, measurements=measurements,

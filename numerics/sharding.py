@@ -71,7 +71,7 @@ def compare(layers=2, d=64, heads=4, kv_heads=4, head_dim=16, steps=2, mesh_shap
     plain = run(lambda t: t)
     sharded = run(lambda t: {k: jax.device_put(v, shard[k]) for k, v in t.items()})
     worst = 0.0
-    for a, b in zip(plain, sharded):
+    for a, b in zip(plain, sharded, strict=False):
         for k in a:
             x, y = np.asarray(a[k], np.float64), np.asarray(b[k], np.float64)
             worst = max(worst, float(np.max(np.abs(x - y)) / (np.max(np.abs(x)) + 1e-30)))

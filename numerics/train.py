@@ -27,6 +27,7 @@ import os
 import sys
 import sysconfig
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -88,7 +89,7 @@ def corpus(max_bytes: int = 4_000_000) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(train).astype(np.int32), np.concatenate(val).astype(np.int32)
 
 
-def batches(tokens: np.ndarray, cfg: Config, seed: int):
+def batches(tokens: np.ndarray, cfg: Config, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Endless random windows ``(inputs, targets)`` of shape ``(batch, context)``."""
     rng = np.random.default_rng(seed)
     while True:
@@ -99,7 +100,7 @@ def batches(tokens: np.ndarray, cfg: Config, seed: int):
 
 
 # ---- model ----------------------------------------------------------------------------------
-def init_params(cfg: Config, key) -> dict:
+def init_params(cfg: Config, key: jax.Array) -> dict:
     """Gaussian init with standard deviation ``1/√fan_in``; norms start at 1."""
     d, L, hd = cfg.width, cfg.layers, cfg.head_dim
     ks = jax.random.split(key, 9)
@@ -125,7 +126,7 @@ def init_params(cfg: Config, key) -> dict:
     }
 
 
-def attention_pairs(cfg: Config):
+def attention_pairs(cfg: Config) -> Callable[[dict], list]:
     """The pair declaration for :func:`numerics.optimizer.compositional_muon`."""
 
     def pairs(params):
@@ -140,7 +141,7 @@ def _rms_norm(x, scale):
     return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * scale
 
 
-def forward(params, tokens, cfg: Config):
+def forward(params: dict, tokens: jax.Array, cfg: Config) -> jax.Array:
     """Logits ``(batch, context, VOCAB)`` of the causal model."""
     B, T = tokens.shape
     hd, H, Hkv = cfg.head_dim, cfg.heads, cfg.kv_heads
@@ -164,16 +165,18 @@ def forward(params, tokens, cfg: Config):
     return _rms_norm(x, params["norm_f"]) @ params["head"]
 
 
-def loss_fn(params, inputs, targets, cfg: Config):
+def loss_fn(params: dict, inputs: jax.Array, targets: jax.Array, cfg: Config) -> jax.Array:
     """Mean next-character cross-entropy (nats)."""
     logits = forward(params, inputs, cfg)
     return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
 
 
 # ---- optimizers -----------------------------------------------------------------------------
-def make_optimizer(name: str, cfg: Config, schedule) -> optax.GradientTransformation:
+def make_optimizer(name: str, cfg: Config, schedule: optax.Schedule) -> optax.GradientTransformation:
     """The optimizer ``name`` with learning rate ``schedule`` (peak 1: the sweep scales it)."""
-    embeddings = lambda path, x: path in ("embed", "pos", "head")
+    def embeddings(path, x):
+        return path in ("embed", "pos", "head")
+
     if name == "adamw":
         return optax.adamw(schedule, weight_decay=0.0)
     if name == "muon":
@@ -215,7 +218,7 @@ class RunResult:
     seconds: float
 
 
-def make_step(opt: optax.GradientTransformation, cfg: Config):
+def make_step(opt: optax.GradientTransformation, cfg: Config) -> Callable:
     """One jitted step; the peak learning rate ``lr`` is a traced argument (one compilation)."""
 
     def step(params, state, inputs, targets, lr):
@@ -232,14 +235,15 @@ def _eval_fn(cfg: Config):
     return jax.jit(lambda p, x, y: loss_fn(p, x, y, cfg))
 
 
-def evaluate(params, val_batches, cfg: Config):
+def evaluate(params: dict, val_batches: list[tuple[np.ndarray, np.ndarray]], cfg: Config) -> float:
     """Mean validation loss over fixed batches (one compilation per configuration)."""
     fn = _eval_fn(cfg)
     return float(np.mean([fn(params, x, y) for x, y in val_batches]))
 
 
-def train(name: str, lr: float, steps: int, cfg: Config, data, *, seed: int = 0, eval_every: int = 25,
-          eval_batches: int = 8, progress: bool = True, step_fn=None) -> RunResult:
+def train(name: str, lr: float, steps: int, cfg: Config, data: tuple[np.ndarray, np.ndarray], *, seed: int = 0,
+          eval_every: int = 25, eval_batches: int = 8, progress: bool = True,
+          step_fn: Callable | None = None) -> RunResult:
     """Train ``steps`` steps; validation loss every ``eval_every`` steps and at the end."""
     from tqdm.auto import tqdm
 
@@ -270,7 +274,8 @@ def train(name: str, lr: float, steps: int, cfg: Config, data, *, seed: int = 0,
     return RunResult(name, lr, xs, vs, float(loss), time.perf_counter() - t0)
 
 
-def compare(steps: int, cfg: Config, out: Path, optimizers=OPTIMIZERS, progress=True) -> dict:
+def compare(steps: int, cfg: Config, out: Path, optimizers: Sequence[str] = OPTIMIZERS,
+            progress: bool = True) -> dict:
     """Every optimizer at every swept learning rate; the best final validation loss of each."""
     data = corpus()
     runs = []
@@ -327,21 +332,17 @@ def _table(best, runs, steps, cfg) -> str:
 
 
 # ---- command line ---------------------------------------------------------------------------
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write(f"numerics.train: error: {message}\n")
-        sys.exit(2)
-
-
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Command line: train one optimizer (``--optimizer``) or compare all (``--compare``); returns the exit status."""
-    from derivations.commandline import stdout_closed  # >&-: one line and exit 2, not a silent run
-    if stdout_closed("numerics.train"):
+    # imported here: the command line's module pulls in SymPy, which training does not need
+    from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
+    prog = "numerics.train"
+    if stdout_closed(prog):  # >&-: one line and exit 2, not a silent run
         return 2
-    p = _Parser(prog="python -m numerics.train", description=__doc__.split("\n\n")[0],
-                formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog="examples:\n  python -m numerics.train --optimizer cm --steps 300\n"
-                       "  python -m numerics.train --compare --steps 300 --out results")
+    p = OneLineParser(prog="python -m numerics.train", description=__doc__.split("\n\n")[0],
+                      formatter_class=argparse.RawDescriptionHelpFormatter,
+                      epilog="examples:\n  python -m numerics.train --optimizer cm --steps 300\n"
+                             "  python -m numerics.train --compare --steps 300 --out results")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--optimizer", choices=OPTIMIZERS, help="train once with this optimizer")
     what.add_argument("--compare", action="store_true", help="every optimizer, learning-rate sweep, PNG + table")
@@ -353,18 +354,21 @@ def main(argv=None) -> int:
     p.add_argument("--kv-heads", type=int, default=None, help="key/value heads (default: --heads)")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    kv = args.heads if args.kv_heads is None else args.kv_heads
-    if args.steps < 1:
-        p.error(f"argument --steps: must be >= 1, got {args.steps}")
-    if args.width < 1 or args.heads < 1 or args.layers < 1 or args.width % args.heads:
-        p.error(f"--width {args.width} must be a positive multiple of --heads {args.heads}")
-    if kv < 1 or args.heads % kv:
-        p.error(f"argument --kv-heads: {kv} must divide --heads {args.heads}")
-    if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
-        p.error(f"argument --lr: must be finite and > 0, got {args.lr}")
-    if args.compare and os.path.isfile(args.out):
-        p.error(f"argument --out: {args.out} is a file")
+    try:
+        args = p.parse_args(argv)
+        kv = args.heads if args.kv_heads is None else args.kv_heads
+        if args.steps < 1:
+            raise UsageError(f"argument --steps: must be >= 1, got {args.steps}")
+        if args.width < 1 or args.heads < 1 or args.layers < 1 or args.width % args.heads:
+            raise UsageError(f"--width {args.width} must be a positive multiple of --heads {args.heads}")
+        if kv < 1 or args.heads % kv:
+            raise UsageError(f"argument --kv-heads: {kv} must divide --heads {args.heads}")
+        if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
+            raise UsageError(f"argument --lr: must be finite and > 0, got {args.lr}")
+        if args.compare and os.path.isfile(args.out):
+            raise UsageError(f"argument --out: {args.out} is a file")
+    except UsageError as exc:
+        return usage_error(prog, exc)
     cfg = Config(width=args.width, heads=args.heads, kv_heads=kv, layers=args.layers)
     lapack_threads(1)  # small per-head eigh: one OpenBLAS thread (see numerics.kernels.lapack_threads)
     if args.compare:
@@ -372,9 +376,8 @@ def main(argv=None) -> int:
         return 0
     lr = args.lr if args.lr is not None else SWEEPS[args.optimizer][1]
     r = train(args.optimizer, lr, args.steps, cfg, corpus(), seed=args.seed)
-    print(f"{r.optimizer} lr={lr:g}: final train loss {r.train_loss:.4f}, validation loss {r.val_loss[-1]:.4f} "
-          f"after {args.steps} steps ({r.seconds:.1f} s)")
-    return 0
+    return write_result(prog, f"{r.optimizer} lr={lr:g}: final train loss {r.train_loss:.4f}, validation loss "
+                              f"{r.val_loss[-1]:.4f} after {args.steps} steps ({r.seconds:.1f} s)\n", 0)
 
 
 if __name__ == "__main__":

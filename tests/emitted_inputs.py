@@ -11,8 +11,10 @@ D, DH, HEADS, KV = 6, 2, 4, 2
 
 def example_call(rng, name, target="jax"):
     """``(args, kwargs)`` for the public function ``name`` (shapes from its docstring)."""
-    r = lambda *shape: rng.standard_normal(shape)
-    tall = lambda: r(D, DH)
+    def r(*shape):
+        return rng.standard_normal(shape)
+    def tall():
+        return r(D, DH)
     blocks = r(2, D, DH)
     dense = scipy.linalg.block_diag(*blocks)
     partner = blocks if target == "jax" else dense

@@ -32,8 +32,8 @@ from sphinx.util.docutils import docutils_namespace, patch_docutils
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 
-from workbench_sphinx.api import resolve
-from workbench_sphinx.checks import external_assets, has_docstring, public_api
+from workbench_sphinx.api import resolve  # noqa: E402 (found through the sys.path entry above)
+from workbench_sphinx.checks import external_assets, has_docstring, public_api  # noqa: E402 (as above)
 
 CONF = """
 import sys

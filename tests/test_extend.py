@@ -32,7 +32,7 @@ from derivations.engine.vocabulary import (
     positive_symbol,
 )
 
-m, n, k, l = (dimension(s) for s in "mnkl")
+m, n, k, l = (dimension(s) for s in "mnkl")  # noqa: E741 (the dimensions as printed: m, n, k, l)
 eps = positive_symbol("epsilon")
 X, G = MatrixSymbol("dW", m, n), MatrixSymbol("G", m, n)
 PLAIN = Context(check_dims=[{m: 5, n: 3}, {m: 3, n: 3}], mpmath_dims={m: 4, n: 2})

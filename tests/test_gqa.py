@@ -64,7 +64,8 @@ def test_one_query_head_per_group_is_halfsplit(mod, halfsplit_jax):
     d_h = 4
     W_Q, W_K, G_Q, G_K = instance(rng, 1, 20, 3, 3, d_h)
     dQ, dK = mod.gqa_qk(W_Q, W_K, G_Q, G_K, head_dim=d_h, eps=0.1, msign="svd")
-    split = lambda w: np.stack(heads(w, d_h), axis=-3)
+    def split(w):
+        return np.stack(heads(w, d_h), axis=-3)
     hQ, hK = halfsplit_jax.halfsplit_qk(split(W_Q), split(W_K), split(G_Q), split(G_K), eps=0.1, msign="svd")
     assert np.allclose(split(np.asarray(dQ)), hQ, atol=1e-12) and np.allclose(split(np.asarray(dK)), hK, atol=1e-12)
 

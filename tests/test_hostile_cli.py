@@ -189,14 +189,14 @@ def test_injection_in_every_schedule_file_field(tmp_path):
     mark = tmp_path / "INJECTED"
     files = _schedule_files(tmp_path, mark)
     cases = []
-    for label, path, _ in files:
+    for _label, path, _ in files:
         out = path[:-5] + "_mod.py"
         cases += [["halfsplit", ["--emit", "jax", "--schedule", path, "--out", out]],
                   ["halfsplit", ["--emit", "numpy", "--schedule", path, "--out", out[:-3] + "_np.py"]],
                   ["coeffsearch", ["certify", path]]]
     rows = run_mains(cases, tmp_path)
     bad, emitted = [], []
-    for (label, path, refuse), (jax_row, np_row, cert_row) in zip(files, zip(*[iter(rows)] * 3)):
+    for (label, _path, refuse), (jax_row, np_row, cert_row) in zip(files, zip(*[iter(rows)] * 3, strict=False), strict=False):
         for row in (jax_row, np_row):
             out = row["argv"][-1]
             if refuse and not refused(row):
@@ -280,7 +280,7 @@ def test_printers_escape_what_bypasses_validation(tmp_path, halfsplit_rule):
             path.write_text(src, encoding="utf-8")
             paths.append(path)
             expected.append(v)
-    for path, v in zip(paths, expected):
+    for path, v in zip(paths, expected, strict=False):
         doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False)
         assert doc.startswith(v), (path, doc[:200])  # the title, exactly as given
         assert f"cmd {v}" in doc
@@ -311,7 +311,8 @@ def test_normal_emission_is_unchanged_by_the_escaping(monkeypatch, tmp_path, hal
     path.write_text(json.dumps({"name": "my-schedule_2", "steps": ONE_STEP}))
     specs = [("jax", "polar-express-5"), ("jax", "muon"), ("jax", str(path)), ("numpy", "polar-express-5")]
     before = [C.render(halfsplit_rule, t, schedule_name=s) for t, s in specs]
-    ident = lambda text, *args: text
+    def ident(text, *args):
+        return text
     for module in (J, N):
         monkeypatch.setattr(module, "docstring_fragment", str)
         monkeypatch.setattr(module, "check_docstring", ident)
@@ -388,7 +389,7 @@ def test_closed_stdout_is_one_line_and_exit_2(tmp_path):
         batch = [subprocess.Popen(["sh", "-c", CLOSED, sys.executable, *args], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True, env=ENV, cwd=tmp_path)
                  for args in CLOSED_STDOUT[i:i + 2]]
-        for args, p in zip(CLOSED_STDOUT[i:i + 2], batch):
+        for args, p in zip(CLOSED_STDOUT[i:i + 2], batch, strict=False):
             try:
                 _, err = p.communicate(timeout=180)
             except subprocess.TimeoutExpired:
@@ -439,7 +440,7 @@ def test_every_work_size_is_bounded(tmp_path):
         cases += [(["coeffsearch", ["certify", str(tmp_path / name)]], needle),
                   (["halfsplit", ["--emit", "jax", "--schedule", str(tmp_path / name)]], needle)]
     rows = run_mains([c for c, _ in cases], tmp_path)
-    bad = [describe(row) for row, (_, needle) in zip(rows, cases) if not refused(row, needle)]
+    bad = [describe(row) for row, (_, needle) in zip(rows, cases, strict=False) if not refused(row, needle)]
     assert not bad, "\n".join(bad)
     help_rows = run_mains([["coeffsearch", ["minimax", "--help"]], ["coeffsearch", ["validate", "--help"]],
                            ["halfsplit", ["--help"]]], tmp_path)

@@ -33,10 +33,10 @@ import pytest
 from derivations.regenerate import shipped
 from numerics.kernels import jax_kernels as K
 from numerics.kernels import numpy_kernels as NK
-
-RULES = shipped()
 from tests.conftest import load_module
 from tests.emitted_inputs import example_call
+
+RULES = shipped()
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTIONS = sorted({name: (rule, name) for rule in reversed(RULES)
@@ -423,3 +423,16 @@ def test_the_longest_schedule_compiles_as_a_loop():
     proc = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120,
                           cwd=ROOT, env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_integers_beyond_every_float_are_refused_in_one_line():
+    """Audit: ``eps=10**400`` and a schedule coefficient ``10**400`` raised OverflowError tracebacks."""
+    from numerics.emitted.halfsplit import halfsplit_qk
+    rng = np.random.default_rng(0)
+    w_q, w_k, g_q, g_k = (jnp.asarray(rng.standard_normal((6, 2))) for _ in range(4))
+    for kwargs, needle in (({"eps": 10**400}, "eps must be finite"), ({"eps": 0.1, "damping": 10**400},
+                                                                        "damping must be finite"),
+                           ({"eps": 0.1, "schedule": ((10**400, 1, 1),)}, "finite floats")):
+        with pytest.raises(ValueError, match=needle) as err:
+            halfsplit_qk(w_q, w_k, g_q, g_k, **kwargs)
+        assert "\n" not in str(err.value)

@@ -62,7 +62,7 @@ def assert_skipped_and_counted(opt, params, g, update=None):
     guard = new[-1]
     assert isinstance(guard, SkipNonFiniteState)
     assert (int(guard.notfinite_count), bool(guard.last_finite), int(guard.total_notfinite)) == (1, False, 1)
-    for a, b in zip(jax.tree.leaves(state[:-1]), jax.tree.leaves(new[:-1])):  # momentum and counts kept
+    for a, b in zip(jax.tree.leaves(state[:-1]), jax.tree.leaves(new[:-1]), strict=False):  # momentum and counts kept
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     return new
 
@@ -105,7 +105,7 @@ def test_audit_case_float16_near_1e_5_never_writes_nan():
 
 def test_guard_off_lets_nan_into_the_parameters(monkeypatch):
     """Planted mistake: the old behaviour (no check of the update) writes NaN into W_Q and W_K."""
-    monkeypatch.setattr(optimizer, "_finite_flags", lambda named: jnp.ones(len(named), bool))
+    monkeypatch.setattr(optimizer.transform, "_finite_flags", lambda named: jnp.ones(len(named), bool))
     params, opt = tiny_float16(), compositional_muon(1.0, pairs=pairs_of(), damping=0.0)
     with pytest.raises(AssertionError, match="reached the parameters"):
         assert_skipped_and_counted(opt, params, grads(params))
@@ -152,7 +152,7 @@ def test_divergent_schedule_is_refused_at_construction():
 
 def test_divergent_schedule_past_the_construction_check_is_skipped(monkeypatch):
     """The construction check samples; the guard still stops whatever comes out NaN/Inf."""
-    monkeypatch.setattr(optimizer, "check_schedule_bounded", lambda schedule: schedule)
+    monkeypatch.setattr(optimizer.transform, "check_schedule_bounded", lambda schedule: schedule)
     params = model()
     assert_skipped_and_counted(compositional_muon(0.01, DIVERGENT, pairs=pairs_of()), params, grads(params))
     opt = compositional_muon(0.01, DIVERGENT, pairs=pairs_of(), on_nonfinite="raise")
@@ -196,7 +196,7 @@ def test_damping_accepts_any_real_scalar(damping):
     got = optimizer.scale_by_compositional_muon(pairs_of(), damping=damping)
     want, _ = ref.update(g, ref.init(params), params)
     have, _ = got.update(g, got.init(params), params)
-    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(have)):
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(have), strict=False):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     compositional_muon(0.01, pairs=pairs_of(), damping=damping).init(params)
 
@@ -240,7 +240,7 @@ def test_pairs_declarations():
 
     want = step(pairs_of())
     for decl in (as_list, tuple(as_list), lambda p: tuple(as_list)):
-        for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(step(decl))):
+        for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(step(decl)), strict=False):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     one = step(QKPair("attn/wq", "attn/wk", H))  # a single pair
     np.testing.assert_array_equal(np.asarray(one["attn"]["wq"]), np.asarray(want["attn"]["wq"]))
@@ -271,7 +271,7 @@ def test_float64_gradients_of_float32_weights_are_cast(kv, gauge):
     got, _ = opt.update(g64, state, params)
     want, _ = opt.update(jax.tree.map(lambda x: x.astype(jnp.float32), g64), state, params)
     del want["bias"], got["bias"]  # AdamW's: optax promotes it to float64, as optax.adamw does
-    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=False):
         assert a.dtype == b.dtype == jnp.float32
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-6)
 

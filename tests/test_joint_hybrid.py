@@ -69,7 +69,7 @@ def test_hybrid_ov_matches_hand_formulas_and_bounds(hmod):
     W_O = np.concatenate([with_singular_values(rng, d, d_h, [2.0, 1.0, 0.5, 0.2]) for _ in range(H)], axis=1)
     W_V = np.concatenate([with_singular_values(rng, d_h, d, [1.5, 1.0, 0.7, 0.3]) for _ in range(H)], axis=0)
     G_M = [rng.standard_normal((d, d)) for _ in range(H)]  # per-head product gradients
-    O, V = heads_cols(W_O, d_h), [W_V[h * d_h:(h + 1) * d_h] for h in range(H)]
+    O, V = heads_cols(W_O, d_h), [W_V[h * d_h:(h + 1) * d_h] for h in range(H)]  # noqa: E741 (W_O's heads)
     G_O = np.concatenate([G_M[h] @ V[h].T for h in range(H)], axis=1)
     G_V = np.concatenate([O[h].T @ G_M[h] for h in range(H)], axis=0)
     dO, dV = (np.asarray(x) for x in hmod.hybrid_ov(W_O, W_V, G_O, G_V, head_dim=d_h, eps=eps, msign="svd"))

@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 
 from derivations.regenerate import shipped
+from tests.emitted_inputs import example_call
 
 RULES = shipped()
-from tests.emitted_inputs import example_call
 
 FUNCTIONS = sorted({name: (rule, name) for rule in reversed(RULES)  # a name in two modules: one copy
                     for name in importlib.import_module(f"numerics.emitted.{rule}").__all__}.values())

@@ -71,13 +71,13 @@ def test_half_split_step_is_the_derived_rule_with_per_head_bounds():
                                             eps=2 * lr, msign="svd")
     np.testing.assert_allclose(np.concatenate(list(dq), axis=-1), u["attn"]["wq"], rtol=1e-10, atol=1e-12)
     for q, k, uq, uk in zip(heads(a["wq"], DH), heads(a["wk"], DH), heads(u["attn"]["wq"], DH),
-                            heads(u["attn"]["wk"], DH)):
+                            heads(u["attn"]["wk"], DH), strict=False):
         assert op(uq @ k.T) == pytest.approx(lr, rel=1e-9)  # each half of ΔM has operator norm lr
         assert op(q @ uk.T) == pytest.approx(lr, rel=1e-9)
     # all heads' O-side product changes ΔW_O,h W_V,h side by side
-    stacked = np.concatenate([uo @ v.T for uo, v in zip(heads(u["attn"]["wo"], DH), heads(a["wv"].T, DH))], axis=1)
+    stacked = np.concatenate([uo @ v.T for uo, v in zip(heads(u["attn"]["wo"], DH), heads(a["wv"].T, DH), strict=False)], axis=1)
     assert op(stacked) == pytest.approx(lr, rel=1e-9)
-    for o, uv in zip(heads(a["wo"], DH), heads(u["attn"]["wv"].T, DH)):
+    for o, uv in zip(heads(a["wo"], DH), heads(u["attn"]["wv"].T, DH), strict=False):
         assert op(o @ uv.T) == pytest.approx(lr, rel=1e-9)
 
 
@@ -86,7 +86,7 @@ def test_wrong_budget_is_caught():
     rng = np.random.default_rng(1)
     params, lr = model(rng), 0.05
     u = step(compositional_muon(2 * lr, pairs=pairs_of(), msign="svd", damping=0.0), params, grads(rng, params))
-    q_k = [op(uq @ k.T) for uq, k in zip(heads(u["attn"]["wq"], DH), heads(params["attn"]["wk"], DH))]
+    q_k = [op(uq @ k.T) for uq, k in zip(heads(u["attn"]["wq"], DH), heads(params["attn"]["wk"], DH), strict=False)]
     assert not np.allclose(q_k, lr, rtol=1e-6)
 
 
@@ -109,7 +109,7 @@ def test_gqa_pairs_keep_every_per_product_bound():
     u = step(compositional_muon(lr, pairs=pairs_of(kv), msign="svd", damping=0.0), params, grads(rng, params))
     a, group = params["attn"], H // kv
     (uk,), (uv,) = heads(u["attn"]["wk"], DH), heads(u["attn"]["wv"].T, DH)
-    for q, o in zip(heads(a["wq"], DH), heads(a["wo"], DH)):
+    for q, o in zip(heads(a["wq"], DH), heads(a["wo"], DH), strict=False):
         assert op(q @ uk.T) <= lr / group * (1 + 1e-9)
         assert op(o @ uv.T) <= lr / group * (1 + 1e-9)
     bar_o = np.concatenate(heads(a["wo"], DH), axis=0)
@@ -139,7 +139,8 @@ def test_kernel_layout_and_flax_style_params():
     g = grads(rng, params)
     flax = {"params": {"o": {"kernel": params["attn"]["wo"].T}, "v": {"kernel": params["attn"]["wv"].T}}}
     gflax = {"params": {"o": {"kernel": g["attn"]["wo"].T}, "v": {"kernel": g["attn"]["wv"].T}}}
-    decl = lambda p: [OVPair("params/o/kernel", "params/v/kernel", H, kernels=True)]
+    def decl(p):
+        return [OVPair("params/o/kernel", "params/v/kernel", H, kernels=True)]
     u = step(compositional_muon(0.1, pairs=decl), flax, gflax)
     ref = step(compositional_muon(0.1, pairs=lambda p: [OVPair("attn/wo", "attn/wv", H)]), params, g)
     np.testing.assert_allclose(u["params"]["o"]["kernel"], ref["attn"]["wo"].T, rtol=1e-9)
@@ -193,7 +194,7 @@ def test_other_qk_rules_run_and_keep_the_budget(rule):
     params, lr = model(rng), 0.05
     u = step(compositional_muon(lr, pairs=pairs_of(), qk_rule=rule, msign="svd", damping=0.0), params,
              grads(rng, params))
-    bounds = [op(uq @ k.T) for uq, k in zip(heads(u["attn"]["wq"], DH), heads(params["attn"]["wk"], DH))]
+    bounds = [op(uq @ k.T) for uq, k in zip(heads(u["attn"]["wq"], DH), heads(params["attn"]["wk"], DH), strict=False)]
     assert max(bounds) <= lr * (1 + 1e-9) if rule == "joint" else min(bounds) > 0
 
 
@@ -209,9 +210,9 @@ def sylvester_setup(seed):
     params = model(rng)
     g = grads(rng, params)
     a = params["attn"]
-    g_ms = [visible(rng.standard_normal((D, D)), q, k) for q, k in zip(heads(a["wq"], DH), heads(a["wk"], DH))]
-    g["attn"]["wq"] = np.concatenate([g_m @ k for g_m, k in zip(g_ms, heads(a["wk"], DH))], axis=-1)
-    g["attn"]["wk"] = np.concatenate([g_m.T @ q for g_m, q in zip(g_ms, heads(a["wq"], DH))], axis=-1)
+    g_ms = [visible(rng.standard_normal((D, D)), q, k) for q, k in zip(heads(a["wq"], DH), heads(a["wk"], DH), strict=False)]
+    g["attn"]["wq"] = np.concatenate([g_m @ k for g_m, k in zip(g_ms, heads(a["wk"], DH), strict=False)], axis=-1)
+    g["attn"]["wk"] = np.concatenate([g_m.T @ q for g_m, q in zip(g_ms, heads(a["wq"], DH), strict=False)], axis=-1)
     return params, g, g_ms
 
 
@@ -219,7 +220,7 @@ def test_product_gradient_recovers_the_visible_part():
     from numerics.optimizer import product_gradient
     params, g, g_ms = sylvester_setup(20)
     a = params["attn"]
-    for q, k, gq, gk, g_m in zip(*(heads(x, DH) for x in (a["wq"], a["wk"], g["attn"]["wq"], g["attn"]["wk"])), g_ms):
+    for q, k, gq, gk, g_m in zip(*(heads(x, DH) for x in (a["wq"], a["wk"], g["attn"]["wq"], g["attn"]["wk"])), g_ms, strict=False):
         got = np.asarray(product_gradient(jnp.asarray(q), jnp.asarray(k), jnp.asarray(gq), jnp.asarray(gk), 0.0))
         np.testing.assert_allclose(got, g_m, atol=1e-10 * np.abs(g_m).max())
         wrong = np.asarray(product_gradient(jnp.asarray(q), jnp.asarray(k), jnp.asarray(gk), jnp.asarray(gq), 0.0))
@@ -245,7 +246,7 @@ def test_sylvester_step_is_the_emitted_rule_per_head():
     for planted in (rule([x.T for x in g_ms]), rule(g_ms, eps=2 * lr)):
         assert not np.allclose(u["attn"]["wq"], planted[0], atol=1e-3 * np.abs(ref_q).max())
     # the product change is at most 2η (the two halves of the other rules: η + η)
-    for q, k, uq, uk in zip(qs, ks, heads(u["attn"]["wq"], DH), heads(u["attn"]["wk"], DH)):
+    for q, k, uq, uk in zip(qs, ks, heads(u["attn"]["wq"], DH), heads(u["attn"]["wk"], DH), strict=False):
         assert 0.5 * lr < op(uq @ k.T + q @ uk.T) <= 2 * lr * (1 + 1e-9)
 
 
@@ -261,7 +262,7 @@ def test_sylvester_regularization_is_the_damping():
     np.testing.assert_allclose(u["attn"]["wq"], np.concatenate(list(dq[0]), axis=-1), rtol=1e-8, atol=1e-12)
     # planted mistake: the regularization weight 2λ passed as λ
     assert not np.allclose(u["attn"]["wq"], np.concatenate(list(dq[1]), axis=-1), rtol=1e-3)
-    for q, k, uq, uk in zip(*(heads(x, DH) for x in (a["wq"], a["wk"], u["attn"]["wq"], u["attn"]["wk"]))):
+    for q, k, uq, uk in zip(*(heads(x, DH) for x in (a["wq"], a["wk"], u["attn"]["wq"], u["attn"]["wk"])), strict=False):
         assert op(uq @ k.T + q @ uk.T) <= 2 * lr * (1 + 1e-9)
     with pytest.raises(ValueError, match="qk_rule='sylvester' needs damping > 0"):
         compositional_muon(lr, qk_rule="sylvester", damping=0.0)
@@ -280,7 +281,7 @@ def test_momentum_projection_is_horizontal_and_keeps_the_product_change():
         params, before = optax.apply_updates(params, u), params
     mu = state[1].inner_states["cm"].inner_state[0].mu["attn"]  # projected at the factors before the step
     for q, k, mq, mk in zip(*(heads(before["attn"][n], DH) for n in ("wq", "wk")),
-                            *(heads(mu[n], DH) for n in ("wq", "wk"))):
+                            *(heads(mu[n], DH) for n in ("wq", "wk")), strict=False):
         np.testing.assert_allclose(q.T @ mq, mk.T @ k, atol=1e-8 * np.abs(q.T @ mq).max())
 
 
@@ -294,7 +295,7 @@ def test_rebalance_equalizes_grams_and_keeps_the_product():
     for n_a, n_b, tr in (("wq", "wk", False), ("wo", "wv", True)):
         for a, b, pa, pb in zip(heads(bal["attn"][n_a], DH), heads(bal["attn"][n_b].T if tr else bal["attn"][n_b], DH),
                                 heads(plain["attn"][n_a], DH),
-                                heads(plain["attn"][n_b].T if tr else plain["attn"][n_b], DH)):
+                                heads(plain["attn"][n_b].T if tr else plain["attn"][n_b], DH), strict=False):
             np.testing.assert_allclose(a.T @ a, b.T @ b, rtol=1e-8, atol=1e-8)
             np.testing.assert_allclose(a @ b.T, pa @ pb.T, rtol=1e-8, atol=1e-10)
 
@@ -313,7 +314,8 @@ def test_balance_planted_mistake_is_caught():
 def gqa_model(rng, h=4, kv=2):
     params = {"attn": {"wq": rng.standard_normal((D, h * DH)), "wk": rng.standard_normal((D, kv * DH)),
                        "wo": rng.standard_normal((D, h * DH)), "wv": rng.standard_normal((kv * DH, D))}}
-    decl = lambda p: [QKPair("attn/wq", "attn/wk", h, kv), OVPair("attn/wo", "attn/wv", h, kv)]
+    def decl(p):
+        return [QKPair("attn/wq", "attn/wk", h, kv), OVPair("attn/wo", "attn/wv", h, kv)]
     return params, decl
 
 
@@ -342,8 +344,8 @@ def test_gqa_momentum_projection_is_horizontal_for_the_stacked_group():
         u, state = opt.update(grads(rng, params), state, params)
         params, before = optax.apply_updates(params, u), params
     mu = {"attn": state[1].inner_states["cm"].inner_state[0].mu["attn"]}
-    for side_w, side_m in zip(gqa_sides(before), gqa_sides(mu)):
-        for (qs, k), (mqs, mk) in zip(side_w, side_m):
+    for side_w, side_m in zip(gqa_sides(before), gqa_sides(mu), strict=False):
+        for (qs, k), (mqs, mk) in zip(side_w, side_m, strict=False):
             bar_q, bar_m = np.concatenate(qs), np.concatenate(mqs)
             gap = bar_q.T @ bar_m - mk.T @ k
             assert np.abs(gap).max() <= 1e-9 * np.abs(mk.T @ k).max()
@@ -358,12 +360,12 @@ def test_gqa_momentum_projection_is_horizontal_for_the_stacked_group():
     m = {"attn": {"wq": np.concatenate(mqs, axis=-1), "wk": mk}}
     from numerics.optimizer import _project_pair
     pq, pk = (np.asarray(x) for x in _project_pair("qk", w["attn"]["wq"], k, m["attn"]["wq"], mk, 2, 1, DH, False, 0.0))
-    gap = sum(q.T @ x for q, x in zip(qs, heads(pq, DH))) - pk.T @ k
+    gap = sum(q.T @ x for q, x in zip(qs, heads(pq, DH), strict=False)) - pk.T @ k
     assert np.abs(gap).max() <= 1e-9 * np.abs(pk.T @ k).max()
-    for q, mq, x in zip(qs, mqs, heads(pq, DH)):
+    for q, mq, x in zip(qs, mqs, heads(pq, DH), strict=False):
         np.testing.assert_allclose(x @ k.T + q @ pk.T, mq @ k.T + q @ mk.T, atol=1e-10)
-    per_head = [emitted.gauge.horizontal_projection(q, k, mq, mk) for q, mq in zip(qs, mqs)]
-    gap = sum(q.T @ np.asarray(x) for q, (x, _) in zip(qs, per_head)) - np.asarray(per_head[0][1]).T @ k
+    per_head = [emitted.gauge.horizontal_projection(q, k, mq, mk) for q, mq in zip(qs, mqs, strict=False)]
+    gap = sum(q.T @ np.asarray(x) for q, (x, _) in zip(qs, per_head, strict=False)) - np.asarray(per_head[0][1]).T @ k
     assert np.abs(gap).max() > 1e-3
 
 
@@ -379,10 +381,10 @@ def test_gqa_rebalance_keeps_every_product_and_balances_each_group():
     g = grads(rng, params)
     plain = optax.apply_updates(params, step(compositional_muon(0.01, pairs=decl), params, g))
     bal = optax.apply_updates(params, step(compositional_muon(0.01, pairs=decl, gauge="rebalance"), params, g))
-    for side_b, side_p in zip(gqa_sides(bal), gqa_sides(plain)):
-        for (qs, k), (pqs, pk) in zip(side_b, side_p):
+    for side_b, side_p in zip(gqa_sides(bal), gqa_sides(plain), strict=False):
+        for (qs, k), (pqs, pk) in zip(side_b, side_p, strict=False):
             np.testing.assert_allclose(sum(q.T @ q for q in qs), k.T @ k, rtol=1e-8, atol=1e-8)
-            for q, pq in zip(qs, pqs):
+            for q, pq in zip(qs, pqs, strict=False):
                 np.testing.assert_allclose(q @ k.T, pq @ pk.T, rtol=1e-8, atol=1e-10)
     (pqs, pk), _ = gqa_sides(plain)[0]
     wrong_q, wrong_k = (np.asarray(x) for x in balance(jnp.asarray(pqs[0]), jnp.asarray(pk)))

@@ -21,9 +21,9 @@ def _projection_error(vertical):
     w_q, w_k, m_q, m_k = (rng.standard_normal((7, 3)) for _ in range(4))
     values = {"W_Q": w_q, "W_K": w_k, "m_Q": m_q, "m_K": m_k}
     x = P.coefficient()
-    got = [evaluate_on(total(m, v), values) for m, v in zip((G.m_Q, G.m_K), vertical(x))]
+    got = [evaluate_on(total(m, v), values) for m, v in zip((G.m_Q, G.m_K), vertical(x), strict=False)]
     ref = P.least_squares_projection(w_q, w_k, m_q, m_k)
-    return max(np.max(np.abs(a - b)) for a, b in zip(got, ref))
+    return max(np.max(np.abs(a - b)) for a, b in zip(got, ref, strict=False))
 
 
 def test_projection_is_the_least_squares_projection():

@@ -21,7 +21,7 @@ def _step_error(mu_factor):
     values = {"W_Q": w_q, "W_K": w_k, "G_M": g_m, "epsilon": 0.5, "lambda": 0.2}
     q, k = S.adjoint_components(S.solution())
     ref = S.least_squares_step(w_q, w_k, evaluate_on(S.TARGET, values), mu_factor * 0.2)
-    return max(np.max(np.abs(evaluate_on(x, values) - r)) for x, r in zip((q, k), ref))
+    return max(np.max(np.abs(evaluate_on(x, values) - r)) for x, r in zip((q, k), ref, strict=False))
 
 
 def test_derived_step_is_the_least_squares_minimizer():

@@ -42,7 +42,7 @@ from derivations.crosscheck.checker import (
     parse_assumptions,
     read_regular_file,
 )
-from derivations.crosscheck.formula import FormulaError
+from derivations.crosscheck.formula import FormulaError, parse_tree
 from derivations.engine.vocabulary import Inner, NuclearNorm, OpNorm
 
 MAX_FILE = CHAIN_MAX_BYTES  # bytes: a --chain file over this (or not a regular file) is refused
@@ -293,7 +293,6 @@ def check_blocks(blocks: list[str], assumptions: Assumptions) -> ChainReport:
 
 
 def _failing_text(texts, assumptions) -> int:
-    from derivations.crosscheck.formula import parse_tree
     for i, t in enumerate(texts):
         try:
             parse_tree(t)
@@ -310,7 +309,8 @@ def _ptext(p: _Problem) -> str:
 def _check_pair(a, b, builder, sizes, where) -> Verdict:
     ma, mb = getattr(a, "is_Matrix", False), getattr(b, "is_Matrix", False)
     if ma != mb or (ma and tuple(a.shape) != tuple(b.shape)):
-        show = lambda e: f"{e.shape[0]}×{e.shape[1]}" if getattr(e, "is_Matrix", False) else "a scalar"
+        def show(e):
+            return f"{e.shape[0]}×{e.shape[1]}" if getattr(e, "is_Matrix", False) else "a scalar"
         raise BadInput(f"{where}: the two sides have different shapes: {show(a)} and {show(b)}")
     return compare(Target(where, a, builder.namespace, {}, {}, sizes[0], sizes[1]), b)
 

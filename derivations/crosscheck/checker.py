@@ -335,7 +335,7 @@ def _difference(a, b) -> tuple:
         fa, fb = _flat(a), _flat(b)
         if len(fa) != len(fb):
             raise ValueError("values of different sizes")
-        return _max_abs([x - y for x, y in zip(fa, fb)]), max(_max_abs(fa), _max_abs(fb))
+        return _max_abs([x - y for x, y in zip(fa, fb, strict=False)]), max(_max_abs(fa), _max_abs(fb))
 
 
 def _agree(a, b, tol) -> bool:
@@ -377,7 +377,7 @@ def relative_difference(cand, derived) -> float | None:
         return None
     with mpmath.workdps(DPS):
         fc, fd = _flat(cand), _flat(derived)
-        num = mpmath.sqrt(mpmath.fsum((x - y) ** 2 for x, y in zip(fc, fd)))
+        num = mpmath.sqrt(mpmath.fsum((x - y) ** 2 for x, y in zip(fc, fd, strict=False)))
         den = mpmath.sqrt(mpmath.fsum(y ** 2 for y in fd))
         if den == 0:
             return 0.0 if num == 0 else None
@@ -393,11 +393,11 @@ def _ratio(a, b):
         bb = mpmath.fsum(y * y for y in fb)
         if not bb:
             return None, float("inf")
-        c = mpmath.fsum(x * y for x, y in zip(fa, fb)) / bb
+        c = mpmath.fsum(x * y for x, y in zip(fa, fb, strict=False)) / bb
         top = _max_abs(fa)
         if top == 0:
             return c, 0.0
-        return c, float(_max_abs([x - c * y for x, y in zip(fa, fb)]) / top)
+        return c, float(_max_abs([x - c * y for x, y in zip(fa, fb, strict=False)]) / top)
 
 
 def _same(values, tol) -> bool:
@@ -436,7 +436,8 @@ def compare(target: Target, candidate: Basic, *, diagnose: bool = True, seed: in
     ref_shape = tuple(ref.shape) if ref.is_Matrix else None
     cand_shape = tuple(candidate.shape) if getattr(candidate, "is_Matrix", False) else None
     if ref_shape != cand_shape:
-        show = lambda s: "a scalar" if s is None else f"{s[0]}×{s[1]}"
+        def show(s):
+            return "a scalar" if s is None else f"{s[0]}×{s[1]}"
         raise BadInput(f"the candidate is {show(cand_shape)} but {target.name} is {show(ref_shape)}")
     if ref_shape is None and not free_symbols(ref, candidate):  # counts in the shape symbols: exact algebra
         return _compare_in_dimensions(target, ref, candidate)
@@ -531,7 +532,7 @@ def _symbolic_different(ref, cand, target) -> bool:
         with _time_limit(SYMBOLIC_SECONDS):
             a, b = model.value(ref), model.value(cand)
             if hasattr(a, "shape"):
-                return any(cancel(x - y) != 0 for x, y in zip(a, b))
+                return any(cancel(x - y) != 0 for x, y in zip(a, b, strict=False))
             return cancel(a - b) != 0
     except (Unsupported, ValueError, ZeroDivisionError, _TimeUp):
         return False
@@ -660,7 +661,7 @@ def _matches(variant, cand_vals, insts, mp=False):
     """"1" when the candidate equals ``variant`` to ``SCREEN_TOL`` relative (in float64, or at DPS digits
     with ``mp``), "c" when it is a nonzero constant multiple of it."""
     ratios = []
-    for inst, c in zip(insts, cand_vals):
+    for inst, c in zip(insts, cand_vals, strict=False):
         v = _value(variant, inst, mp)
         if v is None or c is None:
             return None
@@ -880,7 +881,8 @@ def _cache_path() -> str:
 
 
 def target_to_json(t: Target) -> dict:
-    dims = lambda d: [[_to_json(k), v] for k, v in d.items()]
+    def dims(d):
+        return [[_to_json(k), v] for k, v in d.items()]
     return {"name": t.name, "expr": _to_json(t.expr),
             "namespace": {k: _to_json(v) for k, v in t.namespace.items()},
             "definitions": [[_to_json(k), _to_json(v)] for k, v in t.definitions.items()],
@@ -889,7 +891,8 @@ def target_to_json(t: Target) -> dict:
 
 
 def target_from_json(obj: dict) -> Target:
-    dims = lambda pairs: {_from_json(k): int(v) for k, v in pairs}
+    def dims(pairs):
+        return {_from_json(k): int(v) for k, v in pairs}
     return Target(obj["name"], _from_json(obj["expr"]),
                   {k: _from_json(v) for k, v in obj["namespace"].items()},
                   {_from_json(k): _from_json(v) for k, v in obj["definitions"]},
@@ -1151,7 +1154,8 @@ def identity_target(lhs: str, rhs: str, assumptions: Assumptions):
     (left, right), builder = build_with_inference([lhs, rhs], assumptions)
     if getattr(left, "is_Matrix", False) != getattr(right, "is_Matrix", False) or (
             left.is_Matrix and tuple(left.shape) != tuple(right.shape)):
-        show = lambda e: f"{e.shape[0]}×{e.shape[1]}" if e.is_Matrix else "a scalar"
+        def show(e):
+            return f"{e.shape[0]}×{e.shape[1]}" if e.is_Matrix else "a scalar"
         raise BadInput(f"the two sides have different shapes: {show(left)} and {show(right)}")
     sizes = _sizes_for([left, right])
     small = _sizes_for([left, right], count=1, low=2, high=3)[0]

@@ -7,29 +7,25 @@ import argparse
 import json
 import sys
 
-from derivations.commandline import stdout_closed, write_result
+from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
 from derivations.crosscheck import chain, checker
 from derivations.crosscheck.checker import CHAIN_MAX_BYTES, BadInput
 from derivations.crosscheck.formula import FormulaError
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise BadInput(message)
-
-
-def _parser():
-    p = _Parser(prog="python -m derivations.crosscheck",
-                description="Cross-check a hand-derived formula, an identity or a chain of steps.",
-                formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog="examples:\n"
-                       "  python -m derivations.crosscheck halfsplit.query '(-eps/2)*msign(G_Q*C_K^-1)*C_K^-1'\n"
-                       "  python -m derivations.crosscheck halfsplit.query '-eps msign(G_Q C_K^{-1}) C_K^{-1}' --json\n"
-                       "  python -m derivations.crosscheck identity 'msign(W@A)' 'W@msign(A)' "
-                       "--assume 'W: orthonormal columns'\n"
-                       "  python -m derivations.crosscheck --chain derivation.md\n"
-                       "  python -m derivations.crosscheck --list\n"
-                       "exit status: 0 equal, 1 different, 2 bad input")
+def _parser() -> OneLineParser:
+    p = OneLineParser(
+        prog="python -m derivations.crosscheck",
+        description="Cross-check a hand-derived formula, an identity or a chain of steps.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+               "  python -m derivations.crosscheck halfsplit.query '(-eps/2)*msign(G_Q*C_K^-1)*C_K^-1'\n"
+               "  python -m derivations.crosscheck halfsplit.query '-eps msign(G_Q C_K^{-1}) C_K^{-1}' --json\n"
+               "  python -m derivations.crosscheck identity 'msign(W@A)' 'W@msign(A)' "
+               "--assume 'W: orthonormal columns'\n"
+               "  python -m derivations.crosscheck --chain derivation.md\n"
+               "  python -m derivations.crosscheck --list\n"
+               "exit status: 0 equal, 1 different, 2 bad input")
     p.add_argument("args", nargs="*", metavar="DERIVATION FORMULA | identity LHS RHS")
     p.add_argument("--chain", metavar="FILE", help="check every step of the display math in a Markdown/LaTeX file "
                                                    f"(a regular file of at most {CHAIN_MAX_BYTES:,} bytes)")
@@ -48,8 +44,9 @@ def _parser():
     return p
 
 
-def run(argv=None) -> tuple[int, str]:
-    """``(exit status, stdout text)``; raises :class:`BadInput` for bad input."""
+def run(argv: list[str] | None = None) -> tuple[int, str]:
+    """``(exit status, stdout text)``; raises :class:`UsageError` for a bad command line, :class:`BadInput`
+    or :class:`FormulaError` for bad input."""
     argv = sys.argv[1:] if argv is None else list(argv)
     # a formula may start with a minus sign ('-(eps/2)*msign(...)'): a leading space keeps argparse
     # from reading it as an option (the formula grammar ignores the space); only --long options and -h exist
@@ -80,16 +77,14 @@ def run(argv=None) -> tuple[int, str]:
     return (0 if verdict.verdict == "equal" else 1), text
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     prog = "derivations.crosscheck"
     if stdout_closed(prog):  # >&-: one line and exit 2 before any work (and for --help)
         return 2
     try:
         status, text = run(argv)
-    except (BadInput, FormulaError) as exc:
-        sys.stderr.write(f"{prog}: error: {' '.join(str(exc).split())}\n")
-        return 2
+    except (UsageError, BadInput, FormulaError) as exc:
+        return usage_error(prog, " ".join(str(exc).split()))
     except RecursionError:
-        sys.stderr.write(f"{prog}: error: input nested too deeply\n")
-        return 2
+        return usage_error(prog, "input nested too deeply")
     return write_result(prog, text, status)

@@ -585,7 +585,7 @@ class Builder:
             else:
                 coeff = coeff * x
         real = [(c, m) for c, m in mats if not isinstance(m, _Eye)]
-        for c, m in mats:
+        for _c, m in mats:
             if isinstance(m, _Eye):
                 coeff = coeff * m.coeff
         if not real:
@@ -635,7 +635,7 @@ class Builder:
 
     def _b_hstack(self, n):
         blocks = [self._build(b) for b in n.args]
-        for b, node in zip(blocks, n.args):
+        for b, node in zip(blocks, n.args, strict=False):
             if not _is_matrix(b):
                 raise FormulaError("a block row [A | B] holds matrices", node.col)
             self.same(blocks[0].shape[0], b.shape[0], f"blocks of [A | B] need equal rows, got "

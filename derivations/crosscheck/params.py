@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 
-from derivations.commandline import stdout_closed, write_result
+from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
 
 MAX_SIZE = 10**7  # any one dimension
 MAX_LAYERS = 10**5
@@ -133,7 +133,8 @@ VARIANTS = (
 
 
 def _precision(text: str) -> tuple[int, int]:
-    """``(value, half a unit of its last written digit)`` for ``8030261248``, ``8.59e9``, ``8.59B``, ``405,872,984,064``."""
+    """``(value, half a unit of its last written digit)`` for ``8030261248``, ``8.59e9``, ``8.59B``,
+    ``405,872,984,064``."""
     t = text.strip().replace(",", "").replace("_", "")
     m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([eE][+]?[0-9]+|[kKmMbBtT])?", t)
     if not m:
@@ -174,15 +175,6 @@ def explain(shape: Shape, total_text: str, max_size: int = 4) -> dict:
 
 
 # ---- command line -----------------------------------------------------------------------------
-class UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
-
-
 def _positive(name, limit):
     def parse(text):
         try:
@@ -196,11 +188,11 @@ def _positive(name, limit):
     return parse
 
 
-def _parser():
-    p = _Parser(prog="python -m derivations.crosscheck.params",
-                description="Parameter count of a Llama-3-style decoder from its shapes (exact integers).",
-                epilog="example (Llama-3-8B): python -m derivations.crosscheck.params --hidden 4096 --layers 32 "
-                       "--vocab 128256 --ffn 14336 --heads 32 --kv-heads 8 --compare 8.59e9")
+def _parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m derivations.crosscheck.params",
+                      description="Parameter count of a Llama-3-style decoder from its shapes (exact integers).",
+                      epilog="example (Llama-3-8B): python -m derivations.crosscheck.params --hidden 4096 --layers 32 "
+                             "--vocab 128256 --ffn 14336 --heads 32 --kv-heads 8 --compare 8.59e9")
     dim = _positive("size", MAX_SIZE)
     p.add_argument("--hidden", type=dim, required=True, help="model width d")
     p.add_argument("--layers", type=_positive("layers", MAX_LAYERS), required=True, help="number of blocks L")
@@ -215,7 +207,8 @@ def _parser():
     return p
 
 
-def run(argv=None) -> str:
+def run(argv: list[str] | None = None) -> str:
+    """The text (or with ``--json`` the JSON) of one parameter count; raises :class:`UsageError`."""
     a = _parser().parse_args(argv)
     if a.head_dim is None:
         if a.hidden % a.heads:
@@ -262,15 +255,16 @@ def _comparison_text(c: dict) -> str:
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
-    if stdout_closed("derivations.crosscheck.params"):  # >&-: one line and exit 2 (also for --help)
+def main(argv: list[str] | None = None) -> int:
+    """``python -m derivations.crosscheck.params``; returns the exit status (2: bad input)."""
+    prog = "derivations.crosscheck.params"
+    if stdout_closed(prog):  # >&-: one line and exit 2 (also for --help)
         return 2
     try:
         text = run(argv)
     except UsageError as exc:
-        sys.stderr.write(f"derivations.crosscheck.params: error: {exc}\n")
-        return 2
-    return write_result("derivations.crosscheck.params", text, 0)
+        return usage_error(prog, exc)
+    return write_result(prog, text, 0)
 
 
 if __name__ == "__main__":

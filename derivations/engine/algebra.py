@@ -106,7 +106,7 @@ def map_bottom_up(expr: Basic, fn: Callable[[Basic], Basic], *, enter_derived: b
         return fn(expr)
     new_args = [map_bottom_up(a, fn, enter_derived=enter_derived) if isinstance(a, Basic) else a
                 for a in expr.args]
-    if all(n is o for n, o in zip(new_args, expr.args)):
+    if all(n is o for n, o in zip(new_args, expr.args, strict=True)):
         return fn(expr)
     return fn(rebuild(expr, new_args))
 

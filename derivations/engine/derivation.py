@@ -41,6 +41,7 @@ from sympy.matrices.expressions import MatrixSymbol
 from derivations import lemmas as L
 from derivations.engine.algebra import product, replace_free, tidy
 from derivations.engine.evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
+from derivations.engine.norms import OPERATOR, ball_certificate, family_of, solve_lemma
 from derivations.engine.symbolic import size_label, verify_equal
 from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, Inner
 from numerics.kernels.reference import MpmathBackend, NumpyBackend
@@ -266,7 +267,6 @@ class Derivation:
         """Steepest descent in a norm ball: ``min ⟨A, Z⟩ s.t. ‖Z‖ ≤ β`` for a norm of
         :data:`derivations.engine.norms.FAMILIES` (Lemma 1 for the operator norm; ``lemma`` may override,
         with a ``solution`` function), through the family's dual norm."""
-        from derivations.engine.norms import family_of, solve_lemma
         family = family_of(self.state.constraint) if isinstance(self.state, Problem) else None
         lemma = lemma or (solve_lemma(family) if family is not None else L.LINEAR_STEEPEST_DESCENT)
         where = self._where("solve", lemma)
@@ -391,7 +391,7 @@ class Derivation:
         elif not step.lemma.algebraic:
             step.symbolic = f"not modelled: {step.lemma.not_modelled}"
         else:
-            verdict = verify_equal(list(zip(step.before.parts(), step.after.parts())), self.context.symbolic_dims,
+            verdict = verify_equal(list(zip(step.before.parts(), step.after.parts(), strict=False)), self.context.symbolic_dims,
                                    self.context.definitions, step.substitution)
             if verdict.status == "refuted":
                 raise _Failure("symbolic", self._header(step, "symbolic") + f": {verdict}\n"
@@ -461,7 +461,8 @@ class Derivation:
                 return env
         errs, env = self._duality_errors(problem, step.after, sampler, rng, backend, prepare)
         if problem is not self.start:
-            ev = lambda e: evaluate(e, env, backend, sampler.dims)
+            def ev(e):
+                return evaluate(e, env, backend, sampler.dims)
             beta = ev(self.start.budget)
             errs["feasible for the original problem"] = max(0.0, float(ev(self.start.constraint) - beta)) / float(beta)
         return errs, env
@@ -470,7 +471,8 @@ class Derivation:
         """A restriction on one random instance (the variable drawn at random too): the objective is
         unchanged and the new constraint bounds the old one from above, ``c_before(X) ≤ c_after(X)``, so
         the new feasible set lies inside the old."""
-        ev = lambda e, env: evaluate(e, env, backend, sampler.dims)
+        def ev(e, env):
+            return evaluate(e, env, backend, sampler.dims)
         (obj_b, con_b), (obj_a, con_a) = step.before.parts(), step.after.parts()
         env = sampler.sample(rng, free_symbols(obj_b, con_b, obj_a, con_a), backend)
         c_b, c_a = ev(con_b, env), ev(con_a, env)
@@ -478,7 +480,8 @@ class Derivation:
                 "constraint tightened": max(0.0, float(c_b - c_a)) / max(1.0, abs(float(c_a)))}, env
 
     def _rewrite_errors(self, step, sampler, rng, backend):
-        ev = lambda e, env: evaluate(e, env, backend, sampler.dims)
+        def ev(e, env):
+            return evaluate(e, env, backend, sampler.dims)
         before, after = step.before, step.after
         syms = free_symbols(*before.parts(), *after.parts())
         if step.substitution is not None:
@@ -494,7 +497,7 @@ class Derivation:
             old, back = step.substitution
             env[old] = ev(back, env)
         err = 0.0
-        for b, a in zip(before.parts(), after.parts()):
+        for b, a in zip(before.parts(), after.parts(), strict=False):
             err = max(err, _rel(ev(b, env), ev(a, env), backend))
         return {"before = after": float(err)}, env
 
@@ -510,8 +513,8 @@ class Derivation:
         (:func:`derivations.lemmas.operator_ball_certificate`, :func:`derivations.engine.norms.ball_certificate`)
         checks ``Y* = K(X*)`` against it.
         """
-        from derivations.engine.norms import OPERATOR, ball_certificate, family_of
-        ev = lambda e, env: evaluate(e, env, backend, sampler.dims)
+        def ev(e, env):
+            return evaluate(e, env, backend, sampler.dims)
         x, obj, con = problem.variable, problem.objective, problem.constraint
         family = family_of(con)
         if family is None or not isinstance(obj, Inner):

@@ -137,7 +137,7 @@ def evaluate_on(expr: Basic, values: dict, backend=None):
             raise EvaluationError(f"no value for {sym}")
         env[sym] = values[str(sym)]
         if isinstance(sym, MatrixSymbol):
-            for dim, size in zip(sym.shape, np.shape(env[sym])):
+            for dim, size in zip(sym.shape, np.shape(env[sym]), strict=False):
                 if isinstance(dim, Symbol):
                     dims[dim] = size
     return evaluate(expr, env, backend, dims)

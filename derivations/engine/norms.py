@@ -30,7 +30,11 @@ from dataclasses import dataclass
 
 import mpmath
 import numpy as np
+from sympy import Symbol
+from sympy.matrices.expressions import MatrixSymbol
 
+from derivations.engine.algebra import product, tidy
+from derivations.engine.evaluate import InstanceSampler, free_symbols, relative_error
 from derivations.engine.norm_nodes import (
     AspectScale,
     EntrywiseL1Norm,
@@ -41,7 +45,13 @@ from derivations.engine.norm_nodes import (
     Sign,
     TopSingular,
 )
-from derivations.engine.vocabulary import Inner, Msign, NuclearNorm, OpNorm
+from derivations.engine.numeric import NumericEvaluator, evaluate
+from derivations.engine.vocabulary import ORTHONORMAL_COLUMNS, Inner, Msign, NuclearNorm, OpNorm
+from derivations.lemmas import _SMALL, LINEAR_STEEPEST_DESCENT, Lemma, _k, _lsd_rewrite, _n, _tall
+from derivations.lemmas.base import rewrite_nodes
+from derivations.lemmas.descent import no_improving_direction
+from derivations.lemmas.isometry import drop_transpose, strip_isometries
+from numerics.kernels.reference import NumpyBackend
 
 
 # ---- the families ---------------------------------------------------------------------------
@@ -61,7 +71,6 @@ class NormFamily:
 
     def solve(self, a, beta):
         """``(argmin, value)`` of ``min ⟨a, Z⟩ s.t. ‖Z‖ ≤ β``: ``(−β a♯, −β ‖a‖_†)``."""
-        from derivations.engine.algebra import product, tidy
         return tidy(product(-beta, self.sharp_of(a))), -beta * self.dual_of(a)
 
 
@@ -87,7 +96,6 @@ FAMILIES = (OPERATOR, FROBENIUS, NUCLEAR, MAX_ABS, RMS)
 
 
 def _scaled(c, m):
-    from derivations.engine.algebra import product
     return product(c, m)
 
 
@@ -123,11 +131,7 @@ def duality_errors(family: NormFamily, a_value, beta: float, backend=None, rng=N
     * ``dual``: weak duality ``⟨A, Y⟩ ≤ ‖A‖_† ‖Y‖`` (float64 only) on the sharp maps of every family
       at ``A`` and on random ``Y``: what makes ``−β ‖A‖_†`` a lower bound over the whole ball.
     """
-    from sympy import Symbol
-    from sympy.matrices.expressions import MatrixSymbol
 
-    from derivations.engine.numeric import NumericEvaluator
-    from numerics.kernels.reference import NumpyBackend
 
     backend = backend or NumpyBackend()
     rows, cols = (a_value.rows, a_value.cols) if isinstance(a_value, mpmath.matrix) else np.shape(a_value)
@@ -162,12 +166,11 @@ def ball_certificate(family: NormFamily, a, z, value, beta, backend, rng=None, d
     never from the claimed solution; weak duality ``⟨a, Z⟩ ≥ −β‖a‖_†`` on the ball makes a feasible
     ``z`` attaining it optimal.
     """
-    from sympy.matrices.expressions import MatrixSymbol
 
-    from derivations.engine.numeric import NumericEvaluator
     rows, cols = (a.rows, a.cols) if isinstance(a, mpmath.matrix) else np.shape(a)
     A = MatrixSymbol("A", rows, cols)
-    norm = lambda v: NumericEvaluator({A: v}, backend)(family.norm(A))
+    def norm(v):
+        return NumericEvaluator({A: v}, backend)(family.norm(A))
     dual = -beta * NumericEvaluator({A: a}, backend)(family.dual_of(A))
     scale = max(1.0, abs(float(dual)))
     attained = backend.inner(a, z)
@@ -175,7 +178,6 @@ def ball_certificate(family: NormFamily, a, z, value, beta, backend, rng=None, d
            "attains the dual bound": abs(float(attained - dual)) / scale,
            "stated value": abs(float(value - dual)) / scale}
     if rng is not None and backend.name == "float64":
-        from derivations.lemmas.descent import no_improving_direction
         out["no improving direction"] = no_improving_direction(a, z, beta, norm, backend, rng, directions, scale)
     return out
 
@@ -183,25 +185,17 @@ def ball_certificate(family: NormFamily, a, z, value, beta, backend, rng=None, d
 # ---- lemmas of the families ------------------------------------------------------------------
 def _isometry_rewrite(expr, **_):
     """``‖Z Uᵀ‖ → ‖Z‖`` and ``‖U Z‖ → ‖Z‖`` for the Frobenius and nuclear norms (unitarily invariant)."""
-    from derivations.lemmas.base import rewrite_nodes
-    from derivations.lemmas.isometry import strip_isometries
     return rewrite_nodes(expr, strip_isometries((FrobeniusNorm, NuclearNorm)),
                          "no Frobenius or nuclear norm with an outer factor known to have orthonormal columns")
 
 
 def _transpose_rewrite(expr, **_):
-    from derivations.lemmas.base import rewrite_nodes
-    from derivations.lemmas.isometry import drop_transpose
     return rewrite_nodes(expr, drop_transpose((FrobeniusNorm, NuclearNorm, MaxAbsNorm, EntrywiseL1Norm)),
                          "no Frobenius, nuclear, max-abs or entrywise-1 norm of a transpose")
 
 
 def _lemmas():
-    from sympy.matrices.expressions import MatrixSymbol
 
-    from derivations.engine.evaluate import InstanceSampler
-    from derivations.engine.vocabulary import ORTHONORMAL_COLUMNS
-    from derivations.lemmas import _SMALL, Lemma, _k, _n, _tall
 
     def isometry_ids():
         u, z, y = _tall("U", ORTHONORMAL_COLUMNS), MatrixSymbol("Z", _k, _n), MatrixSymbol("Y", _n, _k)
@@ -216,9 +210,6 @@ def _lemmas():
     def by_evaluator(ids):
         """Self-check with the dispatching evaluator: the statement on random instances, and the rewrite
         code itself (it must fire on each left-hand side and preserve its value)."""
-        from derivations.engine.evaluate import free_symbols, relative_error
-        from derivations.engine.numeric import evaluate
-        from numerics.kernels.reference import NumpyBackend
 
         def check(rng, lemma):
             pairs, sampler = ids()
@@ -254,7 +245,6 @@ NORM_LEMMAS = (UNITARY_INVARIANCE, NORM_TRANSPOSITION)
 
 def solve_lemma(family: NormFamily):
     """The solve step of ``family`` as a lemma whose self-check is the duality certificate."""
-    from derivations.lemmas import LINEAR_STEEPEST_DESCENT, Lemma, _lsd_rewrite
     if family is OPERATOR:
         return LINEAR_STEEPEST_DESCENT
 

@@ -7,7 +7,10 @@ node itself), dispatched along the class hierarchy by :mod:`derivations.engine.i
 
 from __future__ import annotations
 
+from sympy import Transpose
+
 from derivations.engine.interpret import Interpreter, MissingRule
+from derivations.engine.vocabulary import PolarFactor
 from numerics.kernels.reference import NumpyBackend
 
 
@@ -108,12 +111,10 @@ class NumericEvaluator(Interpreter):
         return self.backend.blockdiag([self(b) for b in expr.args])
 
     def _eval_Projector(self, expr):
-        from derivations.engine.vocabulary import PolarFactor
         u = self(PolarFactor(expr.base))
         return self.backend.matmul(u, self.backend.transpose(u))
 
     def _eval_RegularizedSylvester(self, expr):
-        from sympy import Transpose
         a, b = expr.left, expr.right
         if expr.side == "inner":
             a, b = Transpose(a), Transpose(b)

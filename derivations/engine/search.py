@@ -31,6 +31,7 @@ from sympy import MatMul, S, srepr
 from sympy.matrices.expressions import MatrixSymbol, Transpose
 
 from derivations import lemmas as L
+from derivations.engine import norms
 from derivations.engine.algebra import product, transpose
 from derivations.engine.derivation import Context, Derivation, DerivationError, Problem, Solution, StepCheckFailed
 from derivations.engine.vocabulary import (
@@ -155,7 +156,6 @@ class Searcher:
 
     # ---- moves ----------------------------------------------------------------------------
     def moves(self, der: Derivation) -> list[Move]:
-        from derivations.engine import norms
         st = der.state
         out = []
         if isinstance(st, Solution):
@@ -294,7 +294,6 @@ def _solve(der: Derivation):
 
 def invariance_lemmas():
     """The rewrites without parameters that simplify a norm or an inner product."""
-    from derivations.engine import norms
     return (L.ORTHONORMAL_INVARIANCE, L.TRANSPOSITION, *norms.NORM_LEMMAS)
 
 

@@ -20,6 +20,7 @@ from sympy import Matrix, S, Symbol, cancel, diag, symbols
 
 from derivations.engine.algebra import is_symmetric
 from derivations.engine.interpret import Interpreter, MissingRule
+from derivations.engine.norms import FAMILIES, EntrywiseL1Norm
 from derivations.engine.vocabulary import GramSqrt, PolarFactor
 
 
@@ -152,12 +153,11 @@ def _equal(a, b) -> bool:
     if hasattr(a, "shape"):
         if a.shape != b.shape:
             return False
-        return all(cancel(x - y) == 0 for x, y in zip(a, b))
+        return all(cancel(x - y) == 0 for x, y in zip(a, b, strict=False))
     return cancel(a - b) == 0
 
 
 def _norm_types() -> tuple:
-    from derivations.engine.norms import FAMILIES, EntrywiseL1Norm
     return (EntrywiseL1Norm, *(f.norm for f in FAMILIES))
 
 

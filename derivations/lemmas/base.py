@@ -22,6 +22,7 @@ from derivations.engine.vocabulary import (
     facts_of,
     positive_symbol,
 )
+from numerics.kernels.reference import NumpyBackend
 
 SELF_CHECK_TOL = 1e-8  # relative error a lemma's self-check tolerates (float64, well-conditioned instances)
 
@@ -208,7 +209,6 @@ def _contexts(lhs):
     return out
 
 
-from numerics.kernels.reference import NumpyBackend
 
 _NP = NumpyBackend()
 

@@ -45,7 +45,7 @@ from derivations.engine.vocabulary import (
     dimension,
     positive_symbol,
 )
-from derivations.lemmas.base import _NP, _SMALL, Lemma, _fresh, rewrite_nodes
+from derivations.lemmas.base import _NP, _SMALL, Lemma, _fresh, _tall, rewrite_nodes
 
 _SMALL_BLOCKS = _SMALL
 
@@ -366,7 +366,6 @@ def _block_root_rewrite(expr, **_):
 
 
 def _block_root_ids():
-    from derivations.lemmas.base import _tall
     a, b = _tall("A", FULL_COLUMN_RANK), _tall("B", FULL_COLUMN_RANK)
     lam = positive_symbol("lambda_b")
     cases = [(node(BlockDiag(a, b), damping), BlockDiag(node(a, damping), node(b, damping)))

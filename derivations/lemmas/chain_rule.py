@@ -10,7 +10,7 @@ from sympy import S
 from sympy.matrices.expressions import MatMul, Transpose
 
 from derivations.engine.algebra import product, replace_free, rewrite_adjacent, transpose
-from derivations.engine.evaluate import InstanceSampler
+from derivations.engine.evaluate import InstanceSampler, _size
 from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix
 from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _m, _n, _tall
 
@@ -92,11 +92,16 @@ def chain_rule_products(gradients, loss_gradient=None):
     return s, left, right, slots
 
 
+def _jax():
+    import jax  # lazy: derivations imports without JAX; only the float64 chain-rule check differentiates with it
+    return jax
+
+
 @cache
 def _jax_gradient_fn(lt: bool, rt: bool):
     """Jitted ``(∂L/∂M, ∂L/∂left, ∂L/∂right)`` for ``L(M) = Σ c sin(M) + ½ Σ b M²``, ``M = left · right``."""
-    import jax
-    import jax.numpy as jnp
+    jax = _jax()
+    jnp = jax.numpy
 
     def loss_of_m(m, c, b):
         return jnp.sum(c * jnp.sin(m) + 0.5 * b * m * m)
@@ -112,8 +117,7 @@ def _jax_gradient_fn(lt: bool, rt: bool):
 
 
 def _jax_loss_gradients(lv, rv, c, b, lt, rt):
-    import jax
-    with jax.enable_x64(True):
+    with _jax().enable_x64(True):
         return tuple(np.asarray(g) for g in _jax_gradient_fn(bool(lt), bool(rt))(lv, rv, c, b))
 
 
@@ -127,7 +131,6 @@ def _chain_instance(env, rng, backend, dims, *, gradients, loss_gradient=None, *
     chain rule's own definitions are never used, so a step that rewrites with a wrong definition
     disagrees with the derivatives.
     """
-    from derivations.engine.evaluate import _size
     s, left, right, slots = chain_rule_products(gradients, loss_gradient)
     m_shape = tuple(_size(x, dims) for x in s.shape)
     out = dict(env)
@@ -151,7 +154,8 @@ def _chain_instance(env, rng, backend, dims, *, gradients, loss_gradient=None, *
             out[name] = grad_left if side == "left" else grad_right
         return out, {s, *slots}
     cm, bm = backend.asarray(c), backend.asarray(b)
-    prod = lambda lx, rx: (lx.T if lt else lx) * (rx.T if rt else rx)
+    def prod(lx, rx):
+        return (lx.T if lt else lx) * (rx.T if rt else rx)
     h = mpmath.mpf(10) ** (-(mpmath.mp.dps + 10))
 
     def loss(m):

@@ -219,7 +219,7 @@ def _block_product_rewrite(expr, **_):
         for i in range(len(mats) - 1):
             h, bd = mats[i], mats[i + 1]
             if isinstance(h, HStack) and isinstance(bd, BlockDiag) and len(h.args) == len(bd.args):
-                merged = HStack(*[product(x, y) for x, y in zip(h.args, bd.args)])
+                merged = HStack(*[product(x, y) for x, y in zip(h.args, bd.args, strict=False)])
                 return product(coeff, *mats[:i], merged, *mats[i + 2:]), []
         return None
 

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import mpmath
 import numpy as np
+import sympy
 from sympy import Basic, Expr, Rational, S, sympify
 from sympy.core.symbol import Str
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixExpr, MatrixSymbol, Transpose
 
 from derivations.engine.algebra import product, tidy, total, transpose
-from derivations.engine.evaluate import EvaluationError, InstanceSampler
+from derivations.engine.evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
 from derivations.engine.norm_nodes import FrobeniusNorm
 from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
@@ -33,6 +34,7 @@ from derivations.engine.vocabulary import (
     ORTHONORMAL_ROWS,
     SPD,
     SYMMETRIC,
+    FactMatrix,
     GramInvSqrt,
     GramPower,
     GramSqrt,
@@ -74,10 +76,7 @@ def thin_svd(ev, base):
 
 def _diagonal(ev, values):
     n = len(values)
-    if ev.backend.name == "mpmath":
-        out = mpmath.zeros(n, n)
-    else:
-        out = np.zeros((n, n))
+    out = mpmath.zeros(n, n) if ev.backend.name == "mpmath" else np.zeros((n, n))
     for i, v in enumerate(values):
         out[i, i] = v
     return out
@@ -184,7 +183,7 @@ class Singular(_Derived):
             raise EvaluationError(f"r = {r} outside 0..{len(s)}")
         keep = [self.part == "all" or (i < r) == (self.part == "head") for i in range(len(s))]
         zero = ev.backend.scalar(0)
-        return _diagonal(ev, [_power(ev, x, self.power) if k else zero for x, k in zip(s, keep)])
+        return _diagonal(ev, [_power(ev, x, self.power) if k else zero for x, k in zip(s, keep, strict=True)])
 
     def _sympystr(self, printer):
         sub = {"all": "", "head": f"_(<={self.r})", "tail": f"_(>{self.r})"}[self.part]
@@ -425,7 +424,6 @@ def svd_parts(g):
 
 # ---- self-check instances -------------------------------------------------------------------------
 def _full(name, rows=_m, cols=_n):
-    from derivations.engine.vocabulary import FactMatrix
     return FactMatrix(name, rows, cols, [FULL_COLUMN_RANK])
 
 
@@ -863,7 +861,6 @@ ENTRY_COUNT = Lemma(
 
 def _algebra_rewrite(expr, *, how="factor", **_):
     """The scalar part rewritten by SymPy's ``factor`` (or ``expand``, ``cancel``)."""
-    import sympy
     fn = {"factor": sympy.factor, "expand": sympy.expand, "cancel": sympy.cancel}[how]
     if getattr(expr, "is_Matrix", False) or expr.atoms(_Count) or expr.atoms(MatrixSymbol):
         raise NotApplicable("scalar algebra applies to expressions in the dimensions only")
@@ -888,7 +885,6 @@ SCALAR_ALGEBRA = Lemma(
 # ---- rank bounds (inequalities: before ≤ after) ------------------------------------------------------
 def _bound_check(pairs_fn):
     def check(rng, lemma):
-        from derivations.engine.evaluate import evaluate, free_symbols
         pairs, sampler = pairs_fn()
         worst, fired = 0.0, 0.0
         for case in pairs:

@@ -15,7 +15,7 @@ import keyword
 import textwrap
 from dataclasses import dataclass, field
 
-from sympy import Add, Basic, Integer, Mul, Pow, Rational, S, Symbol
+from sympy import Add, Basic, Integer, Mul, Pow, Rational, S, Symbol, preorder_traversal
 from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol, Transpose
 
 from derivations.engine.algebra import product
@@ -208,7 +208,6 @@ class MatrixCodePrinter(Interpreter):
 
     def _plan_groups(self, exprs):
         """Group Gram eigendecompositions and msign nodes of equal shape (first-use order)."""
-        from sympy import preorder_traversal
         grams, signs = {}, {}
         for e in exprs:
             for node in preorder_traversal(e):
@@ -269,7 +268,7 @@ class MatrixCodePrinter(Interpreter):
         args = [self._print(m.arg) for m in members]
         names = [self._temp_name(m) for m in members]
         self.lines.append(f"{', '.join(names)} = {self._stacked_msign(args)}")
-        self.temps.update(zip(members, names))
+        self.temps.update(zip(members, names, strict=True))
         return self.temps[expr]
 
     def _stacked_msign(self, args) -> str:
@@ -282,7 +281,7 @@ class MatrixCodePrinter(Interpreter):
             names = [f"eig_{short_name(k[1])}" for k in members]
             bases = ", ".join(self._print(k[1]) for k in members)
             self.lines.append(f"{', '.join(names)} = gram_eigh_stacked(({bases}), damping, {node.side!r})")
-            self.temps.update(zip(members, names))
+            self.temps.update(zip(members, names, strict=True))
         if key not in self.temps:
             name = f"eig_{short_name(node.base)}"
             self.lines.append(f"{name} = gram_eigh({self._print(node.base)}, damping, {node.side!r})")

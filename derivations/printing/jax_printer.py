@@ -58,7 +58,7 @@ class JaxPrinter(MatrixCodePrinter):
         args = [self._unit_arg(m.arg) for m in members]
         names = [self._temp_name(m) for m in members]
         self.lines.append(f"{', '.join(names)} = {self._stacked_msign(args)}")
-        self.temps.update(zip(members, names))
+        self.temps.update(zip(members, names, strict=True))
         return self.temps[expr]
 
     def _unit_arg(self, arg):

@@ -30,7 +30,9 @@ import textwrap
 from dataclasses import dataclass, field
 
 from derivations.lemmas.blocks import HeadLayout
-from derivations.printing.codegen import UnsupportedNode
+from derivations.printing.codegen import UnsupportedNode, kernel_source
+from numerics.kernels import jax_kernels as K
+from numerics.kernels import ov_layout
 
 
 @dataclass(frozen=True)
@@ -192,9 +194,6 @@ class AdapterPrinter:
 
 def adapter_source(adapter: Adapter) -> tuple[str, tuple]:
     """``(source, public names)``: the inlined primitives and checks, the printed adapter, the entry point."""
-    from derivations.printing.codegen import kernel_source
-    from numerics.kernels import jax_kernels as K
-    from numerics.kernels import ov_layout
     printer = AdapterPrinter(adapter)
     kernels = kernel_source([K.split_heads, K.merge_heads, ov_layout._same_shapes, getattr(ov_layout, adapter.check)])
     return kernels + "\n\n" + printer.source() + "\n\n\n" + printer.entry_source() + "\n", (adapter.entry,)

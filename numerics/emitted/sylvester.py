@@ -479,6 +479,8 @@ def check_scalar(function, name, value, positive=False):
         raise TypeError(f"{function}: {name} must be a real number, got {got}")
     try:
         v = float(value)
+    except OverflowError:  # an integer beyond every float (10**400): not finite in any dtype
+        raise ValueError(f"{function}: {name} must be finite, got an integer too large for a float") from None
     except (TypeError, ValueError):
         raise TypeError(f"{function}: {name} must be a real number, got {value!r}") from None
     if not (v > 0.0 if positive else v >= 0.0) or v == float("inf"):
@@ -557,7 +559,7 @@ def check_schedule(function, schedule):
                         f"(steps, k+1), got {type(schedule).__name__}")
     for step in schedule:
         if not isinstance(step, (tuple, list)) or not step or not all(
-                isinstance(c, (int, float)) and not isinstance(c, bool) and abs(c) < float("inf") for c in step):
+                isinstance(c, (int, float)) and not isinstance(c, bool) and abs(c) < 1.7e308 for c in step):
             raise ValueError(f"{function}: each schedule step must be a tuple of finite floats "
                              f"(c_0, c_1, ...), got {step!r}")
 

@@ -12,6 +12,8 @@ def check_scalar(function, name, value, positive=False):
         raise TypeError(f"{function}: {name} must be a real number, got {got}")
     try:
         v = float(value)
+    except OverflowError:  # an integer beyond every float (10**400): not finite in any dtype
+        raise ValueError(f"{function}: {name} must be finite, got an integer too large for a float") from None
     except (TypeError, ValueError):
         raise TypeError(f"{function}: {name} must be a real number, got {value!r}") from None
     if not (v > 0.0 if positive else v >= 0.0) or v == float("inf"):

@@ -520,7 +520,7 @@ def check_schedule(function, schedule):
                         f"(steps, k+1), got {type(schedule).__name__}")
     for step in schedule:
         if not isinstance(step, (tuple, list)) or not step or not all(
-                isinstance(c, (int, float)) and not isinstance(c, bool) and abs(c) < float("inf") for c in step):
+                isinstance(c, (int, float)) and not isinstance(c, bool) and abs(c) < 1.7e308 for c in step):
             raise ValueError(f"{function}: each schedule step must be a tuple of finite floats "
                              f"(c_0, c_1, ...), got {step!r}")
 

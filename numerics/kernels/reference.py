@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import mpmath
 import numpy as np
+import scipy.linalg
 
 from numerics.kernels import numpy_kernels
 
@@ -63,7 +64,6 @@ class NumpyBackend:
 
     @staticmethod
     def blockdiag(blocks):
-        import scipy.linalg
         return scipy.linalg.block_diag(*blocks)
 
     @staticmethod

@@ -1,0 +1,143 @@
+"""The optax alias: ``compositional_muon(η, pairs=...)`` = the guarded chain of the whole optimizer.
+
+``skip_nonfinite_updates(check_finite_gradients(), partition({"cm": chain(direction, add_decayed_weights,
+scale_by_learning_rate(η)[, rebalance_pairs]), "adam": adamw}))``: declared pairs and the other matrices
+take the Compositional Muon direction of :mod:`numerics.optimizer.transform` (step ``−η ·`` direction,
+so each half of a pair's product change has operator norm ``η``), vectors (or what ``adamw_params``
+selects) take AdamW, and a step whose update has a NaN or Inf is skipped (or refused).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import jax
+import optax
+
+from .pairs import Pairs, pair_declaration, path_name, plan_pairs
+from .transform import (
+    check_finite_gradients,
+    check_options,
+    rebalance_pairs,
+    scale_by_compositional_muon,
+    skip_nonfinite_updates,
+)
+
+
+def compositional_muon(
+    learning_rate: optax.ScalarOrSchedule,
+    ns_coeffs: Any = "polar-express-5",
+    ns_steps: int = 5,
+    beta: float = 0.95,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    weight_decay_mask: Any = None,
+    mu_dtype: Any = None,
+    *,
+    pairs: Pairs | None = None,
+    nesterov: bool = True,
+    qk_rule: Literal["half_split", "joint", "isotropic", "sylvester"] = "half_split",
+    ov_rule: Literal["hybrid"] = "hybrid",
+    damping: float = 1e-2,
+    gauge: Literal["none", "horizontal_projection", "rebalance"] = "none",
+    msign: Literal["newton_schulz", "svd"] = "newton_schulz",
+    gram_roots: Literal["eigh"] = "eigh",
+    adam_b1: float = 0.9,
+    adam_b2: float = 0.999,
+    adam_eps_root: float = 0.0,
+    adam_weight_decay: float = 0.0,
+    adam_learning_rate: optax.ScalarOrSchedule | None = None,
+    adamw_params: Callable[[str, Any], bool] | None = None,
+    check_finite: bool = True,
+    on_nonfinite: Literal["skip", "raise"] = "skip",
+) -> optax.GradientTransformation:
+    r"""Compositional Muon: derived per-head rules on attention pairs, Muon and AdamW elsewhere.
+
+    Arguments shared with ``optax.contrib.muon`` mean the same: ``learning_rate`` (float or
+    schedule), ``ns_coeffs`` (here also a :mod:`coeffsearch` registry name, default
+    ``"polar-express-5"``) and ``ns_steps``, ``beta`` and ``nesterov`` (momentum), ``eps`` (AdamW),
+    ``weight_decay`` and ``weight_decay_mask`` (decoupled, on the matrices), ``mu_dtype``, and the
+    ``adam_*`` arguments of the AdamW part (``adam_learning_rate`` defaults to ``learning_rate``).
+
+    Args:
+      pairs: ``params -> [QKPair | OVPair, ...]`` (or that list itself): which parameters form
+        attention pairs, with their heads and kv heads; paths are ``"/"``-joined pytree keys
+        (``"params/Block_0/q/kernel"`` for flax; two leaves whose paths join to one name are refused).
+        Checked at ``init`` and ``update``; bad names, shapes or dtypes raise an error naming the
+        parameter.
+      qk_rule: ``"half_split"`` (GQA when ``kv_heads < heads``), ``"joint"``, ``"isotropic"``,
+        ``"sylvester"`` (per head, ``O(d³)`` per head for the sign of the ``d × d`` product gradient;
+        no grouped-query form).
+      ov_rule: ``"hybrid"`` (head-local V, global O; shared value heads with GQA).
+      damping: ``λ`` in every Gram root ``(WᵀW + λI)^{1/2}`` (default ``1e-2``): any real scalar
+        (Python, NumPy or JAX) that is finite and ``>= 0``, and 0 or a normal number of the dtype
+        the roots are computed in (float32 for 16-bit weights; refused at ``init`` otherwise). For
+        ``qk_rule="sylvester"`` it is also the derivation's ``λ``: the step minimizes
+        ``‖T(ΔW_Q, ΔW_K) − D‖_F² + 2λ‖(ΔW_Q, ΔW_K)‖_F²``, so ``(W_QW_Qᵀ + λI) H + H (W_KW_Kᵀ + λI) = D``;
+        it must be ``> 0`` there (the achieved change is ``D − 2λH``).
+      gauge: ``"none"``, ``"horizontal_projection"`` (project the momentum of every pair onto the
+        horizontal space), ``"rebalance"`` (equal Grams of both factors after every step, the gauge
+        derived in :mod:`derivations.balance`). A shared kv head is projected and balanced with its
+        group's query (output) heads stacked row-wise.
+      msign: ``"newton_schulz"`` or ``"svd"``. A Newton–Schulz ``ns_coeffs`` whose scalar iteration
+        leaves ``[−100, 100]`` on ``[0, 1]`` (it diverges) is refused here.
+      gram_roots: ``"eigh"`` (the emitted code's Gram roots).
+      adamw_params: ``(path, array) -> bool`` selecting matrices for AdamW (embeddings, heads);
+        default: AdamW exactly for the parameters with fewer than 2 axes.
+      check_finite: raise (naming the parameter) when a gradient has a NaN or Inf.
+      on_nonfinite: what happens to a step whose update has a NaN or Inf although the gradients
+        are finite (an overflow: float16 weights near 0 with ``damping=0``, a schedule that
+        diverges). Default ``"skip"``: the step is not applied (every update is zero, momentum and
+        counts stay as they were, as ``optax.apply_if_finite`` does) and it is counted in the
+        state's last element, a :class:`SkipNonFiniteState` (``notfinite_count``, ``last_finite``,
+        ``total_notfinite``); under ``jit`` too. ``"raise"``: skipped as well, and a ``ValueError``
+        names the first parameter whose update is NaN/Inf (under ``jit`` from a host callback that
+        runs only on failure). Either way no NaN/Inf reaches the parameters.
+
+    The update of a pair is ``−η·`` the derived rule at ``ε = 2``: each half of the product change
+    has operator norm ``η``, e.g. for half-split
+
+    .. math:: \Delta W_Q = -\eta\,\mathrm{msign}(\hat m_Q C_K^{-1}) C_K^{-1},\quad
+              C_K = (W_K^\top W_K + \lambda I)^{1/2},
+
+    with ``\hat m`` the (Nesterov) momentum, computed in the parameter's dtype (float64 gradients of
+    float32 weights are cast to float32). Matrices of more than two axes are batched over the
+    leading axes (stacked layers). The state is a tuple: the gradient check's, the partition's (the
+    ``"cm"`` and ``"adam"`` parts) and the :class:`SkipNonFiniteState`.
+    """
+    check_options(qk_rule, ov_rule, gauge, gram_roots, msign)
+    pairs = pair_declaration(pairs)
+    if adam_learning_rate is None:
+        adam_learning_rate = learning_rate
+
+    def labels(params):
+        plan = plan_pairs(pairs, params)
+
+        def label(path, x):
+            name = path_name(path)
+            if name in plan.members:
+                return "cm"
+            if getattr(x, "ndim", 0) < 2 or (adamw_params is not None and adamw_params(name, x)):
+                return "adam"
+            return "cm"
+
+        return jax.tree_util.tree_map_with_path(label, params)
+
+    core = [scale_by_compositional_muon(pairs, ns_coeffs, ns_steps, beta, mu_dtype, nesterov=nesterov,
+                                        qk_rule=qk_rule, ov_rule=ov_rule, damping=damping, gauge=gauge,
+                                        msign=msign, gram_roots=gram_roots),
+            optax.add_decayed_weights(weight_decay, weight_decay_mask),
+            optax.scale_by_learning_rate(learning_rate)]
+    if gauge == "rebalance":
+        core.append(rebalance_pairs(pairs))
+    parts = optax.partition(
+        {"cm": optax.chain(*core),
+         "adam": optax.adamw(adam_learning_rate, b1=adam_b1, b2=adam_b2, eps=eps, eps_root=adam_eps_root,
+                             weight_decay=adam_weight_decay, mu_dtype=mu_dtype, nesterov=nesterov)},
+        labels)
+    hint = ("; the gradients are finite, so the update overflowed in its dtype: use a wider dtype, damping > 0 "
+            "or another ns_coeffs" if check_finite else
+            "; a gradient was NaN/Inf (check_finite=False) or the update overflowed in its dtype")
+    return skip_nonfinite_updates(check_finite_gradients() if check_finite else optax.identity(), parts,
+                                  on_nonfinite=on_nonfinite, hint=hint)

@@ -1,0 +1,163 @@
+"""Options of the direction: the typed record the rules take, and the checks that build it.
+
+A Newton–Schulz schedule is a tuple of steps ``(c_0, …, c_k)``, each mapping a singular value
+``σ ↦ c_0 σ + c_1 σ³ + … + c_k σ^{2k+1}`` (:func:`resolve_schedule`, refused when its iterates leave
+``[−100, 100]`` on ``[0, 1]``: :func:`check_schedule_bounded`). The damping ``λ`` of every Gram root
+``(WᵀW + λI)^{1/2}`` is a finite real ``≥ 0`` (:func:`real_scalar`) that must be 0 or a normal number
+of the dtype each pair computes its roots in (:func:`check_damping_range`). :class:`DirectionOptions`
+carries the budget ``ε``, ``λ``, the ``msign`` method and the schedule to the emitted rule functions.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import coeffsearch
+from numerics.kernels import jax_kernels
+
+from .pairs import Plan, named_leaves
+
+GAUGES = ("none", "horizontal_projection", "rebalance")
+GRAM_ROOTS = ("eigh",)
+MSIGN_METHODS = jax_kernels.MSIGN_METHODS
+NONFINITE_POLICIES = ("skip", "raise")
+SCHEDULE_BOUND = 100.0  # the largest |σ| a Newton–Schulz step may reach from σ ∈ [0, 1] (see check_schedule_bounded)
+
+Schedule = tuple[tuple[float, ...], ...]
+
+
+@dataclass(frozen=True)
+class DirectionOptions:
+    """What every emitted rule of one step is called with.
+
+    ``eps``: the budget ``ε`` (2 in the optimizer: each half of a pair's product change has operator
+    norm 1); ``damping``: ``λ``; ``msign``: ``"newton_schulz"`` or ``"svd"``; ``schedule``: the
+    resolved Newton–Schulz schedule. The rules run with ``check_finite=False`` (the optimizer's guard
+    handles NaN/Inf).
+    """
+
+    eps: float
+    damping: float
+    msign: str
+    schedule: Schedule
+
+    def kwargs(self, module: ModuleType) -> dict[str, Any]:
+        """Keyword arguments of an emitted rule function of ``module``."""
+        return {"eps": self.eps, "damping": self.damping, "msign": self.msign,
+                "schedule": schedule_for(module, self.schedule), "check_finite": False}
+
+
+def resolve_schedule(ns_coeffs: Any, ns_steps: int) -> Schedule:
+    """A Newton–Schulz schedule as a tuple of coefficient tuples.
+
+    ``ns_coeffs``: a name in :mod:`coeffsearch`'s registry, one tuple ``(a, b, c)`` repeated
+    ``ns_steps`` times, or a tuple of tuples (then ``ns_steps`` is ignored, as in optax).
+    """
+    if isinstance(ns_coeffs, str):
+        try:
+            return tuple(tuple(float(c) for c in step) for step in coeffsearch.resolve(ns_coeffs).as_floats())
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"compositional_muon: ns_coeffs {ns_coeffs!r} is not a schedule: {exc}") from None
+    try:
+        arr = [[float(c) for c in step] for step in ns_coeffs] if hasattr(ns_coeffs[0], "__len__") else None
+    except (TypeError, IndexError):
+        raise ValueError(f"compositional_muon: ns_coeffs must be a registry name, (a, b, c) or a tuple of "
+                         f"tuples, got {ns_coeffs!r}") from None
+    if arr is None:
+        if len(ns_coeffs) < 2 or not isinstance(ns_steps, int) or ns_steps < 1:
+            raise ValueError(f"compositional_muon: ns_coeffs must have shape (k,) or (n, k) with k >= 2 and "
+                             f"ns_steps >= 1, got {ns_coeffs!r} and ns_steps={ns_steps!r}")
+        arr = [[float(c) for c in ns_coeffs]] * ns_steps
+    if not arr or any(len(s) < 2 or not all(math.isfinite(c) for c in s) for s in arr):
+        raise ValueError(f"compositional_muon: every Newton–Schulz step needs >= 2 finite coefficients, "
+                         f"got {ns_coeffs!r}")
+    return tuple(tuple(s) for s in arr)
+
+
+def schedule_for(module: ModuleType, schedule: Schedule) -> Any:
+    """The schedule in the form the emitted ``module`` takes (its ``NS_SCHEDULE``'s type)."""
+    return schedule if isinstance(module.NS_SCHEDULE, tuple) else jnp.asarray(schedule)
+
+
+def check_schedule_bounded(schedule: Schedule, bound: float = SCHEDULE_BOUND, points: int = 4097) -> Schedule:
+    """Refuse a Newton–Schulz schedule whose iterates leave ``[−bound, bound]``.
+
+    Newton–Schulz starts from ``X/‖X‖_F``, so every singular value starts in ``[0, 1]`` and step
+    ``(c_0, …, c_k)`` maps it to ``c_0 σ + c_1 σ³ + … + c_k σ^{2k+1}``. The scalar iteration runs here
+    in float64 on ``points`` equally spaced ``σ ∈ [0, 1]``; a schedule that approximates ``msign``
+    keeps them near ``[0, 1]`` (every schedule in :mod:`coeffsearch`'s registry stays below 2), and
+    one that passes ``bound`` either diverges (the next step raises it to a higher odd power, which
+    overflows to NaN/Inf in the update) or makes steps ``bound`` times the budget. A sampled check:
+    the optimizer still skips (or refuses) any update that comes out NaN/Inf.
+    """
+    sigma0 = np.linspace(0.0, 1.0, points)
+    x = sigma0.copy()
+    with np.errstate(all="ignore"):
+        for i, step in enumerate(schedule):
+            a, p = x * x, np.zeros_like(x)
+            for c in reversed(step[1:]):
+                p = (p + c) * a  # c_1 a + c_2 a² + … by Horner's rule
+            x = step[0] * x + p * x
+            bad = ~(np.abs(x) <= bound)  # NaN counts as out of bounds
+            if bad.any():
+                j = int(np.argmax(bad))
+                raise ValueError(f"compositional_muon: ns_coeffs diverge: Newton–Schulz step {i + 1} of "
+                                 f"{len(schedule)} maps the singular value {sigma0[j]:.4g} of the normalized "
+                                 f"input to {x[j]:.4g}; a schedule that approximates msign keeps its iterates "
+                                 f"within [-{bound:g}, {bound:g}] on [0, 1] (the registry's stay below 2)")
+    return schedule
+
+
+def real_scalar(name: str, value: Any) -> float:
+    """``value`` as a float: any real scalar (``int``, ``float``, ``Fraction``, NumPy or JAX 0-d).
+
+    ``TypeError`` for bool, complex, strings, arrays with axes and traced values; ``ValueError``
+    for NaN, Inf and negative values. The messages name ``name``.
+    """
+    where = f"compositional_muon: {name}"
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(f"{where} must be a concrete real number, got a traced value; build the optimizer "
+                        f"outside jit")
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and hasattr(value, "shape"):
+        if tuple(value.shape) != ():
+            raise TypeError(f"{where} must be a real scalar, got an array of shape {tuple(value.shape)}")
+        if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
+            raise TypeError(f"{where} must be a real number, got {value!r} of dtype {dtype}")
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{where} must be a real number, got {value!r}")
+    v = float(value)
+    if not (math.isfinite(v) and v >= 0.0):
+        raise ValueError(f"{where} must be finite and >= 0, got {value!r}")
+    return v
+
+
+def check_damping_range(plan: Plan, params: Any, damping: float) -> None:
+    """``λ`` must be 0 or a normal number of the dtype each pair computes its Gram roots in.
+
+    That dtype is float32 for 16-bit and float32 weights, float64 for float64. ``damping = 1e300``
+    is a float64 number but infinite in float32, where it would turn every root of the pair into
+    NaN; a subnormal ``λ`` (``1e-40`` in float32) is flushed to 0 by XLA on the CPU, so the step
+    would silently be the undamped one. Refused naming the pair and the usable range.
+    """
+    leaves = named_leaves(params)
+    for pair in plan.pairs:
+        kind, a, b = pair.kind, pair.first, pair.second
+        dtype = jnp.dtype(leaves[a].dtype)
+        ct = jnp.dtype(jax_kernels.compute_dtype(dtype))
+        info = jnp.finfo(ct)
+        if damping > float(info.max) or 0.0 < damping < float(info.tiny):
+            what = "infinite" if damping > 1 else "subnormal"
+            raise ValueError(f"compositional_muon: damping = {damping:g} is {what}"
+                             f" in {ct.name}, the dtype in which the {kind} pair ({a!r}, {b!r}) of {dtype.name} "
+                             f"weights computes (WᵀW + λI)^(1/2); use 0 or a damping in [{float(info.tiny):.3g}, "
+                             f"{float(info.max):.3g}] (λ is in the units of the squared weights)")
