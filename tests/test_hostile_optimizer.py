@@ -291,3 +291,15 @@ def test_direction_alone_refuses_vectors_naming_them():
     direction = optimizer.scale_by_compositional_muon(pairs_of())
     with pytest.raises(ValueError, match=r"'bias' has shape \(16,\), not a matrix"):
         direction.update(grads(params), direction.init(params), params)
+
+
+def test_audit_integers_beyond_floats_and_string_coefficients_are_refused():
+    """Audit: ``damping=10**400`` raised OverflowError, string coefficients a bare float() error."""
+    from numerics.optimizer import compositional_muon
+    with pytest.raises(ValueError, match="damping must be finite"):
+        compositional_muon(0.1, pairs=None, damping=10**400)
+    for coeffs in (("a", 1, 1), (("a", 1, 1),), ((10**400, 1, 1),), ((True, 1.0, 1.0),)):
+        with pytest.raises(ValueError, match="ns_coeffs must hold finite real numbers|finite coefficients"):
+            compositional_muon(0.1, pairs=None, ns_coeffs=coeffs)
+    opt = compositional_muon(0.1, pairs=None, ns_coeffs=np.array([[3.4445, -4.775, 2.0315]] * 5))
+    assert opt is not None

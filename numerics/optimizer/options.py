@@ -55,6 +55,19 @@ class DirectionOptions:
                 "schedule": schedule_for(module, self.schedule), "check_finite": False}
 
 
+def _coefficient(c: Any) -> float:
+    """A schedule coefficient as a float: a real number, never a string or bool (``float("1")`` would pass)."""
+    if isinstance(c, (str, bytes, bool, np.bool_)):
+        raise ValueError(f"not a real number: {c!r}")
+    if isinstance(c, numbers.Real):
+        return float(c)
+    dtype = getattr(c, "dtype", None)  # a 0-d NumPy or JAX array
+    if dtype is not None and getattr(c, "shape", None) == () and (
+            jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
+        return float(c)
+    raise ValueError(f"not a real number: {c!r}")
+
+
 def resolve_schedule(ns_coeffs: Any, ns_steps: int) -> Schedule:
     """A Newton–Schulz schedule as a tuple of coefficient tuples.
 
@@ -66,16 +79,22 @@ def resolve_schedule(ns_coeffs: Any, ns_steps: int) -> Schedule:
             return tuple(tuple(float(c) for c in step) for step in coeffsearch.resolve(ns_coeffs).as_floats())
         except (KeyError, ValueError) as exc:
             raise ValueError(f"compositional_muon: ns_coeffs {ns_coeffs!r} is not a schedule: {exc}") from None
+    bad_coefficient = ValueError(f"compositional_muon: ns_coeffs must hold finite real numbers, got {ns_coeffs!r}")
     try:
-        arr = [[float(c) for c in step] for step in ns_coeffs] if hasattr(ns_coeffs[0], "__len__") else None
-    except (TypeError, IndexError):
+        arr = [[_coefficient(c) for c in step] for step in ns_coeffs] if hasattr(ns_coeffs[0], "__len__") else None
+    except (ValueError, OverflowError):
+        raise bad_coefficient from None
+    except (TypeError, IndexError, KeyError):
         raise ValueError(f"compositional_muon: ns_coeffs must be a registry name, (a, b, c) or a tuple of "
                          f"tuples, got {ns_coeffs!r}") from None
     if arr is None:
         if len(ns_coeffs) < 2 or not isinstance(ns_steps, int) or ns_steps < 1:
             raise ValueError(f"compositional_muon: ns_coeffs must have shape (k,) or (n, k) with k >= 2 and "
                              f"ns_steps >= 1, got {ns_coeffs!r} and ns_steps={ns_steps!r}")
-        arr = [[float(c) for c in ns_coeffs]] * ns_steps
+        try:
+            arr = [[_coefficient(c) for c in ns_coeffs]] * ns_steps
+        except (ValueError, OverflowError, TypeError):
+            raise bad_coefficient from None
     if not arr or any(len(s) < 2 or not all(math.isfinite(c) for c in s) for s in arr):
         raise ValueError(f"compositional_muon: every Newton–Schulz step needs >= 2 finite coefficients, "
                          f"got {ns_coeffs!r}")
@@ -135,7 +154,10 @@ def real_scalar(name: str, value: Any) -> float:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{where} must be a real number, got {value!r}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an integer beyond every float (10**400)
+        raise ValueError(f"{where} must be finite, got an integer too large for a float") from None
     if not (math.isfinite(v) and v >= 0.0):
         raise ValueError(f"{where} must be finite and >= 0, got {value!r}")
     return v
