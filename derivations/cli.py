@@ -176,10 +176,10 @@ def main(rule: RuleModule, argv: list[str] | None = None) -> int:
                 sys.stderr.write(f"{prog}: check failed: {message}\n")
             text = json.dumps(table, indent=2) + "\n" if args.json else format_table(table)
             return write_result(prog, text, 0 if table["ok"] else 1, args.out)
-        if args.emit in ("jax", "numpy") and not rule.functions():
-            raise UsageError(f"--emit {args.emit}: {rule.name} emits no functions (its derivations are checked with "
-                             "--check and printed with --emit text|latex)")
         try:
+            if args.emit in ("jax", "numpy") and not rule.functions():
+                raise UsageError(f"--emit {args.emit}: {rule.name} emits no functions (its derivations are checked "
+                                 "with --check and printed with --emit text|latex)")
             text = render(rule, args.emit, args.msign, args.schedule)
         except (StepCheckFailed, DerivationError) as exc:  # never emit what did not check
             sys.stderr.write(f"{prog}: not emitted: {exc}\n")

@@ -33,6 +33,7 @@ import numpy as np
 from sympy import Symbol
 from sympy.matrices.expressions import MatrixSymbol
 
+from derivations import lemmas as L  # looked up when used: a planted lemma (tests) takes effect
 from derivations.engine.algebra import product, tidy
 from derivations.engine.evaluate import InstanceSampler, free_symbols, relative_error
 from derivations.engine.norm_nodes import (
@@ -47,7 +48,7 @@ from derivations.engine.norm_nodes import (
 )
 from derivations.engine.numeric import NumericEvaluator, evaluate
 from derivations.engine.vocabulary import ORTHONORMAL_COLUMNS, Inner, Msign, NuclearNorm, OpNorm
-from derivations.lemmas import _SMALL, LINEAR_STEEPEST_DESCENT, Lemma, _k, _lsd_rewrite, _n, _tall
+from derivations.lemmas import _SMALL, Lemma, _k, _lsd_rewrite, _n, _tall
 from derivations.lemmas.base import rewrite_nodes
 from derivations.lemmas.descent import no_improving_direction
 from derivations.lemmas.isometry import drop_transpose, strip_isometries
@@ -246,7 +247,7 @@ NORM_LEMMAS = (UNITARY_INVARIANCE, NORM_TRANSPOSITION)
 def solve_lemma(family: NormFamily):
     """The solve step of ``family`` as a lemma whose self-check is the duality certificate."""
     if family is OPERATOR:
-        return LINEAR_STEEPEST_DESCENT
+        return L.LINEAR_STEEPEST_DESCENT
 
     def check(rng, lemma):
         errors = {}

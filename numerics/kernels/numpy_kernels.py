@@ -9,7 +9,6 @@ partners).
 """
 
 import numpy as np
-import scipy.linalg
 
 from numerics.kernels.argcheck import check_group, check_scalar, check_shapes
 
@@ -104,6 +103,8 @@ def sylvester_dense(w_q, w_k, damping, d):
     ``H`` is of size ``‖D‖/λ`` and ``H W`` loses about ``eps·‖W‖²/λ`` relative (1e-8 at λ = 1e-6 for
     ``‖W‖² ≈ 100``): a float64 reference for moderate damping.
     """
+    import scipy.linalg  # lazy: this function is inlined into emitted NumPy modules, which import only numpy
+
     eye = np.eye(d.shape[-1])
     w_q, w_k = np.broadcast_to(w_q, d.shape[:-2] + w_q.shape[-2:]), np.broadcast_to(w_k, d.shape[:-2] + w_k.shape[-2:])
     h = np.empty(d.shape)
