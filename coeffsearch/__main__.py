@@ -13,7 +13,15 @@ import mpmath
 
 from coeffsearch import registry
 from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleError
-from derivations.commandline import OneLineParser, UsageError, stdout_closed, stdout_failed, usage_error
+from derivations.commandline import (
+    FileRefused,
+    OneLineParser,
+    UsageError,
+    stdout_closed,
+    stdout_failed,
+    usage_error,
+    write_text_file,
+)
 
 #: upper bounds on what sizes the work (each refused above with one line, exit 2; stated in --help)
 MAX_DEGREE = 15  # minimax --degree: one greedy step at degree 15 and 200 digits takes about 2 s (31: 14 s)
@@ -187,10 +195,9 @@ def _write_json(path, payload):
         return
     text = payload if isinstance(payload, str) else json.dumps(finite_json(payload), indent=2, allow_nan=False) + "\n"
     try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path (possible through main(argv))
-        raise UsageError(f"cannot write --json {path!a}: {getattr(exc, 'strerror', None) or exc}") from None
+        write_text_file(path, text, "--json")
+    except FileRefused as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _check_interval(lower, upper):

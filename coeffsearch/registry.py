@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -19,6 +18,7 @@ import jsonschema
 
 from coeffsearch.minimax import greedy_schedule
 from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleDoc, ScheduleError, check_name
+from derivations.commandline import FileRefused, read_regular_file
 
 
 @dataclass(frozen=True)
@@ -169,15 +169,11 @@ def resolve(spec: str) -> Schedule:
     if not os.path.isfile(spec):
         raise KeyError(f"unknown schedule {spec!r}: not a registered name ({', '.join(names())}) and not a file")
     try:
-        with open(spec, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                raise ScheduleError(f"{spec}: not a regular file")
-            raw = fh.read(MAX_FILE_BYTES + 1)
-        if len(raw) > MAX_FILE_BYTES:
-            raise ScheduleError(f"{spec}: larger than {MAX_FILE_BYTES} bytes; a schedule file is far smaller")
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScheduleError(f"cannot read {spec}: {getattr(exc, 'strerror', None) or exc}") from None
+        text = read_regular_file(spec, MAX_FILE_BYTES, "schedule file").decode("utf-8")
+    except FileRefused as exc:
+        raise ScheduleError(str(exc)) from None
+    except UnicodeDecodeError:
+        raise ScheduleError(f"{spec}: not UTF-8 text") from None
     try:
         data = json.loads(text, parse_constant=lambda c: float("nan"))
     except (json.JSONDecodeError, RecursionError) as exc:

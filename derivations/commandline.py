@@ -1,7 +1,9 @@
 """Command-line I/O shared by every command: the one parser (:class:`OneLineParser`, usage errors raised as
 :class:`UsageError`), one-line usage errors (:func:`usage_error`: ``PROG: error: MESSAGE`` and exit 2), and the
 one writer (:func:`write_result`: stdout or ``--out FILE``; a closed pipe ends quietly, a failed write is one line,
-a closed stdout (``>&-``) is one line and exit 2).
+a closed stdout (``>&-``) is one line and exit 2), and the bounded file reader and writer of every input and
+output file (:func:`read_regular_file`, :func:`write_text_file`: a FIFO nobody reads, a device or a
+directory is refused in one line, never waited on).
 
 A command's ``main(argv)`` parses with :class:`OneLineParser`, raises :class:`UsageError` for input it refuses
 after parsing, and turns either into its exit status::
@@ -17,7 +19,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
+import fcntl
 import os
+import stat
 import sys
 from typing import IO, NoReturn
 
@@ -27,6 +32,78 @@ STDOUT_CLOSED = "stdout is closed (the command was started with >&-); redirect i
 
 class UsageError(Exception):
     """Bad command-line input: reported on one line (:func:`usage_error`), exit status 2."""
+
+
+class FileRefused(ValueError):
+    """An input or output file that cannot be used: the one-line reason, naming the option and the path.
+    Each command re-raises it as its own error type (a usage error, a bad schedule, a bad chain file)."""
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words: ``a directory``, ``a FIFO (named pipe)``, ``a device``, ..."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+
+
+def read_regular_file(path: str, limit: int, what: str) -> bytes:
+    """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes; :class:`FileRefused`
+    (one line naming ``what``, the path and the fix) otherwise. Opened without blocking and checked on the
+    open descriptor, so a FIFO, a device or a directory is refused, never waited on or read without end."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise FileRefused(f"{what} {path!a}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileRefused(f"{what} {path!a} is {file_kind(info.st_mode)}: give a regular file")
+        if info.st_size > limit:
+            raise FileRefused(f"{what} {path!a} is {info.st_size:,} bytes, over the limit of {limit:,}: "
+                              f"give a smaller file")
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:  # grew while being read
+            raise FileRefused(f"{what} {path!a} is over the limit of {limit:,} bytes: give a smaller file")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise FileRefused(f"{what} {path!a}: cannot read it: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def write_text_file(path: str, text: str, what: str) -> None:
+    """Write ``text`` (UTF-8) to ``path``; :class:`FileRefused` in one line when it cannot be written.
+
+    Opened without blocking: a FIFO that no process reads is refused at once (``ENXIO``) instead of
+    waiting for a reader forever; one being read (``--out >(gzip > f.gz)``) is written normally. A
+    directory is refused; a full device (``/dev/full``) is refused when the write fails.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_NOCTTY, 0o666)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        if getattr(exc, "errno", None) == errno.ENXIO:
+            raise FileRefused(f"{what} {path!a} is a FIFO (named pipe) that no process is reading: "
+                              f"start the reader first, or give a regular file") from None
+        raise FileRefused(f"{what} {path!a}: cannot write it: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)  # a reader exists now
+        data = memoryview(text.encode("utf-8"))
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError as exc:
+        raise FileRefused(f"{what} {path!a}: cannot write it: {exc.strerror}") from None
+    finally:
+        os.close(fd)
 
 
 def error_line(prog: str, message: str) -> None:
@@ -72,10 +149,9 @@ def write_result(prog: str, text: str, status: int, out: str | None = None) -> i
     """
     if out is not None:
         try:
-            with open(out, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except (OSError, ValueError) as exc:  # ValueError: a NUL in the path (possible through main(argv))
-            return usage_error(prog, f"cannot write --out {out!a}: {getattr(exc, 'strerror', None) or exc}")
+            write_text_file(out, text, "--out")
+        except FileRefused as exc:
+            return usage_error(prog, exc)
         return status
     if stdout_closed(prog):
         return 2
@@ -96,7 +172,42 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """argparse's, except that an unknown option is named before a missing required one
+        (``--bogus`` alone says "unrecognized arguments: --bogus", not "--emit is required")."""
+        try:
+            return super().parse_args(args, namespace)
+        except UsageError as exc:
+            unknown = self.unrecognized(args) if "required" in str(exc) else []
+            if unknown:
+                raise UsageError(f"unrecognized arguments: {' '.join(unknown)}") from None
+            raise
+
+    def unrecognized(self, args) -> list[str]:
+        """The arguments this parser does not know, found with every requirement switched off."""
+        switched = [a for a in (*self._actions, *self._mutually_exclusive_groups) if a.required]
+        for item in switched:
+            item.required = False
+        try:
+            return self.parse_known_args(args)[1]
+        except UsageError:
+            return []
+        finally:
+            for item in switched:
+                item.required = True
+
     def print_help(self, file: IO[str] | None = None) -> None:
-        if file is None and sys.stdout is None:
+        """argparse's, except that a closed or full stdout is a usage error (exit 2): argparse drops the
+        ``OSError`` of the write and exits 0."""
+        if file is not None:
+            super().print_help(file)
+            return
+        if sys.stdout is None:
             raise UsageError(STDOUT_CLOSED)
-        super().print_help(file)
+        try:
+            sys.stdout.write(self.format_help())
+            sys.stdout.flush()
+        except OSError as exc:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (nothing more can be written there)
+            if not isinstance(exc, BrokenPipeError):
+                raise UsageError(f"cannot write to stdout: {exc.strerror or exc}") from None

@@ -82,15 +82,16 @@ def test_a_planted_private_parser_is_found(tmp_path):
 
 
 # Runs every entry point as __main__ (runpy) in one process: the heavy imports (SymPy, JAX) happen once.
-RUNNER = r'''
+RUNNER = r'''  # argv[1]: entry points, argv[2]: their arguments, argv[3] 'full': stdout on /dev/full
 import contextlib, io, json, runpy, sys, warnings
 warnings.filterwarnings("ignore", message=".*found in sys.modules", category=RuntimeWarning)  # runpy's, not ours
-for name in json.loads(sys.argv[1]):
+names, args, full = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3:] == ["full"]
+for name in names:
     out, err = io.StringIO(), io.StringIO()
-    sys.argv = [name, "--no-such-option"]
+    sys.argv = [name, *args]
     saved, rc, escaped = sys.stdout, None, ""
     try:
-        sys.stdout = out
+        sys.stdout = open("/dev/full", "w") if full else out
         with contextlib.redirect_stderr(err):
             runpy.run_module(name, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
@@ -104,19 +105,35 @@ for name in json.loads(sys.argv[1]):
 '''
 
 
-def test_every_entry_point_refuses_an_unknown_option_in_one_line():
+def run_entry_points(args: list[str], stdout: str = "capture") -> list[dict]:
+    """Every entry point run with ``args`` (one process, :data:`RUNNER`): one row per entry point."""
     names = entry_points(module_files())
     # the commands this test was written against must all be found
     assert {"coeffsearch", "derivations.crosscheck", "derivations.crosscheck.params", "derivations.regenerate",
             "derivations.classics", "derivations.halfsplit", "numerics.train", "benchmarks.step"} <= set(names)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(names)], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, env=env, check=False)
+    proc = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(names), json.dumps(args), stdout],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT, env=env, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert [r["name"] for r in rows] == names, proc.stderr[-3000:]
-    bad = [r for r in rows if not (r["rc"] == 2 and not r["escaped"] and not r["stdout"]
-                                   and len(r["stderr"].splitlines()) == 1 and ": error: " in r["stderr"]
-                                   and "Traceback" not in r["stderr"])]
-    assert not bad, "\n".join(f"{r['name']}: rc={r['rc']} escaped={r['escaped']!r} stderr={r['stderr'][-400:]!r}"
-                              for r in bad)
+    return rows
+
+
+def one_line_usage_errors(rows: list[dict], needle: str) -> list[str]:
+    """The rows that are not exit 2 with exactly one ``PROG: error: ...needle...`` line and no stdout."""
+    return [f"{r['name']}: rc={r['rc']} escaped={r['escaped']!r} stderr={r['stderr'][-400:]!r}" for r in rows
+            if not (r["rc"] == 2 and not r["escaped"] and not r["stdout"] and len(r["stderr"].splitlines()) == 1
+                    and ": error: " in r["stderr"] and needle in r["stderr"] and "Traceback" not in r["stderr"])]
+
+
+def test_every_entry_point_refuses_an_unknown_option_in_one_line():
+    # named first, even where a required argument is also missing ("--emit is required" would hide the typo)
+    bad = one_line_usage_errors(run_entry_points(["--no-such-option"]), "unrecognized arguments: --no-such-option")
+    assert not bad, "\n".join(bad)
+
+
+def test_help_on_a_full_stdout_is_an_error():
+    # argparse drops the write error of --help and exits 0; a full disk must not pass for success
+    bad = one_line_usage_errors(run_entry_points(["--help"], "full"), "cannot write to stdout: No space left")
+    assert not bad, "\n".join(bad)

@@ -292,7 +292,7 @@ def test_chain_on_a_fifo_is_refused_not_waited_on(tmp_path):
     run = subprocess.run([sys.executable, "-m", "derivations.crosscheck", "--chain", str(fifo)],
                          capture_output=True, text=True, check=False, timeout=120)
     assert run.returncode == 2
-    line = f"derivations.crosscheck: error: --chain {fifo} is a FIFO (named pipe): give a regular file"
+    line = f"derivations.crosscheck: error: --chain {str(fifo)!a} is a FIFO (named pipe): give a regular file"
     assert run.stderr.splitlines() == [line]
 
 

@@ -40,7 +40,7 @@ from derivations.crosscheck.checker import (
     compare,
     format_verdict,
     parse_assumptions,
-    read_regular_file,
+    read_input,
 )
 from derivations.crosscheck.formula import FormulaError, parse_tree
 from derivations.engine.vocabulary import Inner, NuclearNorm, OpNorm
@@ -178,7 +178,7 @@ def _problem(block: str, where: str) -> _Problem:
 
 def check_chain_file(path: str, assumptions: Assumptions | None = None) -> ChainReport:
     """Read ``path`` and check every step; ``BadInput`` for files that hold no checkable chain."""
-    raw = read_regular_file(path, MAX_FILE, "--chain")  # a FIFO, a device or a directory is refused
+    raw = read_input(path, MAX_FILE, "--chain")  # a FIFO, a device or a directory is refused
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -45,7 +45,6 @@ import json
 import os
 import re
 import signal
-import stat
 import threading
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -57,6 +56,7 @@ from sympy.core.symbol import Str
 from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, MatrixSymbol, Transpose, ZeroMatrix
 
 from derivations import registry
+from derivations.commandline import FileRefused, read_regular_file
 from derivations.crosscheck.formula import Builder, matrix_power, parse_tree
 from derivations.engine.algebra import product, tidy, transpose
 from derivations.engine.evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
@@ -903,38 +903,13 @@ def target_from_json(obj: dict) -> Target:
 CACHE_MAX_BYTES = 64 * 1024 * 1024  # a cache file larger than this is ignored (and replaced on the next write)
 
 
-def read_regular_file(path: str, limit: int, what: str) -> bytes:
-    """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes; ``BadInput`` (one line
-    naming ``what``, the path and the fix) otherwise. Opened without blocking and checked on the open
-    descriptor, so a FIFO, a device or a directory is refused, never waited on or read without end."""
+def read_input(path: str, limit: int, what: str) -> bytes:
+    """The bytes of the regular file ``path`` (at most ``limit``); ``BadInput`` in one line otherwise
+    (:func:`derivations.commandline.read_regular_file`: a FIFO, a device or a directory is refused)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except OSError as exc:
-        raise BadInput(f"{what} {path}: cannot read it: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = ("a directory" if stat.S_ISDIR(info.st_mode) else "a FIFO (named pipe)"
-                    if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode)
-                    or stat.S_ISBLK(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "not a file")
-            raise BadInput(f"{what} {path} is {kind}: give a regular file")
-        if info.st_size > limit:
-            raise BadInput(f"{what} {path} is {info.st_size:,} bytes, over the limit of {limit:,}: "
-                           f"give a smaller file")
-        chunks, total = [], 0
-        while total <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > limit:  # grew while being read
-            raise BadInput(f"{what} {path} is over the limit of {limit:,} bytes: give a smaller file")
-        return b"".join(chunks)
-    except OSError as exc:
-        raise BadInput(f"{what} {path}: cannot read it: {exc.strerror}") from None
-    finally:
-        os.close(fd)
+        return read_regular_file(path, limit, what)
+    except FileRefused as exc:
+        raise BadInput(str(exc)) from None
 
 
 def _entry_digest(key: str, source: str, value) -> str:
@@ -958,7 +933,7 @@ def _valid_entry(key: str, entry):
 def _cache_data() -> dict:
     """The cache file's entries, or {} (no file, not a regular file, too large, not JSON, not an object)."""
     try:
-        raw = read_regular_file(_cache_path(), CACHE_MAX_BYTES, "cache")
+        raw = read_input(_cache_path(), CACHE_MAX_BYTES, "cache")
         data = json.loads(raw.decode("utf-8"))
     except (BadInput, ValueError, RecursionError):
         return {}
