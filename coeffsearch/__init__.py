@@ -1,5 +1,6 @@
 """Newton–Schulz coefficient schedules in arbitrary precision.
 
+* :mod:`coeffsearch.schedule` — the one :class:`Schedule` type (literal or recipe, validated once);
 * :mod:`coeffsearch.registry` — published schedules with sources; :func:`resolve` also reads JSON;
 * :mod:`coeffsearch.minimax` — greedy per-step minimax (Remez) with cushion and safety factor;
 * :mod:`coeffsearch.band` — one fixed polynomial into a band (global search, certified);
@@ -9,6 +10,7 @@
 Command line: ``python -m coeffsearch --help``.
 """
 
-from coeffsearch.registry import DEFAULT, Schedule, get, names, register, resolve
+from coeffsearch.registry import DEFAULT, get, names, register, resolve
+from coeffsearch.schedule import Recipe, Schedule
 
-__all__ = ["DEFAULT", "Schedule", "get", "names", "register", "resolve"]
+__all__ = ["DEFAULT", "Recipe", "Schedule", "get", "names", "register", "resolve"]

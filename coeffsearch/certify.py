@@ -340,14 +340,13 @@ def _differences(old, new, where=""):
 
 
 def _check_name(cert: Certificate):
-    """A certificate named after a published schedule must state that schedule's coefficients
-    (its first steps, or one polynomial repeated): a label cannot be moved to other coefficients."""
+    """A certificate named after a registered schedule (literal or recipe) must state that schedule's
+    coefficients (its first steps, or one polynomial repeated): a label cannot be moved to other
+    coefficients."""
     try:
-        published = registry.get(cert.name).published
+        published = registry.get(cert.name).steps  # a recipe schedule's computed steps too
     except KeyError:
         return  # a file's own name: a free label
-    if published is None:
-        return
     stated = [tuple(step) for step in cert.schedule]
     n = len(stated)
     prefix = [tuple(step) for step in published[:n]]

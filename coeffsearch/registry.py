@@ -1,61 +1,27 @@
-"""Registry of published Newton–Schulz coefficient schedules, with their sources.
+"""Registry of published Newton–Schulz coefficient schedules (:class:`coeffsearch.schedule.Schedule`),
+with their sources, and :func:`resolve`: a registered name or a schedule / certificate JSON file.
 
-A schedule is a tuple of steps; a step ``(c_0, c_1, …, c_k)`` is the odd polynomial
-``p(σ) = c_0 σ + c_1 σ³ + … + c_k σ^{2k+1}`` applied to every singular value of the
-Frobenius-normalized input. Coefficients are kept as the decimal strings they were published
-with, so nothing is lost before the interval arithmetic of the certifier reads them.
+Literal and recipe schedules register alike: ``register(Schedule("mine", None, "my notes",
+recipe=Recipe({"lower": "1e-2", "steps": 6})))`` computes its steps on first use.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
-from dataclasses import dataclass, field
-from functools import cached_property
 
 import jsonschema
 
-from coeffsearch.minimax import greedy_schedule
 from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleDoc, ScheduleError, check_name
+from coeffsearch.schedule import Recipe, Schedule
 from derivations.commandline import FileRefused, read_regular_file
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """A named schedule: its steps (decimal strings), where it comes from, what it was made for.
-
-    A schedule published as a recipe rather than a full list (``recipe`` = keyword arguments of
-    :func:`coeffsearch.minimax.greedy_schedule`) is computed on first use.
-    """
-
-    name: str
-    published: tuple | None
-    source: str
-    lower: float | None = None  # the smallest normalized singular value it was designed for
-    recipe: dict = field(default_factory=dict)
-
-    @cached_property
-    def steps(self) -> tuple:
-        if self.published is not None:
-            return self.published
-        return tuple(tuple(step) for step in greedy_schedule(**self.recipe).steps)
-
-    def as_floats(self) -> tuple:
-        """The steps as a tuple of float tuples (the static argument of the emitted code)."""
-        return tuple(tuple(float(c) for c in step) for step in self.steps)
-
-    @property
-    def matmuls(self) -> int:
-        """Matrix products per application: ``k + 1`` for a step of degree ``2k + 1``."""
-        return sum(len(step) for step in self.steps)
 
 
 def _scaled(rows, unit):
     return tuple(tuple(str(c / unit) if isinstance(c, int) else c for c in row) for row in rows)
 
 
-_REGISTRY = {}
+_REGISTRY: dict[str, Schedule] = {}
 
 
 def register(schedule: Schedule) -> Schedule:
@@ -76,7 +42,7 @@ def get(name: str) -> Schedule:
         raise KeyError(f"unknown schedule {name!r}; known: {', '.join(names())}") from None
 
 
-def names() -> list:
+def names() -> list[str]:
     """The registered schedule names, sorted."""
     return sorted(_REGISTRY)
 
@@ -139,16 +105,6 @@ def _check_sizes(data, key, spec):
                                     f"{MAX_STEP_COEFFICIENTS} (degree {2 * MAX_STEP_COEFFICIENTS - 1})")
 
 
-def _check_float64(steps, spec):
-    """Every coefficient must be a finite float64 number: the emitted code and validators run in floats."""
-
-    for i, step in enumerate(steps):
-        for c in step:
-            if not math.isfinite(float(c)):
-                raise ScheduleError(f"{spec}: step {i + 1} has coefficient {c} outside the float64 range "
-                                    f"(|c| <= 1.8e308)")
-
-
 def resolve(spec: str) -> Schedule:
     """A registered name, or a schedule / certificate JSON file, as a :class:`Schedule`.
 
@@ -183,18 +139,21 @@ def resolve(spec: str) -> Schedule:
         _check_schema(data, CERTIFICATE_SCHEDULE_SCHEMA, spec)
         doc = ScheduleDoc.from_json(json.dumps({"steps": data["schedule"], "name": data.get("name", spec)}), spec)
         lower = data.get("interval", [None])[0]
+        certificate = data
     else:
         _check_sizes(data, "steps", spec)
         _check_schema(data, SCHEDULE_SCHEMA, spec)
         doc = ScheduleDoc.from_json(text, spec)
         lower = doc.parameters.get("lower")
+        certificate = None
     if doc.name:
         check_name(doc.name, f"{spec}: field name:")
-    _check_float64(doc.steps, spec)
     lower = float(lower) if lower is not None else None
-    if lower is not None and not 0 < lower < 1:
-        raise ScheduleError(f"{spec}: the design lower bound must be in (0, 1), got {lower}")
-    return Schedule(doc.name or spec, tuple(tuple(st) for st in doc.steps), f"file {spec}", lower)
+    try:
+        return Schedule(doc.name or spec, tuple(tuple(st) for st in doc.steps), f"file {spec}", lower,
+                        certificate=certificate)
+    except ScheduleError as exc:
+        raise ScheduleError(f"{spec}: {exc}") from None
 
 
 register(Schedule(
@@ -230,11 +189,11 @@ register(Schedule(
     "polar-express", None,
     "Amsel, Persson, Musco, Gower 2025 (Polar Express), greedy minimax: l = 1e-3, 8 steps, "
     "cushion 0.02407327424182761, no safety factor (computed here; first and last tuples published)",
-    lower=1e-3, recipe={"lower": "1e-3", "steps": 8, "cushion": "0.02407327424182761"}))
+    lower=1e-3, recipe=Recipe({"lower": "1e-3", "steps": 8, "cushion": "0.02407327424182761"})))
 register(Schedule(
     "cans", None,
     "Grishina, Smirnov, Rakhuba 2025 (CANS), greedy minimax with no cushion or safety: l = 1e-3, "
     "5 steps (computed here; first tuple published as about (8.4703, -25.1081, 18.6293))",
-    lower=1e-3, recipe={"lower": "1e-3", "steps": 5}))
+    lower=1e-3, recipe=Recipe({"lower": "1e-3", "steps": 5})))
 
 DEFAULT = "polar-express-5"
