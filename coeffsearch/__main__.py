@@ -1,4 +1,4 @@
-"""Command line: ``python -m coeffsearch {minimax,band,certify,validate,compare} …``."""
+"""Command line: ``python -m coeffsearch {minimax,band,certify,validate,compare,restarts} …``."""
 
 from __future__ import annotations
 
@@ -10,9 +10,15 @@ import re
 import sys
 
 import mpmath
+from tqdm import tqdm
 
-from coeffsearch import registry
+from coeffsearch import registry, restarts
+from coeffsearch.band import image, max_slope, narrowest_band
+from coeffsearch.certify import Certificate, CertificateError, CertificateFormatError, certify, recheck
+from coeffsearch.compare import compare_rows, format_compare, plot
+from coeffsearch.minimax import greedy_schedule
 from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleError
+from coeffsearch.validate import DTYPES, check_size, format_rows, parse_shape, validate
 from derivations.commandline import (
     FileRefused,
     OneLineParser,
@@ -89,11 +95,21 @@ def _count(maximum: int, why: str = ""):
 
 
 _steps = _count(MAX_SCHEDULE_STEPS, " (MAX_SCHEDULE_STEPS)")
+
+
+def _count_from_zero(text):
+    """An argparse type: an integer >= 0 (a number of restarts; the schedule bounds it above)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {ascii(text)[:80]}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
 STEPS_HELP = f"number of steps, 1 to {MAX_SCHEDULE_STEPS}"
 
 
 def _progress(total, desc):
-    from tqdm import tqdm
     return tqdm(total=total, desc=desc, delay=1.0, file=sys.stderr, leave=False)
 
 
@@ -148,6 +164,19 @@ def parser() -> OneLineParser:
     v.add_argument("--batch", type=_count(MAX_BATCH), default=3,
                    help=f"test matrices (condition numbers 1 … max), 1 to {MAX_BATCH} (default 3)")
     v.add_argument("--json", metavar="FILE")
+
+    r = sub.add_parser("restarts", help="certified restart positions for Gram Newton–Schulz (interval arithmetic over "
+                                        "every σ in [0, 1] under a stated rounding model)")
+    r.add_argument("schedule", help=f"a registered name ({', '.join(registry.names())}) or a schedule JSON")
+    r.add_argument("--dtype", required=True, choices=restarts.DTYPES, help="the dtype whose unit roundoff u sets the model")
+    r.add_argument("--restarts", type=_count_from_zero, metavar="K",
+                   help="search every set of K restart positions (default: the fewest restarts that certify)")
+    r.add_argument("--at", metavar="S[,S...]", help="certify exactly these positions (restart after iteration S)")
+    r.add_argument("--growth", type=_nonneg, default=restarts.DEFAULT_GROWTH,
+                   help="growth factor g of the spurious eigenvalue δ = g·u (default 1)")
+    r.add_argument("--lower", type=_positive, help="lower end l of bound (b) (default: the schedule's design l, "
+                                                   "else 1e-3)")
+    r.add_argument("--json", metavar="FILE", help="write the certificate (python -m coeffsearch certify FILE re-checks it)")
 
     k = sub.add_parser("compare", help="table of schedules (and --plot PNG of the composed polynomials)")
     k.add_argument("schedules", nargs="+", help=f"1 to {MAX_COMPARE} schedule names or files")
@@ -209,7 +238,6 @@ def cmd_minimax(a: argparse.Namespace) -> int:
     if a.degree % 2 == 0:
         raise UsageError(f"argument --degree: must be odd, got {a.degree}")
     _check_interval(a.lower, a.upper)
-    from coeffsearch.minimax import greedy_schedule
     with _progress(a.steps, "minimax") as bar:
         try:
             doc = greedy_schedule(a.lower, a.steps, a.degree, a.cushion, a.safety, a.upper, a.dps, progress=bar)
@@ -234,12 +262,10 @@ def cmd_minimax(a: argparse.Namespace) -> int:
 
 
 def cmd_band(a: argparse.Namespace) -> int:
-    from coeffsearch.band import max_slope, narrowest_band
     _check_interval(a.lower, a.upper)
     if (a.band is None) == (a.slope is None):
         raise UsageError("give exactly one of --band LO HI (maximize the slope) or --slope A (narrowest band)")
     muon = (3.4445, -4.7750, 2.0315)
-    from coeffsearch.band import image
     m_lo, m_hi = image(muon, float(a.lower), float(a.upper), a.steps)
     with _progress(None, "band search") as bar:
         if a.band is not None:
@@ -286,7 +312,9 @@ def _steps_for(steps, n):
 
 
 def cmd_certify(a: argparse.Namespace) -> int:
-    from coeffsearch.certify import Certificate, CertificateError, CertificateFormatError, certify, recheck
+    restart_cert = restarts.read_certificate(a.schedule)
+    if restart_cert is not None:
+        return recheck_restarts(a.schedule, restart_cert)
     name, steps, design_lower, raw = resolve(a.schedule)
     if raw is not None and a.lower is None and a.steps is None:
         try:  # malformed: one line per bad field, exit 2; well-formed but wrong: FAILED, exit 1
@@ -322,8 +350,52 @@ def cmd_certify(a: argparse.Namespace) -> int:
     return 0
 
 
+def recheck_restarts(path: str, data: dict) -> int:
+    """``certify FILE`` for a restart certificate: 0 re-checked, 1 a field differs, 2 a malformed file."""
+    try:
+        fresh = restarts.recheck(data, f"certificate {path}")
+    except restarts.CertificateFormatError as exc:
+        sys.stderr.write("".join(f"coeffsearch: error: {line}\n" for line in exc.lines))
+        return 2
+    except restarts.CertificateError as exc:
+        print(f"certificate {path}: FAILED: {exc}")
+        return 1
+    where = ", ".join(map(str, fresh["restarts"])) or "none"
+    print(f"certificate {path}: re-checked, every stated field equals its recomputation ({fresh['name']}, "
+          f"{fresh['dtype']}, restarts after {where}, {len(fresh['partition']) - 1} pieces): (a) max |Q| <= "
+          f"{fresh['max_abs_q']['bound']}, (b) max |x_T - 1| <= {fresh['deviation']['bound']}")
+    return 0
+
+
+def cmd_restarts(a: argparse.Namespace) -> int:
+    name, steps, design_lower, _ = resolve(a.schedule)
+    try:
+        at = restarts.parse_positions(a.at) if a.at is not None else None
+        if at is not None and a.restarts is not None and len(at) != a.restarts:
+            raise restarts.RestartError(f"argument --restarts: {a.restarts} restarts but --at names {len(at)} positions")
+        model = restarts.Model(a.dtype, a.growth, a.lower or (repr(design_lower) if design_lower else "1e-3"))
+        total = 1 if at is not None else (math.comb(len(steps) - 1, a.restarts) if a.restarts is not None
+                                          and a.restarts <= len(steps) - 1 else None)
+        with _progress(total, "restarts") as bar:
+            chosen, tried = restarts.search(name, steps, model, a.restarts, at, progress=bar)
+    except restarts.RestartError as exc:
+        raise UsageError(str(exc)) from None
+    sys.stdout.write(restarts.format_table(name, model, tried, chosen))
+    sys.stdout.write(restarts.summary(chosen))
+    published = restarts.PUBLISHED.get(name)
+    if published is not None and at is None:
+        row = next((c for c in tried if c.positions == published), None)
+        if row is None:
+            row = restarts.evaluate(name, steps, published, model)
+        where = ", ".join(map(str, published))
+        verdict = (f"(a) <= {row.certificate['max_abs_q']['bound']}, (b) <= {row.certificate['deviation']['bound']}"
+                   if row.certificate else f"not certified: {row.reason}")
+        print(f"published choice (Zhang, Amsel, Chen, Dao 2026): restart after iteration {where}: {verdict}")
+    _write_json(a.json, json.dumps(chosen.certificate, indent=2) + "\n")
+    return 0
+
+
 def cmd_validate(a: argparse.Namespace) -> int:
-    from coeffsearch.validate import DTYPES, check_size, format_rows, parse_shape, validate
     try:
         shape = parse_shape(a.shape)
         check_size(shape, a.batch)
@@ -339,7 +411,6 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
-    from coeffsearch.compare import compare_rows, format_compare, plot
     _check_interval(a.lower, a.upper)
     if a.plot and (not a.plot.lower().endswith(".png") or os.path.isdir(a.plot)):
         raise UsageError(f"argument --plot: must name a .png file (it is written to exactly that path), got {a.plot!a}")
@@ -367,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser().parse_args(argv)
         handler = {"minimax": cmd_minimax, "band": cmd_band, "certify": cmd_certify,
-                   "validate": cmd_validate, "compare": cmd_compare}[args.command]
+                   "validate": cmd_validate, "compare": cmd_compare, "restarts": cmd_restarts}[args.command]
         status = handler(args) or 0
         sys.stdout.flush()  # a full disk shows here, not at interpreter exit
         return status

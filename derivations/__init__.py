@@ -17,59 +17,35 @@ Public surface:
 """
 
 import importlib
+from typing import Any
 
-from derivations.engine.derivation import (
-    Context,
-    Derivation,
-    DerivationError,
-    Problem,
-    Solution,
-    StepCheckFailed,
-    identity_chain,
-)
-from derivations.engine.vocabulary import (
-    FactMatrix,
-    GramInvSqrt,
-    GramSqrt,
-    Inner,
-    IsotropicScale,
-    Msign,
-    NuclearNorm,
-    OpNorm,
-    PolarFactor,
-    Projector,
-)
+#: public name -> the module (relative to this package) that defines it; loaded on first use, so that
+#: ``import derivations.commandline`` (every command's parser) does not pull in SymPy and the engine
+_PUBLIC = {
+    **dict.fromkeys(("Context", "Derivation", "DerivationError", "Problem", "Solution", "StepCheckFailed",
+                     "identity_chain"), "engine.derivation"),
+    **dict.fromkeys(("FactMatrix", "GramInvSqrt", "GramSqrt", "Inner", "IsotropicScale", "Msign", "NuclearNorm",
+                     "OpNorm", "PolarFactor", "Projector", "FULL_COLUMN_RANK", "FULL_ROW_RANK",
+                     "ORTHONORMAL_COLUMNS", "ORTHONORMAL_ROWS", "SPD", "SYMMETRIC", "dimension",
+                     "positive_symbol"), "engine.vocabulary"),
+    **dict.fromkeys(("product", "total", "transpose"), "engine.algebra"),
+    **dict.fromkeys(("FAMILIES", "NormFamily"), "engine.norms"),
+    **dict.fromkeys(("SearchFailed", "derive"), "engine.search"),
+    **dict.fromkeys(("Lemma", "NotApplicable"), "lemmas"),
+    **dict.fromkeys(("RuleModule", "render"), "cli"),  # the emission API imports JAX
+    "EmittedFunction": "printing.codegen",
+}
 
-__all__ = ["Context", "Derivation", "DerivationError", "FactMatrix", "GramInvSqrt", "GramSqrt", "Inner",
-           "IsotropicScale", "Msign", "NuclearNorm", "OpNorm", "PolarFactor", "Problem", "Projector",
-           "Solution", "StepCheckFailed", "identity_chain"]
-
-from derivations.engine.algebra import product, total, transpose
-from derivations.engine.norms import FAMILIES, NormFamily
-from derivations.engine.search import SearchFailed, derive
-from derivations.engine.vocabulary import (
-    FULL_COLUMN_RANK,
-    FULL_ROW_RANK,
-    ORTHONORMAL_COLUMNS,
-    ORTHONORMAL_ROWS,
-    SPD,
-    SYMMETRIC,
-    dimension,
-    positive_symbol,
-)
-from derivations.lemmas import Lemma, NotApplicable
-
-__all__ += ["FULL_COLUMN_RANK", "FULL_ROW_RANK", "ORTHONORMAL_COLUMNS", "ORTHONORMAL_ROWS", "SPD", "SYMMETRIC",
-            "dimension", "positive_symbol", "product", "total", "transpose"]
-__all__ += ["FAMILIES", "EmittedFunction", "Lemma", "NormFamily", "NotApplicable", "RuleModule", "SearchFailed",
-            "derive", "render"]
-
-_LAZY = {"RuleModule": ("cli", "RuleModule"), "render": ("cli", "render"),
-         "EmittedFunction": ("printing.codegen", "EmittedFunction")}
+__all__ = sorted(_PUBLIC)
 
 
-def __getattr__(name):  # the emission API imports JAX: loaded on first use
-    if name in _LAZY:
-        module, attr = _LAZY[name]
-        return getattr(importlib.import_module(f".{module}", __name__), attr)
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+        globals()[name] = value  # once
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -35,7 +35,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from optax.contrib import MuonDimensionNumbers
+from tqdm.auto import tqdm
 
+from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
 from numerics.kernels.lapack_threads import lapack_threads
 from numerics.optimizer import OVPair, QKPair, compositional_muon, path_name
 
@@ -194,7 +197,6 @@ def make_optimizer(name: str, cfg: Config, schedule: optax.Schedule) -> optax.Gr
 def _muon_dims(params):
     """optax.contrib.muon dimension numbers: matrices (stacked over layers) → Muon; vectors, embeddings
     and the output head → AdamW. ``W_O`` and ``W_V`` act as ``x @ Wᵀ``: their last axis is the input."""
-    from optax.contrib import MuonDimensionNumbers
 
     def dims(path, x):
         name = path_name(path)
@@ -245,7 +247,6 @@ def train(name: str, lr: float, steps: int, cfg: Config, data: tuple[np.ndarray,
           eval_every: int = 25, eval_batches: int = 8, progress: bool = True,
           step_fn: Callable | None = None) -> RunResult:
     """Train ``steps`` steps; validation loss every ``eval_every`` steps and at the end."""
-    from tqdm.auto import tqdm
 
     train_tokens, val_tokens = data
     schedule = optax.warmup_cosine_decay_schedule(0.0, 1.0, max(1, steps // 10), steps, 0.1)
@@ -302,9 +303,10 @@ def compare(steps: int, cfg: Config, out: Path, optimizers: Sequence[str] = OPTI
 
 
 def _plot(best, path: Path, steps: int, cfg: Config):
-    import matplotlib
+    import matplotlib  # lazy: only the plot needs matplotlib, a slow import
+
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: after choosing the backend
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for name, (_, r) in best.items():
         ax.plot(r.steps, r.val_loss, label=f"{name} (lr {r.learning_rate:g})")
@@ -334,8 +336,6 @@ def _table(best, runs, steps, cfg) -> str:
 # ---- command line ---------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     """Command line: train one optimizer (``--optimizer``) or compare all (``--compare``); returns the exit status."""
-    # imported here: the command line's module pulls in SymPy, which training does not need
-    from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
     prog = "numerics.train"
     if stdout_closed(prog):  # >&-: one line and exit 2, not a silent run
         return 2
