@@ -1,9 +1,9 @@
 """Classic results that hand derivations about Muon-style optimizers lean on, each a checked derivation.
 
 Every classic is one or more derivations of the engine (:mod:`derivations.engine.derivation`): a start, a chain
-of steps that each apply a named lemma (:mod:`derivations.lemmas.spectral` and the other families)
-with its side conditions, and every step checked on random instances in float64 and in mpmath at
-50 digits. Bound steps (``rank(A B) ≤ rank(A)``) are checked as inequalities, ``before ≤ after``.
+of steps that each apply a named lemma (:mod:`derivations.lemmas.spectral`, :mod:`derivations.lemmas.counting`
+and the other families) with its side conditions, and every step checked on random instances in float64
+and in mpmath at 50 digits. Bound steps (``rank(A B) ≤ rank(A)``) are checked as inequalities, ``before ≤ after``.
 
 * ``classics.shampoo`` — Shampoo's one-step preconditioner with exponent ``-1/4`` on both sides is
   the spectral sign (Gupta, Koren, Singer 2018; Bernstein & Newhouse 2024, *Old optimizer, new
@@ -44,6 +44,7 @@ from derivations import lemmas as L
 from derivations.commandline import OneLineParser, UsageError, usage_error, write_result
 from derivations.crosscheck.formula import parse
 from derivations.crosscheck.params import Shape, tensors
+from derivations.engine import spectral_nodes as N
 from derivations.engine.algebra import product, total, transpose
 from derivations.engine.derivation import (
     FLOAT64_TOL,
@@ -59,13 +60,14 @@ from derivations.engine.derivation import (
 from derivations.engine.evaluate import evaluate
 from derivations.engine.norms import UNITARY_INVARIANCE, FrobeniusNorm
 from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix, OpNorm, dimension, positive_symbol
+from derivations.lemmas import counting
 from derivations.lemmas import spectral as S
 
 DPS = MPMATH_DPS
 
 
 class ClassicDerivation(Derivation):
-    """A derivation whose steps may be bounds: a lemma of :data:`derivations.lemmas.spectral.BOUND_LEMMAS`
+    """A derivation whose steps may be bounds: a lemma of :data:`derivations.lemmas.counting.BOUND_LEMMAS`
     records a ``bound`` step, checked as ``before ≤ after`` on every instance (sub-check ``before ≤ after``,
     the excess relative to ``max(1, |after|)``)."""
 
@@ -75,7 +77,7 @@ class ClassicDerivation(Derivation):
     names: tuple = ()
 
     def _record(self, kind, lemma, after, conditions, note="", substitution=None, params=None):
-        if kind == "rewrite" and lemma.key in S.BOUND_LEMMAS:
+        if kind == "rewrite" and lemma.key in counting.BOUND_LEMMAS:
             kind = "bound"
         return super()._record(kind, lemma, after, conditions, note, substitution, params)
 
@@ -116,7 +118,7 @@ def build_shampoo(plant=None) -> ClassicDerivation:
     ctx = Context(check_dims=[{n: 3}, {n: 4}, {n: 6}], mpmath_dims={n: 3})
     der = _chain("classics.shampoo", "Shampoo's one-step preconditioner is msign", start, ctx,
                  "Shampoo with exponent −1/4 on both sides, one step, G square of full rank",
-                 names=S.svd_parts(g))
+                 names=N.svd_parts(g))
     def p(lemma):
         return _pick(plant, lemma)
     der.apply(p(S.GRAM_POWER), note="(G Gᵀ)^{-1/4} and (Gᵀ G)^{-1/4} as powers of PSD matrices")
@@ -144,7 +146,7 @@ def build_odd_polynomial(plant=None) -> ClassicDerivation:
     start = parse("a X + b X X^T X + c X X^T X X^T X", names)
     ctx = Context(check_dims=[{m: 5, n: 3}, {m: 4, n: 4}, {m: 6, n: 2}], mpmath_dims={m: 4, n: 3})
     der = _chain("classics.odd_polynomial", "Odd matrix polynomials act on singular values", start, ctx,
-                 "p(X) = a X + b X(XᵀX) + c X(XᵀX)², X of full column rank", names=S.svd_parts(x))
+                 "p(X) = a X + b X(XᵀX) + c X(XᵀX)², X of full column rank", names=N.svd_parts(x))
     def p(lemma):
         return _pick(plant, lemma)
     der.apply(p(S.SVD), matrix=x, note="X = U Σ Vᵀ")
@@ -165,13 +167,13 @@ def build_attention_rank(plant=None) -> ClassicDerivation:
     """``rank(Q Kᵀ) ≤ rank(Q) ≤ min(n, d_h) ≤ d_h``."""
     q, k = MatrixSymbol("Q", n, d_h), MatrixSymbol("K", n, d_h)
     ctx = Context(check_dims=[{n: 6, d_h: 2}, {n: 7, d_h: 3}, {n: 4, d_h: 4}], mpmath_dims={n: 5, d_h: 2})
-    der = _chain("classics.attention_rank", "Rank of attention logits", S.Rank(product(q, transpose(k))), ctx,
+    der = _chain("classics.attention_rank", "Rank of attention logits", N.Rank(product(q, transpose(k))), ctx,
                  "Q, K ∈ R^{n×d_h}", dimensions=(n, d_h))
     def p(lemma):
         return _pick(plant, lemma)
-    der.apply(p(S.RANK_PRODUCT), note="Q Kᵀ factors through R^{d_h}: its columns are combinations of Q's")
-    der.apply(p(S.RANK_SHAPE), note="Q is n × d_h")
-    der.apply(p(S.MIN_BOUND), keep=d_h, note="min(n, d_h) ≤ d_h")
+    der.apply(p(counting.RANK_PRODUCT), note="Q Kᵀ factors through R^{d_h}: its columns are combinations of Q's")
+    der.apply(p(counting.RANK_SHAPE), note="Q is n × d_h")
+    der.apply(p(counting.MIN_BOUND), keep=d_h, note="min(n, d_h) ≤ d_h")
     return der
 
 
@@ -193,20 +195,20 @@ def build_linear_attention(plant=None) -> ClassicDerivation:
     """``(Q Kᵀ) V = Q (Kᵀ V)``."""
     q, k, v = _qkv()
     ctx = Context(check_dims=_QKV_DIMS, mpmath_dims={n: 4, d: 2})
-    der = _chain("classics.linear_attention", "Linear attention reassociation", product(S.Group(product(q, k.T)), v),
+    der = _chain("classics.linear_attention", "Linear attention reassociation", product(N.Group(product(q, k.T)), v),
                  ctx, "softmax-free attention, Q, K, V ∈ R^{n×d}")
-    der.apply(_pick(plant, S.ASSOCIATIVITY), note="regroup: the n × n matrix Q Kᵀ is never formed")
+    der.apply(_pick(plant, counting.ASSOCIATIVITY), note="regroup: the n × n matrix Q Kᵀ is never formed")
     return der
 
 
 def build_flops(order: str, plant=None) -> ClassicDerivation:
     """Flops of ``(Q Kᵀ) V`` (``order="quadratic"``) or of ``Q (Kᵀ V)`` (``"linear"``)."""
     q, k, v = _qkv()
-    expr = product(S.Group(product(q, k.T)), v) if order == "quadratic" else product(q, S.Group(product(k.T, v)))
+    expr = product(N.Group(product(q, k.T)), v) if order == "quadratic" else product(q, N.Group(product(k.T, v)))
     ctx = Context(check_dims=_QKV_DIMS, mpmath_dims={n: 3, d: 2})
-    der = _chain(f"classics.linear_attention.flops_{order}", f"Flops of {expr}", S.Flops(expr), ctx,
+    der = _chain(f"classics.linear_attention.flops_{order}", f"Flops of {expr}", N.Flops(expr), ctx,
                  f"evaluate {expr} as parenthesized", dimensions=(n, d))
-    der.apply(_pick(plant, S.PRODUCT_COST), note="2·m·k·p per product, from the shapes")
+    der.apply(_pick(plant, counting.PRODUCT_COST), note="2·m·k·p per product, from the shapes")
     return der
 
 
@@ -237,14 +239,14 @@ def crossover():
 def build_eckart_young(norm: str = "op", plant=None) -> ClassicDerivation:
     """``‖A − A_r‖_op = σ_{r+1}`` (``norm="op"``) or ``‖A − A_r‖_F = (Σ_{i>r} σ_i²)^{1/2}`` (``"frobenius"``)."""
     a = FactMatrix("A", m, n, [FULL_COLUMN_RANK])
-    diff = product(-1, S.TruncatedSvd(a, r))
+    diff = product(-1, N.TruncatedSvd(a, r))
     err = (OpNorm if norm == "op" else FrobeniusNorm)(total(a, diff))
     ctx = Context(check_dims=[{m: 6, n: 4, r: 2}, {m: 7, n: 5, r: 3}, {m: 5, n: 5, r: 2}],
                   mpmath_dims={m: 5, n: 4, r: 2})
     name = "classics.eckart_young" + ("" if norm == "op" else ".frobenius")
     which = "operator" if norm == "op" else "Frobenius"
     der = _chain(name, f"Eckart–Young: {which} error of the truncated SVD", err, ctx,
-                 f"{which} error of the rank-r truncation A_r of A ∈ R^(m×n)", names=S.svd_parts(a),
+                 f"{which} error of the rank-r truncation A_r of A ∈ R^(m×n)", names=N.svd_parts(a),
                  dimensions=(r,))
     def p(lemma):
         return _pick(plant, lemma)
@@ -306,14 +308,14 @@ _LORA_DIMS = [{d_out: 5, d_in: 4, r: 2}, {d_out: 3, d_in: 6, r: 2}, {d_out: 4, d
 def build_lora(fraction: bool = False, plant=None) -> ClassicDerivation:
     """``#B + #A = r (d_in + d_out)``, or divided by ``#W = d_out d_in``."""
     b, a, w = _lora_shapes()
-    count = S.Entries(b) + S.Entries(a)
-    start = count / S.Entries(w) if fraction else count
+    count = N.Entries(b) + N.Entries(a)
+    start = count / N.Entries(w) if fraction else count
     ctx = Context(check_dims=_LORA_DIMS, mpmath_dims={d_out: 3, d_in: 2, r: 2})
     der = _chain("classics.lora" + (".fraction" if fraction else ""),
                  "LoRA: trainable fraction of W" if fraction else "LoRA trainable parameters", start, ctx,
                  "W + B A with B ∈ R^(d_out×r), A ∈ R^(r×d_in) trained, W frozen", dimensions=(r, d_in, d_out))
-    der.apply(_pick(plant, S.ENTRY_COUNT), note="count the entries from the shapes")
-    der.apply(_pick(plant, S.SCALAR_ALGEBRA), how="factor")
+    der.apply(_pick(plant, counting.ENTRY_COUNT), note="count the entries from the shapes")
+    der.apply(_pick(plant, counting.SCALAR_ALGEBRA), how="factor")
     return der
 
 

@@ -15,10 +15,11 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import classics as C
 from derivations.crosscheck.cli import main as crosscheck_main
+from derivations.engine import spectral_nodes as N
 from derivations.engine.derivation import StepCheckFailed
 from derivations.engine.evaluate import evaluate
 from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix, dimension
-from derivations.lemmas import NotApplicable
+from derivations.lemmas import NotApplicable, counting
 from derivations.lemmas import spectral as S
 
 
@@ -47,49 +48,49 @@ def test_results_are_the_classic_formulas():
 # ---- planted wrong steps: each is caught at its step, naming the lemma, with a counterexample ----------------
 def _doubled_power(expr, **kw):
     """(U Σ² Uᵀ)^{-1/2} where the statement has ^{-1/4}: the exponent −1/2 instead of −1/4."""
-    wrong = expr.replace(lambda e: isinstance(e, S.PsdPower), lambda e: S.PsdPower(e.arg, 2 * e.power))
+    wrong = expr.replace(lambda e: isinstance(e, N.PsdPower), lambda e: N.PsdPower(e.arg, 2 * e.power))
     return S.SPECTRAL_CALCULUS.rewrite(wrong, **kw)
 
 
 def _even_powers(expr, **kw):
     """X (XᵀX)^k = U Σ^{2k} Vᵀ: an even power (one Σ lost when the run is merged)."""
     new, conds = S.DIAGONAL_POWERS.rewrite(expr, **kw)
-    return new.replace(lambda e: isinstance(e, S.Singular) and e.power > 1,
-                       lambda e: S.Singular(e.base, e.power - 1)), conds
+    return new.replace(lambda e: isinstance(e, N.Singular) and e.power > 1,
+                       lambda e: N.Singular(e.base, e.power - 1)), conds
 
 
 def _rank_below_shape(expr, **kw):
     """rank(A) ≤ min(m, n) − 1: one too few."""
-    new, conds = S.RANK_SHAPE.rewrite(expr, **kw)
+    new, conds = counting.RANK_SHAPE.rewrite(expr, **kw)
     return new - 1, conds
 
 
 def _multiplications_only(expr, **kw):
     """m k p per product: the additions forgotten."""
-    new, conds = S.PRODUCT_COST.rewrite(expr, **kw)
+    new, conds = counting.PRODUCT_COST.rewrite(expr, **kw)
     return new / 2, conds
 
 
 def _sigma_r(expr, **kw):
     """‖Σ_{>r}‖_op = σ_r instead of σ_{r+1}."""
     new, conds = S.DIAGONAL_NORMS.rewrite(expr, **kw)
-    return new.replace(lambda e: isinstance(e, S.SingularValue), lambda e: S.SingularValue(e.args[0], e.args[1] - 1)), conds
+    return new.replace(lambda e: isinstance(e, N.SingularValue), lambda e: N.SingularValue(e.args[0], e.args[1] - 1)), conds
 
 
 def _only_a(expr, **kw):
     """#B + #A = r d_in: only A counted."""
-    new, conds = S.ENTRY_COUNT.rewrite(expr, **kw)
+    new, conds = counting.ENTRY_COUNT.rewrite(expr, **kw)
     return new.subs(C.d_out, 0), conds
 
 
 PLANTED = [
     ("classics.shampoo", lambda plant: C.build_shampoo(plant), S.SPECTRAL_CALCULUS, _doubled_power, 5),
     ("classics.odd_polynomial", lambda plant: C.build_odd_polynomial(plant), S.DIAGONAL_POWERS, _even_powers, 3),
-    ("classics.attention_rank", lambda plant: C.build_attention_rank(plant), S.RANK_SHAPE, _rank_below_shape, 2),
-    ("classics.linear_attention.flops_quadratic", lambda plant: C.build_flops("quadratic", plant), S.PRODUCT_COST,
+    ("classics.attention_rank", lambda plant: C.build_attention_rank(plant), counting.RANK_SHAPE, _rank_below_shape, 2),
+    ("classics.linear_attention.flops_quadratic", lambda plant: C.build_flops("quadratic", plant), counting.PRODUCT_COST,
      _multiplications_only, 1),
     ("classics.eckart_young", lambda plant: C.build_eckart_young("op", plant), S.DIAGONAL_NORMS, _sigma_r, 6),
-    ("classics.lora", lambda plant: C.build_lora(plant=plant), S.ENTRY_COUNT, _only_a, 1),
+    ("classics.lora", lambda plant: C.build_lora(plant=plant), counting.ENTRY_COUNT, _only_a, 1),
 ]
 
 
@@ -119,9 +120,9 @@ def test_lemmas_refuse_without_their_facts():
     with pytest.raises(NotApplicable, match="full column rank"):
         S.SVD.apply(plain, matrix=plain)
     tall = FactMatrix("X", dimension("m"), n, [FULL_COLUMN_RANK])
-    u, s, _ = S.svd_parts(tall)  # U is m × n: orthonormal columns, not orthogonal
+    u, s, _ = N.svd_parts(tall)  # U is m × n: orthonormal columns, not orthogonal
     with pytest.raises(NotApplicable, match="orthogonal"):
-        S.SPECTRAL_CALCULUS.apply(S.PsdPower(u * s * u.T, Rational(-1, 4)))
+        S.SPECTRAL_CALCULUS.apply(N.PsdPower(u * s * u.T, Rational(-1, 4)))
 
 
 def test_flops_are_counted_by_executing_the_products():
@@ -129,9 +130,9 @@ def test_flops_are_counted_by_executing_the_products():
     rng = np.random.default_rng(0)
     env = {x: rng.standard_normal((5, 3)) for x in (q, k, v)}
     dims = {C.n: 5, C.d: 3}
-    quad = evaluate(S.Flops(q * S.Group(k.T * v)), env, dims=dims)
+    quad = evaluate(N.Flops(q * N.Group(k.T * v)), env, dims=dims)
     assert quad == 4 * 5 * 3 * 3
-    assert evaluate(S.Flops(S.Group(q * k.T) * v), env, dims=dims) == 4 * 5 * 5 * 3
+    assert evaluate(N.Flops(N.Group(q * k.T) * v), env, dims=dims) == 4 * 5 * 5 * 3
 
 
 # ---- command line and cross-checks -----------------------------------------------------------------------------

@@ -10,11 +10,13 @@ import pytest
 from sympy import sstr
 
 from derivations import classics, halfsplit
-from derivations.crosscheck import checker as crosscheck
+from derivations.crosscheck import checker, identities, rule_lookup, target_cache
 from derivations.crosscheck.chain import check_blocks, check_chain_file
-from derivations.crosscheck.checker import compare, parse_for, target_of
+from derivations.crosscheck.checker import compare, parse_for
 from derivations.crosscheck.cli import main as crosscheck_main
-from derivations.crosscheck.formula import FormulaError, parse, parse_tree
+from derivations.crosscheck.formula import parse
+from derivations.crosscheck.formula_syntax import FormulaError, parse_tree
+from derivations.crosscheck.targets import target_of
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +67,8 @@ def test_planted_near_miss_is_diagnosed(query, text, scale, words):
 
 
 def test_transpose_diagnosis():
-    v = crosscheck.compare(*crosscheck.identity_target("msign(A B)", "msign(A^T B)",
-                                                       crosscheck.parse_assumptions(["A: square"])))
+    v = checker.compare(*identities.identity_target("msign(A B)", "msign(A^T B)",
+                                                       identities.parse_assumptions(["A: square"])))
     assert v.verdict == "different"
     assert any("A transposed" in d for d in v.diagnosis), v.diagnosis
 
@@ -117,16 +119,16 @@ def test_module_entry_point_exit_status():
 # ---- identities -----------------------------------------------------------------------------------
 def test_identity_needs_its_assumption():
     args = ("msign(W A)", "W msign(A)")
-    held = crosscheck.compare(*crosscheck.identity_target(*args, crosscheck.parse_assumptions(
+    held = checker.compare(*identities.identity_target(*args, identities.parse_assumptions(
         ["W: orthonormal columns"])))
     assert held.verdict == "equal"
-    fails = crosscheck.compare(*crosscheck.identity_target(*args, crosscheck.parse_assumptions(
+    fails = checker.compare(*identities.identity_target(*args, identities.parse_assumptions(
         ["W: full column rank"])))
     assert fails.verdict == "different" and fails.counterexample is not None
 
 
 def test_algebraic_difference_is_symbolic():
-    v = crosscheck.compare(*crosscheck.identity_target("(A B)^T", "A^T B^T", crosscheck.parse_assumptions(
+    v = checker.compare(*identities.identity_target("(A B)^T", "A^T B^T", identities.parse_assumptions(
         ["A: square", "B: square"])))
     assert (v.verdict, v.method) == ("different", "symbolic")
 
@@ -178,7 +180,7 @@ def test_equality_chain_wrong_at_exactly_one_step(tmp_path):
       &= \langle G B, A \rangle \\
       &= \langle G^\top B, A \rangle
     \end{align}""")
-    report = check_chain_file(str(tex), crosscheck.parse_assumptions(["G: square"]))
+    report = check_chain_file(str(tex), identities.parse_assumptions(["G: square"]))
     assert report.failed.index == 4 and report.held == 3
     assert report.as_json()["first_failure"]["step"] == 4
 
@@ -199,7 +201,7 @@ def test_bad_chain_files(tmp_path, content, words, capsys):
 
 
 def test_chain_blocks_with_continuation():
-    report = check_blocks(["(A B)^T", "= B^T A^T", "= B^T A^T + 0 A^T"], crosscheck.parse_assumptions([]))
+    report = check_blocks(["(A B)^T", "= B^T A^T", "= B^T A^T + 0 A^T"], identities.parse_assumptions([]))
     assert report.ok and len(report.steps) == 2
 
 
@@ -257,11 +259,11 @@ def test_classics_are_reachable_from_the_cross_checker():
 
 def test_target_cache_round_trip(query, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    back = crosscheck.target_from_json(json.loads(json.dumps(crosscheck.target_to_json(query))))
+    back = target_cache.target_from_json(json.loads(json.dumps(target_cache.target_to_json(query))))
     assert back.expr == query.expr and back.namespace == query.namespace and back.definitions == query.definitions
-    assert crosscheck.load_target("halfsplit.query") is None
-    crosscheck.store_target(query)
-    cached = crosscheck.load_target("halfsplit.query")
+    assert target_cache.load_target("halfsplit.query") is None
+    target_cache.store_target(query)
+    cached = target_cache.load_target("halfsplit.query")
     assert cached is not None and cached.expr == query.expr
     assert check(cached, "-eps*msign(G_Q*C_K^-1)*C_K^-1").scale == "2"
 
@@ -269,16 +271,16 @@ def test_target_cache_round_trip(query, tmp_path, monkeypatch):
 def test_derivation_names_are_cached_per_source_hash(tmp_path, monkeypatch):
     """``--list`` builds every derivation once (about 35 s); later calls read the names back."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(crosscheck, "RULE_MODULES", ("classics",))
-    names = crosscheck.derivation_names()
+    monkeypatch.setattr(rule_lookup, "RULE_MODULES", ("classics",))
+    names = rule_lookup.derivation_names()
     assert "classics.shampoo" in names and set(names.values()) == {"classics"}
 
     def no_build(name):
         raise AssertionError("built although the names are cached")
-    monkeypatch.setattr(crosscheck, "_module", no_build)
-    assert crosscheck.derivation_names() == names
+    monkeypatch.setattr(rule_lookup, "_module", no_build)
+    assert rule_lookup.derivation_names() == names
     with pytest.raises(AssertionError, match="built although"):  # --no-cache rebuilds
-        crosscheck.derivation_names(use_cache=False)
-    monkeypatch.setattr(crosscheck, "_source_hash", lambda: "edited-sources")  # stale cache: rebuilt
+        rule_lookup.derivation_names(use_cache=False)
+    monkeypatch.setattr(target_cache, "_source_hash", lambda: "edited-sources")  # stale cache: rebuilt
     with pytest.raises(AssertionError, match="built although"):
-        crosscheck.derivation_names()
+        rule_lookup.derivation_names()

@@ -16,10 +16,12 @@ from sympy import Integer, Rational, sstr
 
 import derivations
 from derivations import halfsplit
-from derivations.crosscheck import checker as crosscheck
+from derivations.crosscheck import checker, evaluation, inputs, mutations, rule_lookup, target_cache
 from derivations.crosscheck.chain import check_chain_file
-from derivations.crosscheck.checker import compare, identity_target, parse_assumptions, parse_for, target_of
+from derivations.crosscheck.checker import compare, parse_for
 from derivations.crosscheck.cli import main as crosscheck_main
+from derivations.crosscheck.identities import identity_target, parse_assumptions
+from derivations.crosscheck.targets import target_of
 from derivations.engine.algebra import product
 
 
@@ -74,7 +76,7 @@ def test_rounding_of_a_side_that_cancels_is_not_a_difference(monkeypatch):
         v = identity("msign(A) A^T - (A A^T)^{1/2}", f"10^-{k} A A^T", diagnose=False)
         assert v.verdict == "different", k
     # planted: without the re-evaluation the exact zero and the rounding would be called different
-    monkeypatch.setattr(crosscheck, "_agree_rechecked", lambda *args: False)
+    monkeypatch.setattr(checker, "_agree_rechecked", lambda *args: False)
     assert identity("msign(A) A^T - (A A^T)^{1/2}", "0 A A^T", diagnose=False).verdict == "different"
 
 
@@ -129,8 +131,8 @@ def test_counterexample_values_keep_their_scale(capsys):
 
 
 def test_tolerance_fits_the_working_precision():
-    assert crosscheck.DPS - 30 >= 15 and crosscheck.EQUAL_TOL == 10.0 ** (20 - crosscheck.DPS)
-    assert crosscheck.RECHECK_DPS > crosscheck.DPS
+    assert evaluation.DPS - 30 >= 15 and evaluation.EQUAL_TOL == 10.0 ** (20 - evaluation.DPS)
+    assert evaluation.RECHECK_DPS > evaluation.DPS
 
 
 # ---- a differing candidate whose left side has no scalar factor: no traceback ----------------------
@@ -143,7 +145,7 @@ def test_identity_with_two_whitening_factors_is_diagnosed(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "different" and any("missing" in d for d in out["diagnosis"])
     ref = identity_target(*argv[1:3], parse_assumptions(["W: full column rank"]))[0].expr
-    variants = dict(crosscheck.mutations(ref, {}))
+    variants = dict(mutations.mutations(ref, {}))
     assert sstr(variants["every whitening factor missing"]) == "msign(G)"
 
 
@@ -158,17 +160,17 @@ def test_every_module_with_derivations_is_a_rule_module():
         if callable(fn) and getattr(fn, "__module__", None) == module.__name__:
             found.add(info.name)
     assert {"balance", "damped", "halfsplit", "classics"} <= found
-    assert found == set(crosscheck.RULE_MODULES)
+    assert found == set(rule_lookup.RULE_MODULES)
 
 
 def test_every_listed_name_is_accepted(tmp_path, monkeypatch):
     """Builds every derivation once (about 35 s): each name --list prints is found and its target is equal
     to itself."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    names = crosscheck.derivation_names(use_cache=False)
+    names = rule_lookup.derivation_names(use_cache=False)
     assert {"balance.product", "damped.query", "projection.normal_operator"} <= set(names)
     for name in sorted(names):
-        der, module = crosscheck.find_derivation(name)
+        der, module = rule_lookup.find_derivation(name)
         assert der.name == name
         target = target_of(der, module)
         assert compare(target, target.expr, diagnose=False).verdict == "equal", name
@@ -197,21 +199,21 @@ def test_relative_difference_is_frobenius_relative_to_the_derived_value(factor, 
 def test_relative_difference_edge_cases():
     import mpmath
     a = mpmath.matrix([[1, 2], [3, 4]])
-    assert crosscheck.relative_difference(2 * a, a) == pytest.approx(1.0)
-    assert crosscheck.relative_difference(-a, a) == pytest.approx(2.0)
-    assert crosscheck.relative_difference(a * mpmath.mpf("1e-300"), a * mpmath.mpf("2e-300")) == pytest.approx(0.5)
+    assert evaluation.relative_difference(2 * a, a) == pytest.approx(1.0)
+    assert evaluation.relative_difference(-a, a) == pytest.approx(2.0)
+    assert evaluation.relative_difference(a * mpmath.mpf("1e-300"), a * mpmath.mpf("2e-300")) == pytest.approx(0.5)
     zero = mpmath.zeros(2, 2)
-    assert crosscheck.relative_difference(zero, zero) == 0.0
-    assert crosscheck.relative_difference(a, zero) is None
+    assert evaluation.relative_difference(zero, zero) == 0.0
+    assert evaluation.relative_difference(a, zero) is None
 
 
 # ---- 4. the cache is checked before it is trusted --------------------------------------------------
 @pytest.fixture
 def cache(tmp_path, monkeypatch, query):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    crosscheck.store_target(query)
-    path = crosscheck._cache_path()
-    assert crosscheck.load_target("halfsplit.query") is not None
+    target_cache.store_target(query)
+    path = target_cache._cache_path()
+    assert target_cache.load_target("halfsplit.query") is not None
     return path
 
 
@@ -239,18 +241,18 @@ def _doubled(data):
 ], ids=["wrong-hash", "altered-target", "wrong-name", "wrong-key", "no-envelope", "not-an-object"])
 def test_tampered_entry_is_rejected_and_rebuilt(cache, tamper):
     _edit(cache, tamper)
-    assert crosscheck.load_target("halfsplit.query") is None
+    assert target_cache.load_target("halfsplit.query") is None
     # the derivation is rebuilt: the right formula is equal (a doubled cached result would say 1/2 ×)
-    v = crosscheck.check_derivation("halfsplit.query", "(-epsilon/2)*msign(G_Q*C_K^-1)*C_K^-1")
+    v = checker.check_derivation("halfsplit.query", "(-epsilon/2)*msign(G_Q*C_K^-1)*C_K^-1")
     assert v.verdict == "equal"
-    assert crosscheck.load_target("halfsplit.query") is not None  # and stored again, valid
+    assert target_cache.load_target("halfsplit.query") is not None  # and stored again, valid
 
 
 def test_planted_trusting_cache_would_use_the_altered_target(cache, monkeypatch):
     """The check above fails without the digest: a cache read that skips it hands back the doubled target."""
     _edit(cache, _doubled)
-    monkeypatch.setattr(crosscheck, "_valid_entry", lambda key, entry: (True, entry["value"]))
-    v = crosscheck.check_derivation("halfsplit.query", "(-epsilon/2)*msign(G_Q*C_K^-1)*C_K^-1")
+    monkeypatch.setattr(target_cache, "_valid_entry", lambda key, entry: (True, entry["value"]))
+    v = checker.check_derivation("halfsplit.query", "(-epsilon/2)*msign(G_Q*C_K^-1)*C_K^-1")
     assert v.verdict == "different" and v.scale == "1/2"
 
 
@@ -258,24 +260,24 @@ def test_planted_trusting_cache_would_use_the_altered_target(cache, monkeypatch)
 def test_truncated_or_corrupted_cache_file_is_rebuilt(cache, content):
     with open(cache, "wb") as fh:
         fh.write(content)
-    assert crosscheck.load_target("halfsplit.query") is None
-    assert crosscheck.check_derivation("halfsplit.query", "-eps msign(G_Q C_K^-1) C_K^-1").scale == "2"
-    assert crosscheck.load_target("halfsplit.query") is not None
+    assert target_cache.load_target("halfsplit.query") is None
+    assert checker.check_derivation("halfsplit.query", "-eps msign(G_Q C_K^-1) C_K^-1").scale == "2"
+    assert target_cache.load_target("halfsplit.query") is not None
 
 
 def test_cached_names_are_checked(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    crosscheck._cache_write(crosscheck.NAMES_KEY, {"halfsplit.query": "os"})  # not a rule module
-    assert crosscheck._cache_read(crosscheck.NAMES_KEY) == {"halfsplit.query": "os"}
-    monkeypatch.setattr(crosscheck, "RULE_MODULES", ("classics",))
-    names = crosscheck.derivation_names()
+    target_cache._cache_write(rule_lookup.NAMES_KEY, {"halfsplit.query": "os"})  # not a rule module
+    assert target_cache._cache_read(rule_lookup.NAMES_KEY) == {"halfsplit.query": "os"}
+    monkeypatch.setattr(rule_lookup, "RULE_MODULES", ("classics",))
+    names = rule_lookup.derivation_names()
     assert "classics.shampoo" in names and "halfsplit.query" not in names
 
 
 def test_cache_path_that_is_a_fifo_is_ignored(tmp_path):
     """The cache file replaced by a FIFO: the cross-check neither hangs nor fails."""
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
-    code = "from derivations.crosscheck import checker; print(checker._cache_path())"
+    code = "from derivations.crosscheck import target_cache; print(target_cache._cache_path())"
     path = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
                           timeout=120).stdout.strip()
     os.makedirs(os.path.dirname(path))
@@ -300,7 +302,7 @@ def test_chain_on_a_fifo_is_refused_not_waited_on(tmp_path):
     (lambda p: p.mkdir(), "is a directory"),
     (lambda p: "/dev/zero", "is a device"),
     (lambda p: _sparse(p, 10 ** 10), "over the limit"),
-    (lambda p: _sparse(p, crosscheck.CHAIN_MAX_BYTES + 1), "over the limit of 1,000,000"),
+    (lambda p: _sparse(p, inputs.CHAIN_MAX_BYTES + 1), "over the limit of 1,000,000"),
     (lambda p: None, "No such file"),
 ])
 def test_chain_on_non_regular_or_huge_files(tmp_path, make, words, capsys):

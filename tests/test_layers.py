@@ -7,7 +7,8 @@ circle must make the check fail (the last two tests).
 
 An import inside a function is kept only where a heavy import must stay lazy, and says so on its
 line with a ``# lazy: <reason>`` comment; :func:`test_function_local_imports_are_few_and_explained`
-counts them.
+counts them. No hand-written module has more than :data:`MAX_MODULE_LINES` lines
+(:func:`test_no_hand_written_module_over_600_lines`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ LAYERS: dict[str, int] = {
     "derivations.engine.evaluate": 1,
     "derivations.engine.numeric": 1,
     "derivations.engine.norm_nodes": 1,
+    "derivations.engine.spectral_nodes": 1,  # the SVD, PSD powers and counts of the classics' lemmas
     "derivations.commandline": 1,
     # 2. lemmas
     "derivations.lemmas": 2,
@@ -195,3 +197,41 @@ def test_planted_function_local_import_is_counted(tmp_path):
     explained, unexplained = function_local_imports(tmp_path)
     assert explained == ["derivations/rule.py:3", "derivations/rule.py:8"]
     assert unexplained == ["derivations/rule.py:2"]
+
+
+#: the most lines a hand-written module may have (issue 18, item 6); generated code is not counted. The other
+#: half of item 6, no function too complex, is ruff's C901 (mccabe) in pyproject.toml ([tool.ruff.lint.mccabe])
+MAX_MODULE_LINES = 600
+#: TEMPORARY (issue 18): modules over the limit that other helpers are splitting while this check lands; the
+#: lead removes this list once they are split (then the check covers every module)
+OVERSIZE_EXEMPT = (
+    "numerics.kernels.jax_kernels",  # kernels split in progress
+    "coeffsearch.restarts",  # coeffsearch, in progress
+    "derivations.balance",  # the balance rule module, in progress
+)
+
+
+def long_modules(root: Path = ROOT, limit: int = MAX_MODULE_LINES) -> list[str]:
+    """``name (N lines)`` of every hand-written module of more than ``limit`` lines."""
+    out = []
+    for name, path in modules(root).items():
+        count = len(path.read_text(encoding="utf-8").splitlines())
+        if count > limit:
+            out.append(f"{name} ({count} lines)")
+    return sorted(out)
+
+
+def test_no_hand_written_module_over_600_lines():
+    assert [m for m in long_modules() if m.split()[0] not in OVERSIZE_EXEMPT] == []
+
+
+def test_planted_long_module_is_caught(tmp_path):
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "numerics" / "emitted").mkdir()
+    (tmp_path / "numerics" / "emitted" / "__init__.py").write_text("")
+    (tmp_path / "numerics" / "emitted" / "rule.py").write_text("x = 1\n" * 5000)  # generated: not counted
+    (tmp_path / "derivations" / "fits.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    (tmp_path / "derivations" / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    assert long_modules(tmp_path) == [f"derivations.long ({MAX_MODULE_LINES + 1} lines)"]

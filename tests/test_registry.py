@@ -48,10 +48,10 @@ PROBE = '''
 import sys
 sys.path.insert(0, "docs/_ext")
 from derivations import registry, regenerate
-from derivations.crosscheck import checker
+from derivations.crosscheck import rule_lookup
 from workbench_sphinx.objects import _rule_module_names
 print("registry", "throwaway" in registry.rule_names())
-print("crosscheck", "throwaway" in checker.RULE_MODULES, checker.find_derivation("throwaway.invisible")[0].name)
+print("crosscheck", "throwaway" in rule_lookup.RULE_MODULES, rule_lookup.find_derivation("throwaway.invisible")[0].name)
 print("regenerate", regenerate.emit("throwaway") is None, regenerate.stale(("throwaway",)) == [])
 print("docs", "throwaway" in _rule_module_names())
 '''

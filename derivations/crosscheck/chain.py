@@ -29,20 +29,12 @@ from dataclasses import dataclass, field
 from sympy import Symbol
 from sympy.matrices.expressions import MatrixSymbol
 
-from derivations.crosscheck.checker import (
-    CHAIN_MAX_BYTES,
-    Assumptions,
-    BadInput,
-    Target,
-    Verdict,
-    _sizes_for,
-    build_with_inference,
-    compare,
-    format_verdict,
-    parse_assumptions,
-    read_input,
-)
-from derivations.crosscheck.formula import FormulaError, parse_tree
+from derivations.crosscheck.checker import compare
+from derivations.crosscheck.formula_syntax import FormulaError, parse_tree
+from derivations.crosscheck.identities import Assumptions, _sizes_for, build_with_inference, parse_assumptions
+from derivations.crosscheck.inputs import CHAIN_MAX_BYTES, BadInput, read_input
+from derivations.crosscheck.targets import Target
+from derivations.crosscheck.verdict import Verdict, format_verdict
 from derivations.engine.vocabulary import Inner, NuclearNorm, OpNorm
 
 MAX_FILE = CHAIN_MAX_BYTES  # bytes: a --chain file over this (or not a regular file) is refused
@@ -206,70 +198,16 @@ def _is_matrix_name(name: str) -> bool:
 
 def check_blocks(blocks: list[str], assumptions: Assumptions) -> ChainReport:
     """Check the steps of already extracted display-math blocks."""
-    items = []  # ("expr", text) | ("problem", _Problem) | ("solution", variable, text) | ("cont", text)
-    for k, block in enumerate(blocks, 1):
-        where = f"block {k}"
-        if _MIN.search(block):
-            items.append(("problem", _problem(block, where)))
-            continue
-        terms = [t.strip() for t in _split_top(block, "=")]
-        star = re.fullmatch(r"(\\Delta\s*)?([A-Za-z][A-Za-z0-9_{}]*)\s*\^\s*\{?\s*(\\star|\*|\\ast)\s*\}?", terms[0])
-        if star and len(terms) >= 2:
-            name = ("d" if star.group(1) else "") + star.group(2).replace("{", "").replace("}", "")
-            items.append(("solution", name, terms[1]))
-            terms = terms[1:]
-            if len(terms) == 1:
-                continue
-            items.append(("cont", terms))
-            continue
-        if any(not t for t in terms[1:]):
-            raise BadInput(f"{where}: an empty side of '=' in {block[:60]!r}")
-        items.append(("cont" if not terms[0] else "chain", terms))
-    # every text to build, with shared shapes
-    texts = []
-
-    def add(t):
-        texts.append(t)
-        return len(texts) - 1
-
-    steps = []  # (kind, before text, after text, build-indices, extra)
-    prev_terms, prev_problem = None, None
-    problems = []
-    for item in items:
-        if item[0] in ("chain", "cont"):
-            terms = item[1]
-            if item[0] == "cont":
-                if prev_terms is None:
-                    raise BadInput("a block starts with '=' but no expression precedes it")
-                terms = [prev_terms[-1], *terms[1:]] if not terms[0] else [prev_terms[-1], *terms]
-            for a, b in itertools.pairwise(terms):
-                steps.append(("equality", a, b, (add(a), add(b)), None))
-            prev_terms = terms
-        elif item[0] == "problem":
-            p = item[1]
-            idx = {"objective": add(p.objective), "constraint": add(p.constraint), "budget": add(p.budget),
-                   "variable": add(p.variable)}
-            if p.substitution:
-                idx["sub_new"] = add(p.substitution[0])
-                idx["sub_expr"] = add(p.substitution[1])
-            entry = (p, idx)
-            problems.append(entry)
-            if prev_problem is not None:
-                steps.append(("problem", _ptext(prev_problem[0]), _ptext(p), None, (prev_problem, entry)))
-            prev_problem = entry
-        else:
-            _, name, sol = item
-            owner = next((e for e in reversed(problems) if e[0].variable == name), None)
-            if owner is None:
-                raise BadInput(f"the solution {name}* has no problem in {name} before it")
-            steps.append(("solution", _ptext(owner[0]), f"{name}* = {sol}", (add(name), add(sol)),
-                          (owner, list(problems))))
-            prev_terms = [sol]
-    if not steps:
+    items = [item for k, block in enumerate(blocks, 1) for item in _read_block(block, f"block {k}")]
+    plan = _Plan()
+    for kind, *args in items:
+        getattr(plan, kind)(*args)  # one planner per kind of block: chain, cont, problem, solution
+    if not plan.steps:
         raise BadInput("the display math holds no step (a chain needs at least one '=' or two problems)")
-    for name in {p.variable for p, _ in problems}:
+    for name in {p.variable for p, _ in plan.problems}:
         if not _is_matrix_name(name):
             raise BadInput(f"the problem variable {name!r} must be a matrix name (capital letter, e.g. X, dW_Q)")
+    texts = plan.texts
     try:
         exprs, builder = build_with_inference(texts, assumptions)
     except FormulaError as exc:
@@ -277,19 +215,99 @@ def check_blocks(blocks: list[str], assumptions: Assumptions) -> ChainReport:
     built = [e for e in exprs if hasattr(e, "atoms")]
     sizes = (_sizes_for(built), _sizes_for(built, count=1, low=2, high=3)[0])
     report = ChainReport()
-    for k, (kind, before, after, idx, extra) in enumerate(steps, 1):
+    for k, (kind, before, after, idx, extra) in enumerate(plan.steps, 1):
         step = Step(k, kind, before, after)
-        if kind == "equality":
-            step.verdict = _check_pair(exprs[idx[0]], exprs[idx[1]], builder, sizes, f"step {k}")
-        elif kind == "problem":
-            step.verdict, step.note = _check_problems(extra[0], extra[1], exprs, builder, sizes, k)
-        else:
-            step.verdict, step.note = _check_solution(exprs[idx[1]], extra[0], extra[1], exprs, builder, sizes, k)
+        step.verdict, step.note = _STEP_CHECKS[kind](k, idx, extra, exprs, builder, sizes)
         report.steps.append(step)
         if step.verdict.verdict != "equal":
             report.failed = step
             break
     return report
+
+
+_STAR = r"(\\Delta\s*)?([A-Za-z][A-Za-z0-9_{}]*)\s*\^\s*\{?\s*(\\star|\*|\\ast)\s*\}?"  # X^\star, \Delta W^*
+
+
+def _read_block(block: str, where: str) -> list[tuple]:
+    """The items of one block: ``("problem", _Problem)``, ``("solution", variable, text)`` (followed by the
+    chain it continues into, if any), ``("chain", terms)``, or ``("cont", terms)`` for a block that starts
+    with ``=`` and continues the previous block's last expression."""
+    if _MIN.search(block):
+        return [("problem", _problem(block, where))]
+    terms = [t.strip() for t in _split_top(block, "=")]
+    star = re.fullmatch(_STAR, terms[0])
+    if star and len(terms) >= 2:
+        name = ("d" if star.group(1) else "") + star.group(2).replace("{", "").replace("}", "")
+        return [("solution", name, terms[1])] + ([("cont", terms[1:])] if len(terms) > 2 else [])
+    if any(not t for t in terms[1:]):
+        raise BadInput(f"{where}: an empty side of '=' in {block[:60]!r}")
+    return [("cont" if not terms[0] else "chain", terms)]
+
+
+@dataclass
+class _Plan:
+    """The steps of a file in order, and every text they build (built together: shapes are shared)."""
+
+    texts: list = field(default_factory=list)
+    steps: list = field(default_factory=list)  # (kind, before text, after text, build-indices, extra)
+    problems: list = field(default_factory=list)  # (_Problem, {part: build-index})
+    prev_terms: list | None = None
+    prev_problem: tuple | None = None
+
+    def add(self, text: str) -> int:
+        self.texts.append(text)
+        return len(self.texts) - 1
+
+    def chain(self, terms):
+        """``A = B = C``: one equality step per ``=``."""
+        for a, b in itertools.pairwise(terms):
+            self.steps.append(("equality", a, b, (self.add(a), self.add(b)), None))
+        self.prev_terms = terms
+
+    def cont(self, terms):
+        """``= B = C``: the chain goes on from the previous block's last expression."""
+        if self.prev_terms is None:
+            raise BadInput("a block starts with '=' but no expression precedes it")
+        previous = self.prev_terms[-1]
+        self.chain([previous, *terms[1:]] if not terms[0] else [previous, *terms])
+
+    def problem(self, p: _Problem):
+        """A problem: a step from the previous problem, if any."""
+        idx = {"objective": self.add(p.objective), "constraint": self.add(p.constraint),
+               "budget": self.add(p.budget), "variable": self.add(p.variable)}
+        if p.substitution:
+            idx["sub_new"] = self.add(p.substitution[0])
+            idx["sub_expr"] = self.add(p.substitution[1])
+        entry = (p, idx)
+        self.problems.append(entry)
+        if self.prev_problem is not None:
+            self.steps.append(("problem", _ptext(self.prev_problem[0]), _ptext(p), None, (self.prev_problem, entry)))
+        self.prev_problem = entry
+
+    def solution(self, name: str, sol: str):
+        """``X^\\star = S``: the solution step of the last problem in ``X``."""
+        owner = next((e for e in reversed(self.problems) if e[0].variable == name), None)
+        if owner is None:
+            raise BadInput(f"the solution {name}* has no problem in {name} before it")
+        self.steps.append(("solution", _ptext(owner[0]), f"{name}* = {sol}", (self.add(name), self.add(sol)),
+                           (owner, list(self.problems))))
+        self.prev_terms = [sol]
+
+
+def _equality_step(k, idx, extra, exprs, builder, sizes):
+    return _check_pair(exprs[idx[0]], exprs[idx[1]], builder, sizes, f"step {k}"), ""
+
+
+def _problem_step(k, idx, extra, exprs, builder, sizes):
+    return _check_problems(extra[0], extra[1], exprs, builder, sizes, k)
+
+
+def _solution_step(k, idx, extra, exprs, builder, sizes):
+    return _check_solution(exprs[idx[1]], extra[0], extra[1], exprs, builder, sizes, k)
+
+
+#: ``(verdict, note)`` of a step, one check per kind of step
+_STEP_CHECKS = {"equality": _equality_step, "problem": _problem_step, "solution": _solution_step}
 
 
 def _failing_text(texts, assumptions) -> int:

@@ -8,9 +8,10 @@ import json
 import sys
 
 from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
-from derivations.crosscheck import chain, checker
-from derivations.crosscheck.checker import CHAIN_MAX_BYTES, BadInput
-from derivations.crosscheck.formula import FormulaError
+from derivations.crosscheck import chain, checker, identities, rule_lookup
+from derivations.crosscheck.formula_syntax import FormulaError
+from derivations.crosscheck.inputs import CHAIN_MAX_BYTES, BadInput
+from derivations.crosscheck.verdict import format_verdict
 
 
 def _parser() -> OneLineParser:
@@ -53,17 +54,17 @@ def run(argv: list[str] | None = None) -> tuple[int, str]:
     argv = [f" {a}" if a.startswith("-") and not a.startswith("--") and a != "-h" else a for a in argv]
     args = _parser().parse_args(argv)
     if args.list:
-        return 0, "\n".join(sorted(checker.derivation_names(use_cache=not args.no_cache))) + "\n"
+        return 0, "\n".join(sorted(rule_lookup.derivation_names(use_cache=not args.no_cache))) + "\n"
     if args.chain:
         if args.args:
             raise BadInput("--chain takes a file and no positional arguments")
-        report = chain.check_chain_file(args.chain, checker.parse_assumptions(args.assume))
+        report = chain.check_chain_file(args.chain, identities.parse_assumptions(args.assume))
         return (0 if report.ok else 1), (json.dumps(report.as_json(), indent=2) + "\n" if args.json
                                          else report.text())
     if args.args[:1] == ["identity"]:
         if len(args.args) != 3:
             raise BadInput("identity takes two formulas: identity LHS RHS")
-        target, cand = checker.identity_target(args.args[1], args.args[2], checker.parse_assumptions(args.assume))
+        target, cand = identities.identity_target(args.args[1], args.args[2], identities.parse_assumptions(args.assume))
         verdict = checker.compare(target, cand)
         what = "identity"
     else:
@@ -73,7 +74,7 @@ def run(argv: list[str] | None = None) -> tuple[int, str]:
             raise BadInput("--assume is for identities and chains; a derivation carries its own facts")
         verdict = checker.check_derivation(*args.args, use_cache=not args.no_cache)
         what = args.args[0]
-    text = json.dumps(verdict.as_json(), indent=2) + "\n" if args.json else checker.format_verdict(verdict, what)
+    text = json.dumps(verdict.as_json(), indent=2) + "\n" if args.json else format_verdict(verdict, what)
     return (0 if verdict.verdict == "equal" else 1), text
 
 

@@ -48,7 +48,7 @@ def transpose(expr: MatrixExpr) -> MatrixExpr:
     return Transpose(expr)
 
 
-def product(*factors) -> Basic:
+def product(*factors: Basic) -> Basic:
     """Flattened product with one scalar coefficient in front and no identity factors."""
     coeff = S.One
     mats = []
@@ -74,7 +74,7 @@ def product(*factors) -> Basic:
     return MatMul(*args)
 
 
-def total(*terms) -> Basic:
+def total(*terms: Basic) -> Basic:
     """Flattened sum without zero terms."""
     flat = []
     for t in terms:

@@ -154,58 +154,93 @@ class Searcher:
                     h += max(1, len([f for f in factors if f not in (z, Transpose(z))]))
         return h + len(self._unavailable(st.objective, der)) + len(st.objective.atoms(PolarFactor))
 
-    # ---- moves ----------------------------------------------------------------------------
+    # ---- moves: one helper per kind ---------------------------------------------------------
     def moves(self, der: Derivation) -> list[Move]:
         st = der.state
-        out = []
         if isinstance(st, Solution):
-            if der._substitutions and st.variable != self.problem.variable:
-                out.append(Move("back-substitute", lambda d: d.back_substitute()))
-            return out
-        z = st.variable
+            return self._back_substitution_moves(der)
+        z, parts = st.variable, _parts(st)
+        return [*self._solve_moves(st), *self._polar_substitution_moves(z, parts),
+                *self._change_of_variables_moves(der, z, parts), *self._rewrite_moves(z),
+                *self._polar_inverse_moves(parts), *self._chain_rule_moves()]
+
+    def _back_substitution_moves(self, der: Derivation) -> list[Move]:
+        """A solution in a substituted variable: back to the original one."""
+        if der._substitutions and der.state.variable != self.problem.variable:
+            return [Move("back-substitute", lambda d: d.back_substitute())]
+        return []
+
+    @staticmethod
+    def _solve_moves(st) -> list[Move]:
+        """The solve step, once the problem is ``min ⟨A, Z⟩ s.t. ‖Z‖ ≤ β`` for a known norm family."""
         try:
             norms.ball_parts(st)
-            out.append(Move(f"solve ({norms.family_of(st.constraint).key} ball)", _solve))
         except norms.NotABall:
-            pass
-        parts = _parts(st)
+            return []
+        return [Move(f"solve ({norms.family_of(st.constraint).key} ball)", _solve)]
+
+    def _polar_substitution_moves(self, z, parts) -> list[Move]:
+        """``W = U C`` for every free matrix known to have full rank (or damped), either side."""
         atoms = set().union(*(p.atoms(GramSqrt, GramInvSqrt, PolarFactor) for p in parts))
+        out = []
         for w in sorted(set().union(*(_free_matrices(p) for p in parts)), key=str):
-            if w == z:
-                continue
-            facts = facts_of(w)
-            if not facts & {FULL_COLUMN_RANK, FULL_ROW_RANK} and w.is_Matrix and any(
-                    p.has(product(z, transpose(w))) or p.has(product(w, z)) for p in parts):
-                self.notes.add(f"{w} is not known to have full rank: no polar substitution, it cannot be whitened")
-            # W = U_λ C_λ for the dampings its Gram roots already carry (0 for the undamped problem)
-            dampings = sorted({S.Zero} | {g.damping for g in atoms if g.base == w}, key=str)
-            for lam in dampings:
-                if any(g.base == w and g.damping == lam and isinstance(g, (PolarFactor, GramInvSqrt)) for g in atoms):
-                    continue  # substituted already: W = U_W C_W again would only cycle
-                for side, fact in (("right", FULL_COLUMN_RANK), ("left", FULL_ROW_RANK)):
-                    if fact in facts or (lam != 0 and lam.is_positive):
-                        out.append(Move(f"Lemma {L.POLAR_SUBSTITUTION.number} ({w}, {side}"
-                                        + (f", λ = {lam})" if lam != 0 else ")"),
-                                        lambda d, w=w, side=side, lam=lam: d.apply(
-                                            L.POLAR_SUBSTITUTION, matrix=w, side=side, damping=lam)))
-        grams = sorted(set().union(*(p.atoms(GramSqrt) for p in parts)), key=str)
-        for g in grams:
+            if w != z:
+                out += self._polar_substitutions_of(w, z, parts, atoms)
+        return out
+
+    def _polar_substitutions_of(self, w, z, parts, atoms) -> list[Move]:
+        facts = facts_of(w)
+        if not facts & {FULL_COLUMN_RANK, FULL_ROW_RANK} and w.is_Matrix and any(
+                p.has(product(z, transpose(w))) or p.has(product(w, z)) for p in parts):
+            self.notes.add(f"{w} is not known to have full rank: no polar substitution, it cannot be whitened")
+        out = []
+        # W = U_λ C_λ for the dampings its Gram roots already carry (0 for the undamped problem)
+        dampings = sorted({S.Zero} | {g.damping for g in atoms if g.base == w}, key=str)
+        for lam in dampings:
+            if any(g.base == w and g.damping == lam and isinstance(g, (PolarFactor, GramInvSqrt)) for g in atoms):
+                continue  # substituted already: W = U_W C_W again would only cycle
+            for side, fact in (("right", FULL_COLUMN_RANK), ("left", FULL_ROW_RANK)):
+                if fact in facts or (lam != 0 and lam.is_positive):
+                    out.append(Move(f"Lemma {L.POLAR_SUBSTITUTION.number} ({w}, {side}"
+                                    + (f", λ = {lam})" if lam != 0 else ")"),
+                                    lambda d, w=w, side=side, lam=lam: d.apply(
+                                        L.POLAR_SUBSTITUTION, matrix=w, side=side, damping=lam)))
+        return out
+
+    @staticmethod
+    def _change_of_variables_moves(der: Derivation, z, parts) -> list[Move]:
+        """A Gram root absorbed into a new variable, either side."""
+        out = []
+        for g in sorted(set().union(*(p.atoms(GramSqrt) for p in parts)), key=str):
             for side in ("right", "left"):
                 new = _fresh_variable(der, z)
                 out.append(Move(f"change of variables {new} = {g.label()} {z} ({side})",
                                 lambda d, g=g, side=side, new=new: d.change_variables(new, g, side=side)))
-        for lemma in invariance_lemmas():
-            out.append(Move(f"Lemma {lemma.number} ({lemma.title})", lambda d, lemma=lemma: d.apply(lemma)))
+        return out
+
+    @staticmethod
+    def _rewrite_moves(z) -> list[Move]:
+        """The rewrites without parameters (isometry, transposition, norms), and the adjoint onto ``z``."""
+        out = [Move(f"Lemma {lemma.number} ({lemma.title})", lambda d, lemma=lemma: d.apply(lemma))
+               for lemma in invariance_lemmas()]
         out.append(Move(f"Lemma {L.ADJOINT_MOVE.number} (adjoint onto {z})",
                         lambda d, z=z: d.apply(L.ADJOINT_MOVE, variable=z)))
-        for u in sorted({u for p in parts for u in p.atoms(PolarFactor)}, key=str):
-            out.append(Move(f"Lemma {L.POLAR_INVERSE.number} (U_{u.base} through {u.base})",
-                            lambda d, u=u: d.apply(L.POLAR_INVERSE, matrix=u.base, damping=u.damping, side=u.side,
-                                                   reverse=True)))
-        if self.gradients:
-            out.append(Move(f"Lemma {L.CHAIN_RULE.number} (name the factor gradients)",
-                            lambda d: d.apply(L.CHAIN_RULE, gradients=self.gradients)))
         return out
+
+    @staticmethod
+    def _polar_inverse_moves(parts) -> list[Move]:
+        """Every polar factor written through its partner."""
+        return [Move(f"Lemma {L.POLAR_INVERSE.number} (U_{u.base} through {u.base})",
+                     lambda d, u=u: d.apply(L.POLAR_INVERSE, matrix=u.base, damping=u.damping, side=u.side,
+                                            reverse=True))
+                for u in sorted({u for p in parts for u in p.atoms(PolarFactor)}, key=str)]
+
+    def _chain_rule_moves(self) -> list[Move]:
+        """The chain rule that names the available factor gradients."""
+        if not self.gradients:
+            return []
+        return [Move(f"Lemma {L.CHAIN_RULE.number} (name the factor gradients)",
+                     lambda d: d.apply(L.CHAIN_RULE, gradients=self.gradients))]
 
     # ---- the search -----------------------------------------------------------------------
     def run(self) -> Derivation:

@@ -80,7 +80,7 @@ class FactMatrix(MatrixSymbol):
         return Basic.__new__(cls, name, n, m, Tuple(*[Str(f) for f in sorted(set(facts))]))
 
     @property
-    def facts(self) -> frozenset:
+    def facts(self) -> frozenset[str]:
         return frozenset(f.name for f in self.args[3])
 
     def _eval_transpose(self):
@@ -116,7 +116,7 @@ class MatrixFunction(MatrixExpr):
         return self.args[0]
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[Expr, Expr]:
         return self.arg.shape
 
 
@@ -140,11 +140,11 @@ class _GramNode(_Derived):
         return Basic.__new__(cls, base, sympify(damping), _check_side(side))
 
     @property
-    def base(self):
+    def base(self) -> MatrixExpr:
         return self.args[0]
 
     @property
-    def damping(self):
+    def damping(self) -> Expr:
         return self.args[1]
 
     @property
@@ -152,15 +152,15 @@ class _GramNode(_Derived):
         return self.args[2].name
 
     @property
-    def size(self):
+    def size(self) -> Expr:
         return self.base.shape[1] if self.side == "right" else self.base.shape[0]
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[Expr, Expr]:
         return (self.size, self.size)
 
     @property
-    def facts(self):
+    def facts(self) -> frozenset[str]:
         return frozenset({SYMMETRIC, SPD})
 
     def gram(self) -> MatrixExpr:
@@ -238,11 +238,11 @@ class PolarFactor(_Derived):
     side = _GramNode.side
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[Expr, Expr]:
         return self.base.shape
 
     @property
-    def facts(self):
+    def facts(self) -> frozenset[str]:
         if self.damping != 0:
             return frozenset()
         needed = FULL_COLUMN_RANK if self.side == "right" else FULL_ROW_RANK
@@ -273,7 +273,7 @@ class HStack(MatrixExpr):
         return Basic.__new__(cls, *blocks)
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[Expr, Expr]:
         return (self.args[0].shape[0], sum((b.shape[1] for b in self.args), S.Zero))
 
     def _sympystr(self, printer):
@@ -290,7 +290,7 @@ class BlockDiag(MatrixExpr):
         return Basic.__new__(cls, *[_sympify(b) for b in blocks])
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[Expr, Expr]:
         return (sum((b.shape[0] for b in self.args), S.Zero), sum((b.shape[1] for b in self.args), S.Zero))
 
     def _eval_transpose(self):
@@ -310,15 +310,15 @@ class Projector(_Derived):
         return Basic.__new__(cls, _sympify(base))
 
     @property
-    def base(self):
+    def base(self) -> MatrixExpr:
         return self.args[0]
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[Expr, Expr]:
         return (self.base.shape[0], self.base.shape[0])
 
     @property
-    def facts(self):
+    def facts(self) -> frozenset[str]:
         return frozenset({SYMMETRIC})
 
     def _eval_transpose(self):
@@ -362,7 +362,7 @@ class RegularizedSylvester(_Derived):
         return a.T * a, b.T * b
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[Expr, Expr]:
         return self.rhs.shape
 
     def _sympystr(self, printer):
@@ -459,11 +459,11 @@ class IsotropicScale(_MatrixScalar):
         return Basic.__new__(cls, base, sympify(damping))
 
     @property
-    def base(self):
+    def base(self) -> MatrixExpr:
         return self.args[0]
 
     @property
-    def damping(self):
+    def damping(self) -> Expr:
         return self.args[1]
 
     def _sympystr(self, printer):

@@ -10,7 +10,18 @@ a rule's final formula: they are generic identities.
 """
 
 from derivations.engine.vocabulary import GramInvSqrt, NuclearNorm  # noqa: F401 (names the single-module lemmas re-exported)
-from derivations.lemmas import adjoint, blocks, chain_rule, descent, isometry, msign, ring, spectral, whitening
+from derivations.lemmas import (
+    adjoint,
+    blocks,
+    chain_rule,
+    counting,
+    descent,
+    isometry,
+    msign,
+    ring,
+    spectral,
+    whitening,
+)
 from derivations.lemmas.adjoint import (  # noqa: F401
     ADJOINT_MOVE,
     INNER_LINEARITY,
@@ -131,7 +142,7 @@ from derivations.lemmas.whitening import (
 )
 
 #: the family modules, in reading order
-FAMILY_MODULES = (descent, isometry, adjoint, whitening, msign, chain_rule, ring, blocks, spectral)
+FAMILY_MODULES = (descent, isometry, adjoint, whitening, msign, chain_rule, ring, blocks, spectral, counting)
 
 
 def collect(modules=FAMILY_MODULES) -> tuple:

@@ -1,0 +1,61 @@
+"""The symbolic upgrade of a numeric verdict: the two sides shown equal, or different, as rational
+functions of explicit small symbolic matrices (:mod:`derivations.engine.symbolic`), each proof under a
+time limit (``SIGALRM``; a proof that takes longer leaves the verdict numeric)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+from sympy import cancel
+
+from derivations.engine.symbolic import ExplicitModel, Unsupported, prove_equal
+
+SYMBOLIC_SECONDS = 2.0  # a symbolic proof that takes longer leaves the verdict numeric
+
+
+class _TimeUp(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds):
+    """Interrupt the block after ``seconds`` (main thread only; elsewhere it runs unbounded)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def handler(signum, frame):
+        raise _TimeUp
+
+    old = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _symbolic_equal(ref, cand, target) -> bool:
+    try:
+        with _time_limit(SYMBOLIC_SECONDS):
+            return prove_equal([(ref, cand)], target.symbolic_dims, target.definitions) == "proved"
+    except _TimeUp:
+        return False
+
+
+def _symbolic_different(ref, cand, target) -> bool:
+    model = ExplicitModel(target.symbolic_dims, target.definitions)
+    try:
+        with _time_limit(SYMBOLIC_SECONDS):
+            a, b = model.value(ref), model.value(cand)
+            if hasattr(a, "shape"):
+                return any(cancel(x - y) != 0 for x, y in zip(a, b, strict=False))
+            return cancel(a - b) != 0
+    except (Unsupported, ValueError, ZeroDivisionError, _TimeUp):
+        return False
+
+
+__all__ = ["SYMBOLIC_SECONDS"]
