@@ -24,7 +24,10 @@ import fcntl
 import os
 import stat
 import sys
-from typing import IO, NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 #: the one line a command prints when it was started with stdout closed (``sys.stdout is None``)
 STDOUT_CLOSED = "stdout is closed (the command was started with >&-); redirect it to a file or /dev/null instead"
@@ -185,7 +188,9 @@ class OneLineParser(argparse.ArgumentParser):
 
     def unrecognized(self, args) -> list[str]:
         """The arguments this parser does not know, found with every requirement switched off."""
-        switched = [a for a in (*self._actions, *self._mutually_exclusive_groups) if a.required]
+        candidates: list[argparse.Action | argparse._MutuallyExclusiveGroup] = [*self._actions,
+                                                                             *self._mutually_exclusive_groups]
+        switched = [a for a in candidates if a.required]
         for item in switched:
             item.required = False
         try:
@@ -196,7 +201,7 @@ class OneLineParser(argparse.ArgumentParser):
             for item in switched:
                 item.required = True
 
-    def print_help(self, file: IO[str] | None = None) -> None:
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
         """argparse's, except that a closed or full stdout is a usage error (exit 2): argparse drops the
         ``OSError`` of the write and exits 0."""
         if file is not None:

@@ -76,7 +76,7 @@ def product(*factors: Basic) -> Basic:
 
 def total(*terms: Basic) -> Basic:
     """Flattened sum without zero terms."""
-    flat = []
+    flat: list[Basic] = []
     for t in terms:
         flat.extend(t.args if isinstance(t, MatAdd) else [t])
     flat = [t for t in flat if not isinstance(t, ZeroMatrix)]

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import mpmath
 import numpy as np
@@ -71,10 +72,10 @@ class Problem:
     constraint: Expr
     budget: Expr
 
-    def parts(self):
+    def parts(self) -> tuple[Expr, Expr]:
         return (self.objective, self.constraint)
 
-    def with_parts(self, objective, constraint, variable=None):
+    def with_parts(self, objective: Expr, constraint: Expr, variable: MatrixSymbol | None = None) -> Problem:
         return replace(self, objective=objective, constraint=constraint,
                        variable=variable or self.variable)
 
@@ -87,10 +88,10 @@ class Solution:
     argmin: Expr
     value: Expr
 
-    def parts(self):
+    def parts(self) -> tuple[Expr, Expr]:
         return (self.argmin, self.value)
 
-    def with_parts(self, argmin, value, variable=None):
+    def with_parts(self, argmin: Expr, value: Expr, variable: MatrixSymbol | None = None) -> Solution:
         return replace(self, argmin=argmin, value=value, variable=variable or self.variable)
 
 
@@ -100,10 +101,10 @@ class Claim:
 
     expr: Expr
 
-    def parts(self):
+    def parts(self) -> tuple[Expr]:
         return (self.expr,)
 
-    def with_parts(self, expr, variable=None):
+    def with_parts(self, expr: Expr, variable: MatrixSymbol | None = None) -> Claim:
         return Claim(expr)
 
 
@@ -130,8 +131,8 @@ class Step:
     index: int
     kind: str
     lemma: L.Lemma
-    before: object
-    after: object
+    before: Problem | Solution | Claim
+    after: Problem | Solution | Claim
     conditions: list
     note: str = ""
     substitution: tuple | None = None
@@ -172,14 +173,15 @@ class _Failure(Exception):
 class Derivation:
     """A chain of checked steps from a problem (or an expression) to a result."""
 
-    def __init__(self, name: str, title: str, start, context: Context, *, statement: str = ""):
+    def __init__(self, name: str, title: str, start: Problem | Claim, context: Context, *, statement: str = ""):
         self.name = name
         self.title = title
         self.statement = statement
         self.start = start
-        self.state = start
+        self.state: Problem | Solution | Claim = start
         self.context = context
         self.steps: list[Step] = []
+        self.search_stats: dict[str, Any] | None = None  # set by derivations.engine.search.derive
         self._substitutions: list[tuple] = []  # (old variable, expression in the new variable)
         bad = context.problems()
         if bad:
@@ -198,7 +200,7 @@ class Derivation:
         self.state = after
         return self
 
-    def apply(self, lemma: L.Lemma, note: str = "", **params):
+    def apply(self, lemma: L.Lemma, note: str = "", **params: Any) -> Derivation:
         """Rewrite every part of the current state with ``lemma``."""
         if not isinstance(lemma, L.Lemma):
             raise DerivationError(f"{self.name} step {len(self.steps) + 1}: apply() takes a Lemma, got {lemma!r}")
@@ -232,7 +234,7 @@ class Derivation:
         return self._record(kind, lemma, self.state.with_parts(*parts),
                             list(dict.fromkeys(conditions)), note, params=params)
 
-    def change_variables(self, new: MatrixSymbol, factor: GramSqrt, side: str = "right", note: str = ""):
+    def change_variables(self, new: MatrixSymbol, factor: GramSqrt, side: str = "right", note: str = "") -> Derivation:
         """Lemma 4: ``Z = X C`` (right) or ``Z = C X`` (left) for the problem's variable ``X``."""
         where = self._where("change_of_variables", L.CHANGE_OF_VARIABLES)
         problem = self._need(Problem, "change variables", where)
@@ -265,7 +267,7 @@ class Derivation:
         self._substitutions.append((old, back))
         return self
 
-    def solve(self, note: str = "", lemma: L.Lemma | None = None):
+    def solve(self, note: str = "", lemma: L.Lemma | None = None) -> Derivation:
         """Steepest descent in a norm ball: ``min ⟨A, Z⟩ s.t. ‖Z‖ ≤ β`` for a norm of
         :data:`derivations.engine.norms.FAMILIES` (Lemma 1 for the operator norm; ``lemma`` may override,
         with a ``solution`` function), through the family's dual norm."""
@@ -288,7 +290,7 @@ class Derivation:
         argmin, value = lemma.solution(a, beta)
         return self._record("solve", lemma, Solution(z, argmin, value), [f"β = {beta} > 0"], note)
 
-    def back_substitute(self, note: str = ""):
+    def back_substitute(self, note: str = "") -> Derivation:
         """Undo every change of variables: the argmin in the original variable."""
         where = self._where("back_substitute", L.CHANGE_OF_VARIABLES)
         sol = self._need(Solution, "back-substitute", where)
@@ -312,7 +314,7 @@ class Derivation:
         return self.state
 
     @property
-    def result(self):
+    def result(self) -> Problem | Solution | Claim:
         return self.state
 
     @property
@@ -324,7 +326,7 @@ class Derivation:
             return self.state.expr
         raise DerivationError(f"{self.name}: no formula yet: the problem has not been solved")
 
-    def lemmas_used(self):
+    def lemmas_used(self) -> list[L.Lemma]:
         return list(dict.fromkeys(s.lemma for s in self.steps))
 
     def fingerprint(self) -> str:
@@ -358,7 +360,8 @@ class Derivation:
 
     def _check_step(self, step: Step, trials: int, mp: bool, rng=None, strict: bool = True) -> CheckResult:
         rng = rng if rng is not None else np.random.default_rng(step.index)
-        worst, count, subchecks = 0.0, 0, {}
+        worst, count = 0.0, 0
+        subchecks: dict[str, float] = {}
         mp_err = None
         try:
             for dims in self.context.check_dims:
@@ -437,7 +440,7 @@ class Derivation:
             raise _Failure("evaluation", f"{self._header(step, 'evaluation')}: could not evaluate at sizes "
                                          f"{size_label(sampler.dims)}: {type(exc).__name__}: {exc}") from None
 
-    def restricted_problem(self):
+    def restricted_problem(self) -> Problem | Solution | Claim:
         """The problem the result solves: the start, or the state after the last reduction step (a
         restriction to a stronger constraint, or an equal reformulation such as a concatenation)."""
         restricted = [s for s in self.steps if s.kind == "restrict" or getattr(s.lemma, "reduces", False)]

@@ -26,12 +26,13 @@ and JAX printers): adding one touched this file only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import mpmath
 import numpy as np
-from sympy import Symbol
-from sympy.matrices.expressions import MatrixSymbol
+from sympy import Basic, Expr, Symbol
+from sympy.matrices.expressions import MatrixExpr, MatrixSymbol
 
 from derivations import lemmas as L  # looked up when used: a planted lemma (tests) takes effect
 from derivations.engine.algebra import product, tidy
@@ -63,14 +64,14 @@ class NormFamily:
     key: str
     title: str
     norm: type  # Z -> scalar node ‖Z‖
-    dual_of: object  # A -> scalar expression ‖A‖_†
-    sharp_of: object  # A -> matrix expression A♯
+    dual_of: Callable[[Basic], Basic]  # A -> scalar expression ‖A‖_†
+    sharp_of: Callable[[Basic], Basic]  # A -> matrix expression A♯
     statement: str  # LaTeX
 
-    def matches(self, constraint) -> bool:
+    def matches(self, constraint: Basic) -> bool:
         return isinstance(constraint, self.norm)
 
-    def solve(self, a, beta):
+    def solve(self, a: MatrixExpr, beta: Expr) -> tuple[MatrixExpr, Expr]:
         """``(argmin, value)`` of ``min ⟨a, Z⟩ s.t. ‖Z‖ ≤ β``: ``(−β a♯, −β ‖a‖_†)``."""
         return tidy(product(-beta, self.sharp_of(a))), -beta * self.dual_of(a)
 
@@ -150,7 +151,7 @@ def duality_errors(family: NormFamily, a_value, beta: float, backend=None, rng=N
         rng = rng if rng is not None else np.random.default_rng(0)
         dual = float(ev(family.dual_of(A)))
         # probes: the sharp maps of every family at A (the extreme points that matter), then random
-        probes = [np.asarray(ev(f.sharp_of(A)), dtype=float) for f in FAMILIES] + [np.asarray(a_value, dtype=float)]
+        probes = [np.asarray(ev(f.sharp_of(A)), dtype=np.float64) for f in FAMILIES] + [np.asarray(a_value, dtype=np.float64)]
         probes += [rng.standard_normal((rows, cols)) * rng.choice([1.0, 1e-3, 1e3]) for _ in range(trials)]
         for y in probes:
             norm_y = float(NumericEvaluator({Y: y}, backend)(family.norm(Y)))

@@ -25,9 +25,11 @@ import copy
 import heapq
 import itertools
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
-from sympy import MatMul, S, srepr
+from sympy import Basic, MatMul, S, srepr
 from sympy.matrices.expressions import MatrixSymbol, Transpose
 
 from derivations import lemmas as L
@@ -59,7 +61,7 @@ class Move:
     """One candidate step: a label for reports and a function that applies it to a derivation."""
 
     label: str
-    run: object = field(repr=False)
+    run: Callable[..., Any] = field(repr=False)  # applied as run(derivation)
 
 
 def _fork(der: Derivation) -> Derivation:
@@ -117,7 +119,7 @@ class Searcher:
     """Best-first search from a problem to a checked solution (see the module docstring)."""
 
     def __init__(self, problem: Problem, context: Context, *, name: str, title: str, statement: str = "",
-                 available: set | None = None, max_expansions: int = 400, max_depth: int = 14,
+                 available: Iterable[Basic] | None = None, max_expansions: int = 400, max_depth: int = 14,
                  gradients: dict | None = None):
         self.problem, self.context = problem, context
         self.name, self.title, self.statement = name, title, statement
@@ -145,6 +147,7 @@ class Searcher:
         st = der.state
         if isinstance(st, Solution):
             return (st.variable != self.problem.variable) + len(self._unavailable(st.argmin))
+        st = cast(Problem, st)  # a search starts from a Problem: never a Claim
         z = st.variable
         h = 1 + (z != self.problem.variable)
         for part in (st.constraint, st.objective):
@@ -159,6 +162,7 @@ class Searcher:
         st = der.state
         if isinstance(st, Solution):
             return self._back_substitution_moves(der)
+        st = cast(Problem, st)  # a search starts from a Problem: never a Claim
         z, parts = st.variable, _parts(st)
         return [*self._solve_moves(st), *self._polar_substitution_moves(z, parts),
                 *self._change_of_variables_moves(der, z, parts), *self._rewrite_moves(z),
@@ -166,7 +170,7 @@ class Searcher:
 
     def _back_substitution_moves(self, der: Derivation) -> list[Move]:
         """A solution in a substituted variable: back to the original one."""
-        if der._substitutions and der.state.variable != self.problem.variable:
+        if der._substitutions and cast(Solution, der.state).variable != self.problem.variable:
             return [Move("back-substitute", lambda d: d.back_substitute())]
         return []
 
@@ -177,7 +181,8 @@ class Searcher:
             norms.ball_parts(st)
         except norms.NotABall:
             return []
-        return [Move(f"solve ({norms.family_of(st.constraint).key} ball)", _solve)]
+        family = norms.family_of(st.constraint)
+        return [Move(f"solve ({family.key if family else '?'} ball)", _solve)]
 
     def _polar_substitution_moves(self, z, parts) -> list[Move]:
         """``W = U C`` for every free matrix known to have full rank (or damped), either side."""
@@ -259,7 +264,7 @@ class Searcher:
 
     def _search(self, start: Derivation) -> list:
         counter = itertools.count()
-        frontier = [(self.estimate(start), 0, next(counter), start, ())]
+        frontier: list[tuple[int, int, int, Derivation, tuple]] = [(self.estimate(start), 0, next(counter), start, ())]
         seen = {self._key(start.state)}
         while frontier:
             *_, der, path = heapq.heappop(frontier)
@@ -333,7 +338,7 @@ def invariance_lemmas():
 
 
 def derive(problem: Problem, context: Context, *, name: str = "derived", title: str = "Derived update",
-           statement: str = "", available=None, gradients: dict | None = None,
+           statement: str = "", available: Iterable[Basic] | None = None, gradients: dict | None = None,
            max_expansions: int = 400) -> Derivation:
     """A checked derivation of ``problem`` found by best-first search over the lemmas.
 

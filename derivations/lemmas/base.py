@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from sympy import Basic
@@ -92,21 +93,25 @@ class Lemma:
     title: str
     statement: str  # LaTeX
     conditions: tuple = ()
-    rewrite: Callable = field(default=None, repr=False, compare=False)
-    identities: Callable = field(default=None, repr=False, compare=False)  # () -> ([Case | (lhs, rhs)], sampler)
-    check: Callable = field(default=None, repr=False, compare=False)  # (rng) -> {sub-check: error}
+    rewrite: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
+    identities: Callable[[], Any] | None = field(default=None, repr=False, compare=False)  # () -> ([Case | (lhs, rhs)], sampler)
+    check: Callable[..., dict] | None = field(default=None, repr=False, compare=False)  # (rng) -> {sub-check: error}
     algebraic: bool = False
     not_modelled: str = "uses facts the explicit symbolic model does not encode"
-    instance: Callable = field(default=None, repr=False, compare=False)
-    solution: Callable = field(default=None, repr=False, compare=False)
+    instance: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
+    solution: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
 
-    def apply(self, expr: Basic, **params):
+    def apply(self, expr: Basic, **params: Any) -> tuple[Basic, list[str]]:
         """Rewrite ``expr``; returns ``(new_expr, instantiated side conditions)``."""
+        if self.rewrite is None:
+            raise NotApplicable(f"lemma {self.number} ({self.title}) has no rewrite")
         new, conditions = self.rewrite(expr, **params)
         return new, conditions
 
-    def cases(self):
+    def cases(self) -> tuple[list[Case], Any]:
         """``([Case], sampler)`` of the self-check."""
+        if self.identities is None:
+            raise ValueError(f"lemma {self.number} ({self.title}) states no identities to check")
         raw, sampler = self.identities()
         return [c if isinstance(c, Case) else Case(*c) for c in raw], sampler
 
@@ -119,7 +124,8 @@ class Lemma:
         expression has the value of the original (``rewrite preserves value``). A context in which
         the rewrite declines is skipped; the bare one must fire.
         """
-        errors, failures = {}, []
+        errors: dict[str, float] = {}
+        failures: list = []
         if self.check is not None:
             for _ in range(trials):
                 for name, err in self.check(rng, self).items():

@@ -13,6 +13,7 @@ import ast
 import inspect
 import keyword
 import textwrap
+from typing import Any
 from dataclasses import dataclass, field
 
 from sympy import Add, Basic, Integer, Mul, Pow, Rational, S, Symbol, preorder_traversal
@@ -104,7 +105,7 @@ class EmittedFunction:
     shape_spec: dict = field(default_factory=dict)
 
     @property
-    def argument_names(self):
+    def argument_names(self) -> list[str]:
         return [m.name for m in self.inputs]
 
     def shapes(self) -> dict:
@@ -135,7 +136,7 @@ class DerivedOutput:
 
 def lemmas_used(functions) -> list:
     """Every lemma used by the derivations behind ``functions``, in first-use order."""
-    seen = {}
+    seen: dict[str, Any] = {}
     for fn in functions:
         for der in fn.derivations():
             for lemma in der.lemmas_used():
@@ -144,7 +145,7 @@ def lemmas_used(functions) -> list:
 
 
 def derivation_list(functions) -> list[Derivation]:
-    out = {}
+    out: dict[str, Derivation] = {}
     for fn in functions:
         for der in fn.derivations():
             out.setdefault(der.name, der)
@@ -170,7 +171,7 @@ class MatrixCodePrinter(Interpreter):
     rule_prefix = "_print_"
 
     @property
-    def printmethod(self) -> str:
+    def printmethod(self) -> str:  # type: ignore[override]  # a class attribute of Interpreter, derived here
         """The node method a target's printer calls, by SymPy's convention: ``JaxPrinter`` → ``_jaxcode``,
         ``NumpyPrinter`` → ``_numpycode``."""
         return f"_{type(self).__name__.removesuffix('Printer').lower()}code"
@@ -180,7 +181,7 @@ class MatrixCodePrinter(Interpreter):
     blocked_partners = False
 
     @property
-    def interpreter_name(self) -> str:
+    def interpreter_name(self) -> str:  # type: ignore[override]  # as printmethod
         """How failures name this printer (its class name)."""
         return type(self).__name__
 
@@ -230,7 +231,7 @@ class MatrixCodePrinter(Interpreter):
             if isinstance(a, Basic) and (getattr(a, "is_Matrix", False) or a.has(MatrixSymbol)):
                 self._count(a)
 
-    def _print(self, expr) -> str:
+    def _print(self, expr: Any, **kwargs: Any) -> str:
         if expr in self.temps:
             return self.temps[expr]
         if expr in self.groups:
