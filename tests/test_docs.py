@@ -280,6 +280,48 @@ def test_browser_renders_the_math_of_the_half_split_page(tmp_path):
     assert shot.stat().st_size > 10_000
 
 
+#: one page of each kind: a rule page, the lemma reference, the classics, a newcomer page, the
+#: command tour, the notation page, an API page
+PAGES_OF_EACH_KIND = ("rules/halfsplit.html", "lemmas.html", "classics.html", "getting_started.html",
+                      "commands.html", "notation.html", "api/derivations.html")
+#: markup that must never reach a reader: TeX outside typeset math, and reST that was not parsed
+RAW_MARKUP = re.compile(r"\\(?:frac|operatorname|mathrm|left|right|top|bar|tilde|epsilon|lambda|begin)\b"
+                        r"|[\^_]\{|:(?:math|ref|doc|func|class|mod|code):`|``|^\.\. [a-z-]+::|\\[()\[\]]",
+                        re.MULTILINE)
+
+
+def raw_markup(text: str) -> list[str]:
+    """Raw TeX or reST in rendered text (code blocks and typeset math removed first)."""
+    return sorted({m.group() for m in RAW_MARKUP.finditer(text)})
+
+
+def test_raw_markup_is_found_in_text_and_not_in_prose():
+    assert raw_markup("a step ^{-1/4} and :math:`x` and \\frac{1}{2}") == [":math:`", "\\frac", "^{"]
+    assert raw_markup("W_Q has full column rank; ε/2 and ‖X‖_op ≤ 1") == []
+
+
+def _rendered_text(dom: str) -> str:
+    dom = re.sub(r"(?is)<(pre|code)\b.*?</\1>", " ", dom)                    # code is shown as written
+    return html.unescape(_visible_text(dom))
+
+
+@needs_site
+@pytest.mark.parametrize("page", PAGES_OF_EACH_KIND)
+def test_browser_shows_no_raw_latex_or_rst_on_a_page_of_each_kind(page):
+    chromium = _chromium()
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it with apt-get; it could not here)")
+    path = (Path(SITE) / page).resolve()
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             "--host-resolver-rules=MAP * ~NOTFOUND", "--virtual-time-budget=60000", "--window-size=1280,1800"]
+    dom = subprocess.run([*flags, "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=240,
+                         check=True).stdout
+    if 'class="math' in path.read_text():
+        assert re.search(r'data-math-rendered="\d+"', dom), f"MathJax never finished typesetting {page}"
+    found = raw_markup(_rendered_text(dom))
+    assert not found, f"{page}: raw markup left in the rendered text: {found}"
+
+
 def test_every_public_name_of_the_real_packages_has_a_docstring():
     """The API-coverage rule of the full build, checked without building (catches it in the suite)."""
     missing = [name for package in ("derivations", "coeffsearch", "numerics") for name in public_api(package)

@@ -24,9 +24,12 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from docutils import nodes
+from docutils.parsers.rst import directives as rst_directives
+from sphinx.util.docutils import SphinxDirective
 from sphinx.util.fileutil import copy_asset
 
-from . import api, checks, classics, execute, proofs, schedules
+from . import api, checks, classics, commands, evidence, execute, notation, proofs, schedules
 
 MATHJAX_DIR = "mathjax"
 #: the parts of the MathJax distribution the site needs (the TeX-to-CHTML build and what it loads)
@@ -63,6 +66,40 @@ def _copy_assets(app, exc):
     copy_asset(str(_STATIC), str(Path(app.outdir) / "_static"))
 
 
+class details(nodes.General, nodes.Element):
+    """A foldable block: ``<details><summary>…</summary>…</details>`` in HTML, plain elsewhere."""
+
+
+def _visit_details_html(self, node):
+    self.body.append(f'<details class="workbench-details"><summary>{self.encode(node["summary"])}</summary>')
+
+
+def _depart_details_html(self, node):
+    self.body.append("</details>")
+
+
+def _visit_plain(self, node):
+    pass
+
+
+def _depart_plain(self, node):
+    pass
+
+
+class DetailsDirective(SphinxDirective):
+    """``.. workbench-details:: SUMMARY`` — its content folded under a one-line summary."""
+
+    has_content = True
+    required_arguments = 1
+    final_argument_whitespace = True
+    option_spec = {"class": rst_directives.class_option}
+
+    def run(self):
+        node = details(summary=self.arguments[0])
+        self.state.nested_parse(self.content, self.content_offset, node)
+        return [node]
+
+
 def setup(app):
     app.add_config_value("workbench_rule_modules", [], "env")
     app.add_config_value("workbench_api_packages", [], "env")
@@ -70,6 +107,15 @@ def setup(app):
     app.add_config_value("workbench_band_challenge",
                          {"steps": 5, "band": [0.7, 1.3], "lowers": ["1e-2", "1e-3"], "upper": "1"}, "env")
 
+    app.add_node(details, html=(_visit_details_html, _depart_details_html), latex=(_visit_plain, _depart_plain),
+                 text=(_visit_plain, _depart_plain), man=(_visit_plain, _depart_plain),
+                 texinfo=(_visit_plain, _depart_plain))
+    app.add_directive("workbench-details", DetailsDirective)
+    app.add_directive("symbol-table", notation.SymbolTableDirective)
+    app.add_directive("command-tour", commands.CommandTourDirective)
+    app.add_directive("command-output", commands.CommandOutputDirective)
+    app.add_directive("other-rules", proofs.OtherRulesDirective)
+    app.add_directive("other-listings", proofs.OtherListingsDirective)
     app.add_directive("derivation", proofs.DerivationDirective)
     app.add_directive("rule-derivations", proofs.RuleDerivationsDirective)
     app.add_directive("emitted-functions", proofs.EmittedFunctionsDirective)
@@ -89,6 +135,7 @@ def setup(app):
     app.connect("env-check-consistency", checks.check_consistency)
     app.connect("build-finished", schedules.stop_band_challenge)
     app.connect("build-finished", _copy_assets)
+    app.connect("build-finished", evidence.write_evidence)
     app.connect("build-finished", checks.check_site, priority=900)
     app.add_css_file("workbench.css")
     app.add_js_file("math-ready.js", loading_method="defer")

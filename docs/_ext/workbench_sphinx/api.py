@@ -33,10 +33,20 @@ def auto_directive(obj) -> str:
     return "autodata"
 
 
+#: a constant whose repr is longer than this is documented without its value (its docstring or the
+#: module's text says what it holds): a 2,000-character repr is noise, not documentation
+MAX_VALUE_REPR = 120
+
+
 def entries(names) -> list[str]:
     lines = []
     for name in names:
-        lines += [f".. {auto_directive(resolve(name))}:: {name}", ""]
+        obj = resolve(name)
+        directive = auto_directive(obj)
+        lines += [f".. {directive}:: {name}"]
+        if directive == "autodata" and len(repr(obj)) > MAX_VALUE_REPR:
+            lines += ["   :no-value:"]
+        lines += [""]
     return lines
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from sphinx.util.docutils import SphinxDirective
 
 from . import rst
+from .notation import condition_rst
 from .objects import FailedDerivation, catalogue
 
 
@@ -28,31 +29,29 @@ def _lemma(lemma, documented) -> str:
     return rst.text(f"Lemma {lemma.number}: {lemma.title}")
 
 
-def classic_derivation_rst(der, documented) -> list[str]:
+def classic_derivation_rst(der, documented, classic_title: str = "") -> list[str]:
     """One classic derivation: start, steps (lemma, side conditions, check) and result."""
     from derivations.printing.latex import latex
 
-    from .proofs import check_lines
-    out = [rst.text(der.title), "~" * (len(rst.text(der.title)) + 4), "",
-           f"{rst.literal(der.name)} — {rst.text(der.statement)}.", "", "**Starting from**", "",
-           *rst.math_block(latex(der.start.expr))]
+    from .notation import tidy_latex
+    from .proofs import check_details, evidence_line
+    out = [] if der.title == classic_title else [rst.text(der.title), "~" * (len(rst.text(der.title)) + 4), ""]
+    out += [f"{rst.literal(der.name)} — {condition_rst(der.statement)}.", "", "**Starting from**", "",
+            *rst.math_block(tidy_latex(latex(der.start.expr)))]
     for step in der.steps:
         rel = r"\le" if step.kind == "bound" else "="
-        note = f" — {rst.text(step.note)}" if step.note else ""
-        item = [f"**Step {step.index}** ({rst.text(step.kind)}): {_lemma(step.lemma, documented)}{note}.", "",
-                *rst.math_block(rf"{rel}\ {latex(step.after.expr)}")]
-        if step.conditions:
-            item += ["Side conditions discharged:", ""] + [f"* {rst.text(c)}" for c in step.conditions] + [""]
-        else:
-            item += ["Side conditions discharged: none.", ""]
+        note = f" — {condition_rst(step.note)}" if step.note else ""
+        item = [f"**Step {step.index}** · {_lemma(step.lemma, documented)}{note}.", "",
+                *rst.math_block(rf"{rel}\ {tidy_latex(latex(step.after.expr))}")]
+        details = check_details(step, der)
         if step.kind == "bound":
-            item += [f"* {rst.text('How: both sides evaluated on random instances; the step holds when before ≤ after.')}"]
-            item += check_lines(step, der, "classics")[1:3] + [""]
-        else:
-            item += ["Check:", "", *check_lines(step, der, "classics"), ""]
+            details = [f"* {rst.text('How: both sides evaluated on random instances; the step holds when before ≤ after.')}"]
+        if step.conditions:
+            details = ["* Discharged: " + "; ".join(condition_rst(c) for c in step.conditions) + ".", *details]
+        item += [f".. workbench-details:: Evidence: {evidence_line(step)}", "", *rst.indent(details), ""]
         out += [".. container:: workbench-step", "", *rst.indent(item)]
     relation = r"\le" if any(s.kind == "bound" for s in der.steps) else "="
-    out += ["**Result**", "", *rst.math_block(rf"{latex(der.start.expr)} {relation} {latex(der.formula)}"),
+    out += ["**Result**", "", *rst.math_block(tidy_latex(rf"{latex(der.start.expr)} {relation} {latex(der.formula)}")),
             f"Cross-check a hand formula against it: {rst.literal(f'python -m derivations.crosscheck {der.name} FORMULA')}.",
             ""]
     return out
@@ -64,7 +63,8 @@ class ClassicsDirective(SphinxDirective):
     def run(self):
         from .proofs import mark_rendered
         documented = {lem.key for lem in catalogue(self.config).lemmas()}
-        lines = []
+        from .proofs import legend
+        lines = legend()
         for classic in classics():
             holds, evidence = classic.check()
             if not holds:
@@ -72,8 +72,8 @@ class ClassicsDirective(SphinxDirective):
             mark_rendered(self.env, "classic", classic.name)
             title = rst.text(classic.title)
             lines += [f".. _classic-{rst.label(classic.name)}:", "", title, "-" * (len(title) + 4), "",
-                      f"{rst.literal(classic.name)}: {rst.text(classic.statement)}", "",
-                      f"**Checked while these pages were built:** holds — {rst.text(evidence)}.", ""]
+                      f"{rst.literal(classic.name)}: {condition_rst(classic.statement)}", "",
+                      f"**Checked while these pages were built:** holds — {condition_rst(evidence)}.", ""]
             for der in classic.derivations():
-                lines += classic_derivation_rst(der, documented)
+                lines += classic_derivation_rst(der, documented, classic.title)
         return rst.parse(self, lines)

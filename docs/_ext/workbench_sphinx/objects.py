@@ -1,16 +1,16 @@
 """The live objects the pages are printed from: rule modules, their derivations, lemmas, schedules.
 
 Nothing here is cached on disk. Each rule module is imported and its derivations are built once
-per Sphinx process; building a derivation runs the checks the engine records for every step, so
-a step whose check fails stops the build (the message names the derivation). The pages show
-those recorded checks instead of re-running ``--check``.
+per Sphinx process; building a derivation runs the float64 checks the engine records for every
+step, and the docs then run each step's mpmath check at 50 digits (a few seconds for every rule),
+so a step whose check fails stops the build (the message names the derivation).
 """
 
 from __future__ import annotations
 
 import importlib
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from sphinx.errors import ExtensionError
@@ -92,7 +92,24 @@ def _load_rule(module_path: str) -> RuleEntry:
                                f"{type(exc).__name__}: {first}") from exc
     for der in ders:
         _check_recorded(der, module_path)
+        with_mpmath(der, module_path)
     return RuleEntry(module, rule, ders, functions)
+
+
+def with_mpmath(der, module_path: str):
+    """Run every step's 50-digit check now (building a derivation runs only float64) and keep the
+    recorded float64 evidence; a step that fails at 50 digits stops the build, naming it."""
+    if any(step.check.mpmath_error is not None for step in der.steps) or not der.context.mpmath_dims:
+        return
+    recorded = [step.check for step in der.steps]
+    try:
+        fresh = der.check(trials=0, mp=True, seed=0)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise FailedDerivation(f"derivation {der.name} (module {module_path}) fails its 50-digit check: "
+                               f"{first}") from exc
+    for step, old, new in zip(der.steps, recorded, fresh, strict=True):
+        step.check = replace(old, mpmath_error=new.mpmath_error)
 
 
 class Catalogue:

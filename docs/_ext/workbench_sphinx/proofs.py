@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -22,7 +23,11 @@ from docutils.parsers.rst import directives
 from sphinx.util.docutils import SphinxDirective
 
 from . import rst
+from .notation import condition_rst, docstring_rst, symbol_lines, symbols_in, tidy_latex
 from .objects import catalogue
+
+#: the folder of the built site that holds each rule module's evidence at full precision
+EVIDENCE_DIR = "evidence"
 
 # ---- labels --------------------------------------------------------------------------------
 
@@ -95,29 +100,75 @@ def symbolic_status(status: str, der) -> str:
     return status if ("size" in status or not at) else f"{status}{at}"
 
 
-def check_lines(step, der, rule_name: str) -> list[str]:
-    """The evidence recorded for one step, stated as what was measured."""
-    from derivations.engine import derivation as engine
+def _f64_sizes(der) -> str:
+    return "; ".join(_sizes(d) for d in getattr(der.context, "check_dims", []))
+
+
+def short_symbolic(status: str) -> str:
+    """The symbolic verdict in a few words (the legend says what each means)."""
+    if status == "proved" or status.startswith("verified"):
+        return "exact"
+    if status.startswith("n/a: certified by duality"):
+        return "n/a (duality certificate)"
+    if status.startswith("n/a"):
+        return "n/a"
+    if status.startswith("not modelled"):
+        return "not modelled"
+    if status == "numeric only":
+        return "numeric only"
+    return status.split(":")[0]
+
+
+def _rounded(x: float) -> str:
+    """One significant digit for display (the evidence JSON keeps every digit); exact zero is 0."""
+    return "0" if x == 0 else f"{x:.0e}"
+
+
+def evidence_line(step) -> str:
+    """One line of evidence for a step: float64, mpmath at 50 digits, symbolic (rounded for display)."""
     check = step.check
-    ftol = getattr(engine, "FLOAT64_TOL", None)
+    mp = "not run" if check.mpmath_error is None else _rounded(check.mpmath_error)
+    return (f"float64 {_rounded(check.float64_error)} ({check.trials} instances) · mpmath {mp} · "
+            f"symbolic {short_symbolic(check.symbolic)}")
+
+
+def check_details(step, der) -> list[str]:
+    """The details behind the evidence line: every sub-check and the full symbolic verdict."""
+    check = step.check
+    lines = [f"* {rst.text('How: ' + _KIND.get(step.kind, step.kind.replace('_', ' ') + ' step') + '.')}"]
+    subchecks = getattr(check, "subchecks", None) or {}
+    if subchecks and list(subchecks) != ["before = after"]:
+        lines.append("* " + rst.text("Worst error of each sub-check: "
+                                     + ", ".join(f"{k} {float(v):.1e}" for k, v in subchecks.items()) + "."))
+    lines.append(f"* {rst.text('Symbolic: ' + symbolic_status(check.symbolic, der) + '.')}")
+    return lines
+
+
+def check_lines(step, der, rule_name: str) -> list[str]:
+    """The evidence recorded for one step: the one-line summary, then the details."""
+    return [f"* {rst.text('Evidence: ' + evidence_line(step) + '.')}", *check_details(step, der)]
+
+
+def legend(der_or_none=None, json_href: str | None = None) -> list[str]:
+    """How to read a step's evidence line: said once per page."""
+    from derivations.engine import derivation as engine
+    ftol = getattr(engine, "FLOAT64_TOL", 1e-9)
     mtol = getattr(engine, "MPMATH_TOL", None)
     digits = getattr(engine, "MPMATH_DPS", 50)
-    sizes = "; ".join(_sizes(d) for d in getattr(der.context, "check_dims", []))
-    what = _KIND.get(step.kind, f"{step.kind} step")
-    f64 = (f"float64 — worst relative residual {check.float64_error:.1e} over {check.trials} random "
-           f"instances" + (f" (sizes {sizes})" if sizes else "") + (f", tolerance {ftol:.0e}" if ftol else ""))
-    if check.mpmath_error is None:
-        mp = (f"mpmath at {digits} digits — not run when the derivation is built; "
-              f"python -m derivations.{rule_name} --check runs it")
-    else:
-        mp = f"mpmath at {digits} digits — residual {check.mpmath_error:.1e}" + (f", tolerance {mtol:.0e}" if mtol else "")
-    subchecks = getattr(check, "subchecks", None) or {}
-    if subchecks:
-        f64 += "; worst error of each sub-check: " + ", ".join(f"{k} {float(v):.1e}" for k, v in subchecks.items())
-    return [f"* {rst.text('How: ' + what + '.')}",
-            f"* {rst.text(f64 + '.')}",
-            f"* {rst.text(mp + '.')}",
-            f"* {rst.text('symbolic — ' + symbolic_status(check.symbolic, der) + '.')}"]
+    kinds = "; ".join(f"*{rst.text(kind.replace('_', ' '))}*: {rst.text(how)}" for kind, how in _KIND.items())
+    lines = [".. rst-class:: workbench-legend", "",
+             (f"**Reading a step.** Each step names the lemma it applies (a link to the lemma reference), shows "
+              f"the expression it leads to, and one evidence line that unfolds into the side conditions the step "
+              f"discharged and how it was checked: "
+              f"*float64* — the worst relative residual over random instances (tolerance {ftol:.0e}); "
+              f"*mpmath* — the residual at {digits} digits on one instance, computed while this page was built"
+              + (f" (tolerance {mtol:.0e})" if mtol else "") + "; *symbolic* — *exact*: the two sides agree "
+              "as rational functions of the entries of explicit symbolic matrices at the sizes given (an identity "
+              "at those sizes, not a proof for every size); *not modelled*: numeric evidence only; *n/a*: a solve "
+              "or restriction step, certified by duality or checked as an inequality. Numbers are rounded for "
+              "display. How each kind of step is checked — " + kinds + (f"; every number at full precision: `evidence JSON <{json_href}>`__." if json_href
+                                    else ".")), ""]
+    return lines
 
 
 def side_conditions(der) -> list[str]:
@@ -133,34 +184,53 @@ def lemma_ref(lemma) -> str:
     return rst.ref(f"Lemma {lemma.number}: {lemma.title}", lemma_label(lemma.key))
 
 
+def tex(text: str) -> str:
+    return tidy_latex(text)
+
+
 def derivation_rst(der, rule_name: str, heading: str = "-") -> list[str]:
-    """Theorem and proof of one derivation."""
+    """Theorem and proof of one derivation (the page's legend explains the evidence lines)."""
     _, state_latex = _latex()
     title = der.title
     conds = side_conditions(der)
     out = [f".. _{derivation_label(der.name)}:", "", rst.text(title), heading * (len(rst.text(title)) + 4), ""]
-    out += [f".. prf:theorem:: {rst.text(title)}", f"   :label: theorem-{rst.label(der.name)}", ""]
-    body = [f"{rst.literal(der.name)} — {rst.text(der.statement or title)}.", "",
-            "**Starting from**", "", *rst.math_block(state_latex(der.start)),
+    out += [".. prf:theorem::", "   :nonumber:", f"   :label: theorem-{rst.label(der.name)}", ""]
+    body = [f"{rst.literal(der.name)} — {condition_rst(der.statement or title)}.", "",
+            "**Starting from**", "", *rst.math_block(tex(state_latex(der.start))),
             "**Side conditions**", ""]
-    body += [f"* {rst.text(c)}" for c in conds] or ["* none"]
-    body += ["", "**Result**", "", *rst.math_block(theorem_result(der)),
+    body += [f"* {condition_rst(c)}" for c in conds] or ["* none"]
+    body += ["", "**Result**", "", *rst.math_block(tex(theorem_result(der))),
              f"Fingerprint {rst.literal(der.fingerprint())} (a hash of the start and every step's result).", ""]
     out += rst.indent(body) + [".. prf:proof::", ""]
-    proof = [(f"The chain of {len(der.steps)} recorded steps below leads from the start to the result; "
-             "every step was checked when the derivation was built."), ""]
+    sizes = _f64_sizes(der)
+    mp_sizes = _sizes(getattr(der.context, "mpmath_dims", {}) or {})
+    sym_sizes = _sizes(getattr(der.context, "symbolic_dims", {}) or {})
+    proof = [rst.text(f"{len(der.steps)} steps, each checked: float64 at sizes {sizes or 'of the context'}"
+                      + (f"; mpmath at {mp_sizes}" if mp_sizes else "")
+                      + (f"; symbolic model at {sym_sizes}" if sym_sizes else "") + "."), ""]
     for step in der.steps:
-        note = f" — {rst.text(step.note)}" if step.note else ""
-        item = [f"**Step {step.index}** ({rst.text(step.kind.replace('_', ' '))}): {lemma_ref(step.lemma)}{note}.",
-                "", *rst.math_block(r"\Longrightarrow\ " + state_latex(step.after))]
-        if step.conditions:
-            item += ["Side conditions discharged:", ""] + [f"* {rst.text(c)}" for c in step.conditions] + [""]
-        else:
-            item += ["Side conditions discharged: none.", ""]
-        item += ["Check:", "", *check_lines(step, der, rule_name), ""]
+        note = f" — {condition_rst(step.note)}" if step.note else ""
+        item = [f"**Step {step.index}** · {lemma_ref(step.lemma)}{note}.", "",
+                *rst.math_block(r"\Longrightarrow\ " + tex(state_latex(step.after)))]
+        folded = (["* Discharged: " + "; ".join(condition_rst(c) for c in step.conditions) + "."]
+                  if step.conditions else []) + check_details(step, der)
+        item += [f".. workbench-details:: Evidence: {evidence_line(step)}", "", *rst.indent(folded), ""]
         proof += [".. container:: workbench-step", "", *rst.indent(item)]
     out += rst.indent(proof)
     return out
+
+
+def rule_symbols(entry) -> list[str]:
+    """The "Symbols on this page" legend: every symbol of :data:`notation.SYMBOLS` the page shows."""
+    _, state_latex = _latex()
+    texts = []
+    for der in entry.derivations:
+        texts.append(tex(state_latex(der.start)))
+        texts += [tex(state_latex(step.after)) for step in der.steps]
+    keys = symbols_in(texts)
+    if not keys:
+        return []
+    return [".. rst-class:: workbench-legend", "", "**Symbols on this page.**", "", *symbol_lines(keys)]
 
 
 # ---- directives ----------------------------------------------------------------------------
@@ -195,6 +265,8 @@ class RuleDerivationsDirective(SphinxDirective):
                  f"Command line: {rst.literal(f'python -m derivations.{entry.name} --emit jax|numpy|latex|text')} "
                  f"and {rst.literal(f'python -m derivations.{entry.name} --check')}. Derivations on this page: "
                  + ", ".join(rst.literal(d.name) for d in entry.derivations) + ".", ""]
+        depth = "../" * self.env.docname.count("/")
+        lines += legend(json_href=f"{depth}{EVIDENCE_DIR}/{entry.name}.json") + rule_symbols(entry)
         for der in entry.derivations:
             home = cat.home(der)
             if home != entry.name:
@@ -241,7 +313,12 @@ class EmittedFunctionsDirective(SphinxDirective):
         derived = {fn.name: fn for fn in entry.functions}
         lines = [(f"Generated by {rst.literal(f'python -m derivations.{entry.name} --emit jax')}; the full module, "
                  f"as emitted when these pages were built: :doc:`{listing_doc(entry.name)}`."), ""]
-        for name, signature, doc in public_functions(entry, source):
+        functions = public_functions(entry, source)
+        shared = shared_paragraphs([doc for _, _, doc in functions])
+        if shared:
+            lines += ["**Notes shared by every function below.**", "", ".. rst-class:: workbench-doc", "",
+                      *rst.literal_block("\n\n".join(shared), "text")]
+        for name, signature, doc in functions:
             lines += [rst.text(name), "~" * (len(rst.text(name)) + 4), "", *rst.literal_block(signature, "python")]
             fn = derived.get(name)
             if fn is not None:
@@ -249,9 +326,25 @@ class EmittedFunctionsDirective(SphinxDirective):
                                  if hasattr(der, "steps"))
                 if refs:
                     lines += [f"Printed from the derivations {refs}.", ""]
-            if doc:
-                lines += rst.literal_block(doc, "text")
+            own = [p for p in _paragraphs(doc) if p not in shared]
+            if own:
+                lines += [".. rst-class:: workbench-doc", "", *rst.literal_block("\n\n".join(own), "text")]
         return rst.parse(self, lines)
+
+
+def _paragraphs(doc: str) -> list[str]:
+    return [p.strip("\n") for p in doc.split("\n\n") if p.strip()]
+
+
+def shared_paragraphs(docs) -> list[str]:
+    """Docstring paragraphs that two or more functions repeat word for word (shown once)."""
+    if len(docs) < 2:
+        return []
+    counts: dict = {}
+    for doc in docs:
+        for p in dict.fromkeys(_paragraphs(doc)):
+            counts[p] = counts.get(p, 0) + 1
+    return [p for p, n in counts.items() if n >= 2]
 
 
 class EmittedListingDirective(SphinxDirective):
@@ -296,10 +389,10 @@ def self_check_description(lemma) -> list[str]:
     if check is not None:
         doc = _doc_paragraphs(check)
         what = doc[0] if doc else f"the lemma's own numerical check ({check.__name__}) of the statement above"
-        return [rst.text("A dedicated numerical check: " + what), ""]
+        return [docstring_rst("A dedicated numerical check: " + what), ""]
     if getattr(lemma, "identities", None) is None:
         doc = _doc_paragraphs(lemma.self_check)
-        return [rst.text(doc[0]), ""] if doc else []
+        return [docstring_rst(doc[0]), ""] if doc else []
     pairs, sampler = _cases(lemma)
     dims = getattr(sampler, "dims", {}) or {}
     method = _doc_paragraphs(type(lemma).self_check)
@@ -344,10 +437,10 @@ class LemmaReferenceDirective(SphinxDirective):
             mark_rendered(self.env, "lemma", lemma.key)
             head = f"Lemma {lemma.number}: {lemma.title}"
             lines += [f".. _{lemma_label(lemma.key)}:", "", rst.text(head), "-" * (len(rst.text(head)) + 4), "",
-                      f".. prf:lemma:: {rst.text(lemma.title)}", f"   :label: prf-{lemma_label(lemma.key)}", ""]
-            body = [f"Key {rst.literal(lemma.key)}.", "", *rst.math_block(lemma.statement)]
+                      ".. prf:lemma::", "   :nonumber:", f"   :label: prf-{lemma_label(lemma.key)}", ""]
+            body = [f"Key {rst.literal(lemma.key)}.", "", *rst.math_block(tidy_latex(lemma.statement))]
             conds = getattr(lemma, "conditions", ()) or ()
-            body += (["**Side conditions**", ""] + [f"* {rst.math(c)}" for c in conds] + [""]
+            body += (["**Side conditions**", ""] + [f"* {rst.math(tidy_latex(c))}" for c in conds] + [""]
                      if conds else ["No side conditions.", ""])
             lines += rst.indent(body)
             lines += ["**Self-check.**", "", *self_check_description(lemma), *self_check_result(lemma, rng)]
@@ -356,4 +449,53 @@ class LemmaReferenceDirective(SphinxDirective):
                 lines += ["**Used by** " + ", ".join(rst.ref(d.name, derivation_label(d.name)) for d in users) + ".", ""]
             else:
                 lines += ["Not used by any derivation of the rule modules.", ""]
+        return rst.parse(self, lines)
+
+
+# ---- rule modules without a page of their own ------------------------------------------------
+
+
+def pageless_rules(env, cat, folder: str) -> list:
+    """Registered rule modules with no ``<folder>/<name>.rst`` page (found, not listed by hand)."""
+    return [entry for entry in cat.rules.values() if not (Path(env.srcdir) / folder / f"{entry.name}.rst").is_file()]
+
+
+class OtherRulesDirective(SphinxDirective):
+    """``.. other-rules::`` — every rule module without its own page under ``rules/``: its
+    derivations and emitted functions, so a new rule module is documented before anyone writes a page."""
+
+    has_content = False
+
+    def run(self):
+        cat = catalogue(self.config)
+        lines = []
+        for entry in pageless_rules(self.env, cat, "rules"):
+            title = rst.text(entry.rule.title or entry.name)
+            lines += [title, "-" * (len(title) + 4), "", f".. rule-derivations:: {entry.name}", ""]
+            if entry.functions:
+                lines += [f".. emitted-functions:: {entry.name}", ""]
+            else:
+                mark_rendered(self.env, "emitted", entry.name)
+                mark_rendered(self.env, "listing", entry.name)
+                lines += [rst.text(f"The rule module {entry.name} emits no functions."), ""]
+        if not lines:
+            lines = ["Every rule module has its own page.", ""]
+        return rst.parse(self, lines)
+
+
+class OtherListingsDirective(SphinxDirective):
+    """``.. other-listings::`` — the emitted module of every rule module without a listing page."""
+
+    has_content = False
+
+    def run(self):
+        cat = catalogue(self.config)
+        lines = []
+        for entry in pageless_rules(self.env, cat, "listings"):
+            if not entry.functions:
+                continue
+            title = rst.text(f"{entry.name}: the emitted JAX module")
+            lines += [title, "-" * (len(title) + 4), "", f".. emitted-listing:: {entry.name}", ""]
+        if not lines:
+            lines = ["Every emitted module has its own listing page.", ""]
         return rst.parse(self, lines)

@@ -15,6 +15,14 @@ def text(s: str) -> str:
     return _SPECIAL.sub(r"\\\1", " ".join(str(s).split()))
 
 
+def text_keep_spaces(s: str) -> str:
+    """Like :func:`text`, keeping one leading and one trailing space (a piece of a longer line)."""
+    s = str(s)
+    lead = " " if s[:1].isspace() else ""
+    tail = " " if s[-1:].isspace() and s.strip() else ""
+    return lead + text(s) + tail if s.strip() else (" " if s else "")
+
+
 def literal(s: str) -> str:
     """Inline code; the content cannot end the literal early."""
     s = " ".join(str(s).split())

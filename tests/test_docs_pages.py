@@ -1,0 +1,174 @@
+"""The newcomer pages and the readability of the proof pages (issue 23).
+
+Fast tests of the docs extension's pieces (side conditions typeset as math, internal symbol names
+replaced, command discovery), of the hand-written pages (every code block is executed at build time
+or checked here), and one small Sphinx build of a rule page with its 50-digit evidence, folded
+details and command output. The full site is tested by tests/test_docs.py after .ci/run builds it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tomllib
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("sphinx", reason="the docs extra is not installed (pip install -e '.[docs]')")
+from sphinx.errors import SphinxError
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+sys.path.insert(0, str(DOCS / "_ext"))
+
+from workbench_sphinx import commands, notation, objects, rst  # noqa: E402 (found through the sys.path entry)
+
+from tests.test_docs import _plain, build  # noqa: E402 (the small-project builder of the docs tests)
+
+#: side conditions as the engine records them (from halfsplit, gqa, hybrid_ov, joint, the classics)
+CONDITIONS = [
+    "W_K = U_K C_K with C_K = (W_KᵀW_K)^1/2 (full column rank, λ = 0)",
+    "G_K = G_M.T*W_Q (chain rule through M)",
+    "G_K = G_Mbar.T*W_Qbar (chain rule through M)",
+    "β = epsilon/(2*G) > 0",
+    "S S**(-1) = I (S invertible)",
+    "(C_K*W_Q.T*W_Q*C_K)^(1/4) invertible (a power of an SPD matrix)",
+    "U_P_V = W C⁻¹ with W = P_V (full column rank or λ > 0)",
+    "every block X_i = E_iᵀ X (rows) or X E_i (columns) with E_i a selection of orthonormal columns, so "
+    "‖X_i‖_op ≤ ‖X‖_op: the stacked constraint implies every per-block one",
+    "the blocks are side by side with equal row counts: [A_1 B_1ᵀ | A_2 B_2ᵀ] = [A_1 | A_2] blockdiag(B_1, B_2)ᵀ "
+    "and Σ_i ⟨G_i, X_i⟩ = ⟨[G_1 | G_2], [X_1 | X_2]⟩",
+    "A_0 = R_0: both start at the Gram matrix of X_0 and follow R_(t+1) = q_t(R_t) R_t q_t(R_t) (Lemma GG)",
+]
+#: what must never reach a reader outside math: SymPy's operators and the engine's internal names
+ASCII_MATH = re.compile(r"\.T\b|\*|\^\d|\^\(|[A-Z]_[A-Za-z]|bar\b")
+
+
+def prose_outside_math(rst_text: str) -> str:
+    return re.sub(r"\\(.)", r"\1", re.sub(r":math:`[^`]*`", " ", rst_text))   # reST escapes removed
+
+
+def balanced(tex: str) -> bool:
+    depth = 0
+    for ch in tex.replace(r"\{", "").replace(r"\}", ""):
+        depth += (ch == "{") - (ch == "}")
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+@pytest.mark.parametrize("condition", CONDITIONS)
+def test_side_conditions_are_typeset_as_math(condition):
+    out = notation.condition_rst(condition)
+    assert not ASCII_MATH.search(prose_outside_math(out)), out
+    maths = re.findall(r":math:`([^`]*)`", out)
+    assert maths and all(balanced(m) for m in maths), out
+    assert not re.search(r"Qbar|Mbar|P_V\b", " ".join(maths)), out
+    # what the pages did before: the condition escaped as text (the planted mistake this test catches)
+    assert ASCII_MATH.search(prose_outside_math(rst.text(condition)))
+
+
+def test_internal_names_become_the_papers_notation():
+    tidy = notation.tidy_latex
+    assert tidy(r"W_{Qbar}^{\top} G_{Mbar}") == r"\bar{W}_{Q}^{\top} \bar{G}_{M}"
+    assert tidy(r"G_{Mheads} P_{V}") == r"\tilde{G}_{M} P_{V}"
+    assert tidy(r"Z_{o_side} + C_{P_V}") == r"Z_{O} + C_{P_{V}}"
+    assert tidy(r"A + - \frac{\epsilon}{2} B") == r"A - \frac{\epsilon}{2} B"
+    assert tidy(r"W_{Q} C_{K}^{-1}") == r"W_{Q} C_{K}^{-1}"             # ordinary names untouched
+
+
+def test_symbols_are_found_in_the_displayed_math():
+    keys = notation.symbols_in([r"\bar{W}_{Q} \tilde{G}_{M} P_{V}", r"C_{K}^{-1}"])
+    assert {"Qbar", "Mheads", "P_V", "C_K"} <= set(keys) and "W_O" not in keys
+
+
+def test_every_command_is_discovered_and_its_subcommands_read_from_usage():
+    from derivations import registry
+    found = commands.discover()
+    assert {"coeffsearch", "derivations.crosscheck", "derivations.regenerate", "numerics.train"} <= set(found)
+    assert {f"derivations.{name}" for name in registry.rule_names()} <= set(found)
+    assert not any(".emitted" in name or name.endswith("__main__") for name in found)
+    usage = "usage: python -m coeffsearch [-h] {minimax,band,certify} ...\n\npositional arguments:"
+    assert commands.subcommands(usage) == ["minimax", "band", "certify"]
+    assert commands.subcommands("usage: x [--emit {jax,numpy}] [--check]\n\n") == []   # an option's choices
+
+
+def _hand_pages():
+    return [p for p in DOCS.rglob("*.rst") if "_build" not in p.parts]
+
+
+def test_every_code_block_of_the_pages_runs_or_is_checked():
+    """Python on a page is an ``.. executed::`` block (run at build time); shell blocks may only
+    install, and what they install is checked here; every ``python -m`` named on a page exists."""
+    known = set(commands.discover()) | {"sphinx", "pytest", "pip", "venv"}
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for page in _hand_pages():
+        text = page.read_text()
+        for lang, body in re.findall(r"^\.\. code-block:: *(\w+)\n\n((?:(?: {3}.*)?\n)+)", text, re.MULTILINE):
+            assert lang in ("bash", "text"), f"{page.name}: a {lang} code block is not executed (use .. executed::)"
+            if lang == "bash":
+                for line in filter(None, (ln.strip() for ln in body.splitlines())):
+                    assert re.match(r"(python3 -m venv \.venv|\.venv/bin/pip install -e \"\.\[[\w,]+\]\")$", line), \
+                        f"{page.name}: shell line not checked by the suite: {line}"
+                    for extra in re.findall(r"\[([\w,]+)\]", line)[0].split(",") if "pip" in line else []:
+                        assert extra in extras, f"{page.name}: extra {extra!r} is not in pyproject.toml"
+        for module in re.findall(r"python -m ([\w.]+)", text):
+            if not module.endswith("."):                                   # not a template (derivations.<rule>)
+                assert module in known, f"{page.name}: python -m {module} is not a command of the project"
+
+
+def test_rule_page_shows_50_digit_evidence_folded_details_and_command_output(tmp_path):
+    page = """
+    Sylvester
+    =========
+
+    .. rule-derivations:: sylvester
+
+    .. command-output:: python -m derivations.sylvester --help
+       :lines: 3
+    """
+    pages = {"page": page, "lemmas": "Lemmas\n======\n\n.. lemma-reference::\n",
+             "listings/sylvester": "Listing\n=======\n\n.. emitted-listing:: sylvester\n",
+             "more": "More\n====\n\n.. emitted-functions:: sylvester\n"}
+    out = build(tmp_path, pages)
+    html = (out / "page.html").read_text()
+    text = _plain(html)
+    from derivations import sylvester
+    steps = sum(len(d.steps) for d in sylvester.derivations())
+    assert len(re.findall(r"Evidence: float64 \S+ \(\d+ instances\) · mpmath (?:0|\de-\d+) · symbolic", text)) == steps
+    assert "not run" not in text
+    assert html.count('<details class="workbench-details">') == steps
+    assert text.count("Reading a step.") == 1                             # one legend per page
+    assert "$ python -m derivations.sylvester --help" in text and "more lines)" in text
+    assert not re.search(r"Theorem \d", text)                             # no second number in the box
+    record = json.loads((out / "evidence" / "sylvester.json").read_text())
+    assert all(s["mpmath_error"] is not None and s["mpmath_error"] < 1e-30
+               for d in record["derivations"] for s in d["steps"])
+    assert 'href="evidence/sylvester.json"' in html
+
+
+def test_a_failing_command_stops_the_build(tmp_path):
+    page = "Page\n====\n\n.. command-output:: python -m derivations.sylvester --emit nonsense\n"
+    with pytest.raises(SphinxError, match=r"page\.rst, line \d+: python -m derivations\.sylvester --emit nonsense "
+                                          r"exited 2, expected 0"):
+        build(tmp_path, {"page": page})
+
+
+def test_the_50_digit_check_runs_and_a_failure_names_the_derivation():
+    from derivations import sylvester
+    from derivations.engine.derivation import CheckResult
+    der = sylvester.derivations()[0]
+    objects.with_mpmath(der, "derivations.sylvester")
+    assert all(step.check.mpmath_error is not None for step in der.steps)
+
+    def failing(**kwargs):
+        raise AssertionError("planted.step step 1 (rewrite): sub-check 'mpmath 50 digits' failed")
+    step = SimpleNamespace(check=CheckResult(1e-16, None, "proved", 3))
+    planted = SimpleNamespace(name="planted.step", steps=[step], context=SimpleNamespace(mpmath_dims={"n": 3}),
+                              check=failing)
+    with pytest.raises(objects.FailedDerivation, match=r"derivation planted\.step \(module m\) fails its 50-digit "
+                                                       r"check: planted\.step step 1"):
+        objects.with_mpmath(planted, "m")
