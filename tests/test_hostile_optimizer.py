@@ -5,6 +5,7 @@ Each test plants the mistake its fix exists to catch: the guard monkeypatched of
 of NumPy scalars, raw errors from internal names.
 """
 
+from decimal import Decimal
 from fractions import Fraction
 
 import jax
@@ -295,7 +296,6 @@ def test_direction_alone_refuses_vectors_naming_them():
 
 def test_audit_integers_beyond_floats_and_string_coefficients_are_refused():
     """Audit: ``damping=10**400`` raised OverflowError, string coefficients a bare float() error."""
-    from numerics.optimizer import compositional_muon
     with pytest.raises(ValueError, match="damping must be finite"):
         compositional_muon(0.1, pairs=None, damping=10**400)
     for coeffs in (("a", 1, 1), (("a", 1, 1),), ((10**400, 1, 1),), ((True, 1.0, 1.0),)):
@@ -303,3 +303,169 @@ def test_audit_integers_beyond_floats_and_string_coefficients_are_refused():
             compositional_muon(0.1, pairs=None, ns_coeffs=coeffs)
     opt = compositional_muon(0.1, pairs=None, ns_coeffs=np.array([[3.4445, -4.775, 2.0315]] * 5))
     assert opt is not None
+
+
+# ---- issue 17, audit round 3 -----------------------------------------------------------------
+def test_ns_steps_is_bounded_naming_it():
+    """Audit optimizer#53: ``ns_steps=10**7`` hung (the schedule was built and checked step by step)."""
+    abc = (3.4445, -4.775, 2.0315)
+    for steps in (101, 3000, 10**7):
+        with pytest.raises(ValueError, match=rf"ns_steps = {steps} is more than MAX_SCHEDULE_STEPS = 100"):
+            optimizer.resolve_schedule(abc, steps)
+    assert len(optimizer.resolve_schedule(abc, 100)) == 100
+    assert len(optimizer.resolve_schedule(abc, np.int64(5))) == 5
+    for coeffs in (((1.5, -0.5),) * 101, (1.0,) * 33, ((1.0,) * 33,)):
+        with pytest.raises(ValueError, match="a Newton–Schulz schedule has at most 100 steps of at most 32 "
+                                             "coefficients"):
+            compositional_muon(0.01, coeffs)
+    with pytest.raises(ValueError, match="ns_steps = 10000000 is more than"):
+        compositional_muon(0.01, abc, 10**7)
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (4, 0), (3, 0, 4)])
+def test_empty_matrix_parameter_gets_the_empty_update(shape):
+    """Audit optimizer#92/#93: a (0, 4) or (4, 0) matrix raised 'zero-size array to reduction operation'."""
+    params = {"w": jnp.ones(shape, jnp.float32), "v": jnp.asarray(np.random.default_rng(0).standard_normal((4, 4)), jnp.float32)}
+    opt = compositional_muon(0.1)
+    for update in (opt.update, jax.jit(opt.update)):
+        u, state = update(grads(params), opt.init(params), params)
+        assert u["w"].shape == shape and u["w"].dtype == jnp.float32
+        assert finite(u) and bool(jnp.any(u["v"] != 0)) and bool(state[-1].last_finite)
+
+
+def test_dict_keys_that_cannot_be_ordered_are_refused_naming_them():
+    """Audit optimizer#90: keys 0 and '0' gave JAX's 'Comparator raised exception while sorting' error."""
+    params = {0: jnp.ones((4, 4)), "0": jnp.ones((4, 4))}
+    message = r"the dict at the top level has keys \[0, '0'\] of types that cannot be ordered"
+    for check_finite in (True, False):
+        with pytest.raises(ValueError, match=message):
+            compositional_muon(0.1, check_finite=check_finite).init(params)
+    opt = compositional_muon(0.1)
+    good = {"a": jnp.ones((4, 4))}
+    with pytest.raises(ValueError, match=r"the dict at \['a'\]\['x'\] has keys \[1, 'y'\]"):
+        opt.update({"a": {"x": {1: jnp.ones(2), "y": jnp.ones(2)}}}, opt.init(good), good)
+
+
+def test_gradients_that_do_not_match_the_params_are_refused_naming_the_leaf():
+    """Audit optimizer#147: a missing gradient leaf gave a raw pytree structure error."""
+    params = model()
+    opt = compositional_muon(0.01, pairs=pairs_of())
+    state = opt.init(params)
+    g = grads(params)
+    del g["mlp"]
+    with pytest.raises(ValueError, match=r"compositional_muon.update: the gradients do not match the params: no "
+                                         r"gradient for the parameter 'mlp'"):
+        opt.update(g, state, params)
+    g = grads(params)
+    g["extra"] = jnp.ones(3)
+    with pytest.raises(ValueError, match=r"a gradient at 'extra', which is not a parameter"):
+        opt.update(g, state, params)
+    g = grads(params)
+    del g["attn"]["wk"], g["attn"]["wq"]
+    direction = optimizer.scale_by_compositional_muon(pairs_of())
+    del params["bias"], g["bias"]
+    with pytest.raises(ValueError, match=r"no gradient for the parameter 'attn/wk' \(and 1 more\)"):
+        direction.update(g, direction.init(params), params)
+
+
+def test_complex_matrix_parameter_is_refused_at_init_naming_it():
+    """Audit optimizer#97: a complex matrix was silently skipped every step (its update counted non-finite)."""
+    rng = np.random.default_rng(0)
+    w = jnp.asarray(rng.standard_normal((4, 4)) + 1j * rng.standard_normal((4, 4)), jnp.complex64)
+    with pytest.raises(TypeError, match=r"the matrix parameter 'w' has dtype complex64; Muon and the attention rules "
+                                        r"take real floating point only"):
+        compositional_muon(0.01).init({"w": w})
+    opt = compositional_muon(0.01, adamw_params=lambda path, x: path == "w")  # AdamW takes complex numbers
+    u, state = opt.update({"w": w * (1 + 2j)}, opt.init({"w": w}), {"w": w})
+    assert bool(jnp.all(u["w"] != 0)) and bool(state[-1].last_finite)
+
+
+def test_flags_must_be_bools():
+    """Audit optimizer#39/#40: check_finite='yes' and nesterov='no' were taken as True."""
+    for name in ("check_finite", "nesterov"):
+        for value in ("yes", "no", 1, None):
+            with pytest.raises(TypeError, match=rf"compositional_muon: {name} must be True or False, got "):
+                compositional_muon(0.01, **{name: value})
+    with pytest.raises(TypeError, match="nesterov must be True or False, got 'no'"):
+        optimizer.scale_by_compositional_muon(nesterov="no")
+    compositional_muon(0.01, nesterov=np.bool_(False), check_finite=False)
+
+
+def test_decimal_damping_is_the_nearest_float():
+    """Audit optimizer#11: Decimal('0.01') was refused although it is a real number."""
+    assert optimizer.real_scalar("damping", Decimal("0.01")) == 0.01
+    assert optimizer.real_scalar("damping", Decimal("1e-3")) == 1e-3
+    for bad, message in ((Decimal("NaN"), "finite and >= 0"), (Decimal("sNaN"), "finite and >= 0"),
+                         (Decimal("-1"), "finite and >= 0"), (Decimal("Infinity"), "finite and >= 0"),
+                         (Decimal("1e400"), r"finite, got Decimal\(.1E\+400.\), too large for a float")):
+        with pytest.raises(ValueError, match=f"damping must be {message}"):
+            compositional_muon(0.01, damping=bad)
+    compositional_muon(0.01, pairs=pairs_of(), damping=Decimal("0.01")).init(model())
+
+
+def _inf_gradient(params, where=("attn", "wv")):
+    g = grads(params)
+    g[where[0]][where[1]] = g[where[0]][where[1]].at[0, 0].set(jnp.inf)
+    return g
+
+
+def test_checked_jit_reports_a_nonfinite_gradient_as_one_line():
+    """Audit optimizer#100: under jit the error was a multi-line JaxRuntimeError from a CPU callback."""
+    params = model()
+    opt = compositional_muon(0.01, pairs=pairs_of())
+    state = opt.init(params)
+    update = optimizer.checked_jit(opt.update)
+    with pytest.raises(ValueError) as info:
+        update(_inf_gradient(params), state, params)
+    assert str(info.value) == "compositional_muon.update: the gradient of 'attn/wv' contains NaN or Inf"
+    got, new = update(grads(params), state, params)  # a finite step: the same numbers as jax.jit
+    want, _ = jax.jit(opt.update)(grads(params), state, params)
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # plain jit still stops the step, with the message inside JAX's runtime error
+    with pytest.raises(Exception, match=r"the gradient of 'attn/wv' contains NaN or Inf \(jit the step with "
+                                        r"numerics.optimizer.checked_jit") as info:
+        jax.block_until_ready(jax.jit(opt.update)(_inf_gradient(params), state, params))
+    assert not isinstance(info.value, ValueError)
+
+
+def test_checked_jit_on_a_training_step_and_in_raise_mode():
+    params = {"attn": model()["attn"], "mlp": model()["mlp"], "weird{key}": jnp.ones((4, 4))}
+    opt = compositional_muon(0.01, pairs=pairs_of())
+
+    def train_step(params, state, x):
+        def loss(p):
+            attn = sum(jnp.sum(w) for w in jax.tree.leaves(p["attn"]))
+            return jnp.sum((x @ p["mlp"]) ** 2) + attn + jnp.sum(jnp.log(p["weird{key}"]))
+
+        g = jax.grad(loss)(params)
+        u, state = opt.update(g, state, params)
+        return optax.apply_updates(params, u), state
+
+    step = optimizer.checked_jit(train_step)
+    state = opt.init(params)
+    new, state = step(params, state, jnp.ones((2, D)))
+    assert finite(new)
+    bad = dict(params, **{"weird{key}": params["weird{key}"].at[0, 0].set(0.0)})  # d log(x)/dx = 1/x: Inf at 0
+    with pytest.raises(ValueError, match=r"^compositional_muon.update: the gradient of 'weird\{key\}' contains NaN "
+                                         r"or Inf$"):
+        step(bad, state, jnp.ones((2, D)))
+    tiny = tiny_float16()
+    raising = compositional_muon(1.0, pairs=pairs_of(), damping=0.0, on_nonfinite="raise")
+    with pytest.raises(ValueError, match=r"^compositional_muon.update: the update of 'attn/w[qk]' \(float16\) "
+                                         r"contains NaN or Inf.*the step was not applied"):
+        optimizer.checked_jit(raising.update)(grads(tiny), raising.init(tiny), tiny)
+
+
+def test_checked_jit_without_functionalized_checks_gives_the_runtime_error(monkeypatch):
+    """Planted mistake: checks traced as plain jit's host callbacks cannot come out as one ValueError."""
+
+    class Never:  # checked_jit's flag is never set
+        checked = property(lambda self: False, lambda self, value: None)
+
+    monkeypatch.setattr(optimizer.transform, "_TRACING", Never())
+    params = model()
+    opt = compositional_muon(0.01, pairs=pairs_of())
+    with pytest.raises(Exception, match="the gradient of 'attn/wv' contains NaN or Inf") as info:
+        optimizer.checked_jit(opt.update)(_inf_gradient(params), opt.init(params), params)
+    assert not isinstance(info.value, ValueError)

@@ -15,14 +15,66 @@ from typing import Any, Literal
 import jax
 import optax
 
-from .pairs import Pairs, pair_declaration, path_name, plan_pairs
+from .options import flag
+from .pairs import Pairs, adamw_selector, named_leaves, pair_declaration, plan_pairs
 from .transform import (
     check_finite_gradients,
     check_options,
+    dimension_numbers_by_path,
     rebalance_pairs,
     scale_by_compositional_muon,
     skip_nonfinite_updates,
 )
+
+
+def parameter_roles(params: Any, pairs: Any = None, adamw_params: Any = None,
+                    muon_weight_dimension_numbers: Any = None) -> dict[str, str]:
+    """``{path: "cm" | "adam"}`` for every leaf, in the order of the params' leaves.
+
+    ``"cm"``: a member of a declared pair, or a matrix for Muon; ``"adam"``: a parameter with fewer than
+    2 axes, one that ``adamw_params`` selects, or one whose dimension number is ``None``.
+    """
+    plan = plan_pairs(pair_declaration(pairs), params)
+    to_adamw = adamw_selector(adamw_params)
+    dims = dimension_numbers_by_path(muon_weight_dimension_numbers, params) if muon_weight_dimension_numbers \
+        is not None else None
+    roles = {}
+    for name, x in named_leaves(params).items():
+        if name in plan.members:
+            roles[name] = "cm"
+        elif dims is not None:
+            roles[name] = "cm" if dims.get(name) is not None else "adam"
+        elif getattr(x, "ndim", 0) < 2 or (to_adamw is not None and to_adamw(name, x)):
+            roles[name] = "adam"
+        else:
+            roles[name] = "cm"
+    return roles
+
+
+def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
+                   muon_weight_dimension_numbers: Any = None) -> str:
+    """A table of what :func:`compositional_muon` does with every parameter: its pair and rule, Muon or AdamW.
+
+    ``pairs``, ``adamw_params`` and ``muon_weight_dimension_numbers`` as given to the optimizer
+    (``pairs="auto"`` by default, to see what automatic pairing finds).
+    """
+    plan = plan_pairs(pair_declaration(pairs), params)
+    roles = parameter_roles(params, pairs, adamw_params, muon_weight_dimension_numbers)
+    where = {}
+    for pair in plan.pairs:
+        layout = " (transposed)" if pair.kernels else ""
+        what = (f"{pair.kind} pair: heads={pair.heads} kv_heads={pair.kv_heads} d_h={pair.head_dim}{layout}")
+        where[pair.first] = f"{what}, first of ({pair.first!r}, {pair.second!r})"
+        where[pair.second] = f"{what}, second of ({pair.first!r}, {pair.second!r})"
+    leaves = named_leaves(params)
+    width = max((len(n) for n in leaves), default=4)
+    lines = [f"{'path':<{width}}  {'shape':<18}  role"]
+    for name, x in leaves.items():
+        role = where.get(name) or ("muon" if roles[name] == "cm" else "adamw")
+        lines.append(f"{name:<{width}}  {str(tuple(getattr(x, 'shape', ()))):<18}  {role}")
+    lines.append(f"{len(plan.pairs)} pairs, {sum(r == 'cm' for r in roles.values()) - len(plan.members)} Muon "
+                 f"matrices, {sum(r == 'adam' for r in roles.values())} AdamW parameters")
+    return "\n".join(lines)
 
 
 def compositional_muon(
@@ -48,9 +100,12 @@ def compositional_muon(
     adam_eps_root: float = 0.0,
     adam_weight_decay: float = 0.0,
     adam_learning_rate: optax.ScalarOrSchedule | None = None,
-    adamw_params: Callable[[str, Any], bool] | None = None,
+    adamw_params: Callable[[str, Any], bool] | str | list | tuple | None = None,
     check_finite: bool = True,
     on_nonfinite: Literal["skip", "raise"] = "skip",
+    adaptive: bool = False,
+    consistent_rms: float | None = None,
+    muon_weight_dimension_numbers: Any = None,
 ) -> optax.GradientTransformation:
     r"""Compositional Muon: derived per-head rules on attention pairs, Muon and AdamW elsewhere.
 
@@ -83,8 +138,13 @@ def compositional_muon(
       msign: ``"newton_schulz"`` or ``"svd"``. A Newton–Schulz ``ns_coeffs`` whose scalar iteration
         leaves ``[−100, 100]`` on ``[0, 1]`` (it diverges) is refused here.
       gram_roots: ``"eigh"`` (the emitted code's Gram roots).
-      adamw_params: ``(path, array) -> bool`` selecting matrices for AdamW (embeddings, heads);
+      adamw_params: ``(path, array) -> bool`` selecting matrices for AdamW (embeddings, heads), or as
+        data a path pattern or a list of them (``fnmatch`` on the whole path: ``["embed", "*/head"]``);
         default: AdamW exactly for the parameters with fewer than 2 axes.
+      adaptive, consistent_rms, muon_weight_dimension_numbers: as in ``optax.contrib.muon``
+        (:func:`~numerics.optimizer.transform.scale_by_compositional_muon`); a ``None`` leaf of
+        ``muon_weight_dimension_numbers`` sends that parameter to AdamW (a declared pair's members
+        stay with their rule).
       check_finite: raise (naming the parameter) when a gradient has a NaN or Inf.
       on_nonfinite: what happens to a step whose update has a NaN or Inf although the gradients
         are finite (an overflow: float16 weights near 0 with ``damping=0``, a schedule that
@@ -107,26 +167,21 @@ def compositional_muon(
     ``"cm"`` and ``"adam"`` parts) and the :class:`SkipNonFiniteState`.
     """
     check_options(qk_rule, ov_rule, gauge, gram_roots, msign)
+    check_finite, nesterov = flag("check_finite", check_finite), flag("nesterov", nesterov)
     pairs = pair_declaration(pairs)
+    to_adamw = adamw_selector(adamw_params)
     if adam_learning_rate is None:
         adam_learning_rate = learning_rate
 
     def labels(params):
-        plan = plan_pairs(pairs, params)
-
-        def label(path, x):
-            name = path_name(path)
-            if name in plan.members:
-                return "cm"
-            if getattr(x, "ndim", 0) < 2 or (adamw_params is not None and adamw_params(name, x)):
-                return "adam"
-            return "cm"
-
-        return jax.tree_util.tree_map_with_path(label, params)
+        roles = parameter_roles(params, pairs, to_adamw, muon_weight_dimension_numbers)  # checks the keys first
+        return jax.tree_util.tree_unflatten(jax.tree.structure(params), list(roles.values()))
 
     core = [scale_by_compositional_muon(pairs, ns_coeffs, ns_steps, beta, mu_dtype, nesterov=nesterov,
                                         qk_rule=qk_rule, ov_rule=ov_rule, damping=damping, gauge=gauge,
-                                        msign=msign, gram_roots=gram_roots),
+                                        msign=msign, gram_roots=gram_roots, adaptive=adaptive,
+                                        consistent_rms=consistent_rms,
+                                        weight_dimension_numbers=muon_weight_dimension_numbers),
             optax.add_decayed_weights(weight_decay, weight_decay_mask),
             optax.scale_by_learning_rate(learning_rate)]
     if gauge == "rebalance":

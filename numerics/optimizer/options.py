@@ -10,6 +10,7 @@ carries the budget ``ε``, ``λ``, the ``msign`` method and the schedule to the 
 
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import coeffsearch
+from coeffsearch.polynomial import MAX_STEP_COEFFICIENTS
 from numerics.kernels import jax_kernels
 
 from .pairs import Plan, named_leaves
@@ -32,6 +34,14 @@ NONFINITE_POLICIES = ("skip", "raise")
 SCHEDULE_BOUND = 100.0  # the largest |σ| a Newton–Schulz step may reach from σ ∈ [0, 1] (see check_schedule_bounded)
 
 Schedule = tuple[tuple[float, ...], ...]
+
+#: ``optax.contrib.muon``'s preset names: ``"standard"`` is Keller Jordan's ``(3.4445, −4.7750, 2.0315)``
+#: repeated ``ns_steps`` times, ``"dion"`` the five steps of Ahn et al., Dion (2025), as optax ships them
+OPTAX_PRESETS: dict[str, Any] = {
+    "standard": (3.4445, -4.7750, 2.0315),
+    "dion": ((4.0848, -6.8946, 2.9270), (3.9505, -6.3029, 2.6377), (3.7418, -5.5913, 2.3037),
+             (2.8769, -3.1427, 1.2046), (2.8366, -3.0525, 1.2012)),
+}
 
 
 @dataclass(frozen=True)
@@ -68,29 +78,65 @@ def _coefficient(c: Any) -> float:
     raise ValueError(f"not a real number: {c!r}")
 
 
+def _check_schedule_size(steps: int, widest: int, ns_coeffs: Any) -> None:
+    """At most ``MAX_SCHEDULE_STEPS`` steps of at most ``MAX_STEP_COEFFICIENTS`` coefficients (the work is bounded)."""
+    if steps > jax_kernels.MAX_SCHEDULE_STEPS or widest > MAX_STEP_COEFFICIENTS:
+        raise ValueError(f"compositional_muon: a Newton–Schulz schedule has at most {jax_kernels.MAX_SCHEDULE_STEPS} "
+                         f"steps of at most {MAX_STEP_COEFFICIENTS} coefficients, got {steps} steps of up to {widest} "
+                         f"(ns_coeffs of type {type(ns_coeffs).__name__}); a certified schedule needs far fewer "
+                         f"(polar-express-5 has 5 steps of 3)")
+
+
 def resolve_schedule(ns_coeffs: Any, ns_steps: int) -> Schedule:
     """A Newton–Schulz schedule as a tuple of coefficient tuples.
 
-    ``ns_coeffs``: a name in :mod:`coeffsearch`'s registry, one tuple ``(a, b, c)`` repeated
-    ``ns_steps`` times, or a tuple of tuples (then ``ns_steps`` is ignored, as in optax).
+    ``ns_coeffs``: a name in :mod:`coeffsearch`'s registry or one of ``optax.contrib.muon``'s presets
+    (:data:`OPTAX_PRESETS`: ``"standard"``, ``"dion"``), one tuple ``(a, b, c)`` repeated
+    ``ns_steps`` times, or a tuple of tuples (then ``ns_steps`` is ignored, as in optax). At most
+    ``MAX_SCHEDULE_STEPS`` (100) steps of at most ``MAX_STEP_COEFFICIENTS`` (32) coefficients: so
+    ``1 <= ns_steps <= 100``.
     """
+    if isinstance(ns_coeffs, jax.core.Tracer):
+        raise TypeError("compositional_muon: ns_coeffs is a traced array (optax.inject_hyperparams injects arrays); "
+                        "the schedule is static: give it as a tuple of tuples or a registry name")
+    if isinstance(ns_coeffs, str) and ns_coeffs in OPTAX_PRESETS and ns_coeffs not in coeffsearch.names():
+        return resolve_schedule(OPTAX_PRESETS[ns_coeffs], ns_steps)
     if isinstance(ns_coeffs, str):
         try:
             return tuple(tuple(float(c) for c in step) for step in coeffsearch.resolve(ns_coeffs).as_floats())
         except (KeyError, ValueError) as exc:
             raise ValueError(f"compositional_muon: ns_coeffs {ns_coeffs!r} is not a schedule: {exc}") from None
     bad_coefficient = ValueError(f"compositional_muon: ns_coeffs must hold finite real numbers, got {ns_coeffs!r}")
+    shape_error = ValueError(f"compositional_muon: ns_coeffs must be a registry name, (a, b, c) or a tuple of "
+                             f"tuples, got {ns_coeffs!r}")
     try:
-        arr = [[_coefficient(c) for c in step] for step in ns_coeffs] if hasattr(ns_coeffs[0], "__len__") else None
+        nested = hasattr(ns_coeffs[0], "__len__")
+        size = ((len(ns_coeffs), max(len(step) if hasattr(step, "__len__") else 1 for step in ns_coeffs)) if nested
+                else (1, len(ns_coeffs)))
+    except (TypeError, IndexError, KeyError):
+        raise shape_error from None
+    _check_schedule_size(*size, ns_coeffs)
+    try:
+        arr = [[_coefficient(c) for c in step] for step in ns_coeffs] if nested else None
     except (ValueError, OverflowError):
         raise bad_coefficient from None
     except (TypeError, IndexError, KeyError):
-        raise ValueError(f"compositional_muon: ns_coeffs must be a registry name, (a, b, c) or a tuple of "
-                         f"tuples, got {ns_coeffs!r}") from None
+        raise shape_error from None
     if arr is None:
-        if len(ns_coeffs) < 2 or not isinstance(ns_steps, int) or ns_steps < 1:
+        if isinstance(ns_steps, jax.core.Tracer):
+            raise TypeError(f"compositional_muon: ns_steps is a traced value (optax.inject_hyperparams injects every "
+                            f"number); with ns_coeffs = {ns_coeffs!r} it sets the length of the unrolled iteration, "
+                            f"so give ns_coeffs as a tuple of steps or a registry name, or pass "
+                            f"static_args=('ns_steps',)")
+        if getattr(ns_steps, "shape", None) == () and jnp.issubdtype(getattr(ns_steps, "dtype", float), jnp.integer):
+            ns_steps = int(ns_steps)  # a concrete 0-d integer array (inject_hyperparams at init)
+        if len(ns_coeffs) < 2 or not isinstance(ns_steps, numbers.Integral) or ns_steps < 1:
             raise ValueError(f"compositional_muon: ns_coeffs must have shape (k,) or (n, k) with k >= 2 and "
                              f"ns_steps >= 1, got {ns_coeffs!r} and ns_steps={ns_steps!r}")
+        if ns_steps > jax_kernels.MAX_SCHEDULE_STEPS:
+            raise ValueError(f"compositional_muon: ns_steps = {ns_steps} is more than MAX_SCHEDULE_STEPS = "
+                             f"{jax_kernels.MAX_SCHEDULE_STEPS}; Newton–Schulz needs far fewer (optax uses 5)")
+        ns_steps = int(ns_steps)
         try:
             arr = [[_coefficient(c) for c in ns_coeffs]] * ns_steps
         except (ValueError, OverflowError, TypeError):
@@ -135,16 +181,31 @@ def check_schedule_bounded(schedule: Schedule, bound: float = SCHEDULE_BOUND, po
     return schedule
 
 
-def real_scalar(name: str, value: Any) -> float:
-    """``value`` as a float: any real scalar (``int``, ``float``, ``Fraction``, NumPy or JAX 0-d).
+def flag(name: str, value: Any) -> bool:
+    """``value`` as a bool: only ``True``/``False`` (or a NumPy bool), never a truthy string like ``'no'``."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"compositional_muon: {name} must be True or False, got {value!r}")
+
+
+def real_scalar(name: str, value: Any, traced: bool = False) -> Any:
+    """``value`` as a float: any real scalar (``int``, ``float``, ``Fraction``, ``Decimal``, NumPy or JAX 0-d).
 
     ``TypeError`` for bool, complex, strings, arrays with axes and traced values; ``ValueError``
-    for NaN, Inf and negative values. The messages name ``name``.
+    for NaN, Inf and negative values. The messages name ``name``. With ``traced``, a traced 0-d
+    real value (a hyperparameter injected by ``optax.inject_hyperparams`` under ``jit``) is returned
+    as it is: its value can only be checked when the step runs (:func:`damping_ok`).
     """
     where = f"compositional_muon: {name}"
     if isinstance(value, jax.core.Tracer):
-        raise TypeError(f"{where} must be a concrete real number, got a traced value; build the optimizer "
-                        f"outside jit")
+        if not traced:
+            raise TypeError(f"{where} must be a concrete real number, got a traced value; build the optimizer "
+                            f"outside jit")
+        if value.shape != () or not (jnp.issubdtype(value.dtype, jnp.floating)
+                                     or jnp.issubdtype(value.dtype, jnp.integer)):
+            raise TypeError(f"{where} must be a real scalar, got a traced value of shape {value.shape} and dtype "
+                            f"{value.dtype}")
+        return value
     dtype = getattr(value, "dtype", None)
     if dtype is not None and hasattr(value, "shape"):
         if tuple(value.shape) != ():
@@ -152,15 +213,41 @@ def real_scalar(name: str, value: Any) -> float:
         if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
             raise TypeError(f"{where} must be a real number, got {value!r} of dtype {dtype}")
         value = value.item()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, decimal.Decimal)):
         raise TypeError(f"{where} must be a real number, got {value!r}")
+    if isinstance(value, decimal.Decimal) and value.is_nan():  # float() refuses a signaling NaN
+        raise ValueError(f"{where} must be finite and >= 0, got {value!r}")
     try:
-        v = float(value)
+        v = float(value)  # the nearest float (Fraction and Decimal are rounded correctly)
     except OverflowError:  # an integer beyond every float (10**400)
-        raise ValueError(f"{where} must be finite, got an integer too large for a float") from None
+        raise ValueError(f"{where} must be finite, got a number too large for a float") from None
+    if math.isinf(v) and isinstance(value, decimal.Decimal) and value.is_finite():  # Decimal('1e400')
+        raise ValueError(f"{where} must be finite, got {value!r}, too large for a float")
     if not (math.isfinite(v) and v >= 0.0):
         raise ValueError(f"{where} must be finite and >= 0, got {value!r}")
     return v
+
+
+def _root_dtypes(plan: Plan, params: Any) -> list[tuple[Any, Any, Any]]:
+    """``(pair, weight dtype, dtype its Gram roots are computed in)`` of every pair."""
+    leaves = named_leaves(params)
+    out = []
+    for pair in plan.pairs:
+        dtype = jnp.dtype(leaves[pair.first].dtype)
+        out.append((pair, dtype, jnp.dtype(jax_kernels.compute_dtype(dtype))))
+    return out
+
+
+def damping_ok(plan: Plan, params: Any, damping: Any, positive: bool = False) -> jax.Array:
+    """The checks of :func:`real_scalar` and :func:`check_damping_range` on a traced ``λ``, as one boolean.
+
+    Finite, ``>= 0`` (``> 0`` with ``positive``), and 0 or a normal number of every pair's root dtype.
+    """
+    ok = jnp.isfinite(damping) & ((damping > 0) if positive else (damping >= 0))
+    for _, _, ct in _root_dtypes(plan, params):
+        info = jnp.finfo(ct)
+        ok &= (damping == 0) | ((damping >= float(info.tiny)) & (damping <= float(info.max)))
+    return ok
 
 
 def check_damping_range(plan: Plan, params: Any, damping: float) -> None:
@@ -171,11 +258,8 @@ def check_damping_range(plan: Plan, params: Any, damping: float) -> None:
     NaN; a subnormal ``λ`` (``1e-40`` in float32) is flushed to 0 by XLA on the CPU, so the step
     would silently be the undamped one. Refused naming the pair and the usable range.
     """
-    leaves = named_leaves(params)
-    for pair in plan.pairs:
+    for pair, dtype, ct in _root_dtypes(plan, params):
         kind, a, b = pair.kind, pair.first, pair.second
-        dtype = jnp.dtype(leaves[a].dtype)
-        ct = jnp.dtype(jax_kernels.compute_dtype(dtype))
         info = jnp.finfo(ct)
         if damping > float(info.max) or 0.0 < damping < float(info.tiny):
             what = "infinite" if damping > 1 else "subnormal"

@@ -11,7 +11,8 @@ The layout helpers here move a pair between its stored layouts and the per-head 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import fnmatch
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -25,13 +26,16 @@ class QKPair(NamedTuple):
     """A query/key pair: ``query`` and ``key`` are parameter paths (``"layers/0/attn/wq"``).
 
     Stored layouts ``W_Q (..., d, heads·d_h)`` and ``W_K (..., d, kv_heads·d_h)`` (``q = x @ W_Q``,
-    which is also a flax ``Dense`` kernel); leading axes (stacked layers) are batched.
+    which is also a flax ``Dense`` kernel); leading axes (stacked layers) are batched. With
+    ``transposed=True`` both are stored as ``W @ x`` weights (PyTorch-style, equinox ``Linear``):
+    ``W_Q (..., heads·d_h, d)`` and ``W_K (..., kv_heads·d_h, d)``.
     """
 
     query: str
     key: str
     heads: int
     kv_heads: int | None = None
+    transposed: bool = False
 
 
 class OVPair(NamedTuple):
@@ -58,7 +62,8 @@ class PairPlan:
 
     ``kind``: ``"qk"`` or ``"ov"``; ``first``/``second``: the paths of ``W_Q``/``W_K`` (``W_O``/``W_V``);
     ``kv_heads``: the declared kv heads (``heads`` when not given); ``head_dim``: ``d_h``;
-    ``kernels``: an OV pair stored as flax kernels.
+    ``kernels``: the pair is stored transposed from its default layout (an OV pair as flax kernels,
+    a QK pair as ``W @ x`` weights).
     """
 
     kind: Literal["qk", "ov"]
@@ -91,14 +96,49 @@ def path_name(path) -> str:
     return "/".join(parts)
 
 
+def _unorderable_keys(tree, path=()) -> tuple[tuple, list] | None:
+    """``(path, keys)`` of the first dict (in a tree of dicts, lists and tuples) whose keys cannot be sorted."""
+    if isinstance(tree, dict):
+        try:
+            sorted(tree)
+        except TypeError:
+            return path, list(tree)
+        children = tree.items()
+    elif isinstance(tree, (list, tuple)):
+        children = enumerate(tree)
+    else:
+        return None
+    for key, child in children:
+        found = _unorderable_keys(child, (*path, key))
+        if found is not None:
+            return found
+    return None
+
+
+def _flatten_with_path(tree) -> list:
+    """``jax.tree_util.tree_flatten_with_path(tree)[0]``; a dict whose keys cannot be sorted (``0`` and
+    ``"0"``: pytrees sort dict keys) is refused naming the keys instead of JAX's comparator error."""
+    try:
+        return jax.tree_util.tree_flatten_with_path(tree)[0]
+    except (ValueError, TypeError):
+        found = _unorderable_keys(tree)
+        if found is None:
+            raise
+        path, keys = found
+        where = "".join(f"[{k!r}]" for k in path) or "the top level"
+        raise ValueError(f"compositional_muon: the dict at {where} has keys {keys!r} of types that cannot be ordered "
+                         f"(JAX sorts a pytree's dict keys); use keys of one type, e.g. strings") from None
+
+
 def named_leaves(tree) -> dict:
     """``{path name: leaf}`` of a pytree (masked leaves of ``optax.partition`` have none).
 
     Raises ``ValueError`` naming both leaves when two paths join to one name (``{"a/b": x}`` and
-    ``{"a": {"b": y}}`` are both ``"a/b"``; so are the keys ``0`` and ``"0"``).
+    ``{"a": {"b": y}}`` are both ``"a/b"``), and naming the keys when a dict's keys cannot be
+    ordered (``0`` and ``"0"``).
     """
     out, paths = {}, {}
-    for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    for p, x in _flatten_with_path(tree):
         name = path_name(p)
         if name in out:
             raise ValueError(f"compositional_muon: the parameters at {jax.tree_util.keystr(paths[name])} and "
@@ -125,7 +165,8 @@ def _check_pair_shapes(kind, a_name, b_name, a, b, heads, kv_heads, kernels) -> 
     if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
         raise ValueError(f"{where}: kv_heads = {kv_heads!r} must be a positive int dividing heads = {heads}")
     if kind == "qk":
-        d_a, width_a, d_b, width_b = a.shape[-2], a.shape[-1], b.shape[-2], b.shape[-1]
+        (d_a, width_a), (d_b, width_b) = (a.shape[-2:][::-1], b.shape[-2:][::-1]) if kernels else (a.shape[-2:],
+                                                                                                    b.shape[-2:])
     else:  # o: (d, H·d_h) and v: (H_kv·d_h, d); transposed as kernels
         (width_a, d_a), (d_b, width_b) = (a.shape[-2:], b.shape[-2:]) if kernels else (a.shape[-2:][::-1],
                                                                                           b.shape[-2:][::-1])
@@ -144,20 +185,50 @@ def _check_pair_shapes(kind, a_name, b_name, a, b, heads, kv_heads, kernels) -> 
     return head_dim
 
 
-def pair_declaration(pairs: Pairs | QKPair | OVPair | list | tuple | None) -> Pairs | None:
+def pair_from_data(item: Any) -> QKPair | OVPair:
+    """A ``QKPair``/``OVPair``, or one written as a dict (a config file's): ``{"query": …, "key": …, "heads": …}``
+    is a ``QKPair``, ``{"output": …, "value": …, "heads": …}`` an ``OVPair`` (optional ``kv_heads``, ``kernels``)."""
+    if isinstance(item, (QKPair, OVPair)):
+        return item
+    if isinstance(item, Mapping):
+        kind = QKPair if "query" in item or "key" in item else OVPair if "output" in item or "value" in item else None
+        if kind is not None:
+            unknown = sorted(set(item) - set(kind._fields), key=str)
+            if unknown:
+                raise TypeError(f"compositional_muon: the {kind.__name__} declaration {dict(item)!r} has unknown "
+                                f"fields {unknown}; its fields are {kind._fields}")
+            try:
+                return kind(**item)
+            except TypeError:
+                raise TypeError(f"compositional_muon: the {kind.__name__} declaration {dict(item)!r} needs the "
+                                f"fields {tuple(f for f in kind._fields if f not in kind._field_defaults)}") from None
+    raise TypeError(f"compositional_muon: pairs must be a function params -> [QKPair | OVPair, ...], a list of "
+                    f"QKPair/OVPair (or of dicts with their fields), 'auto' or AutoPairs(heads=H) (found from the "
+                    f"parameter names), or None (no attention pairs), got {item!r}")
+
+
+def pair_declaration(pairs: Any) -> Pairs | None:
     """``pairs`` as a function ``params -> [QKPair | OVPair, ...]`` (or ``None``: no pairs).
 
-    Takes that function, or the pairs themselves: a list or tuple of ``QKPair``/``OVPair``, or one.
-    Anything else raises ``TypeError`` saying what ``pairs`` must be.
+    Takes that function; the pairs themselves as data: a list or tuple of ``QKPair``/``OVPair`` or of
+    dicts with their fields (:func:`pair_from_data`), or one of them; or ``"auto"`` (:func:`auto_pairs`,
+    found from the parameter names). Anything else raises ``TypeError`` saying what ``pairs`` must be.
+    Data stays static under ``optax.inject_hyperparams`` (which takes every callable for a schedule).
     """
     if pairs is None or callable(pairs):
         return pairs
-    fixed = [pairs] if isinstance(pairs, (QKPair, OVPair)) else pairs
-    if isinstance(fixed, (list, tuple)) and all(isinstance(p, (QKPair, OVPair)) for p in fixed):
-        fixed = list(fixed)
-        return lambda params: fixed
-    raise TypeError(f"compositional_muon: pairs must be a function params -> [QKPair | OVPair, ...], a list of "
-                    f"QKPair/OVPair, or None (no attention pairs), got {pairs!r}")
+    if isinstance(pairs, AutoPairs):
+        return pairs.declare
+    if isinstance(pairs, str):
+        if pairs == "auto":
+            return AutoPairs().declare
+        pair_from_data(pairs)  # raises, saying what pairs may be
+    if isinstance(pairs, (QKPair, OVPair, Mapping)):
+        pairs = [pairs]
+    if not isinstance(pairs, (list, tuple)):
+        pair_from_data(pairs)  # raises, saying what pairs may be
+    fixed = [pair_from_data(p) for p in pairs]
+    return lambda params: fixed
 
 
 def plan_pairs(pairs: Pairs | None, params: Any) -> Plan:
@@ -167,14 +238,16 @@ def plan_pairs(pairs: Pairs | None, params: Any) -> Plan:
     if pairs is None:
         return Plan((), frozenset())
     declared = pairs(params)
-    if isinstance(declared, (QKPair, OVPair)):
+    if isinstance(declared, (QKPair, OVPair, Mapping)):
         declared = [declared]
+    if isinstance(declared, (list, tuple)):
+        declared = [pair_from_data(p) if isinstance(p, Mapping) else p for p in declared]
     if not isinstance(declared, (list, tuple)):
         raise TypeError(f"compositional_muon: pairs(params) must return a list of QKPair/OVPair, got {declared!r}")
     out, members = [], set()
     for p in declared:
         if isinstance(p, QKPair):
-            kind, names, kernels = "qk", (p.query, p.key), False
+            kind, names, kernels = "qk", (p.query, p.key), p.transposed
         elif isinstance(p, OVPair):
             kind, names, kernels = "ov", (p.output, p.value), p.kernels
         else:
@@ -199,6 +272,123 @@ def plan_pairs(pairs: Pairs | None, params: Any) -> Plan:
     return Plan(tuple(out), frozenset(members))
 
 
+def adamw_selector(adamw_params: Any) -> Callable[[str, Any], bool] | None:
+    """``adamw_params`` as ``(path, array) -> bool``: a function, or data: a path pattern or a list of them.
+
+    Patterns are ``fnmatch`` patterns on the whole ``"/"``-joined path (``"embed"``, ``"*/embedding"``,
+    ``"head/*"``); a matrix whose path matches goes to AdamW. ``None``: only parameters with fewer than
+    2 axes do (the default).
+    """
+    if adamw_params is None or callable(adamw_params):
+        return adamw_params
+    patterns = [adamw_params] if isinstance(adamw_params, str) else adamw_params
+    if not isinstance(patterns, (list, tuple)) or not all(isinstance(q, str) for q in patterns):
+        raise TypeError(f"compositional_muon: adamw_params must be a function (path, array) -> bool, a path "
+                        f"pattern or a list of them (fnmatch, e.g. ['embed', '*/embedding']), got {adamw_params!r}")
+    patterns = tuple(patterns)
+    return lambda path, x: any(fnmatch.fnmatchcase(path, q) for q in patterns)
+
+
+# ---- pairs found from the parameter names ----------------------------------------------------
+#: sibling names of (query, key, value, output) projections, as the common model libraries store them
+AUTO_NAMES = (("q_proj", "k_proj", "v_proj", "o_proj"), ("wq", "wk", "wv", "wo"), ("query", "key", "value", "out"),
+              ("q", "k", "v", "o"), ("W_Q", "W_K", "W_V", "W_O"), ("q_lin", "k_lin", "v_lin", "out_lin"))
+#: names under a projection that hold its matrix (flax ``Dense``: kernel; PyTorch-style and equinox: weight)
+AUTO_LEAVES = ("kernel", "weight", "w")
+
+
+@dataclass(frozen=True)
+class AutoLayout:
+    """How :func:`auto_pairs` reads one attention block: the paths of its four projections' matrices."""
+
+    prefix: str
+    names: tuple[str, str, str, str]
+    paths: tuple[str, str, str, str]
+
+
+def _auto_layouts(leaves: dict) -> list[AutoLayout]:
+    """Every attention block: a parent path with children named like one row of :data:`AUTO_NAMES`."""
+    found = {}
+    for path in leaves:
+        parts = path.split("/")
+        for i in range(len(parts)):
+            for names in AUTO_NAMES:
+                if parts[i] != names[0]:
+                    continue
+                prefix, rest = "/".join(parts[:i]), "/".join(parts[i + 1:])
+                paths = tuple("/".join(filter(None, (prefix, n, rest))) for n in names)
+                if all(q in leaves for q in paths) and (not rest or rest in AUTO_LEAVES):
+                    found.setdefault(paths, AutoLayout(prefix, names, paths))
+    return list(found.values())
+
+
+@dataclass(frozen=True)
+class AutoPairs:
+    """``pairs=AutoPairs(heads=H)``: pairs found from the parameter names (:func:`auto_pairs`), as data.
+
+    Data, not a function, so that ``optax.inject_hyperparams`` keeps it static. ``pairs="auto"`` is
+    ``AutoPairs()``, which works when every block's head count can be read from its shapes.
+    """
+
+    heads: int | None = None
+    kv_heads: int | None = None
+
+    def declare(self, params: Any) -> list:
+        """The pairs of ``params`` (:func:`auto_pairs`)."""
+        return auto_pairs(params, self.heads, self.kv_heads)
+
+
+def auto_pairs(params: Any, heads: int | None = None, kv_heads: int | None = None) -> list:
+    """Query/key and output/value pairs found from the parameter names (``pairs="auto"``).
+
+    An attention block is a parent path whose children are named like ``q_proj/k_proj/v_proj/o_proj``,
+    ``wq/wk/wv/wo``, ``query/key/value/out`` (flax), ``q/k/v/o`` or ``W_Q/W_K/W_V/W_O``, each a matrix
+    or a module holding one as ``kernel`` (flax ``Dense``) or ``weight`` (equinox, PyTorch-style).
+    The stored layout decides the orientation: ``x @ W`` kernels ``(d, H·d_h)`` for Q, K (flax, plain
+    dicts), or ``W @ x`` weights ``(H·d_h, d)`` (PyTorch, equinox): grouped key heads tell by the axis K
+    shares with Q, otherwise the leaf name does (``weight``: ``W @ x``). O is a kernel ``(H·d_h, d)``
+    (flax; V then ``(d, H_kv·d_h)``) or ``(d, H·d_h)`` (this project's plain layout and ``W @ x``
+    weights; V then ``(H_kv·d_h, d)``), by its shape, or when square by its leaf name (``kernel``). The head count is not in a 2-D layout: give ``heads`` (and
+    ``kv_heads``; by default the ratio of the key and query widths) with ``pairs=AutoPairs(heads=H)``;
+    without it the block is refused as ambiguous, naming it. Blocks with head axes (flax linen's
+    ``MultiHeadDotProductAttention`` kernels ``(d, H, d_h)``) are not paired (declare them reshaped,
+    or leave them to Muon). :func:`~numerics.optimizer.alias.describe_pairs` prints what was paired
+    and where every other parameter goes.
+    """
+    leaves = named_leaves(params)
+    out = []
+    for layout in _auto_layouts(leaves):
+        wq, wk, wv, wo = (leaves[q] for q in layout.paths)
+        if any(getattr(x, "ndim", 0) < 2 for x in (wq, wk, wv, wo)) or len({x.shape[:-2] for x in (wq, wk, wv, wo)}) > 1:
+            continue  # vectors, or head axes (flax linen's (d, H, d_h) and (H, d_h, d)): not read automatically
+        q_shape, k_shape = wq.shape[-2:], wk.shape[-2:]
+        # x @ W kernels (flax Dense, plain dicts): Q (d, H·d_h), K (d, H_kv·d_h); W @ x weights (PyTorch-style,
+        # equinox Linear): Q (H·d_h, d), K (H_kv·d_h, d). Grouped K tells by the shared axis; else the leaf name.
+        if q_shape[0] == k_shape[0] and q_shape[1] != k_shape[1]:
+            kernels = True
+        elif q_shape[1] == k_shape[1] and q_shape[0] != k_shape[0]:
+            kernels = False
+        else:
+            kernels = layout.paths[0].split("/")[-1] != "weight"
+        width = q_shape[1] if kernels else q_shape[0]
+        kv_width = k_shape[1] if kernels else k_shape[0]
+        d = q_shape[0] if kernels else q_shape[1]
+        o_shape = wo.shape[-2:]
+        # O as a kernel (H·d_h, d) (flax), or (d, H·d_h) (this project's plain layout, and W @ x weights)
+        o_kernel = (o_shape == (width, d)) if o_shape != (d, width) or width != d else (
+            kernels and layout.paths[3].split("/")[-1] == "kernel")
+        h = heads
+        if h is None:
+            raise ValueError(f"compositional_muon: pairs='auto' found the attention block {layout.prefix!r} "
+                             f"({'/'.join(layout.names)}, width {width}) but its head count is not in its 2-D "
+                             f"layout; pass pairs=numerics.optimizer.AutoPairs(heads=H) (and kv_heads for "
+                             f"grouped-query attention)")
+        kv = kv_heads if kv_heads is not None else h * kv_width // width if width else h
+        out.append(QKPair(layout.paths[0], layout.paths[1], h, kv, transposed=not kernels))
+        out.append(OVPair(layout.paths[3], layout.paths[2], h, kv, kernels=bool(o_kernel)))
+    return out
+
+
 # ---- layouts of one pair --------------------------------------------------------------------
 def split_heads(w: jax.Array, head_dim: int) -> jax.Array:
     """``(..., d, H·d_h)`` → per-head factors ``(..., H, d, d_h)`` (the emitted ``split_heads``)."""
@@ -216,7 +406,7 @@ def as_qk(kind: str, a: jax.Array, b: jax.Array, kernels: bool) -> tuple[jax.Arr
     An involution: applied to the result it gives back the stored layouts.
     """
     if kind == "qk":
-        return a, b
+        return (a.mT, b.mT) if kernels else (a, b)
     return (a.mT, b) if kernels else (a, b.mT)
 
 

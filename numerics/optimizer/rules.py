@@ -142,7 +142,13 @@ OV_RULES = tuple(OV_DIRECTIONS)
 
 def qk_direction(rule: str, w_q: jax.Array, w_k: jax.Array, m_q: jax.Array, m_k: jax.Array, pair: PairPlan,
                  options: DirectionOptions) -> Factors:
-    """``(ΔW_Q, ΔW_K)`` of a query/key pair by the rule named ``rule`` (grouped form when ``kv_heads < heads``)."""
+    """``(ΔW_Q, ΔW_K)`` of a query/key pair by the rule named ``rule`` (grouped form when ``kv_heads < heads``).
+
+    A pair stored as ``W @ x`` weights (``pair.kernels``) is transposed to the default layout and back.
+    """
+    if pair.kernels:
+        dq, dk = qk_direction(rule, w_q.mT, w_k.mT, m_q.mT, m_k.mT, replace(pair, kernels=False), options)
+        return dq.mT, dk.mT
     if pair.kv_heads != pair.heads:
         if rule not in GROUPED_QK_DIRECTIONS:
             use = " or ".join(f"qk_rule={name!r}" for name in GROUPED_QK_DIRECTIONS)

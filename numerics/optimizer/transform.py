@@ -11,12 +11,18 @@ NaN/Inf gradients and :func:`skip_nonfinite_updates` keeps a NaN/Inf update from
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
+from jax.experimental import checkify
+from optax.contrib import MuonDimensionNumbers
 
 from numerics.emitted import gauge as _gauge
 from numerics.emitted import halfsplit as _halfsplit
@@ -30,11 +36,13 @@ from .options import (
     DirectionOptions,
     check_damping_range,
     check_schedule_bounded,
+    damping_ok,
+    flag,
     real_scalar,
     resolve_schedule,
     schedule_for,
 )
-from .pairs import Pairs, grouped_pair, named_leaves, pair_declaration, plan_pairs, ungrouped_pair
+from .pairs import Pairs, grouped_pair, named_leaves, pair_declaration, path_name, plan_pairs, ungrouped_pair
 from .rules import OV_RULES, QK_RULES, ov_direction, qk_direction
 
 
@@ -57,6 +65,88 @@ def check_options(qk_rule: str, ov_rule: str, gauge: str, gram_roots: str, msign
         raise ValueError(f"compositional_muon: gram_roots must be one of {GRAM_ROOTS}, got {gram_roots!r}")
     if not isinstance(msign, str) or msign not in MSIGN_METHODS:
         raise ValueError(f"compositional_muon: msign must be one of {MSIGN_METHODS}, got {msign!r}")
+
+
+def direction_dtype(param_dtype: Any, moment_dtype: Any) -> Any:
+    """The dtype a matrix's direction is computed in: the parameter's when it has 32 or 64 bits, else the
+    wider of the parameter's and the momentum's, at most float32 (bf16 weights with float32 momentum)."""
+    param_dtype = jnp.dtype(param_dtype)
+    if param_dtype.itemsize >= 4:
+        return param_dtype
+    wider = jnp.promote_types(param_dtype, moment_dtype)
+    return wider if jnp.dtype(wider).itemsize <= 4 else jnp.dtype(jnp.float32)
+
+
+def dimension_numbers_by_path(weight_dimension_numbers: Any, params: Any) -> dict:
+    """``{path: MuonDimensionNumbers or None}`` from a ``MuonDimensionNumbers`` (every matrix), a pytree of
+    them (``None`` leaves: not a Muon matrix) or a function of the params giving either."""
+    dn = weight_dimension_numbers(params) if callable(weight_dimension_numbers) else weight_dimension_numbers
+    if dn is None:
+        return {}
+    if isinstance(dn, MuonDimensionNumbers):
+        return {name: dn for name in named_leaves(params)}
+    is_leaf = lambda x: x is None or isinstance(x, (MuonDimensionNumbers, optax.MaskedNode))  # noqa: E731
+    out = {}
+    for path, x in jax.tree_util.tree_flatten_with_path(dn, is_leaf=is_leaf)[0]:
+        if x is not None and not isinstance(x, (MuonDimensionNumbers, optax.MaskedNode)):
+            raise TypeError(f"compositional_muon: muon_weight_dimension_numbers must hold MuonDimensionNumbers or "
+                            f"None, got {x!r} at {path_name(path)!r}")
+        out[path_name(path)] = None if isinstance(x, optax.MaskedNode) else x
+    return out
+
+
+def _muon_reshape(x: jax.Array, dims: Any, name: str):
+    """``(to, back)``: ``x`` as a batch of ``(fan_in, fan_out)`` matrices by its dimension numbers, and back."""
+    if dims is None:
+        return (lambda y: y), (lambda y: y)
+    red = tuple(a % x.ndim for a in ((dims.reduction_axis,) if isinstance(dims.reduction_axis, int)
+                                      else dims.reduction_axis))
+    outs = tuple(a % x.ndim for a in ((dims.output_axis,) if isinstance(dims.output_axis, int)
+                                       else dims.output_axis))
+    if set(red) & set(outs) or not red or not outs:
+        raise ValueError(f"compositional_muon: the dimension numbers of {name!r} (shape {tuple(x.shape)}) need "
+                         f"disjoint, non-empty reduction and output axes, got {dims}")
+    batch = tuple(a for a in range(x.ndim) if a not in red and a not in outs)
+    order = batch + red + outs
+    shape = tuple(x.shape[a] for a in order)
+    flat = (*shape[:len(batch)], math.prod(shape[len(batch):len(batch) + len(red)]),
+            math.prod(shape[len(batch) + len(red):]))
+    inverse = tuple(sorted(range(x.ndim), key=lambda i: order[i]))
+    return (lambda y: y.transpose(order).reshape(flat)), (lambda y: y.reshape(shape).transpose(inverse))
+
+
+def check_gradients_match(updates: Any, params: Any) -> None:
+    """Refuse gradients whose pytree differs from the params', naming the first missing or extra leaf."""
+    if params is None:
+        return
+    have, want = named_leaves(updates), named_leaves(params)  # also refuses unorderable dict keys
+    if jax.tree.structure(updates) == jax.tree.structure(params):
+        return
+    missing, extra = [n for n in want if n not in have], [n for n in have if n not in want]
+    where = "compositional_muon.update: the gradients do not match the params"
+    if missing:
+        raise ValueError(f"{where}: no gradient for the parameter {missing[0]!r}"
+                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                         + "; pass one gradient per parameter (the pytree of jax.grad of the params)")
+    if extra:
+        raise ValueError(f"{where}: a gradient at {extra[0]!r}, which is not a parameter"
+                         + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+    raise ValueError(f"{where}: the same leaves in different containers, "
+                     f"{str(jax.tree.structure(updates))[:200]} and {str(jax.tree.structure(params))[:200]}")
+
+
+def check_matrix_dtypes(params: Any, what: str = "matrix") -> None:
+    """Refuse a parameter that the direction would update but is not real floating point (complex, integer).
+
+    Muon and the attention rules are derived for real matrices; a complex matrix is refused naming its
+    path (select it for AdamW with ``adamw_params`` instead, whose optax update supports complex numbers).
+    """
+    for name, x in named_leaves(params).items():
+        dtype = getattr(x, "dtype", None)
+        if dtype is not None and not jnp.issubdtype(dtype, jnp.floating):
+            raise TypeError(f"compositional_muon: the {what} parameter {name!r} has dtype {jnp.dtype(dtype).name}; "
+                            f"Muon and the attention rules take real floating point only (select it for AdamW "
+                            f"with adamw_params, or store it as real and imaginary parts)")
 
 
 def _project_pair(kind: str, w_a: jax.Array, w_b: jax.Array, m_a: jax.Array, m_b: jax.Array, heads: int,
@@ -92,45 +182,87 @@ def scale_by_compositional_muon(
     gauge: Literal["none", "horizontal_projection", "rebalance"] = "none",
     msign: Literal["newton_schulz", "svd"] = "newton_schulz",
     gram_roots: Literal["eigh"] = "eigh",
+    adaptive: bool = False,
+    consistent_rms: Any = None,
+    weight_dimension_numbers: Any = None,
 ) -> optax.GradientTransformation:
     """The direction of Compositional Muon (before weight decay and the learning rate).
+
+    ``adaptive``, ``consistent_rms`` and ``weight_dimension_numbers`` are ``optax.contrib.muon``'s:
+    ``adaptive`` scales each matrix's direction ``D`` by ``⟨m̂, D⟩`` (the dual norm of the momentum,
+    Bernstein and Newhouse 2024), pairs included; ``consistent_rms = r`` replaces the Muon matrices'
+    factor ``√max(1, fan_out/fan_in)`` by ``r √max(fan_in, fan_out)`` (Liu et al. 2025; pairs keep their
+    derived budget); ``weight_dimension_numbers`` (a ``MuonDimensionNumbers``, a pytree of them, or a
+    function of the params giving one) says which axes of a Muon matrix are its rows (reduction) and
+    columns (output), the others batched, as in optax.
 
     Pairs get the derived rule at budget ``ε = 2`` with the sign flipped, i.e. a direction whose
     halves have operator norm 1; other matrices get ``√max(1, fan_out/fan_in) msign(m)``.
     ``optax.scale_by_learning_rate(η)`` then makes the step ``−η ·`` direction. Expects
-    ``update(updates, state, params)`` with ``params``. The direction of each matrix is computed
-    and returned in its parameter's dtype (gradients and momentum of another dtype, e.g. float64
-    gradients of float32 weights, are cast to it first); the momentum keeps optax's dtype rules.
-    Nothing here skips a NaN/Inf direction: :func:`compositional_muon` does (``on_nonfinite``).
+    ``update(updates, state, params)`` with ``params``. The direction of each matrix is returned in
+    its parameter's dtype. It is computed in that dtype when it has 32 or 64 bits (float64 gradients
+    of float32 weights are cast to float32), and in float32 for 16-bit weights whose momentum is
+    float32 (mixed precision, as ``optax.contrib.muon`` computes in the momentum's dtype). The
+    momentum keeps the dtype it was created with (``mu_dtype``, default the parameter's), so the
+    state's dtypes never change between steps. ``damping`` may be a traced scalar (``optax.inject_hyperparams`` under ``jit``):
+    its range is then checked when the step runs, and a bad value is refused like a NaN gradient
+    (the step is not applied). Nothing here skips a NaN/Inf direction: :func:`compositional_muon`
+    does (``on_nonfinite``).
     """
     schedule = check_schedule_bounded(resolve_schedule(ns_coeffs, ns_steps))
     check_options(qk_rule, ov_rule, gauge, gram_roots, msign)
+    nesterov, adaptive = flag("nesterov", nesterov), flag("adaptive", adaptive)
+    if consistent_rms is not None:
+        consistent_rms = real_scalar("consistent_rms", consistent_rms, traced=True)
     pairs = pair_declaration(pairs)
-    damping = real_scalar("damping", damping)
-    if qk_rule == "sylvester" and not damping > 0:
+    damping = real_scalar("damping", damping, traced=True)
+    traced_damping = isinstance(damping, jax.core.Tracer)
+    if qk_rule == "sylvester" and not traced_damping and not damping > 0:
         raise ValueError("compositional_muon: qk_rule='sylvester' needs damping > 0 (the regularization "
                          f"weight 2λ of its least-squares problem), got {damping!r}")
     options = DirectionOptions(eps=2.0, damping=damping, msign=msign, schedule=schedule)
 
+    def checked_damping(plan, params):
+        """``damping``, checked now when concrete, or when the step runs when traced (then NaN if bad)."""
+        if not traced_damping:
+            check_damping_range(plan, params, damping)
+            return damping
+        ok = damping_ok(plan, params, damping, positive=qk_rule == "sylvester")
+        _fail_unless_all(ok[None], ("damping",), lambda bad: (
+            f"compositional_muon.update: the injected damping is not a finite number "
+            f"{'> 0' if qk_rule == 'sylvester' else '>= 0'} that is 0 or normal in the dtype of every pair's "
+            f"Gram roots; the step was not applied"))
+        return jnp.where(ok, damping, jnp.nan)  # a bad damping makes the pairs' step NaN: it is skipped
+
     def init_fn(params):
-        check_damping_range(plan_pairs(pairs, params), params, damping)  # errors at init, naming the parameter
+        if not traced_damping:
+            check_damping_range(plan_pairs(pairs, params), params, damping)  # errors at init, naming the parameter
+        check_matrix_dtypes(params)
         mu = jax.tree.map(lambda x: jnp.zeros_like(x, dtype=mu_dtype or x.dtype), params)
         return CompositionalMuonState(count=jnp.zeros([], jnp.int32), mu=mu)
 
     def update_fn(updates, state, params=None):
         if params is None:
             raise ValueError("compositional_muon: update needs the params: call update(grads, state, params)")
+        check_gradients_match(updates, params)
         plan = plan_pairs(pairs, params)
-        check_damping_range(plan, params, damping)
+        dims = dimension_numbers_by_path(weight_dimension_numbers, params)
+        lam = checked_damping(plan, params)
+        step_options = options if lam is damping else replace(options, damping=lam)
+        check_matrix_dtypes(params)
         mu = optax.tree.update_moment(updates, state.mu, beta, 1)
         count = optax.safe_increment(state.count)
         p = named_leaves(params)
+        ct = {k: direction_dtype(p[k].dtype, x.dtype) for k, x in named_leaves(mu).items()}
+        for pair in plan.pairs:  # both factors of a pair in one dtype
+            ct[pair.first] = ct[pair.second] = jnp.promote_types(ct[pair.first], ct[pair.second])
+        w = {k: p[k].astype(ct[k]) for k in ct}
         if gauge == "horizontal_projection":
             m = named_leaves(mu)
             for pair in plan.pairs:
                 a, b = pair.first, pair.second
-                ha, hb = _project_pair(pair.kind, p[a], p[b], m[a].astype(p[a].dtype), m[b].astype(p[b].dtype),
-                                       pair.heads, pair.kv_heads, pair.head_dim, pair.kernels, damping)
+                ha, hb = _project_pair(pair.kind, w[a], w[b], m[a].astype(ct[a]), m[b].astype(ct[b]),
+                                       pair.heads, pair.kv_heads, pair.head_dim, pair.kernels, lam)
                 m[a], m[b] = ha.astype(m[a].dtype), hb.astype(m[b].dtype)
             mu = jax.tree_util.tree_unflatten(jax.tree.structure(mu), [m[k] for k in named_leaves(mu)])
         if nesterov:
@@ -139,27 +271,37 @@ def scale_by_compositional_muon(
                                   optax.tree.bias_correction(updates, beta, count))
         else:
             mu_hat = optax.tree.bias_correction(mu, beta, count)
-        g = {k: x.astype(p[k].dtype) for k, x in named_leaves(mu_hat).items()}  # the rules take one dtype
+        g = {k: x.astype(ct[k]) for k, x in named_leaves(mu_hat).items()}  # the rules take one dtype
         out = {}
         for pair in plan.pairs:
             a, b = pair.first, pair.second
             if pair.kind == "qk":
-                da, db = qk_direction(qk_rule, p[a], p[b], g[a], g[b], pair, options)
+                da, db = qk_direction(qk_rule, w[a], w[b], g[a], g[b], pair, step_options)
             else:
-                da, db = ov_direction(ov_rule, p[a], p[b], g[a], g[b], pair, options)
+                da, db = ov_direction(ov_rule, w[a], w[b], g[a], g[b], pair, step_options)
             out[a], out[b] = -da, -db
+            if adaptive:  # each factor's direction times its inner product with the momentum
+                out[a], out[b] = jnp.sum(g[a] * out[a]) * out[a], jnp.sum(g[b] * out[b]) * out[b]
         for name, x in g.items():
             if name not in out:
                 if x.ndim < 2:
                     raise ValueError(f"scale_by_compositional_muon: {name!r} has shape {tuple(x.shape)}, not a "
                                      f"matrix; compositional_muon gives vectors to AdamW, this transformation "
                                      f"takes matrices only")
-                fan_in, fan_out = x.shape[-2], x.shape[-1]
-                sign = _halfsplit.spectral_sign(x, msign, schedule_for(_halfsplit, schedule))
-                out[name] = math.sqrt(max(1.0, fan_out / fan_in)) * sign
+                if x.size == 0:  # (0, n) or (n, 0): nothing to orthogonalize, the update is empty too
+                    out[name] = jnp.zeros_like(x)
+                    continue
+                to_matrix, from_matrix = _muon_reshape(x, dims.get(name), name)
+                y = to_matrix(x)
+                fan_in, fan_out = y.shape[-2], y.shape[-1]
+                sign = from_matrix(_halfsplit.spectral_sign(y, msign, schedule_for(_halfsplit, schedule)))
+                if adaptive:  # optax.contrib.muon's: the sign times its inner product with the momentum
+                    sign = jnp.sum(x * sign) * sign
+                out[name] = (consistent_rms * math.sqrt(max(fan_in, fan_out)) if consistent_rms is not None
+                             else math.sqrt(max(1.0, fan_out / fan_in))) * sign
         treedef = jax.tree.structure(mu_hat)
         new = jax.tree_util.tree_unflatten(treedef, [out[k].astype(p[k].dtype) for k in g])
-        mu = optax.tree.cast(mu, mu_dtype)
+        mu = jax.tree.map(lambda new_mu, old: new_mu.astype(old.dtype), mu, state.mu)  # the state keeps its dtypes
         return new, CompositionalMuonState(count=count, mu=mu)
 
     return optax.GradientTransformation(init_fn, update_fn)
@@ -194,20 +336,20 @@ def rebalance_pairs(pairs: Pairs | None) -> optax.GradientTransformation:
 def check_finite_gradients() -> optax.GradientTransformation:
     """Raise ``ValueError`` naming the first parameter whose gradient has a NaN or Inf.
 
-    Eagerly the error is a ``ValueError``; under ``jit`` it is raised from a host callback that runs
-    only when a gradient is non-finite (one fused reduction per leaf on the hot path), and JAX
-    reports it as a runtime error carrying the same message. Either way no NaN reaches the params.
+    Eagerly, and in a step jitted by :func:`checked_jit`, the error is a one-line ``ValueError``.
+    Under a plain ``jax.jit`` it is raised from a host callback that runs only when a gradient is
+    non-finite (one fused reduction per leaf on the hot path), and JAX reports it as a multi-line
+    ``JaxRuntimeError`` carrying the same message. Either way no NaN reaches the params.
     """
 
-    def fail(flags, names):
-        bad = [n for n, ok in zip(names, flags, strict=False) if not ok]
-        raise ValueError(f"compositional_muon.update: the gradient of {bad[0]!r} contains NaN or Inf"
-                         + (f" (also {len(bad) - 1} more)" if len(bad) > 1 else ""))
+    def message(bad):
+        return (f"compositional_muon.update: the gradient of {bad[0]!r} contains NaN or Inf"
+                + (f" (also {len(bad) - 1} more)" if len(bad) > 1 else ""))
 
     def update_fn(updates, state, params=None):
         del params
         named = named_leaves(updates)
-        _fail_unless_all(_finite_flags(named), tuple(named), fail)
+        _fail_unless_all(_finite_flags(named), tuple(named), message)
         return updates, state
 
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
@@ -218,18 +360,65 @@ def _finite_flags(named: dict):
     return jnp.stack([jnp.all(jnp.isfinite(x)) for x in named.values()]) if named else jnp.ones(0, bool)
 
 
-def _fail_unless_all(flags, names, fail):
-    """Call ``fail(per-leaf bools, names)`` (which raises) unless every flag holds.
+_TRACING = threading.local()  # .checked: True while checked_jit traces (its checks are functionalized)
+_CHECK_FAILED = " (`check` failed)"  # the suffix checkify appends to a failed check's message
 
-    Eagerly at once; under ``jit`` from a host callback inside a ``lax.cond``, so it runs only on
-    failure and JAX reports its ``ValueError`` as a runtime error carrying the same message.
+
+def _fail_unless_all(flags, names, message: Callable[[list], str]) -> None:
+    """Raise ``ValueError(message(names of the leaves whose flag is False))`` unless every flag holds.
+
+    Eagerly at once. While :func:`checked_jit` traces, one ``checkify.check`` per leaf (the step runs
+    on, and ``checked_jit`` raises the first failed check's message as a ``ValueError`` afterwards).
+    Under a plain ``jit``, from a host callback inside a ``lax.cond`` that runs only on failure: JAX
+    reports its ``ValueError`` as a multi-line ``JaxRuntimeError`` carrying the message.
     """
     if not isinstance(flags, jax.core.Tracer):
         if not bool(jnp.all(flags)):
-            fail([bool(f) for f in flags], names)
+            raise ValueError(message([n for n, f in zip(names, flags, strict=True) if not bool(f)]))
         return
-    jax.lax.cond(jnp.all(flags), lambda f: None,
-                 lambda f: jax.debug.callback(lambda v: fail(list(v), names), f), flags)
+    if getattr(_TRACING, "checked", False):
+        for i, name in enumerate(names):  # checkify formats the message: braces in a path are escaped
+            checkify.check(flags[i], message([name]).replace("{", "{{").replace("}", "}}"))
+        return
+
+    def fail(values):
+        hint = " (jit the step with numerics.optimizer.checked_jit for this error as one line)"
+        raise ValueError(message([n for n, f in zip(names, values, strict=True) if not f]) + hint)
+
+    jax.lax.cond(jnp.all(flags), lambda f: None, lambda f: jax.debug.callback(fail, f), flags)
+
+
+def checked_jit(fn: Callable, **jit_kwargs: Any) -> Callable:
+    """``jax.jit(fn, **jit_kwargs)`` whose optimizer errors are one-line ``ValueError`` s.
+
+    A NaN/Inf gradient (``check_finite=True``) or update (``on_nonfinite="raise"``) is detected inside
+    the compiled program; a plain ``jax.jit`` can only report it through a host callback, which JAX
+    turns into a multi-line ``JaxRuntimeError``. Here ``fn`` is traced with the checks functionalized
+    (``jax.experimental.checkify``): the compiled step returns an error value with its outputs, and a
+    failed check is raised as ``ValueError`` naming the parameter, e.g. ``compositional_muon.update:
+    the gradient of 'attn/wv' contains NaN or Inf``. Use it in place of ``jax.jit`` on a training
+    step or on ``opt.update`` (the update's NaN/Inf guard has already kept the step from the
+    parameters; the step's outputs are not returned when it raises). Other ``checkify.check`` s in
+    ``fn`` are raised the same way. Call ``opt.update`` inside ``fn`` directly, not through another
+    ``jax.jit`` traced outside ``checked_jit`` (that one keeps its host callback).
+    """
+    jitted = jax.jit(checkify.checkify(fn), **jit_kwargs)
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        outer = getattr(_TRACING, "checked", False)
+        _TRACING.checked = True  # read while jit traces fn (the first call of each signature)
+        try:
+            err, out = jitted(*args, **kwargs)
+        finally:
+            _TRACING.checked = outer
+        exc = err.get_exception()
+        if exc is not None:
+            text = str(exc)
+            raise ValueError(text[: -len(_CHECK_FAILED)] if text.endswith(_CHECK_FAILED) else text)
+        return out
+
+    return run
 
 
 class SkipNonFiniteState(NamedTuple):
@@ -256,8 +445,8 @@ def skip_nonfinite_updates(*transforms: optax.GradientTransformation, on_nonfini
     element (so ``state[i]`` is still the state of ``transforms[i]``). Unlike ``apply_if_finite``
     there is no count after which a non-finite update goes through. With ``on_nonfinite="raise"``
     the step is skipped and a ``ValueError`` names the first parameter whose update is NaN/Inf
-    (eagerly; under ``jit`` from a host callback that runs only on failure, as
-    :func:`check_finite_gradients`); ``hint`` ends that message.
+    (eagerly and under :func:`checked_jit`; under a plain ``jit`` from a host callback that runs only
+    on failure, as :func:`check_finite_gradients`); ``hint`` ends that message.
     """
     if on_nonfinite not in NONFINITE_POLICIES:
         raise ValueError(f"compositional_muon: on_nonfinite must be one of {NONFINITE_POLICIES}, got {on_nonfinite!r}")
@@ -268,23 +457,27 @@ def skip_nonfinite_updates(*transforms: optax.GradientTransformation, on_nonfini
                 SkipNonFiniteState(notfinite_count=zero, last_finite=jnp.array(True), total_notfinite=zero))
 
     def update_fn(updates, state, params=None):
+        check_gradients_match(updates, params)
         *inner, guard = state
         new_inner = []
         for t, s in zip(transforms, inner, strict=False):
             updates, s = t.update(updates, s, params)
             new_inner.append(s)
         named = named_leaves(updates)
+        if params is not None:  # what optax.apply_updates writes: the step in the parameter's dtype
+            held = named_leaves(params)
+            named = {n: u.astype(held[n].dtype) if n in held and hasattr(held[n], "dtype") else u
+                     for n, u in named.items()}
         flags = _finite_flags(named)
         if on_nonfinite == "raise":
             dtypes = {n: jnp.dtype(x.dtype).name for n, x in named.items()}
 
-            def fail(ok, names):
-                bad = [n for n, f in zip(names, ok, strict=False) if not f]
-                raise ValueError(f"compositional_muon.update: the update of {bad[0]!r} ({dtypes[bad[0]]}) contains "
-                                 f"NaN or Inf" + (f" (also {len(bad) - 1} more)" if len(bad) > 1 else "")
-                                 + f"; the step was not applied{hint}")
+            def message(bad):
+                return (f"compositional_muon.update: the update of {bad[0]!r} ({dtypes[bad[0]]}) contains "
+                        f"NaN or Inf" + (f" (also {len(bad) - 1} more)" if len(bad) > 1 else "")
+                        + f"; the step was not applied{hint}")
 
-            _fail_unless_all(flags, tuple(named), fail)
+            _fail_unless_all(flags, tuple(named), message)
         ok = jnp.all(flags)
         if isinstance(ok, jax.core.Tracer) or not bool(ok):
             updates = jax.tree.map(lambda u: jnp.where(ok, u, jnp.zeros_like(u)), updates)
