@@ -14,26 +14,31 @@ The perturbation model (:data:`MODEL`), for a dtype of unit roundoff ``u`` (floa
   adds a spurious eigenvalue: ``r = x²(1 + θ) + e`` with ``|θ| ≤ u`` and ``e ∈ [−δ, 0]``, ``δ = g·u``
   (``‖X‖_F = 1``, so ``u`` is one unit roundoff of the largest possible eigenvalue);
 * every matrix product rounds relatively by a factor ``1 + θ``, ``|θ| ≤ u``: the ``k − 1`` products of
-  Horner's rule for ``q`` (bounded by ``((1 + u)^{k−1} − 1) Σ_{j≥1} |c_j| |r|^j``), ``Q ← Q q``,
+  Horner's rule for ``q`` (for a quintic step ``q̃ = c_0 + (c_1 r + c_2 r²)(1 + θ)``), ``Q ← Q q``,
   both products of ``r ← q (r q)``, ``x_s = Q x`` and the final ``Q x``.
 
 Every ``θ`` and ``e`` is independent and arbitrary within its interval. For each piece of a partition of
 ``[0, 1]`` (no grid: the pieces cover the interval) the state is propagated as intervals with mpmath's
-``iv`` (outward rounding): the image of ``r`` under ``r q(r)²`` and of ``q`` are exact images of
-intervals (endpoints and the real critical points, isolated by FLINT ball arithmetic), the rounding
-terms are added as intervals. The certified bounds are
+``iv`` (outward rounding). The state is the segment's start ``x``, the virtual iterate ``y = Q x`` and the
+drift ``d = r − y²`` of the Gram eigenvalue, so that the step ``y ← y q(y² + d)`` is enclosed by the exact
+image of the odd polynomial ``p(y) = y q(y²)`` (endpoints and real critical points, isolated by FLINT
+ball arithmetic) plus a mean-value term in ``d``; ``Q`` is the product of the ``q`` intersected with
+``y / x``. The certified bounds are
 
 * (a) ``max |Q_t|`` over every step and every ``σ ∈ [0, 1]``, and
 * (b) ``max |x_T − 1|`` over ``σ ∈ [l, 1]`` (``l``: the schedule's design lower bound, else ``1e-3``),
 
-with the final image of ``[0, 1]``. A schedule with restarts is *certified* when (a) ``< 1/u`` (beyond,
-the rounding of the final ``Q X`` alone, about ``u ‖Q‖``, exceeds the result) and (b) ``< 1`` (every
-singular value in ``[l, 1]`` ends in ``(0, 2)``: right sign, within a factor 2). The search tries every
-set of ``K`` positions and keeps the certified one with the smallest (b), then the smallest (a) among
-those within 1 % of it. The partition is chosen by a float64 pass of the same interval model (bisecting
-where a piece's bound exceeds what a model instance attains by more than 1 %); the bounds are then
-proven on it with ``iv``. A certificate (:func:`certificate`) states the inputs, the partition and the
-bounds; :func:`recheck` recomputes it and rejects any difference.
+with the final image of ``[0, 1]``. A placement is *certified* when (a) ``< 1/u`` (beyond, the rounding
+of the final ``Q X`` alone, about ``u ‖Q‖``, exceeds the result) and (b) ``< 1`` (every singular value in
+``[l, 1]`` ends in ``(0, 2)``: right sign, within a factor 2). The search tries every set of ``K``
+positions and keeps the certified one with the smallest (b), then the smallest (a) among those within
+1 % of it. The partition comes from a float64 pass of the same interval model (bisecting where a
+piece's bound exceeds what model instances attain by more than 1 %, until bisection stops paying); its
+points are exact binary numbers, so it is the same on every platform. Model instances (every product
+of a kind rounded alike, and seeded random roundings per step) give the values actually attained and,
+when one already breaks a criterion, the σ named in the refusal. A certificate (:func:`certificate`)
+states the inputs, the partition and the bounds; :func:`recheck` recomputes the partition and the
+proof and rejects any difference.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ RTOL = 0.01  # refine a piece while its bound exceeds the attained value by more
 STALL = 0.005  # ... unless the last round of bisection lowered the largest bounds by less than this
 MAX_PIECES = 4000
 MAX_ROUNDS = 40
+MAX_CANDIDATES = 64  # position sets one search tries (each takes up to seconds)
 MODEL = ("Gram formation r = x²(1+θ) + e, e ∈ [−δ, 0], δ = g·u; every matrix product rounds relatively, "
          "|θ| ≤ u (Horner for q, Q ← Q q, r ← q (r q), x_s = Q x, final Q x); all θ, e independent")
 CRITERIA = "(a) max |Q_t| over σ ∈ [0, 1] < 1/u; (b) max |x_T − 1| over σ ∈ [l, 1] < 1"
@@ -436,6 +442,7 @@ class Model:
                                f"for {self.dtype} (δ = g·u is at most 1), got {self.growth}")
         if not 0 < lo < 1:
             raise RestartError(f"argument --lower: must be in (0, 1), got {self.lower}")
+        object.__setattr__(self, "lower", repr(lo))  # the binary number the partition holds exactly
 
     @property
     def u(self) -> mpmath.mpf:
@@ -821,6 +828,11 @@ def search(name, steps, model, restarts: int | None = None, at: tuple | None = N
         sets = None
     tried = []
     for k in ([None] if sets is not None else range(count)):
+        size = len(sets) if sets is not None else math.comb(count - 1, k)
+        if size > MAX_CANDIDATES:
+            raise RestartError(f"argument --restarts: {k if k is not None else restarts} restart(s) in a {count}-step "
+                               f"schedule make {size} position sets, more than the {MAX_CANDIDATES} searched; "
+                               "name the positions with --at")
         batch = sets if sets is not None else list(itertools.combinations(range(1, count), k))
         found = []
         for p in batch:
@@ -888,8 +900,8 @@ def parse_positions(text: str) -> tuple:
 def summary(chosen: Candidate) -> str:
     """Two lines on the chosen positions' certified bounds."""
     cert = chosen.certificate
-    where = ", ".join(map(str, chosen.positions)) or "none"
-    return (f"certified: restarts after iterations {where}: (a) max |Q| <= {cert['max_abs_q']['bound']} "
+    where = ("restarts after iterations " + ", ".join(map(str, chosen.positions))) if chosen.positions else "no restart"
+    return (f"certified: {where}: (a) max |Q| <= {cert['max_abs_q']['bound']} "
             f"(step {cert['max_abs_q']['step']}, σ in [{cert['max_abs_q']['sigma'][0]}, "
             f"{cert['max_abs_q']['sigma'][1]}]); (b) max |x_T - 1| <= {cert['deviation']['bound']} on "
             f"[{cert['lower']}, 1]; final image of [0, 1] in [{cert['final_image'][0]}, {cert['final_image'][1]}]\n")

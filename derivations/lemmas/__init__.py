@@ -16,6 +16,7 @@ from derivations.lemmas import (
     chain_rule,
     counting,
     descent,
+    gram,
     isometry,
     msign,
     ring,
@@ -142,7 +143,7 @@ from derivations.lemmas.whitening import (
 )
 
 #: the family modules, in reading order
-FAMILY_MODULES = (descent, isometry, adjoint, whitening, msign, chain_rule, ring, blocks, spectral, counting)
+FAMILY_MODULES = (descent, isometry, adjoint, whitening, msign, chain_rule, ring, blocks, spectral, counting, gram)
 
 
 def collect(modules=FAMILY_MODULES) -> tuple:

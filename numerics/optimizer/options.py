@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import coeffsearch
-from coeffsearch.polynomial import MAX_STEP_COEFFICIENTS
+from coeffsearch.polynomial import MAX_STEP_COEFFICIENTS, ScheduleError
 from numerics.kernels import jax_kernels
 
 from .pairs import Plan, named_leaves
@@ -87,8 +87,30 @@ def _check_schedule_size(steps: int, widest: int, ns_coeffs: Any) -> None:
                          f"(polar-express-5 has 5 steps of 3)")
 
 
+def _repeated_step(ns_coeffs: Any, ns_steps: Any, bad_coefficient: ValueError) -> list[list[float]]:
+    """One step ``(a, b, c, …)`` repeated ``ns_steps`` times (``1 <= ns_steps <= 100``, a concrete integer)."""
+    if isinstance(ns_steps, jax.core.Tracer):
+        raise TypeError(f"compositional_muon: ns_steps is a traced value (optax.inject_hyperparams injects every "
+                        f"number); with ns_coeffs = {ns_coeffs!r} it sets the length of the unrolled iteration, "
+                        f"so give ns_coeffs as a tuple of steps or a registry name, or pass "
+                        f"static_args=('ns_steps',)")
+    if getattr(ns_steps, "shape", None) == () and jnp.issubdtype(getattr(ns_steps, "dtype", float), jnp.integer):
+        ns_steps = int(ns_steps)  # a concrete 0-d integer array (inject_hyperparams at init)
+    if len(ns_coeffs) < 2 or not isinstance(ns_steps, numbers.Integral) or ns_steps < 1:
+        raise ValueError(f"compositional_muon: ns_coeffs must have shape (k,) or (n, k) with k >= 2 and "
+                         f"ns_steps >= 1, got {ns_coeffs!r} and ns_steps={ns_steps!r}")
+    if ns_steps > jax_kernels.MAX_SCHEDULE_STEPS:
+        raise ValueError(f"compositional_muon: ns_steps = {ns_steps} is more than MAX_SCHEDULE_STEPS = "
+                         f"{jax_kernels.MAX_SCHEDULE_STEPS}; Newton–Schulz needs far fewer (optax uses 5)")
+    ns_steps = int(ns_steps)
+    try:
+        return [[_coefficient(c) for c in ns_coeffs]] * ns_steps
+    except (ValueError, OverflowError, TypeError):
+        raise bad_coefficient from None
+
+
 def resolve_schedule(ns_coeffs: Any, ns_steps: int) -> Schedule:
-    """A Newton–Schulz schedule as a tuple of coefficient tuples.
+    """A Newton–Schulz schedule as a tuple of coefficient tuples, validated as a :class:`coeffsearch.Schedule`.
 
     ``ns_coeffs``: a name in :mod:`coeffsearch`'s registry or one of ``optax.contrib.muon``'s presets
     (:data:`OPTAX_PRESETS`: ``"standard"``, ``"dion"``), one tuple ``(a, b, c)`` repeated
@@ -103,7 +125,7 @@ def resolve_schedule(ns_coeffs: Any, ns_steps: int) -> Schedule:
         return resolve_schedule(OPTAX_PRESETS[ns_coeffs], ns_steps)
     if isinstance(ns_coeffs, str):
         try:
-            return tuple(tuple(float(c) for c in step) for step in coeffsearch.resolve(ns_coeffs).as_floats())
+            return coeffsearch.resolve(ns_coeffs).as_floats()
         except (KeyError, ValueError) as exc:
             raise ValueError(f"compositional_muon: ns_coeffs {ns_coeffs!r} is not a schedule: {exc}") from None
     bad_coefficient = ValueError(f"compositional_muon: ns_coeffs must hold finite real numbers, got {ns_coeffs!r}")
@@ -123,28 +145,17 @@ def resolve_schedule(ns_coeffs: Any, ns_steps: int) -> Schedule:
     except (TypeError, IndexError, KeyError):
         raise shape_error from None
     if arr is None:
-        if isinstance(ns_steps, jax.core.Tracer):
-            raise TypeError(f"compositional_muon: ns_steps is a traced value (optax.inject_hyperparams injects every "
-                            f"number); with ns_coeffs = {ns_coeffs!r} it sets the length of the unrolled iteration, "
-                            f"so give ns_coeffs as a tuple of steps or a registry name, or pass "
-                            f"static_args=('ns_steps',)")
-        if getattr(ns_steps, "shape", None) == () and jnp.issubdtype(getattr(ns_steps, "dtype", float), jnp.integer):
-            ns_steps = int(ns_steps)  # a concrete 0-d integer array (inject_hyperparams at init)
-        if len(ns_coeffs) < 2 or not isinstance(ns_steps, numbers.Integral) or ns_steps < 1:
-            raise ValueError(f"compositional_muon: ns_coeffs must have shape (k,) or (n, k) with k >= 2 and "
-                             f"ns_steps >= 1, got {ns_coeffs!r} and ns_steps={ns_steps!r}")
-        if ns_steps > jax_kernels.MAX_SCHEDULE_STEPS:
-            raise ValueError(f"compositional_muon: ns_steps = {ns_steps} is more than MAX_SCHEDULE_STEPS = "
-                             f"{jax_kernels.MAX_SCHEDULE_STEPS}; Newton–Schulz needs far fewer (optax uses 5)")
-        ns_steps = int(ns_steps)
-        try:
-            arr = [[_coefficient(c) for c in ns_coeffs]] * ns_steps
-        except (ValueError, OverflowError, TypeError):
-            raise bad_coefficient from None
-    if not arr or any(len(s) < 2 or not all(math.isfinite(c) for c in s) for s in arr):
+        arr = _repeated_step(ns_coeffs, ns_steps, bad_coefficient)
+    if not arr or any(len(s) < 2 for s in arr):
         raise ValueError(f"compositional_muon: every Newton–Schulz step needs >= 2 finite coefficients, "
                          f"got {ns_coeffs!r}")
-    return tuple(tuple(s) for s in arr)
+    try:  # the one schedule type validates it (finite in float64, positive slope, at most 100 steps)
+        literal = coeffsearch.Schedule("ns_coeffs", tuple(tuple(repr(c) for c in s) for s in arr),
+                                       "compositional_muon(ns_coeffs=...)")
+    except ScheduleError as exc:
+        raise ValueError(f"compositional_muon: every Newton–Schulz step needs >= 2 finite coefficients "
+                         f"and a positive slope c_0: {exc}") from None
+    return literal.as_floats()
 
 
 def schedule_for(module: ModuleType, schedule: Schedule) -> Any:
