@@ -542,11 +542,12 @@ def measurements(rng):
     w_q, w_k = 4 * rng.standard_normal((9, 3)), rng.standard_normal((9, 3)) / 4
     values = {"W_Q": w_q, "W_K": w_k}
     q, k = (evaluate_on(x, values) for x in balanced_factors())
-    return [("Gram gap of the balanced factors, relative", float(np.abs(q.T @ q - k.T @ k).max() / np.abs(k.T @ k).max())),
+    return [("Gram gap of the balanced factors, relative", float(np.abs(q.T @ q - k.T @ k).max() / np.abs(k.T @ k).max()),
+             1e-10),
             ("Gram gap before balancing, relative", float(np.abs(w_q.T @ w_q - w_k.T @ w_k).max()
-                                                          / np.abs(w_k.T @ w_k).max())),
+                                                          / np.abs(w_k.T @ w_k).max()), None),
             ("product change by balancing, relative", float(np.abs(q @ k.T - w_q @ w_k.T).max()
-                                                            / np.abs(w_q @ w_k.T).max()))]
+                                                            / np.abs(w_q @ w_k.T).max()), 1e-10)]
 
 
 def emitted_functions():

@@ -37,7 +37,7 @@ class RuleModule:
     derivations: Callable  # () -> list[Derivation]
     functions: Callable  # () -> list[EmittedFunction]
     scalars: dict
-    measurements: Callable | None = None  # (rng) -> list[(label, value)]
+    measurements: Callable | None = None  # (rng) -> list[(label, value, limit)]: value <= limit, or limit None
     description: str = ""
     examples: list = field(default_factory=list)
     #: () -> (source, public names) appended to the emitted JAX module (layout adapters)
@@ -115,15 +115,38 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
         lemmas.append({"lemma": lem.number, "rule": lem.title, "self_check_error": result.error,
                        "subchecks": result.errors, "status": "ok" if result.passed else "FAIL",
                        "failures": result.failures})
-    measurements = [{"measurement": k, "value": v} for k, v in (rule.measurements(rng) if rule.measurements else [])]
-    ok = all(r["status"] == "ok" for r in rows + lemmas)
+    measurements = measurement_rows(rule.measurements(rng) if rule.measurements else [])
+    ok = all(r["status"] == "ok" for r in rows + lemmas + measurements)
     return {"ok": ok, "steps": rows, "lemmas": lemmas, "measurements": measurements}
 
 
+def measurement_rows(measured: list[tuple]) -> list[dict]:
+    """Gate each ``(label, value, limit)``: ``ok`` when ``value <= limit``, or ``low <= value <= high`` for a
+    ``(low, high)`` limit (NaN fails either way); a ``None`` limit marks a
+    number shown for context only (such as the Gram gap before balancing), never a result."""
+    rows = []
+    for label, value, limit in measured:
+        value = float(value)
+        low, high = limit if isinstance(limit, tuple) else (None, limit)
+        inside = (low is None or value >= low) and (high is None or value <= high)  # NaN is never inside
+        status = "reported" if limit is None else "ok" if inside else "FAIL"
+        rows.append({"measurement": label, "value": value, "limit": limit, "status": status})
+    return rows
+
+
+def limit_text(limit: float | tuple) -> str:
+    """``<= 1.0e-10`` or ``[1.0e+00, 1.0e+00]``: a measurement's limit as printed."""
+    if isinstance(limit, tuple):
+        return f"[{limit[0]:.6g}, {limit[1]:.6g}]"
+    return f"<= {limit:.1e}"
+
+
 def failures(table: dict) -> list[str]:
-    """Every failure message of a check table (steps, then lemma self-checks)."""
+    """Every failure message of a check table (steps, lemma self-checks, then gated measurements)."""
     return [r["failure"] for r in table["steps"] if r["failure"]] + [
-        f for r in table["lemmas"] for f in r["failures"]]
+        f for r in table["lemmas"] for f in r["failures"]] + [
+        f"measurement '{m['measurement']}' is {m['value']:.3e}, outside its limit {limit_text(m['limit'])}"
+        for m in table["measurements"] if m["status"] == "FAIL"]
 
 
 def format_table(table: dict) -> str:
@@ -140,7 +163,9 @@ def format_table(table: dict) -> str:
         out.append(f"{'Lemma ' + r['lemma'] + ': ' + r['rule']:<56} {r['self_check_error']:>10.1e}  {r['status']}")
     if table["measurements"]:
         out += ["", "measurements"]
-        out += [f"  {m['measurement']}: {m['value']:.3e}" for m in table["measurements"]]
+        out += [f"  {m['measurement']}: {m['value']:.3e}"
+                + (f" (limit {limit_text(m['limit'])}) {m['status']}" if m["limit"] is not None else " (context)")
+                for m in table["measurements"]]
     n, k = len(table["steps"]), len(table["lemmas"])
     bad = sum(r["status"] != "ok" for r in table["steps"])
     bad_lemmas = sum(r["status"] != "ok" for r in table["lemmas"])

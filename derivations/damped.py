@@ -110,8 +110,9 @@ def measurements(rng):
             worst_whitened = max(worst_whitened, abs(np.linalg.norm(dq @ c, 2) - 0.5))
             worst_product = max(worst_product, np.linalg.norm(dq @ wk.T, 2) / 0.5)
         out.append((f"damping {damping:g}: | ‖ΔW_Q C_K,λ‖_op − ε/2 | (zero: the damped problem is solved)",
-                    worst_whitened))
-        out.append((f"damping {damping:g}: ‖ΔW_Q W_Kᵀ‖_op / (ε/2) (at most 1: the product bound)", worst_product))
+                    worst_whitened, 1e-10))
+        out.append((f"damping {damping:g}: ‖ΔW_Q W_Kᵀ‖_op / (ε/2) (at most 1: the product bound)", worst_product,
+                    1 + 1e-10))
     return out
 
 

@@ -234,10 +234,11 @@ SHAPES = ((768, 3072), (4096, 14336), (2048, 11059), (768, 64), (4096, 128))
 
 
 def measurements(rng):
-    """Flop-model ratios gram/standard at the issue's shapes (5 steps, 1 restart)."""
+    """Flop-model ratios gram/standard at the issue's shapes (5 steps, 1 restart): below 1, the Gram form is
+    cheaper at every one of them."""
     del rng
     return [(f"flop model gram/standard at {a} x {b}, 5 steps, 1 restart",
-             flop_count("gram", a, b, 5, 1) / flop_count("standard", a, b, 5)) for a, b in SHAPES]
+             flop_count("gram", a, b, 5, 1) / flop_count("standard", a, b, 5), 1.0) for a, b in SHAPES]
 
 
 def rule_module():

@@ -92,4 +92,4 @@ def measurements(rng):
     ref = least_squares_projection(w_q, w_k, m_q, m_k)
     err = max(np.max(np.abs(a - b)) / np.max(np.abs(b)) for a, b in zip(got, ref, strict=False))
     return [("derived horizontal projection vs dense least squares over the vertical directions, relative error",
-             err)]
+             err, 1e-10)]
