@@ -116,7 +116,7 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
                        "subchecks": result.errors, "status": "ok" if result.passed else "FAIL",
                        "failures": result.failures})
     measurements = measurement_rows(rule.measurements(rng) if rule.measurements else [])
-    ok = all(r["status"] == "ok" for r in rows + lemmas + measurements)
+    ok = all(r["status"] == "ok" for r in rows + lemmas) and all(m["status"] != "FAIL" for m in measurements)
     return {"ok": ok, "steps": rows, "lemmas": lemmas, "measurements": measurements}
 
 

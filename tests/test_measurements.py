@@ -14,6 +14,13 @@ def test_limits_upper_band_and_context():
     assert [r["status"] for r in rows] == ["ok", "FAIL", "ok", "FAIL", "reported", "FAIL"]
 
 
+def test_context_numbers_do_not_fail_the_check():
+    rule = RuleModule(name="context", title="context", derivations=list, functions=list, scalars={},
+                      measurements=lambda rng: [("within", 1e-12, 1e-10), ("shown for context", 0.9, None)])
+    table = check_table(rule, trials=1, seed=0)
+    assert table["ok"] and failures(table) == []
+
+
 def test_a_measurement_outside_its_limit_fails_the_check():
     rule = RuleModule(name="planted", title="planted", derivations=list, functions=list, scalars={},
                       measurements=lambda rng: [("agreement with an independent solve", 6.6e-2, 1e-10)])
