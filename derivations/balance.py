@@ -48,7 +48,9 @@ from derivations.engine.vocabulary import (
     SYMMETRIC,
     FactMatrix,
     GramInvSqrt,
+    GramPower,
     GramSqrt,
+    PolarFactor,
     _Derived,
     dimension,
 )
@@ -374,6 +376,98 @@ CONGRUENCE = Lemma(
 )
 
 
+def _gram_factor(base):
+    """``X`` when ``base`` is the product ``Xᵀ X`` (its factors split in two halves), else ``None``."""
+    coeff, mats = base.as_coeff_matrices() if isinstance(base, MatMul) else (1, [base])
+    half = len(mats) // 2
+    if coeff != 1 or not mats or len(mats) % 2:
+        return None
+    x = product(*mats[half:])
+    return x if product(*mats[:half]) == transpose(x) else None
+
+
+def _gram_power(x, exponent):
+    """``(XᵀX)^p`` as a Gram node of ``X``: ``C_X``/``C_X⁻¹`` at ``p = ±1/2``, a :class:`GramPower` otherwise."""
+    if exponent == HALF:
+        return GramSqrt(x)
+    if exponent == -HALF:
+        return GramInvSqrt(x)
+    return GramPower(x, 0, "right", exponent)
+
+
+def _gram_of_product_rewrite(expr, **_):
+    def rule(e):
+        if not isinstance(e, SPDPower) or e.exponent == 0:
+            return None
+        x = _gram_factor(e.arg)
+        if x is None:
+            return None
+        return _gram_power(x, e.exponent), [f"{e.arg} = XᵀX with X = {x}"]
+
+    return rewrite_nodes(expr, rule, "no power of a matrix of the form XᵀX")
+
+
+def _balance_instances():
+    """``(A, B, X = A C_B)``: two tall matrices of full column rank and the product the balance works with."""
+    a, b = _tall("A", FULL_COLUMN_RANK), _tall("B", FULL_COLUMN_RANK)
+    return a, b, product(a, GramSqrt(b))
+
+
+def _gram_of_product_ids():
+    a, _, x = _balance_instances()
+    quarter = Rational(1, 4)
+    return ([(SPDPower(product(transpose(x), x), quarter), GramPower(x, 0, "right", quarter)),
+             (SPDPower(product(transpose(x), x), -quarter), GramPower(x, 0, "right", -quarter)),
+             (SPDPower(product(transpose(a), a), -HALF), GramInvSqrt(a))], InstanceSampler(_SMALL))
+
+
+GRAM_OF_PRODUCT = Lemma(
+    key="gram_of_product", number="B6", title="A power of XᵀX is a Gram power of X",
+    statement=r"\left(X^{\top}X\right)^{p} = C_X^{2p}\quad (X = W_Q C_K \text{ and its like})",
+    conditions=(r"X^{\top}X \text{ symmetric positive definite}",),
+    rewrite=_gram_of_product_rewrite, identities=_gram_of_product_ids,
+    not_modelled="powers of an SPD matrix other than ±1/2 have no exact explicit model",
+)
+
+
+def _polar_form_rewrite(expr, **_):
+    def rule(e):
+        if not isinstance(e, MatMul):
+            return None
+        coeff, mats = e.as_coeff_matrices()
+        mats = list(mats)
+        for i, m in enumerate(mats):
+            if not isinstance(m, (GramPower, GramInvSqrt)) or m.damping != 0 or m.side != "right":
+                continue
+            base = m.base
+            factors = list(base.as_coeff_matrices()[1]) if isinstance(base, MatMul) else [base]
+            k = len(factors)
+            if i >= k and mats[i - k:i] == factors:
+                rest = [] if m.exponent == -HALF else [_gram_power(base, m.exponent + HALF)]
+                new = mats[:i - k] + [PolarFactor(base)] + rest + mats[i + 1:]
+                return product(coeff, *new), [f"{base} has full column rank: X (XᵀX)^p = U_X (XᵀX)^(p+1/2)"]
+        return None
+
+    return rewrite_nodes(expr, rule, "no X (XᵀX)^p side by side", normalize=tidy)
+
+
+def _polar_form_ids():
+    a, _, x = _balance_instances()
+    quarter = Rational(1, 4)
+    return ([(product(x, GramPower(x, 0, "right", -quarter)), product(PolarFactor(x), GramPower(x, 0, "right", quarter))),
+             (product(a, GramPower(a, 0, "right", -quarter)), product(PolarFactor(a), GramPower(a, 0, "right", quarter))),
+             (product(x, GramInvSqrt(x)), PolarFactor(x))], InstanceSampler(_SMALL))
+
+
+POLAR_FORM = Lemma(
+    key="polar_form", number="B7", title="A whitened factor in polar form",
+    statement=r"X \left(X^{\top}X\right)^{p} = U_X \left(X^{\top}X\right)^{p + 1/2},\quad U_X = X C_X^{-1}",
+    conditions=(r"X \text{ has full column rank}",),
+    rewrite=_polar_form_rewrite, identities=_polar_form_ids,
+    not_modelled="powers of an SPD matrix other than ±1/2 have no exact explicit model",
+)
+
+
 # ---- the problem ----------------------------------------------------------------------------
 d, d_Q, d_h = dimension("d"), dimension("d_Q"), dimension("d_h")
 W_Q = FactMatrix("W_Q", d_Q, d_h, [FULL_COLUMN_RANK])  # own row count: a GQA group's stacked query heads
@@ -532,8 +626,33 @@ def product_kept():
     return der
 
 
+@cache
+def stable_query():
+    """``W_Q' = U_N (NᵀN)^{1/4}``, ``N = W_Q C_K``: the balanced query factor as the emitted code computes it.
+
+    ``(NᵀN)^{1/4}`` and ``U_N`` come from the singular values and vectors of ``N`` itself (the JAX and NumPy
+    kernels), so no Gram matrix is formed and the condition number is not squared.
+    """
+    der = identity_chain("balance.stable_query", "Balance: the balanced query factor without a formed Gram matrix",
+                         balanced_factors()[0], context(), statement="W_Q' = W_Q S*⁻ᵀ = W_Q C_K (C_K W_QᵀW_Q C_K)^{-1/4}")
+    der.apply(GRAM_OF_PRODUCT)
+    der.apply(POLAR_FORM)
+    return der
+
+
+@cache
+def stable_key():
+    """``W_K' = U_K (NᵀN)^{1/4}``: the balanced key factor as the emitted code computes it (see :func:`stable_query`)."""
+    der = identity_chain("balance.stable_key", "Balance: the balanced key factor without a formed Gram matrix",
+                         balanced_factors()[1], context(), statement="W_K' = W_K S* = W_K C_K⁻¹ (C_K W_QᵀW_Q C_K)^{1/4}")
+    der.apply(GRAM_OF_PRODUCT)
+    der.apply(L.POLAR_INVERSE, matrix=W_K)
+    return der
+
+
 def derivations():
-    return [congruence(), whitening(), riccati(), factor(), inverse_transpose(), equal_grams(), product_kept()]
+    return [congruence(), whitening(), riccati(), factor(), inverse_transpose(), equal_grams(), product_kept(),
+            stable_query(), stable_key()]
 
 
 def measurements(rng):
@@ -551,15 +670,19 @@ def measurements(rng):
 
 
 def emitted_functions():
-    q, k = balanced_factors()
     related = [congruence(), whitening(), riccati(), factor(), inverse_transpose(), product_kept()]
     return [EmittedFunction(
         "balance_qk", "Balance the factors of M = W_Q W_Kᵀ along the gauge (equal Grams, same product)",
-        [W_Q, W_K], [("W_Q_bal", DerivedOutput(q, equal_grams(), "balance.W_Q", related)),
-                     ("W_K_bal", DerivedOutput(k, equal_grams(), "balance.W_K", related))],
-        [("Both results have the Gram matrix (NᵀN)^(1/2), N = C_Q C_K, and W_Q_bal W_K_balᵀ = W_Q W_Kᵀ (exact at "
-         "damping = 0, the default). W_Q may have its own row count d_Q: a GQA group's query heads stacked "
-         "row-wise against the shared key head.")],
+        [W_Q, W_K], [("W_Q_bal", DerivedOutput(stable_query().formula, equal_grams(), "balance.W_Q",
+                                               [*related, stable_query()])),
+                     ("W_K_bal", DerivedOutput(stable_key().formula, equal_grams(), "balance.W_K",
+                                               [*related, stable_key()]))],
+        [("Both results have the Gram matrix (NᵀN)^(1/2), N = W_Q C_K, and W_Q_bal W_K_balᵀ = W_Q W_Kᵀ (exact at "
+          "damping = 0, the default). W_Q may have its own row count d_Q: a GQA group's query heads stacked "
+          "row-wise against the shared key head. The factors are computed as U_N (NᵀN)^(1/4) and U_K (NᵀN)^(1/4) "
+          "(balance.stable_query, balance.stable_key) from the singular values and vectors of N and W_K: no Gram "
+          "matrix is formed, so the condition number is not squared; singular values at or below "
+          "max(rows, d_h)·eps·σ_max are cut (pseudo-inverse) in C_K⁻¹, U_K and U_N.")],
         needs_eps=False)]
 
 

@@ -35,5 +35,14 @@ def example_call(rng, name, target="jax"):
         "sylvester_qk": ([tall(), tall(), r(D, D)], {"eps": 0.3, "damping": 0.1}),
         "horizontal_projection": ([tall(), tall(), tall(), tall()], {}),
         "balance_qk": ([r(2 * D, DH), tall()], {}),
+        "lora_halfsplit": ([tall(), r(DH, D - 1), tall(), r(DH, D - 1)], {"eps": 0.3}),
+        "lora_horizontal_projection": ([tall(), r(DH, D - 1), tall(), r(DH, D - 1)], {}),
+        "mla_query_up": ([r(DH, D), r(3, D), r(DH, 3)], {"eps": 0.3}),
+        "mla_key_up": ([r(DH, D), r(3, D), r(DH, 3)], {"eps": 0.3}),
+        "mla_value_up": ([tall(), r(3, D), r(DH, 3)], {"eps": 0.3}),
+        "mla_output": ([r(DH, D), tall()], {"eps": 0.3}),
+        "mla_query_down": ([r(2 * D, 3), r(3, D)], {"eps": 0.3}),
+        "mla_kv_down": ([r(2 * D, 3), r(3, D)], {"eps": 0.3}),
+        "tied_embedding": ([r(2 * D, DH + 2)], {"eps": 0.3}),
     }
     return table[name]

@@ -10,7 +10,12 @@
   right answer or one clear error, never a silently wrong number; the planted mistakes (msign
   arguments not unit-scaled, the balancing gauge's groups not rescaled) fail.
 * Schedules: longer than ``NS_UNROLL_STEPS`` they run as a loop, longer than
-  ``MAX_SCHEDULE_STEPS`` they are refused naming ``schedule``.
+  ``MAX_SCHEDULE_STEPS`` they are refused naming ``schedule`` (whatever msign is).
+* Round 2 of the audit: huge weights and tiny eps give the right update or one underflow line naming
+  the function and its arguments' sizes, in every function (they were all zero); float16 outputs among
+  the subnormals are refused, ordinary ones are not; balance_qk forms no Gram matrix (its error grows
+  like eps·κ^(1/2)); the stored-layout entry points name their own arguments; boolean scalars are refused.
+  Each with its planted mistake.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -30,6 +36,12 @@ import mpmath
 import numpy as np
 import pytest
 
+from derivations import balance
+from derivations import halfsplit as halfsplit_rule
+from derivations.balance import SPDPower
+from derivations.cli import render
+from derivations.engine.vocabulary import PolarFactor
+from derivations.printing.codegen import DerivedOutput
 from derivations.regenerate import shipped
 from numerics.kernels import jax_kernels as K
 from numerics.kernels import numpy_kernels as NK
@@ -227,14 +239,13 @@ def test_bad_scalars_under_jit_give_nan(rule, name):
     """Under an outer jit nothing can be refused: a negative damping (or eps) makes the result NaN."""
     fn = _fn(rule, name)
     args, kwargs = example_call(np.random.default_rng(0), name)
-    bad = [("damping", -0.1)] + ([("eps", -0.1)] if "eps" in kwargs else [])
-    for key, value in bad:
-        def call(*a, v, key=key):
-            return fn(*a, **{**kwargs, key: v})
-        outs = _outs(jax.jit(call, static_argnames="key")(*args, v=value))
+    scalars = {key: kwargs.get(key, 0.0) for key in ("damping", "eps") if key in kwargs or key == "damping"}
+    jitted = jax.jit(lambda *a, **s: fn(*a, **{**kwargs, **s}))  # eps and damping traced: one compilation
+    for key in scalars:
+        outs = _outs(jitted(*args, **{**scalars, key: -0.1}))
         assert all(np.all(np.isnan(o)) for o in outs), (name, key)
         with pytest.raises(ValueError, match=key):  # outside jit: refused
-            fn(*args, **{**kwargs, key: value})
+            fn(*args, **{**kwargs, key: -0.1})
 
 
 # ---- item 7: the edges of the number range -----------------------------------------------------
@@ -323,10 +334,11 @@ def test_sylvester_at_any_weight_scale(solver):
         assert _rel(tuple(np.asarray(x, np.float64) * c for x in got), _outs(want)) < tol, (dtype, c)
 
 
-def test_balance_keeps_equal_grams_for_tiny_weights():
+@pytest.mark.parametrize("scale", [1e-10, 1e-20])
+def test_balance_keeps_equal_grams_for_tiny_weights(scale):
     from numerics.emitted.balance import balance_qk
     rng = np.random.default_rng(5)
-    w_q, w_k = ((rng.standard_normal((2, rows, 4)) * 1e-10).astype(np.float32) for rows in (12, 6))
+    w_q, w_k = ((rng.standard_normal((2, rows, 4)) * scale).astype(np.float32) for rows in (12, 6))
     q, k = (np.asarray(x, np.float64) for x in balance_qk(jnp.asarray(w_q), jnp.asarray(w_k)))
     gq, gk = np.swapaxes(q, -1, -2) @ q, np.swapaxes(k, -1, -2) @ k
     assert np.linalg.norm(gq - gk) / np.linalg.norm(gk) < 1e-4
@@ -346,10 +358,11 @@ def test_planted_range_mistakes_are_caught():
     assert _rel(got, want) > 1e-2
     bal = load_module(ROOT / "numerics" / "emitted" / "balance.py", "planted_unscaled_balance")
     bal.scale_group = lambda arrays, damping, multiple: (arrays, damping, jnp.zeros((), jnp.int32))
-    w_q, w_k = (np.random.default_rng(5).standard_normal(s) * 1e-10 for s in ((12, 4), (6, 4)))
+    # 1e-20: the Gram roots and polar factors rescale themselves, but N = W_Q C_K (about 1e-40) underflows
+    w_q, w_k = (np.random.default_rng(5).standard_normal(s) * 1e-20 for s in ((12, 4), (6, 4)))
+    w_q, w_k = (np.asarray(jnp.asarray(w, jnp.float32), np.float64) for w in (w_q, w_k))
     q, k = (np.asarray(x, np.float64) for x in bal.balance_qk(*(jnp.asarray(w, jnp.float32) for w in (w_q, w_k))))
-    gq, gk = q.T @ q, k.T @ k
-    assert np.linalg.norm(gq - gk) / np.linalg.norm(gk) > 1e-2
+    assert _rel((q @ k.T,), (w_q @ w_k.T,)) > 1e-2  # the product is lost (flushed to zero)
 
 
 def test_scalars_outside_the_dtype_range_are_refused():
@@ -436,3 +449,295 @@ def test_integers_beyond_every_float_are_refused_in_one_line():
         with pytest.raises(ValueError, match=needle) as err:
             halfsplit_qk(w_q, w_k, g_q, g_k, **kwargs)
         assert "\n" not in str(err.value)
+
+
+# ---- round 2 of the audit (issue 17): the number range of every output, 16-bit outputs, balance ---------
+#: the weight scales at which the update (about eps/|W|) is below the underflow limit of the dtype
+HUGE = {np.float32: (1e30, 1e36, 1e37, 1e38), np.float64: (1e300, 1e306, 1e307)}
+
+
+def _right_or_underflow(fn, args, kwargs, want, degree, c, dtype, tol):
+    """``fn(args)`` equals ``want · c**degree`` (relative to its largest entry), or one clear underflow line."""
+    try:
+        got = _outs(fn(*args, **kwargs))
+    except ValueError as e:
+        msg = str(e)
+        return "underflows" in msg and "\n" not in msg and "max|" in msg, msg
+    got = tuple(g * c ** -degree for g in got)
+    return _rel(got, want) <= tol, f"rel err {_rel(got, want):.2e} (max |out| {max(np.max(np.abs(g)) for g in got):.2e})"
+
+
+def _huge_weight_failures(module, name, dtype):
+    fn = getattr(module, name)
+    args, kwargs = example_call(np.random.default_rng(1), name)
+    kwargs = {**kwargs, **({"msign": "svd"} if "eps" in kwargs else {})}
+    want = _outs(fn(*args, **kwargs))
+    degree = 1 if name == "balance_qk" else -1
+    bad = []
+    for c in HUGE[dtype]:
+        scaled = [np.asarray(a * c if i in WEIGHTS[name] else a).astype(dtype) for i, a in enumerate(args)]
+        base = [s.astype(np.float64) / c if i in WEIGHTS[name] else s.astype(np.float64) for i, s in enumerate(scaled)]
+        want = _outs(fn(*base, **kwargs))
+        ok, detail = _right_or_underflow(fn, scaled, kwargs, want, degree, c, dtype, 200 * np.finfo(dtype).eps)
+        if not ok:
+            bad.append((c, detail))
+    return bad
+
+
+@pytest.mark.parametrize("name", sorted(WEIGHTS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_huge_weights_right_or_a_clear_underflow(name, dtype):
+    """Weights of 1e37 (float32) or 1e306 (float64): the update, about eps/|W|, is below the dtype's range.
+
+    It was all zero without an error (XLA flushed the subnormal roots and products). The roots and scalars
+    now carry their powers of two apart and the output's exponent decides the underflow.
+    """
+    module = importlib.import_module(f"numerics.emitted.{ {n: r for r, n in FUNCTIONS}[name]}")
+    assert not _huge_weight_failures(module, name, dtype)
+
+
+def _planted_without_lost_flag(rule):
+    """The emitted module with ``pow2_unscale`` never flagging an underflow (the output's exponent ignored)."""
+    planted = load_module(ROOT / "numerics" / "emitted" / f"{rule}.py", f"planted_no_lost_{rule}")
+    planted.pow2_unscale = lambda x, n, dtype=None: (planted.pow2_scale(x.astype(planted.compute_dtype(x.dtype)), n),
+                                                     jnp.asarray(False))
+    return planted
+
+
+def test_planted_lost_flag_is_what_catches_huge_weights():
+    planted = _planted_without_lost_flag("halfsplit")
+    bad = dict(_huge_weight_failures(planted, "halfsplit_qk", np.float32))
+    assert "rel err 1.00e+00 (max |out| 0.00e+00)" in bad.get(1e37, ""), bad  # silently all zero, no error
+
+
+#: eps at the bottom of the normal range: the update (about eps·|G|/|W|) underflows
+TINY_EPS = {np.float32: 1.5e-38, np.float64: 3e-308}
+
+
+def _tiny_eps_failures(module, name, dtype):
+    fn = getattr(module, name)
+    args, kwargs = example_call(np.random.default_rng(2), name)
+    args = [a.astype(dtype) for a in args]
+    kwargs = {**kwargs, "msign": "svd"}
+    want = _outs(fn(*(a.astype(np.float64) for a in args), **kwargs))  # eps = 0.3
+    c = TINY_EPS[dtype] / kwargs["eps"]
+    ok, detail = _right_or_underflow(fn, args, {**kwargs, "eps": TINY_EPS[dtype]}, want, 1, c, dtype,
+                                     200 * np.finfo(dtype).eps)
+    return [] if ok else [detail]
+
+
+EPS_FUNCTIONS = [f for f in FUNCTIONS if "eps" in inspect.signature(_fn(*f)).parameters]
+
+
+@pytest.mark.parametrize("rule,name", EPS_FUNCTIONS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_tiny_eps_right_or_a_clear_underflow(rule, name, dtype):
+    """eps = 1.5e-38 in float32: every function (sylvester_qk too) is right or refuses with one line."""
+    assert not _tiny_eps_failures(importlib.import_module(f"numerics.emitted.{rule}"), name, dtype)
+
+
+def test_planted_tiny_eps_without_lost_flag_is_silently_zero():
+    planted = _planted_without_lost_flag("sylvester")
+    assert _tiny_eps_failures(planted, "sylvester_qk", np.float32)
+
+
+# ---- 16-bit outputs: an update below the smallest normal float16 number is refused, ordinary ones are not
+def _float16_case(module, name, eps):
+    fn = getattr(module, name)
+    args, kwargs = example_call(np.random.default_rng(3), name)
+    args = [a.astype(np.float16) for a in args]
+    kwargs = {**kwargs, **({"eps": eps, "msign": "svd"} if "eps" in kwargs else {})}
+    want = _outs(fn(*(a.astype(np.float64) for a in args), **kwargs))
+    try:
+        return _outs(fn(*args, **kwargs)), want
+    except ValueError as e:
+        return str(e), want
+
+
+F16_CASES = [("halfsplit", "halfsplit_qk"), ("gqa", "gqa_qk"), ("sylvester", "sylvester_qk"), ("joint", "joint_qk")]
+
+
+@pytest.mark.parametrize("rule,name", F16_CASES)
+def test_float16_updates_below_the_normal_range_are_refused(rule, name):
+    """eps = 1e-6 gave float16 updates 13-64 % off (subnormal: too few digits), silently; eps = 1e-3..1 is fine."""
+    module = importlib.import_module(f"numerics.emitted.{rule}")
+    got, _ = _float16_case(module, name, 1e-6)
+    assert isinstance(got, str) and "underflows float16" in got and "smallest normal" in got and "\n" not in got, got
+    for eps in (1e-3, 0.1, 1.0):
+        got, want = _float16_case(module, name, eps)
+        assert not isinstance(got, str), (eps, got)
+        assert _rel(got, want) <= 4e-3, (eps, _rel(got, want))
+
+
+def test_float16_projection_of_tiny_momenta_is_refused():
+    horizontal_projection = _fn("gauge", "horizontal_projection")
+    args, kwargs = example_call(np.random.default_rng(3), "horizontal_projection")
+    args = [(a * 1e-7 if i >= 2 else a).astype(np.float16) for i, a in enumerate(args)]
+    with pytest.raises(ValueError, match="horizontal_projection: the result underflows float16"):
+        horizontal_projection(*args, **kwargs)
+
+
+def test_planted_exempt_float16_is_silently_wrong():
+    """With 16-bit outputs judged as their float32 values (exempt, as before), eps = 1e-6 passes and is far off."""
+    planted = load_module(ROOT / "numerics" / "emitted" / "halfsplit.py", "planted_exempt_float16")
+    unscale = planted.pow2_unscale
+    planted.pow2_unscale = lambda x, n, dtype=None: unscale(x, n)  # the output's own dtype ignored
+    got, want = _float16_case(planted, "halfsplit_qk", 1e-6)
+    assert not isinstance(got, str) and _rel(got, want) > 0.05, got
+
+
+def test_underflow_limits():
+    assert K.underflow_limit(jnp.float16) == float(jnp.finfo(jnp.float16).tiny)
+    assert K.underflow_limit(jnp.bfloat16) == K.underflow_limit(jnp.float32) == 2.0 ** -107
+    assert K.underflow_limit(jnp.float64) == 2.0 ** (-1022 + 52 - 4)
+
+
+def test_float16_rounding_error_decides_the_underflow():
+    """pow2_unscale flags a float16 output whose rounding error exceeds eps (relative, Frobenius), only that."""
+    rng = np.random.default_rng(4)
+    x = jnp.asarray(rng.standard_normal((2, 6, 3)), jnp.float32)
+    for n, lost in ((0, False), (-14, False), (-15, False), (-19, True), (-24, True)):
+        y, flag = K.pow2_unscale(x, n, jnp.float16)
+        err = np.linalg.norm(np.asarray(y.astype(jnp.float16), np.float64) - np.asarray(y, np.float64))
+        assert bool(flag) == lost == (err > np.finfo(np.float16).eps * np.linalg.norm(np.asarray(y))), (n, err)
+
+
+# ---- balance_qk: no formed Gram matrix, so the condition number is not squared ---------------------------
+def _exact_balance(w_q, w_k):
+    """``(U_N (NᵀN)^{1/4}, U_K (NᵀN)^{1/4})``, ``N = W_Q C_K``, at 40 digits (SVDs; no cut: full rank)."""
+    with mpmath.workdps(40):
+        q, k = mpmath.matrix(w_q.tolist()), mpmath.matrix(w_k.tolist())
+        _, s, vt = mpmath.svd_r(k, full_matrices=False)
+        c = sum((vt[i, :].T * vt[i, :] * s[i] for i in range(k.cols)), mpmath.zeros(k.cols, k.cols))
+        out = []
+        for x in (q * c, k):
+            u, sx, vx = mpmath.svd_r(x, full_matrices=False)
+            out.append(u * vx)
+        n = q * c
+        _, sn, vn = mpmath.svd_r(n, full_matrices=False)
+        quarter = sum((vn[i, :].T * vn[i, :] * mpmath.sqrt(sn[i]) for i in range(n.cols)), mpmath.zeros(n.cols, n.cols))
+        return tuple(np.array((u * quarter).tolist(), dtype=np.float64) for u in out)
+
+
+BALANCE_KAPPAS = [(np.float32, (1e3, 1e4, 1e5)), (np.float64, (1e6, 1e8))]
+
+
+def _balance_errors(balance_qk, dtype, kappas):
+    rng = np.random.default_rng(7)
+    errors = {}
+    for kappa in kappas:
+        w_k = _partner(rng, kappa).astype(dtype)
+        w_q = rng.standard_normal((2 * D, DH)).astype(dtype)
+        want = _exact_balance(w_q.astype(np.float64), w_k.astype(np.float64))
+        errors[kappa] = _rel(_outs(balance_qk(jnp.asarray(w_q), jnp.asarray(w_k))), want)
+    return errors
+
+
+@pytest.mark.parametrize("dtype,kappas", BALANCE_KAPPAS, ids=["float32", "float64"])
+def test_balance_error_grows_like_eps_root_kappa(dtype, kappas):
+    """The balanced factors' own sensitivity is about eps·κ^(1/2); forming C_K W_QᵀW_Q C_K gave eps·κ²-like errors
+    (float32 κ = 1e4: 1.6e-2; float64 κ = 1e8: 7e-5)."""
+    balance_qk = _fn("balance", "balance_qk")
+    eps = np.finfo(dtype).eps
+    errors = _balance_errors(balance_qk, dtype, kappas)
+    assert all(e <= 8 * eps * (np.sqrt(k) + 10) for k, e in errors.items()), errors
+
+
+def test_planted_gram_formed_balance_squares_the_condition_number(tmp_path):
+    """The balanced factors printed from the Gram-matrix form (W_Q C_K (C_K W_QᵀW_Q C_K)^(-1/4), ...) fail."""
+    q, k = balance.balanced_factors()
+    source = balance.equal_grams()
+    fn = replace(balance.emitted_functions()[0], outputs=[("W_Q_bal", DerivedOutput(q, source, "balance.W_Q")),
+                                                          ("W_K_bal", DerivedOutput(k, source, "balance.W_K"))])
+    path = tmp_path / "gram_balance.py"
+    path.write_text(render(replace(balance.rule_module(), functions=lambda: [fn]), "jax"))
+    assert "C_K @ W_Q.mT @ W_Q @ C_K" in path.read_text()
+    planted = load_module(path, "planted_gram_balance")
+    errors = _balance_errors(planted.balance_qk, np.float32, (1e4,))
+    assert errors[1e4] > 8 * np.finfo(np.float32).eps * (1e2 + 10), errors
+
+
+def test_balance_emits_no_gram_matrix():
+    """The emitted balance_qk is printed from balance.stable_query/stable_key: SVD kernels, no formed NᵀN."""
+    source = inspect.getsource(importlib.import_module("numerics.emitted.balance")._balance_qk)
+    assert "polar_factor(" in source and "jnp.linalg.eigh" not in source and "W_Q.mT @ W_Q" not in source
+    for der in (balance.stable_query(), balance.stable_key()):
+        assert not der.formula.has(SPDPower) and der.formula.has(PolarFactor), der.formula
+
+
+# ---- errors name the function the user called and its arguments ------------------------------------------
+ADAPTERS = [("joint", "joint_qk"), ("gqa", "gqa_qk"), ("hybrid_ov", "hybrid_ov")]
+
+
+def _adapter_messages(module, name):
+    fn = getattr(module, name)
+    args, kwargs = example_call(np.random.default_rng(0), name)
+    names = list(inspect.signature(fn).parameters)[:len(args)]
+    messages = {}
+    for i, arg in enumerate(names):
+        bad = [np.where(np.arange(a.size).reshape(a.shape) == 0, np.nan, a) if j == i else a for j, a in enumerate(args)]
+        with pytest.raises(ValueError) as err:
+            fn(*bad, **kwargs)
+        messages[arg] = str(err.value)
+    tiny = [(a * 1e36).astype(np.float32) if j < 2 else a.astype(np.float32) for j, a in enumerate(args)]
+    with pytest.raises(ValueError) as err:
+        fn(*tiny, **{**kwargs, "msign": "svd"})
+    messages["underflow"] = str(err.value)
+    for key, value in (("eps", -1.0), ("damping", float("nan"))):
+        with pytest.raises(ValueError) as err:
+            fn(*args, **{**kwargs, key: value})
+        messages[key] = str(err.value)
+    return names, messages
+
+
+@pytest.mark.parametrize("rule,name", ADAPTERS)
+def test_stored_layout_errors_name_the_entry_point_and_its_arguments(rule, name):
+    """joint_qk with a NaN W_Q said "joint_whitened: P contains NaN or Inf" (P, G and the core are internal)."""
+    names, messages = _adapter_messages(importlib.import_module(f"numerics.emitted.{rule}"), name)
+    for arg in names:
+        assert messages[arg] == f"{name}: {arg} contains NaN or Inf", messages[arg]
+    assert messages["underflow"].startswith(f"{name}: the result underflows float32"), messages["underflow"]
+    assert all(f"max|{arg}| = " in messages["underflow"] for arg in names), messages["underflow"]
+    assert messages["eps"].startswith(f"{name}: eps must be") and messages["damping"].startswith(f"{name}: damping")
+
+
+def test_planted_adapter_without_caller_names_internal_symbols():
+    planted = load_module(ROOT / "numerics" / "emitted" / "joint.py", "planted_no_caller_joint")
+    check = planted.raise_if_not_finite
+    planted.raise_if_not_finite = lambda function, status, arrays, caller=None: check(function, status, arrays)
+    fn = planted.joint_qk
+    args, kwargs = example_call(np.random.default_rng(0), "joint_qk")
+    with pytest.raises(ValueError, match="joint_whitened: P contains NaN or Inf"):
+        fn(np.full_like(args[0], np.nan), *args[1:], **kwargs)
+
+
+def test_stored_layout_dtype_errors_name_the_stored_argument():
+    gqa_qk = _fn("gqa", "gqa_qk")
+    args, kwargs = example_call(np.random.default_rng(0), "gqa_qk")
+    with pytest.raises(TypeError, match="gqa_qk: W_Q must be real floating point, got dtype int64"):
+        gqa_qk(*[a.astype(np.int64) for a in args], **kwargs)
+
+
+# ---- scalars and schedules refused as documented -------------------------------------------------------
+@pytest.mark.parametrize("value", [np.bool_(True), np.bool_(False), jnp.asarray(True)], ids=["np_true", "np_false", "jnp"])
+def test_boolean_scalars_are_refused(value):
+    """np.bool_ passed as eps/damping (halfsplit_qk, sylvester_qk) was taken as 1.0: documented as refused."""
+    for fn, name in ((_fn("halfsplit", "halfsplit_qk"), "halfsplit_qk"), (_fn("sylvester", "sylvester_qk"), "sylvester_qk")):
+        args, kwargs = example_call(np.random.default_rng(0), name)
+        for key in ("eps", "damping"):
+            with pytest.raises(TypeError, match=f"{name}: {key} must be a real number, got the boolean"):
+                fn(*args, **{**kwargs, key: value})
+    with pytest.raises(TypeError, match="eps must be a real number, got the boolean"):
+        NK.validate_arrays("f", {"W": ("d", "d_h")}, {"W": np.ones((3, 2))}, {"eps": np.bool_(True)})
+
+
+def test_schedule_cap_holds_whatever_msign_is(tmp_path):
+    """A module written by --emit jax --msign svd accepted a 101-step schedule; the packaged ones refuse it."""
+    path = tmp_path / "svd_default.py"
+    path.write_text(render(halfsplit_rule.rule_module(), "jax", msign="svd"))
+    svd_default = load_module(path, "svd_default_halfsplit")
+    args, kwargs = example_call(np.random.default_rng(0), "halfsplit_qk")
+    too_long = ((1.5, -0.5),) * (K.MAX_SCHEDULE_STEPS + 1)
+    for fn, extra in ((svd_default.halfsplit_qk, {}), (_fn("halfsplit", "halfsplit_qk"), {"msign": "svd"})):
+        with pytest.raises(ValueError, match="schedule has 101 steps, more than MAX_SCHEDULE_STEPS"):
+            fn(*args, **{**kwargs, **extra, "schedule": too_long})

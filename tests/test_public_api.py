@@ -30,9 +30,9 @@ def callables_of(obj: object, name: str) -> list[tuple[str, object]]:
             value = value.fget
         elif hasattr(value, "func") and type(value).__name__ == "cached_property":
             value = value.func
-        if isinstance(value, types.FunctionType) and value.__qualname__.startswith(obj.__qualname__ + "."):
-            if value.__module__ == obj.__module__:
-                out.append((f"{name}.{attr}", value))
+        if (isinstance(value, types.FunctionType) and value.__qualname__.startswith(obj.__qualname__ + ".")
+                and value.__module__ == obj.__module__):
+            out.append((f"{name}.{attr}", value))
     return out
 
 

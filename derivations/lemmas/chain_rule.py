@@ -11,8 +11,8 @@ from sympy.matrices.expressions import MatMul, Transpose
 
 from derivations.engine.algebra import product, replace_free, rewrite_adjacent, transpose
 from derivations.engine.evaluate import InstanceSampler, _size
-from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix
-from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _m, _n, _tall
+from derivations.engine.vocabulary import FULL_COLUMN_RANK, FULL_ROW_RANK, FactMatrix
+from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _k, _m, _n, _tall
 
 
 # ---- chain rule: factor gradients ---------------------------------------------------------
@@ -78,12 +78,12 @@ def chain_rule_products(gradients, loss_gradient=None):
         if coeff != 1 or len(mats) != 2:
             raise NotApplicable(f"{name} = {definition} is not a loss gradient times one partner")
         a, b = mats
-        if a == s:  # G = G_M W: M = X Wᵀ
+        if a == s:  # G = G_M W: M = X Wᵀ (W = Aᵀ for a wide partner A: M = X A)
             slots[name] = ("left", False)
-            right = put(right, (b, True), "the right factor")
+            right = put(right, (b.arg, False) if isinstance(b, Transpose) else (b, True), "the right factor")
         elif a == transpose(s):  # G = G_Mᵀ W: M = W Xᵀ
             slots[name] = ("right", True)
-            left = put(left, (b, False), "the left factor")
+            left = put(left, (b.arg, True) if isinstance(b, Transpose) else (b, False), "the left factor")
         elif b == s and isinstance(a, Transpose):  # G = Wᵀ G_M: M = W X
             slots[name] = ("right", False)
             left = put(left, (a.arg, False), "the left factor")
@@ -116,6 +116,79 @@ def _jax_gradient_fn(lt: bool, rt: bool):
     return jax.jit(grads)
 
 
+@cache
+def _jax_middle_fn():
+    """Jitted ``(∂L/∂M, ∂L/∂X)`` for the same random loss of ``M = L X R`` (a middle factor)."""
+    jax = _jax()
+    jnp = jax.numpy
+
+    def loss_of_m(m, c, b):
+        return jnp.sum(c * jnp.sin(m) + 0.5 * b * m * m)
+
+    def grads(lx, x, rx, c, b):
+        return jax.grad(loss_of_m)(lx @ x @ rx, c, b), jax.grad(lambda y: loss_of_m(lx @ y @ rx, c, b))(x)
+
+    return jax.jit(grads)
+
+
+def _middle(definition, s):
+    """``(L, R)`` when ``definition`` is ``Lᵀ G_M Rᵀ`` (the gradient of ``L(L X R)`` in ``X``), else ``None``."""
+    coeff, mats = definition.as_coeff_matrices() if isinstance(definition, MatMul) else (S.One, [definition])
+    if coeff == 1 and len(mats) == 3 and mats[1] == s:
+        return transpose(mats[0]), transpose(mats[2])
+    return None
+
+
+def _value_of(m, out, rng, backend, dims):
+    """``m``'s value in ``out`` (a transpose of a sampled symbol included); sampled and stored if new."""
+    if m in out:
+        return out[m]
+    if isinstance(m, Transpose) and m.arg in out:
+        return out[m.arg].T
+    base = m.arg if isinstance(m, Transpose) else m
+    out[base] = backend.asarray(rng.standard_normal(tuple(_size(x, dims) for x in base.shape)))
+    return out[base].T if isinstance(m, Transpose) else out[base]
+
+
+def _middle_instance(env, rng, backend, dims, s, middles):
+    """The chain-rule instance of ``M = L X R``: ``G_M`` and ``G_X`` from differentiating the random loss
+    (``jax.grad`` in float64, complex steps in mpmath), ``L`` and ``R`` from ``env`` where sampled."""
+    if len(set(middles.values())) != 1 or None in middles.values():
+        raise NotApplicable(f"the factor gradients do not all come from one product L X R: {middles}")
+    (lm, rm), = set(middles.values())
+    name = next(iter(middles))
+    out = dict(env)
+    lv, rv = _value_of(lm, out, rng, backend, dims), _value_of(rm, out, rng, backend, dims)
+    xv = backend.asarray(rng.standard_normal(tuple(_size(x, dims) for x in name.shape)))
+    m_shape = tuple(_size(x, dims) for x in s.shape)
+    c, b = rng.uniform(0.5, 1.5, m_shape) * rng.choice([-1.0, 1.0], m_shape), rng.uniform(-1.0, 1.0, m_shape)
+    if backend.name == "float64":
+        with _jax().enable_x64(True):
+            grad_m, grad_x = (np.asarray(g) for g in _jax_middle_fn()(lv, xv, rv, c, b))
+    else:
+        cm, bm = backend.asarray(c), backend.asarray(b)
+        h = mpmath.mpf(10) ** (-(mpmath.mp.dps + 10))
+
+        def loss(m):
+            return mpmath.fsum(cm[i, j] * mpmath.sin(m[i, j]) + bm[i, j] * m[i, j] ** 2 / 2
+                               for i in range(m.rows) for j in range(m.cols))
+
+        def complex_step(f, x):
+            g = mpmath.zeros(x.rows, x.cols)
+            for i in range(x.rows):
+                for j in range(x.cols):
+                    shifted = mpmath.matrix(x)
+                    shifted[i, j] += mpmath.mpc(0, h)
+                    g[i, j] = mpmath.im(f(shifted)) / h
+            return g
+
+        grad_m, grad_x = complex_step(loss, lv * xv * rv), complex_step(lambda y: loss(lv * y * rv), xv)
+    out[s] = grad_m
+    for g in middles:
+        out[g] = grad_x
+    return out, {s, *middles}
+
+
 def _jax_loss_gradients(lv, rv, c, b, lt, rt):
     with _jax().enable_x64(True):
         return tuple(np.asarray(g) for g in _jax_gradient_fn(bool(lt), bool(rt))(lv, rv, c, b))
@@ -131,6 +204,10 @@ def _chain_instance(env, rng, backend, dims, *, gradients, loss_gradient=None, *
     chain rule's own definitions are never used, so a step that rewrites with a wrong definition
     disagrees with the derivatives.
     """
+    middles = {name: _middle(definition, _loss_gradient(gradients, loss_gradient))
+               for name, definition in gradients.items()}
+    if any(v is not None for v in middles.values()):  # G_X = Lᵀ G_M Rᵀ: a middle factor of M = L X R
+        return _middle_instance(env, rng, backend, dims, _loss_gradient(gradients, loss_gradient), middles)
     s, left, right, slots = chain_rule_products(gradients, loss_gradient)
     m_shape = tuple(_size(x, dims) for x in s.shape)
     out = dict(env)
@@ -184,16 +261,27 @@ def _chain_ids():
     qk = {g_q: product(g_m, w_k), g_k: product(transpose(g_m), w_q)}
     w_o, g_v = _tall("W_O", FULL_COLUMN_RANK), _fresh("G_V", _n, _m)
     ov = {g_v: product(transpose(w_o), g_m)}
-    cases = [Case(definition, name, {"gradients": grads}) for grads in (qk, ov) for name, definition in grads.items()]
+    # M = B A with a wide partner A (r × d_in, full row rank): G_B = G_M Aᵀ, G_A = Bᵀ G_M
+    w_b, w_a = _tall("B", FULL_COLUMN_RANK), FactMatrix("A", _n, _k, [FULL_ROW_RANK])
+    g_w, g_b, g_a = _fresh("G_W", _m, _k), _fresh("G_B", _m, _n), _fresh("G_A", _n, _k)
+    wide = {g_b: product(g_w, transpose(w_a)), g_a: product(transpose(w_b), g_w)}
+    # a middle factor of M = L X R: G_X = Lᵀ G_M Rᵀ
+    w_l, w_r = _tall("L", FULL_COLUMN_RANK), FactMatrix("R", _n, _k, [FULL_ROW_RANK])
+    g_x = _fresh("G_X", _n, _n)
+    middle = {g_x: product(transpose(w_l), g_w, transpose(w_r))}
+    families = (qk, ov, wide, middle)
+    cases = [Case(definition, name, {"gradients": grads})
+             for grads in families for name, definition in grads.items()]
     cases += [Case(name, definition, {"gradients": grads, "reverse": True})
-              for grads in (qk, ov) for name, definition in grads.items()]
+              for grads in families for name, definition in grads.items()]
     return cases, InstanceSampler(_SMALL)
 
 
 CHAIN_RULE = Lemma(
     key="chain_rule", number="CR", title="Chain rule through the product",
     statement=(r"M = W_Q W_K^{\top}:\ G_Q = \frac{\partial L}{\partial W_Q} = G_M W_K,\ "
-               r"G_K = \frac{\partial L}{\partial W_K} = G_M^{\top} W_Q"),
+               r"G_K = \frac{\partial L}{\partial W_K} = G_M^{\top} W_Q;\quad "
+               r"M = L X R:\ G_X = L^{\top} G_M R^{\top}"),
     rewrite=_chain_rule_rewrite, identities=_chain_ids, instance=_chain_instance,
     not_modelled="checked against automatic differentiation of a random loss, not against its own definitions",
 )

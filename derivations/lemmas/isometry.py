@@ -6,7 +6,7 @@ from sympy.matrices.expressions import MatMul, Transpose
 
 from derivations.engine.algebra import product
 from derivations.engine.evaluate import InstanceSampler
-from derivations.engine.vocabulary import ORTHONORMAL_COLUMNS, Inner, OpNorm
+from derivations.engine.vocabulary import ORTHONORMAL_COLUMNS, ORTHONORMAL_ROWS, FactMatrix, Inner, OpNorm
 from derivations.lemmas.base import (
     _SMALL,
     Case,
@@ -14,8 +14,10 @@ from derivations.lemmas.base import (
     _fresh,
     _isometry_condition,
     _k,
+    _m,
     _n,
     _orthonormal_cols,
+    _orthonormal_rows,
     _tall,
     rewrite_nodes,
 )
@@ -24,14 +26,16 @@ from derivations.lemmas.base import (
 # ---- Lemma 2: orthonormal factors leave the operator norm ---------------------------------
 def strip_isometries(norm_types):
     """The rule ``‖U Z Vᵀ‖ → ‖Z‖`` for the norms ``norm_types`` (unitarily invariant), ``U, V`` known to
-    have orthonormal columns; ``None`` when no outer factor is an isometry."""
+    have orthonormal columns (a trailing wide factor with orthonormal rows, such as the left polar factor
+    of a wide matrix, counts as ``Vᵀ``); ``None`` when no outer factor is an isometry."""
     def rule(e):
         if not isinstance(e, norm_types) or not isinstance(e.args[0], MatMul):
             return None
         coeff, mats = e.args[0].as_coeff_matrices()
         mats, conditions = list(mats), []
-        while len(mats) > 1 and isinstance(mats[-1], Transpose) and _orthonormal_cols(mats[-1].arg):
-            conditions.append(_isometry_condition(mats.pop().arg))
+        while len(mats) > 1 and _orthonormal_rows(mats[-1]):  # Uᵀ, or a wide factor with orthonormal rows
+            last = mats.pop()
+            conditions.append(_isometry_condition(last.arg if isinstance(last, Transpose) else last))
         while len(mats) > 1 and _orthonormal_cols(mats[0]):
             conditions.append(_isometry_condition(mats.pop(0)))
         return (type(e)(product(coeff, *mats)), conditions) if conditions else None
@@ -46,14 +50,17 @@ def _ortho_norm_rewrite(expr, **_):
 def _ortho_norm_ids():
     u = _tall("U", ORTHONORMAL_COLUMNS)
     z1, z2 = _fresh("Z", _k, _n), _fresh("Y", _n, _k)
-    return [(OpNorm(z1 * u.T), OpNorm(z1)), (OpNorm(u * z2), OpNorm(z2))], InstanceSampler(_SMALL)
+    v = FactMatrix("V", _k, _m, [ORTHONORMAL_ROWS])  # wide, orthonormal rows (a left polar factor)
+    return ([(OpNorm(z1 * u.T), OpNorm(z1)), (OpNorm(u * z2), OpNorm(z2)), (OpNorm(z2 * v), OpNorm(z2))],
+            InstanceSampler(_SMALL))
 
 
 ORTHONORMAL_INVARIANCE = Lemma(
     key="orthonormal_invariance", number="2", title="Isometries leave the operator norm",
     statement=(r"U^{\top}U = I \;\Rightarrow\; \|Z U^{\top}\|_{\mathrm{op}} = \|Z\|_{\mathrm{op}},"
-               r"\ \|U Z\|_{\mathrm{op}} = \|Z\|_{\mathrm{op}}"),
-    conditions=(r"U \text{ has orthonormal columns}",),
+               r"\ \|U Z\|_{\mathrm{op}} = \|Z\|_{\mathrm{op}},"
+               r"\ V V^{\top} = I \;\Rightarrow\; \|Z V\|_{\mathrm{op}} = \|Z\|_{\mathrm{op}}"),
+    conditions=(r"U \text{ has orthonormal columns}", r"V \text{ has orthonormal rows}"),
     rewrite=_ortho_norm_rewrite, identities=_ortho_norm_ids,
 )
 

@@ -13,8 +13,8 @@ import ast
 import inspect
 import keyword
 import textwrap
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 from sympy import Add, Basic, Integer, Mul, Pow, Rational, S, Symbol, preorder_traversal
 from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol, Transpose
@@ -25,9 +25,11 @@ from derivations.engine.interpret import Interpreter, MissingRule, find_rule
 from derivations.engine.vocabulary import (
     BLOCK_DIAGONAL,
     GramInvSqrt,
+    GramPower,
     GramSqrt,
     IsotropicScale,
     Msign,
+    PolarFactor,
     RegularizedSylvester,
     facts_of,
     short_name,
@@ -166,7 +168,7 @@ class MatrixCodePrinter(Interpreter):
     :class:`~derivations.engine.interpret.MissingRule`) naming the node and the printer.
     """
 
-    cse_always = (Msign, GramSqrt, GramInvSqrt, IsotropicScale, RegularizedSylvester)
+    cse_always = (Msign, GramSqrt, GramInvSqrt, IsotropicScale, RegularizedSylvester, PolarFactor)
     #: rule lookup (:func:`derivations.engine.interpret.find_rule`): node method, then ``_print_<Class>``
     rule_prefix = "_print_"
 
@@ -225,7 +227,11 @@ class MatrixCodePrinter(Interpreter):
 
     def _count(self, expr):
         self.counts[expr] = self.counts.get(expr, 0) + 1
-        if self.counts[expr] > 1 or isinstance(expr, (GramSqrt, GramInvSqrt, IsotropicScale)):
+        if self.counts[expr] > 1:
+            return
+        if isinstance(expr, (GramSqrt, GramInvSqrt, IsotropicScale, PolarFactor)):
+            if not isinstance(expr.base, MatrixSymbol):  # a derived base (N = W_Q C_K): computed once if shared
+                self._count(expr.base)
             return
         for a in expr.args:
             if isinstance(a, Basic) and (getattr(a, "is_Matrix", False) or a.has(MatrixSymbol)):
@@ -252,12 +258,16 @@ class MatrixCodePrinter(Interpreter):
         raise UnsupportedNode(f"{type(self).__name__} has no rule for {type(expr).__name__}: {expr}")
 
     def _temp_name(self, expr) -> str:
+        if isinstance(expr, GramPower):
+            return f"G_{self._derived_name(expr)}"
+        if isinstance(expr, PolarFactor):
+            return f"U_{self._derived_name(expr)}"
         if isinstance(expr, GramInvSqrt):
-            return f"C_{short_name(expr.base)}_inv"
+            return f"C_{self._derived_name(expr)}_inv"
         if isinstance(expr, GramSqrt):
-            return f"C_{short_name(expr.base)}"
+            return f"C_{self._derived_name(expr)}"
         if isinstance(expr, IsotropicScale):
-            return f"c_{short_name(expr.base)}"
+            return f"c_{self._derived_name(expr)}"
         if isinstance(expr, RegularizedSylvester):
             return "H" if expr.side == "outer" else "X"
         self.counter += 1
@@ -275,6 +285,21 @@ class MatrixCodePrinter(Interpreter):
     def _stacked_msign(self, args) -> str:
         raise UnsupportedNode(f"{type(self).__name__} cannot stack msign calls")
 
+    def _damping_of(self, node) -> str:
+        """The λ a Gram node is computed with: the ``damping`` argument for a root of an argument (whatever the
+        derivation's own λ: the emitted functions regularize their partners), the node's own λ for a root of a
+        derived matrix (``(NᵀN)^{1/4}`` with ``N = W_Q C_K`` in the balancing gauge is undamped)."""
+        if isinstance(node.base, MatrixSymbol) and node.base.name in self.arguments:
+            return "damping"
+        return self._scalar(node.damping)
+
+    def _derived_name(self, node) -> str:
+        """A code name for a node of ``node.base``: its short name, or a counter for a derived base."""
+        if isinstance(node.base, MatrixSymbol):
+            return short_name(node.base)
+        self.counter += 1
+        return str(self.counter)
+
     def _eigh(self, node) -> str:
         key = ("eigh", node.base, node.side)
         if key not in self.temps and key in self.groups:
@@ -284,8 +309,8 @@ class MatrixCodePrinter(Interpreter):
             self.lines.append(f"{', '.join(names)} = gram_eigh_stacked(({bases}), damping, {node.side!r})")
             self.temps.update(zip(members, names, strict=True))
         if key not in self.temps:
-            name = f"eig_{short_name(node.base)}"
-            self.lines.append(f"{name} = gram_eigh({self._print(node.base)}, damping, {node.side!r})")
+            name = f"eig_{self._derived_name(node)}"
+            self.lines.append(f"{name} = gram_eigh({self._print(node.base)}, {self._damping_of(node)}, {node.side!r})")
             self.temps[key] = name
         return self.temps[key]
 

@@ -6,9 +6,18 @@ import math
 import shlex
 import textwrap
 
-from sympy.matrices.expressions import MatMul, Transpose
+from sympy import Integer, Mul, Pow, Symbol
+from sympy.matrices.expressions import MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.vocabulary import BLOCK_DIAGONAL, GramInvSqrt, GramSqrt, Msign, RegularizedSylvester, facts_of
+from derivations.engine.vocabulary import (
+    BLOCK_DIAGONAL,
+    GramInvSqrt,
+    GramSqrt,
+    IsotropicScale,
+    Msign,
+    RegularizedSylvester,
+    facts_of,
+)
 from derivations.printing.array_module import docstring, header
 from derivations.printing.codegen import (
     EmittedFunction,
@@ -23,12 +32,12 @@ from derivations.printing.scaling import scaling_plan
 from numerics.kernels import jax_kernels as K
 
 KERNELS = (K.compute_dtype, K.lapack_guard, K.max_abs, K.float_layout, K.pow2, K.pow2_scale, K.pow2_normalize,
-           K.scale_group, K.underflow_limit, K.pow2_unscale, K.unit_scale, K.real_scalar, K.per_matrix_on_cpu, K.scale_with_damping,
-           K.right_singular, K.gram_eigh, K.gram_eigh_stacked, K.psd_power,
-           K.isotropic_scale, K.msign_svd, K.schedule_array, K.newton_schulz, K._newton_schulz_oriented, K.spectral_sign,
+           K.scale_group, K.underflow_limit, K.underflow_reason, K.pow2_unscale, K.unit_scale, K.real_scalar, K.per_matrix_on_cpu, K.scale_with_damping,
+           K.right_singular, K.gram_eigh, K.gram_eigh_stacked, K.psd_power, K.psd_power_split, K.polar_factor,
+           K.isotropic_scale, K.isotropic_scale_split, K.split_scalar, K.msign_svd, K.schedule_array, K.newton_schulz, K._newton_schulz_oriented, K.spectral_sign,
            K.spectral_sign_stacked, K.output_status, K.nan_unless, K.raise_if_not_finite, K.check_scalar,
            K.check_shapes, K.check_group,
-           K.check_schedule, K.validate_inputs, K.safe_ratio, K.sylvester_factor_svd, K.sylvester_products,
+           K.check_schedule_length, K.check_schedule, K.validate_inputs, K.safe_ratio, K.sylvester_factor_svd, K.sylvester_products, K.sylvester_products_split,
            K.sylvester_dense, K.sylvester_gram, K.block_right, K.require_arrays,
            K.check_dense_damping)
 
@@ -69,27 +78,213 @@ class JaxPrinter(MatrixCodePrinter):
         of tiny partners cannot under- or overflow in the product. A numeric coefficient keeps only
         its sign; anything but a plain product is unit-scaled as a whole.
         """
-        whole = f"unit_scale({self._print(arg)})"
+        def whole():
+            return f"unit_scale({self._print(arg)})"
+
         if not isinstance(arg, MatMul):
-            return whole
+            return whole()
         coeff, mats = arg.as_coeff_matrices()
         if not coeff.is_Number or coeff == 0 or any(m.has(RegularizedSylvester) for m in mats):
-            return whole
+            return whole()
         blocked = [self.blocked_partners and isinstance(m, (GramSqrt, GramInvSqrt))
                    and BLOCK_DIAGONAL in facts_of(m.base) for m in mats]
         if any(blocked[:-1]) or (blocked[-1] and len(mats) < 2):
-            return whole
+            return whole()
         plain = mats[:-1] if blocked[-1] else mats
-        code = " @ ".join(f"unit_scale({self._print(m)})" for m in plain)
+        code = " @ ".join(self._unit_factor(m) for m in plain)
         if blocked[-1]:  # the stacked blocks share one scale
-            code = f"block_right({code}, unit_scale({self._print(mats[-1])}, axes=(-3, -2, -1)))"
+            code = f"block_right({code}, {self._unit_factor(mats[-1], axes=(-3, -2, -1))})"
         return f"-({code})" if coeff < 0 else code
 
+    def _unit_factor(self, m, axes=None):
+        """One factor of an msign argument, unit-scaled: a split root's mantissa is already (in its base's dtype)."""
+        if self.split and self._splittable_root(m):
+            return f"{self._split_root(m)[0]}.astype({self._print(m.base)}.dtype)"
+        return f"unit_scale({self._print(m)}{'' if axes is None else f', axes={axes!r}'})"
+
     def _print_GramInvSqrt(self, expr):
+        if self.split and self._splittable_root(expr):
+            return self._root_value(expr)
         return f"psd_power({self._eigh(expr)}, -0.5, {self._print(expr.base)}.dtype)"
 
+    def _print_GramPower(self, expr):
+        """``(WᵀW + λI)^p`` for any rational ``p``, from the singular values of ``W`` (no Gram matrix formed)."""
+        return f"psd_power({self._eigh(expr)}, {float(expr.exponent)!r}, {self._print(expr.base)}.dtype)"
+
+    def _print_PolarFactor(self, expr):
+        """``U_W``, from the singular vectors of ``W`` (``polar_factor``), not as the product ``W C_W⁻¹``."""
+        if expr.side != "right":
+            raise UnsupportedNode(f"JaxPrinter prints right polar factors only, not {expr}")
+        return f"polar_factor({self._print(expr.base)}, {self._damping_of(expr)})"
+
     def _print_GramSqrt(self, expr):
+        if self.split and self._splittable_root(expr):
+            return self._root_value(expr)
         return f"psd_power({self._eigh(expr)}, 0.5, {self._print(expr.base)}.dtype)"
+
+    # ---- split mode: outputs as a mantissa times a power of two ------------------------------------------
+    #: set for rules with msign: their outputs are products ``c · F_1 ⋯ F_k`` of a scalar coefficient, spectral
+    #: signs and Gram roots; each root and scalar enters as its mantissa (near 1) and its power of two is
+    #: added up and applied once to the finished output (``pow2_unscale``), which flags an output below its
+    #: dtype's range from the exponents. Huge or tiny partners, eps or group sizes can then neither flush
+    #: an intermediate to zero nor make a silently wrong update.
+    split = False
+
+    def _blocked(self, node):
+        return self.blocked_partners and BLOCK_DIAGONAL in facts_of(node.base)
+
+    def _splittable_root(self, node):
+        return (type(node) in (GramSqrt, GramInvSqrt) and isinstance(node.base, MatrixSymbol)
+                and node.base.name in self.arguments)
+
+    def _split_root(self, node):
+        """``(mantissa, exponent)`` names of a Gram root (``psd_power_split``), computed once."""
+        key = ("split", node)
+        if key not in self.temps:
+            name = self._temp_name(node)
+            blocks = ", blocks=True" if self._blocked(node) else ""
+            self.lines.append(f"{name}_m, e_{name} = psd_power_split({self._eigh(node)}, {float(node.exponent)!r}{blocks})")
+            self.temps[key] = (f"{name}_m", f"e_{name}")
+        return self.temps[key]
+
+    def _root_value(self, node):
+        """A split root where its value itself is needed (outside a product the split mode handles)."""
+        mant, exp = self._split_root(node)
+        exp = f"{exp}[..., None, :, :]" if self._blocked(node) else exp
+        return f"pow2_scale({mant}, {exp}).astype({self._print(node.base)}.dtype)"
+
+    def _split_atom(self, atom):
+        """``(mantissa, exponent)`` names of a scalar argument or an isotropic scale, computed once."""
+        key = ("split", atom)
+        if key not in self.temps:
+            if isinstance(atom, IsotropicScale):
+                name = self._temp_name(atom)
+                names = (f"{name}_m", f"e_{name}")
+                call = f"isotropic_scale_split({self._print(atom.base)}, damping)"
+            else:
+                code = self.scalars[atom]
+                names = (f"{code}_m", f"e_{code}")
+                call = f"split_scalar({code}, {self.dtype_of}.dtype)"
+            self.lines.append(f"{names[0]}, {names[1]} = {call}")
+            self.temps[key] = names
+        return self.temps[key]
+
+    def _split_atoms(self, coeff):
+        """``[(atom, power)]`` of a monomial coefficient (scalar arguments, isotropic scales), else ``None``."""
+        atoms = []
+        for f in Mul.make_args(coeff):
+            if f.is_Number:
+                continue
+            base, power = (f.base, f.exp) if isinstance(f, Pow) else (f, Integer(1))
+            if not power.is_Integer:
+                return None
+            if isinstance(base, IsotropicScale) or (isinstance(base, Symbol) and base in self.scalars):
+                atoms.append((base, int(power)))
+            else:
+                return None
+        return atoms
+
+    def _split_scalar(self, coeff, atoms):
+        """``(code of the coefficient's mantissa, [exponent terms])``."""
+        names = {atom: self._split_atom(atom) for atom, _ in atoms}
+        stand_in = {atom: Symbol(f"_split_{i}") for i, atom in enumerate(names)}
+        saved = self.scalars
+        self.scalars = {**saved, **{stand_in[a]: names[a][0] for a in names}}
+        try:
+            code = self._scalar(coeff.xreplace(stand_in))
+        finally:
+            self.scalars = saved
+        return code, [(power, names[atom][1]) for atom, power in atoms]
+
+    def _split_factors(self, expr):
+        """``(coefficient, factors, sylvester node or None)`` of an output the split mode prints, else ``None``."""
+        coeff, mats = expr.as_coeff_matrices() if isinstance(expr, MatMul) else (Integer(1), [expr])
+        if self._split_atoms(coeff) is None:
+            return None
+        node = self._sylvester_pair(coeff, mats)
+        if node is not None:
+            inner, _ = node.rhs.as_coeff_matrices() if isinstance(node.rhs, MatMul) else (Integer(1), [node.rhs])
+            if self._split_atoms(inner) is None:
+                return None
+            return coeff * inner, list(mats), node
+        blocked = [isinstance(m, (GramSqrt, GramInvSqrt)) and self._blocked(m) for m in mats]
+        if any(blocked[:-1]) or (blocked[-1] and len(mats) < 2):
+            return None
+        return coeff, list(mats), None
+
+    def _sylvester_pair(self, coeff, mats):
+        if coeff != 1 or len(mats) != 2:
+            return None
+        first, partner = mats
+        transposed = isinstance(first, Transpose)
+        node = first.arg if transposed else first
+        if (isinstance(node, RegularizedSylvester) and node.side == "outer"
+                and partner == (node.left if transposed else node.right)):
+            return node
+        return None
+
+    def _split_matrix(self, m):
+        """``(code, exponent name or None)`` of one factor: a root's mantissa, else the factor itself."""
+        if isinstance(m, Transpose) and self._splittable_root(m.arg):
+            mant, exp = self._split_root(m.arg)
+            return f"{mant}.mT", exp
+        if isinstance(m, (GramSqrt, GramInvSqrt)) and self._splittable_root(m):
+            return self._split_root(m)
+        return self._atom(m), None
+
+    def split_output(self, expr):
+        """``(mantissa code, [(power, exponent name)])`` of an output, or ``None`` (printed as it is)."""
+        plan = self._split_factors(expr)
+        if plan is None:
+            return None
+        coeff, mats, node = plan
+        c_code, terms = self._split_scalar(coeff, self._split_atoms(coeff))
+        if node is not None:
+            names = self._sylvester_products_split(node)
+            code = names[1 if isinstance(mats[0], Transpose) else 0]
+            terms.append((1, names[2]))
+        else:
+            parts = [self._split_matrix(m) for m in mats]
+            terms += [(1, e) for _, e in parts if e is not None]
+            codes = [c for c, _ in parts]
+            if len(mats) > 1 and isinstance(mats[-1], (GramSqrt, GramInvSqrt)) and self._blocked(mats[-1]):
+                rest = " @ ".join(codes[:-1])
+                rest = rest if c_code == "1" else f"{c_code} * {rest if len(codes) == 2 else f'({rest})'}"
+                return f"block_right({rest}, {codes[-1]})", terms
+            code = " @ ".join(codes)
+            if len(codes) > 1:
+                code = f"({code})"
+        return (code if c_code == "1" else f"{c_code} * {code}"), terms
+
+    def _sylvester_products_split(self, node):
+        key = ("sylvester_products_split", node)
+        if key not in self.temps:
+            _, inner = node.rhs.as_coeff_matrices() if isinstance(node.rhs, MatMul) else (Integer(1), [node.rhs])
+            rhs = " @ ".join(self._atom(m) for m in inner)
+            names = ("HW_K", "HtW_Q", "e_H")
+            self.lines.append(f"{', '.join(names)} = sylvester_products_split({self._print(node.left)}, "
+                              f"{self._print(node.right)}, {self._scalar(node.damping)}, {rhs}, solver)")
+            self.temps[key] = names
+        return self.temps[key]
+
+    def split_body(self, outputs, dtype_of):
+        """Lines computing every ``(name, expr)`` of ``outputs`` in split mode, and the names of their ``lost`` flags."""
+        self.split, self.dtype_of = True, dtype_of
+        for _, expr in outputs:
+            self._count(expr)
+        if self.stack_heavy:
+            self._plan_groups([expr for _, expr in outputs])
+        lost = []
+        for j, (name, expr) in enumerate(outputs, 1):
+            printed = self.split_output(expr)
+            if printed is None or not printed[1]:
+                self.lines.append(f"{name} = {printed[0] if printed else self._print(expr)}")
+                continue
+            code, terms = printed
+            exponent = " + ".join(f"{'' if p == 1 else f'{p} * '}{e}" for p, e in terms).replace("+ -1 * ", "- ")
+            lost.append(f"lost_{j}")
+            self.lines.append(f"{name}, lost_{j} = pow2_unscale({code}, {exponent}, {dtype_of}.dtype)")
+        return self.lines, lost
 
     def _print_RegularizedSylvester(self, expr):
         if expr.side == "inner":
@@ -121,6 +316,8 @@ class JaxPrinter(MatrixCodePrinter):
         return self.temps[key]
 
     def _print_IsotropicScale(self, expr):
+        if self.split:
+            return "pow2_scale({}, {}).astype({}.dtype)".format(*self._split_atom(expr), self._print(expr.base))
         return f"isotropic_scale({self._print(expr.base)}, damping)"
 
 
@@ -131,18 +328,22 @@ CHECKS_DOC = """Inputs are checked where the computation starts: shapes and dtyp
     result with jnp.isfinite there). Undamped rank-deficient partners give the minimum-norm update
     (pseudo-inverse roots, cut where a singular value of [W; √λ I] is at most max(d, d_h)·eps·σ_max;
     ill-conditioned partners get roots from the SVD of W, accurate to about eps·cond(W)); use
-    damping > 0 to regularize. Results are right at any input scale while they and the Gram roots
-    are representable; an overflow or an underflow (below tiny/(16 eps)) raises a ValueError."""
+    damping > 0 to regularize. Results are right at any input scale while they are representable:
+    roots and scalars carry their powers of two apart until the last step; an overflow or an
+    underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
+    number for float16) raises a ValueError naming the arguments and their sizes."""
 
 ARG_DOC = """Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"
     or "svd"), schedule (Newton–Schulz steps: a tuple of coefficient tuples or an array
     (steps, k+1), passed as data, so schedules of one shape share one compilation), check_finite
-    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
+    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
+    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
+    input dtype.
     """ + CHECKS_DOC
 
 
 NO_MSIGN_DOC = """Arguments after * : damping (λ >= 0), check_finite (raise if an input or the result is
-    NaN/Inf). Returns the result(s) in the input dtype.
+    NaN/Inf); _caller is internal (see the functions with msign). Returns the result(s) in the input dtype.
     """ + CHECKS_DOC
 
 
@@ -193,8 +394,12 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
     for name in [*args, *(out for out, _ in fn.outputs), *fn.options, *fn.extra_scalars.values(), *scalars.values()]:
         check_identifier(name, f"{fn.name}: argument or output name")
     printer = JaxPrinter({a: a for a in args}, {**scalars, **fn.extra_scalars})
-    body = printer.body([(out, der.formula) for out, der in fn.outputs])
     dtype_of = args[0]
+    uses_msign = any(der.formula.has(Msign) for _, der in fn.outputs)
+    if uses_msign:
+        body, split_lost = printer.split_body([(out, der.formula) for out, der in fn.outputs], dtype_of)
+    else:
+        body, split_lost = printer.body([(out, der.formula) for out, der in fn.outputs]), []
     extra = list(fn.extra_scalars.values())
     extra_params = "".join(f", {n}" for n in extra)
     opts = list(fn.options)
@@ -216,8 +421,9 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
                        f"        check_scalar({fn.name!r}, 'damping', damping, positive=True)"]
     if "solver" in fn.options:
         opt_checks += [f"    check_dense_damping({fn.name!r}, solver, damping, {args[0]}, {args[1]})"]
-    uses_msign = any(der.formula.has(Msign) for _, der in fn.outputs)
     scale_lines, unscale_lines, lost = _scaling(fn, scalars, uses_msign)
+    lost = split_lost + lost
+    flagged = tuple(any(line.startswith(f"{out}, lost_") for line in body + unscale_lines) for out, _ in fn.outputs)
     valid = " & ".join([*(["(eps >= 0)"] if fn.needs_eps else []),
                         f"(damping {'>' if fn.positive_damping else '>='} 0)", *[f"({n} > 0)" for n in extra]])
     sign_kw = f"msign={msign_default!r}, schedule=NS_SCHEDULE" if uses_msign else ""
@@ -235,23 +441,25 @@ def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
         f"    valid = {valid}  # under an outer jit a bad scalar cannot be refused: NaN",
         *[f"    {line}" for line in scale_lines + body + unscale_lines],
         casts.rstrip("\n"),
-        (f"    status = jnp.where(valid, output_status({outs}{', ' + ' | '.join(lost) if lost else ''}), 1)"
+        (f"    status = jnp.where(valid, output_status({outs}{', ' + ' | '.join(lost) if lost else ''}"
+         f"{f', flagged={flagged!r}' if any(flagged) else ''}), 1)"
          "  # a NaN/Inf input reaches every output computed from it"),
         f"    return nan_unless(status == 0, {outs}), status",
         "",
         "",
         f"def {fn.name}({', '.join(args)}, *, {'eps, ' if fn.needs_eps else ''}{''.join(n + ', ' for n in extra)}"
         f"{'damping' if fn.positive_damping else 'damping=0.0'}, "
-        f"{sign_kw + ', ' if sign_kw else ''}{opt_kw.lstrip(', ') + ', ' if opt_kw else ''}check_finite=True):",
+        f"{sign_kw + ', ' if sign_kw else ''}{opt_kw.lstrip(', ') + ', ' if opt_kw else ''}check_finite=True, "
+        f"_caller=None):",
         check_docstring(docstring(fn, arg_doc), f"docstring of {fn.name}"),
-        f"    validate_inputs({fn.name!r}, {fn.shapes()!r},",
+        f"    validate_inputs({fn.name!r} if _caller is None else _caller[0], {fn.shapes()!r},",
         f"                    {{{', '.join(f'{a!r}: {a}' for a in args)}}},",
         f"                    {'eps' if fn.needs_eps else '0.0'}, damping, {sign_args})",
         *opt_checks,
         (f"    outputs, status = _{fn.name}({', '.join(args)}, {'real_scalar(eps)' if fn.needs_eps else '0.0'}"
          f"{''.join(f', real_scalar({n})' for n in extra)}, real_scalar(damping), {call_sign}{opt_params})"),
         "    if check_finite:",
-        f"        raise_if_not_finite({fn.name!r}, status, {{{', '.join(f'{a!r}: {a}' for a in args)}}})",
+        f"        raise_if_not_finite({fn.name!r}, status, {{{', '.join(f'{a!r}: {a}' for a in args)}}}, _caller)",
         "    return outputs" + ("[0]" if len(fn.outputs) == 1 else ""),
     ]
     return "\n".join(core) + "\n"
@@ -283,5 +491,5 @@ def _scaling(fn: EmittedFunction, scalars: dict, uses_msign: bool) -> tuple[list
                  for i, group in enumerate(plan, 1) for d in [group.degrees[j]] if d != 0]
         if terms:
             lost.append(f"lost_{j + 1}")
-            last.append(f"{out}, {lost[-1]} = pow2_unscale({out}, -({' + '.join(terms)}))")
+            last.append(f"{out}, {lost[-1]} = pow2_unscale({out}, -({' + '.join(terms)}), {fn.argument_names[0]}.dtype)")
     return first, last, lost

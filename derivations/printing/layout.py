@@ -34,6 +34,12 @@ from derivations.printing.codegen import UnsupportedNode, kernel_source
 from numerics.kernels import jax_kernels as K
 from numerics.kernels import ov_layout
 
+#: what an entry point with ``head_dim`` says about it (printed into its docstring)
+HEAD_DIM_DOC = ("head_dim is the width d_h of one head, a positive int that divides both stored head widths, with "
+                "H_kv dividing H; anything else is refused. Every such value is a valid layout and is computed as "
+                "given: the arrays do not say how wide the model's heads are, so a head_dim that divides them but "
+                "is not the model's (2 for heads of width 3 when both widths are even) cannot be refused.")
+
 
 @dataclass(frozen=True)
 class Adapter:
@@ -184,9 +190,13 @@ class AdapterPrinter:
              "schedule=NS_SCHEDULE,"),
             f"{' ' * (len(a.entry) + 5)}check_finite=True):",
             f'    """{a.entry_doc}',
+            *([] if not a.head_dim else ["", *textwrap.wrap(HEAD_DIM_DOC, 100, initial_indent="    ",
+                                                           subsequent_indent="    ")]),
             '    """',
             ('    options = {"eps": eps, "damping": damping, "msign": msign, "schedule": schedule, '
-             '"check_finite": check_finite}'),
+             '"check_finite": check_finite,'),
+            (f'               "_caller": ({a.entry!r}, {{{", ".join(f"{n!r}: {n}" for n in a.stored)}}})}}'
+             '  # errors name this function and its arguments'),
             (f"    return {a.name}({', '.join(fn.name for _, fn in a.calls)}, {', '.join(a.stored)}, "
              f"{head}options)"),
         ])

@@ -6,6 +6,7 @@ from derivations.printing.array_module import docstring, header
 from derivations.printing.codegen import (
     EmittedFunction,
     MatrixCodePrinter,
+    UnsupportedNode,
     check_docstring,
     check_identifier,
     docstring_fragment,
@@ -14,7 +15,7 @@ from derivations.printing.codegen import (
 from numerics.kernels import numpy_kernels as K
 
 KERNELS = (K.check_scalar, K.check_shapes, K.check_group, K.validate_arrays, K.finite_for_lapack, K.scale_of, K.gram_eigh,
-           K.psd_power, K.isotropic_scale, K.msign_svd, K.sylvester_dense, K.sylvester_gram)
+           K.psd_power, K.polar_factor, K.isotropic_scale, K.msign_svd, K.sylvester_dense, K.sylvester_gram)
 
 
 class NumpyPrinter(MatrixCodePrinter):
@@ -28,6 +29,14 @@ class NumpyPrinter(MatrixCodePrinter):
 
     def _print_GramSqrt(self, expr):
         return f"psd_power({self._eigh(expr)}, 0.5)"
+
+    def _print_GramPower(self, expr):
+        return f"psd_power({self._eigh(expr)}, {float(expr.exponent)!r})"
+
+    def _print_PolarFactor(self, expr):
+        if expr.side != "right":
+            raise UnsupportedNode(f"NumpyPrinter prints right polar factors only, not {expr}")
+        return f"polar_factor({self._print(expr.base)}, {self._damping_of(expr)})"
 
     def _print_RegularizedSylvester(self, expr):
         if expr.side == "inner":

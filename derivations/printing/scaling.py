@@ -12,7 +12,9 @@ an argument is a variable of degree 1; products add degrees, a sum needs equal d
 (arguments whose degrees differ are merged into one group), a Gram root has the degree of ``±`` its
 base and ties ``λ`` to the base's group (the emitted code damps every Gram root and isotropic scale
 with the ``damping`` argument, whatever the derivation's own λ), a regularized Sylvester solve puts
-both factors in one group, ``msign`` has degree 0. A node it does not know makes the plan ``None`` (nothing is rescaled).
+both factors in one group, ``msign`` has degree 0, a Gram power ``(XᵀX)^p`` of a derived ``X`` (undamped) has
+``2p`` times the degree of ``X``, a polar factor has degree 0. A node it does not know makes the plan ``None``
+(nothing is rescaled).
 """
 
 from __future__ import annotations
@@ -24,7 +26,15 @@ from fractions import Fraction
 from sympy import Mul, Number, Pow, Symbol
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose, ZeroMatrix
 
-from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, HStack, IsotropicScale, Msign, RegularizedSylvester
+from derivations.engine.vocabulary import (
+    GramInvSqrt,
+    GramSqrt,
+    HStack,
+    IsotropicScale,
+    Msign,
+    PolarFactor,
+    RegularizedSylvester,
+)
 
 
 class Inhomogeneous(Exception):
@@ -75,6 +85,14 @@ class _Analysis:
         self.tied.add(next(iter(deg)))
         return deg
 
+    def _base_degree(self, e) -> dict:
+        """The degree of a Gram node's base: an argument's root is damped with λ (tied), a derived base's is not."""
+        if isinstance(e.base, MatrixSymbol):
+            return self.tie(e.base)
+        if e.damping != 0:
+            raise Inhomogeneous(f"a damped Gram node of the derived matrix {e.base}")
+        return self.degree(e.base)
+
     def degree(self, e) -> dict:
         """``{group: degree}`` of ``e``; raises :class:`Inhomogeneous` or :class:`_Merge`."""
         if isinstance(e, MatrixSymbol):
@@ -90,10 +108,13 @@ class _Analysis:
         if isinstance(e, Msign):
             self.degree(e.arg)
             return {}
-        if isinstance(e, (GramSqrt, GramInvSqrt)):
-            deg = self.tie(e.base)
-            sign = 1 if isinstance(e, GramSqrt) else -1
-            return {g: sign * d for g, d in deg.items()}
+        if isinstance(e, (GramSqrt, GramInvSqrt)):  # GramPower too: degree 2p times its base's
+            deg = self._base_degree(e)
+            power = 2 * Fraction(str(e.exponent))
+            return {g: power * d for g, d in deg.items()}
+        if isinstance(e, PolarFactor):
+            self._base_degree(e)
+            return {}
         if isinstance(e, IsotropicScale):
             return self.tie(e.base)
         if isinstance(e, RegularizedSylvester):

@@ -147,23 +147,50 @@ def scale_group(arrays, damping, multiple):
     return out, lam, k
 
 def underflow_limit(dtype):
-    """``tiny / (16 eps)`` of a float dtype: about 6e-33 for float32, 7e-294 for float64."""
-    info = jnp.finfo(dtype)
-    return float(info.tiny) * 2.0 ** (info.nmant - UNDERFLOW_BITS)
+    """The smallest largest-entry an output of ``dtype`` may have: below it, it counts as underflowed.
 
-def pow2_unscale(x, n):
-    """``(x · 2**n, lost)``: an output scaled back (:func:`scale_group`); ``lost`` is True where it underflows.
-
-    ``lost``: a nonzero float32/float64 matrix whose largest entry lands below :func:`underflow_limit`
-    (decided from the exponents, so a result flushed to zero entirely is caught too; :func:`output_status`).
+    ``tiny / (16 eps)`` of the compute dtype (XLA on the CPU flushes results below ``tiny`` to zero, so
+    below this limit entries above ``16 eps`` of the largest may have been lost): about 6e-33 for float32
+    and bfloat16, 7e-294 for float64. For float16 the smallest normal number, 6.1e-5: below it every entry
+    is subnormal (absolute spacing ``2**-24``). That is the limit :func:`output_status` applies to an
+    output without its own flag; :func:`pow2_unscale` decides a float16 output by its rounding error.
     """
-    y = pow2_scale(x, n)
-    if jnp.dtype(x.dtype).itemsize < 4:
-        return y, jnp.asarray(False)
-    _, nmant, bias = float_layout(x.dtype)
-    unit, k = pow2_normalize(x)
-    nonzero = jnp.any(unit != 0, axis=(-2, -1), keepdims=True)
-    return y, jnp.any(nonzero & (n - k < 1 - bias + nmant - UNDERFLOW_BITS))
+    info, ci = jnp.finfo(dtype), jnp.finfo(compute_dtype(dtype))
+    return max(float(info.tiny), float(ci.tiny) * 2.0 ** (ci.nmant - UNDERFLOW_BITS))
+
+def underflow_reason(dtype):
+    """What an underflow of an output of ``dtype`` means, for error messages (one phrase)."""
+    info, ci = jnp.finfo(dtype), jnp.finfo(compute_dtype(dtype))
+    if float(info.tiny) > float(ci.tiny) * 2.0 ** (ci.nmant - UNDERFLOW_BITS):
+        return (f"it lies below the normal range of {info.dtype} (smallest normal {float(info.tiny):.3g}), where "
+                f"rounding to subnormal numbers loses more than eps = {float(info.eps):.2g} of it")
+    return (f"its largest entry is below {underflow_limit(dtype):.3g} = tiny/(16 eps) of {ci.dtype}, below which "
+            f"entries flushed to zero are no longer negligible")
+
+def pow2_unscale(x, n, dtype=None):
+    """``(x · 2**n, lost)``: an output's mantissa scaled to its value; ``lost`` is True where it underflows.
+
+    ``x · 2**n`` is formed in the compute dtype (the caller casts it to the output dtype ``dtype``, default
+    ``x.dtype``). ``lost``: a nonzero matrix whose largest entry lands below ``tiny/(16 eps)`` of the
+    compute dtype, decided from the exponents, so a result flushed to zero entirely is caught too; for a
+    16-bit output also a matrix that rounding to ``dtype`` changes by more than ``eps`` of that dtype
+    (Frobenius norm, relative; at most ``eps/2`` in the normal range, more only among the subnormals).
+    ``n`` is an integer (int32) that broadcasts against ``x``'s matrices.
+    """
+    dtype = x.dtype if dtype is None else dtype
+    ct = compute_dtype(x.dtype)
+    xc = x.astype(ct)
+    y = pow2_scale(xc, n)
+    num, den = underflow_limit(ct).as_integer_ratio()  # a power of two: 2**limit
+    limit = num.bit_length() - den.bit_length()
+    unit, k = pow2_normalize(xc)
+    lost = jnp.any(unit != 0, axis=(-2, -1), keepdims=True) & (n - k < limit)
+    if jnp.dtype(dtype).itemsize < 4:
+        top, k_y = pow2_normalize(y)  # the errors measured at unit scale (exact): no squares underflow
+        err = pow2_scale(y.astype(dtype).astype(ct) - y, k_y)
+        rounding = jnp.sum(err * err, axis=(-2, -1), keepdims=True)
+        lost = lost | (rounding > float(jnp.finfo(dtype).eps) ** 2 * jnp.sum(top * top, axis=(-2, -1), keepdims=True))
+    return y, jnp.any(lost)
 
 def unit_scale(a, axes=(-2, -1)):
     """``a`` times the power of two that puts ``max|a|`` over ``axes`` in ``[1, 2)``; same dtype, exact.
@@ -281,8 +308,11 @@ def gram_eigh(w, damping, side):
 def gram_eigh_stacked(ws, damping, side):
     """:func:`gram_eigh` of several same-shape matrices in one batched call.
 
-    One LAPACK call instead of several (fewer kernel launches; see :func:`per_matrix_on_cpu`).
+    One LAPACK call instead of several (fewer kernel launches; see :func:`per_matrix_on_cpu`); matrices of
+    different shapes (a LoRA pair's ``B`` and ``Aᵀ``) get one call each.
     """
+    if len({tuple(w.shape) for w in ws}) > 1:
+        return tuple(gram_eigh(w, damping, side) for w in ws)
     r, v, k = gram_eigh(jnp.stack(ws), damping, side)
     return tuple((r[i], v[i], k[i]) for i in range(len(ws)))
 
@@ -310,14 +340,74 @@ def psd_power(eig, p, dtype):
         out = out * half * half
     return out.astype(dtype)
 
+def psd_power_split(eig, p, blocks=False):
+    """``(X, e)`` with ``X · 2**e`` the power :func:`psd_power` returns, ``2p`` whole (the roots and inverses).
+
+    ``X`` is in the compute dtype with ``max|X| ∈ [1, 2)`` (``e`` int32, ``(..., 1, 1)``): the scale is carried
+    apart, so a root of a huge or tiny partner never under- or overflows before the output's last step
+    (:func:`pow2_unscale`, which also flags an output below the dtype's range). ``blocks``: ``eig`` holds the
+    blocks ``(..., k, c, c)`` of one block-diagonal partner; they share one ``e`` (blocks far below the
+    largest lose what lies below the dtype's range, which is negligible next to it).
+    """
+    if not float(2 * p).is_integer():
+        raise ValueError(f"psd_power_split: 2p must be whole, got p = {p}")
+    r, v, k = eig
+    if p < 0:
+        kept = r > 0
+        powered = jnp.where(kept, jnp.where(kept, r, 1) ** (2 * p), 0)
+    else:
+        powered = r ** (2 * p)
+    out, k_out = pow2_normalize((v * powered[..., None, :]) @ v.mT)
+    e = -int(2 * p) * k - k_out
+    if blocks:
+        nonzero = jnp.any(out != 0, axis=(-2, -1), keepdims=True)
+        low = jnp.iinfo(jnp.int32).min // 4
+        top = jnp.max(jnp.where(nonzero, e, low), axis=-3, keepdims=True)
+        top = jnp.where(top == low, 0, top)
+        out = pow2_scale(out, jnp.where(nonzero, e - top, 0))
+        e = top[..., 0, :, :]
+    return out, e
+
+def polar_factor(w, damping):
+    """``U_W = W (WᵀW + λI)^{-1/2}`` from the SVD of ``W`` itself: ``U diag(s / (s² + λ)^{1/2}) Vᵀ``.
+
+    Formed from singular vectors, not as the product ``W C_W⁻¹`` (whose small directions would carry an
+    error of ``eps·κ(W)``); pseudo-inverse cut as in :func:`gram_eigh` (``(s² + λ)^{1/2}`` at or below
+    ``max(m, n)·eps`` of its largest gives 0). ``W`` is scaled by a power of two first (exact), so its
+    size does not matter; a matrix with NaN/Inf gives NaN.
+    """
+    ct = compute_dtype(w.dtype)
+    a, root, _ = scale_with_damping(w.astype(ct), damping)
+    a, ok = lapack_guard(a)
+    u, s, vt = per_matrix_on_cpu(lambda x: jnp.linalg.svd(x, full_matrices=False), a)
+    r = jnp.sqrt(s * s + root[..., 0] * root[..., 0])
+    kept = r > max(a.shape[-2:]) * jnp.finfo(ct).eps * jnp.max(r, axis=-1, keepdims=True)
+    ratio = jnp.where(kept, s / jnp.where(kept, r, 1), 0)
+    return jnp.where(ok, (u * ratio[..., None, :]) @ vt, jnp.nan).astype(w.dtype)
+
 def isotropic_scale(w, damping):
     """``c_W = (‖W‖_F² / d_h + λ)^{1/2}`` per matrix, shape ``(..., 1, 1)``, with the scale taken out exactly.
 
     ``c = 2**-k (‖W 2**k‖_F² / d_h + λ 4**k)^{1/2}`` (:func:`scale_with_damping`), so the squares stay in range.
     """
+    c, e = isotropic_scale_split(w, damping)
+    return pow2_scale(c, e).astype(w.dtype)
+
+def isotropic_scale_split(w, damping):
+    """``(c, e)`` with ``c_W = c · 2**e`` (:func:`isotropic_scale`); ``c`` in the compute dtype, near 1."""
     a, root, k = scale_with_damping(w.astype(compute_dtype(w.dtype)), damping)
     sq = jnp.sum(a * a, axis=(-2, -1), keepdims=True)
-    return pow2_scale(jnp.sqrt(sq / w.shape[-1] + root * root), -k).astype(w.dtype)
+    return jnp.sqrt(sq / w.shape[-1] + root * root), -k
+
+def split_scalar(x, dtype):
+    """``(m, e)`` with ``x = m · 2**e`` exactly, ``|m| ∈ [1, 2)`` (or 0), ``m`` in the compute dtype of ``dtype``.
+
+    A scalar argument (``eps``, ``group_size``) enters an output as its mantissa; its power of two joins the
+    output's exponent (:func:`pow2_unscale`), so ``eps = 1e-38`` times a partner's small root cannot flush
+    the update to zero unnoticed.
+    """
+    m, k = pow2_normalize(jnp.asarray(x, compute_dtype(dtype)), axes=())
+    return m, -k
 
 def msign_svd(a):
     """``U Vᵀ`` over the singular values above ``max(m, n)·eps·σ_max`` (zero ones map to 0).
@@ -421,20 +511,20 @@ def spectral_sign_stacked(arrays, method, schedule):
     out = spectral_sign(jnp.stack(arrays), method, schedule)
     return tuple(out[i] for i in range(len(arrays)))
 
-def output_status(arrays, underflow=False):
+def output_status(arrays, underflow=False, flagged=()):
     """``0``: every output is finite and representable; ``1``: one holds NaN/Inf; ``2``: one underflows.
 
-    One reduction per output (``max|x|``, which propagates NaN). Underflow: a nonzero float32/float64
-    output with ``max|x|`` below :func:`underflow_limit` (about 6e-33 in float32, 7e-294 in float64).
-    XLA on the CPU flushes results below ``tiny`` to zero, so such an output may have lost entries
-    above ``16 eps`` of its largest; 16-bit outputs are exempt (their own range is that narrow).
-    ``underflow``: the outputs' own flags from :func:`pow2_unscale`.
+    One reduction per output (``max|x|``, which propagates NaN). ``underflow``: the outputs' own flags from
+    :func:`pow2_unscale`; ``flagged[i]`` is True for an output that has one. An output without its own flag
+    underflows when it is nonzero with ``max|x|`` below :func:`underflow_limit` of its dtype (about 6e-33 in
+    float32 and bfloat16, 7e-294 in float64, 6.1e-5 in float16): it may have lost entries that are not
+    negligible next to its largest (and an output flushed to zero entirely is caught only by a flag).
     """
     bad, under = jnp.asarray(False), jnp.asarray(underflow)
-    for a in arrays:
+    for i, a in enumerate(arrays):
         m = jnp.max(jnp.abs(a)) if a.size else jnp.zeros((), a.dtype)
         bad = bad | ~jnp.isfinite(m)
-        if jnp.dtype(a.dtype).itemsize >= 4:
+        if not (i < len(flagged) and flagged[i]):
             under = under | ((m > 0) & (m < underflow_limit(a.dtype)))
     return jnp.where(bad, 1, jnp.where(under, 2, 0)).astype(jnp.int32)
 
@@ -450,30 +540,39 @@ def nan_unless(ok, arrays):
     """
     return tuple(jnp.where(ok, a, jnp.nan).astype(a.dtype) for a in arrays)
 
-def raise_if_not_finite(function, status, arrays):
+def raise_if_not_finite(function, status, arrays, caller=None):
     """After a call: raise ``ValueError`` naming the non-finite input, the overflow or the underflow.
 
     ``status`` is :func:`output_status`'s. Skipped when it is a tracer (under an outer ``jit`` or
     ``vmap`` nothing can be raised: the update is then all NaN, and LAPACK never sees a bad value).
+    ``caller``: ``(public name, {argument: array})`` of a stored-layout entry point that called this
+    function on arrays it built; the error then names that function and its own arguments.
     """
     if isinstance(status, jax.core.Tracer) or int(status) == 0:
         return
+    if caller is not None:
+        function, arrays = caller
     dtype = next(iter(arrays.values())).dtype
-    if int(status) == 2:
-        raise ValueError(f"{function}: the result underflows {dtype}: its largest entry is below "
-                         f"{underflow_limit(dtype):.3g} = tiny/(16 eps), where entries flushed to zero are no longer "
-                         f"negligible; scale the inputs (or eps) up, or use float64")
     for name, x in arrays.items():  # only after a failure: the inputs are scanned here, not in the update
-        if not bool(jnp.all(jnp.isfinite(x))):
+        if not bool(jnp.all(jnp.isfinite(jnp.asarray(x)))):
             raise ValueError(f"{function}: {name} contains NaN or Inf")
-    raise ValueError(f"{function}: the update overflowed to NaN/Inf in {dtype} "
-                     f"although every input is finite; use a wider dtype or a larger damping")
+    sizes = ", ".join(f"max|{name}| = {float(jnp.max(jnp.abs(jnp.asarray(x)), initial=0)):.3g}"
+                      for name, x in arrays.items())
+    if int(status) == 2:
+        raise ValueError(f"{function}: the result underflows {dtype} ({underflow_reason(dtype)}) with {sizes}; "
+                         f"make the result larger (scale the arguments, or a larger eps where there is one) "
+                         f"or use a wider dtype")
+    raise ValueError(f"{function}: the update overflowed to NaN/Inf in {dtype} although every input is finite "
+                     f"({sizes}); use a wider dtype or a larger damping")
 
 def check_scalar(function, name, value, positive=False):
-    """A finite real scalar ``>= 0`` (``> 0`` with ``positive``): not a string, bool, None or array."""
-    if isinstance(value, (str, bytes, bool)) or value is None or getattr(value, "shape", ()) != ():
+    """A finite real scalar ``>= 0`` (``> 0`` with ``positive``): not a string, bool (NumPy's and JAX's
+    included), None or array."""
+    boolean = isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b"
+    if isinstance(value, (str, bytes)) or boolean or value is None or getattr(value, "shape", ()) != ():
         shape = getattr(value, "shape", None)
-        got = f"an array of shape {tuple(shape)}" if shape is not None else repr(value)
+        got = (f"the boolean {value!r}" if boolean else f"an array of shape {tuple(shape)}" if shape is not None
+               else repr(value))
         raise TypeError(f"{function}: {name} must be a real number, got {got}")
     try:
         v = float(value)
@@ -533,16 +632,20 @@ def check_group(function, group_size, shapes, arrays):
         raise ValueError(f"{function}: {stacked} stacks {sizes['n']} rows but group_size = {int(g)} query heads of "
                          f"d = {sizes['d']} rows need {int(g) * sizes['d']}; stack the group's heads row-wise")
 
-def check_schedule(function, schedule):
-    """A non-empty schedule of finite coefficients: a tuple of coefficient tuples or an array ``(steps, k+1)``.
-
-    At most ``MAX_SCHEDULE_STEPS`` steps (checked under ``jit`` too: the length is static).
-    """
+def check_schedule_length(function, schedule):
+    """At most ``MAX_SCHEDULE_STEPS`` steps (an array's first axis, a tuple's or list's length; static under ``jit``)."""
     steps = len(schedule.shape) and schedule.shape[0] if hasattr(schedule, "shape") else (
         len(schedule) if isinstance(schedule, (tuple, list)) else 0)
     if steps > MAX_SCHEDULE_STEPS:
         raise ValueError(f"{function}: schedule has {steps} steps, more than MAX_SCHEDULE_STEPS = "
                          f"{MAX_SCHEDULE_STEPS}; a certified schedule needs far fewer (polar-express-5 has 5)")
+
+def check_schedule(function, schedule):
+    """A non-empty schedule of finite coefficients: a tuple of coefficient tuples or an array ``(steps, k+1)``.
+
+    At most ``MAX_SCHEDULE_STEPS`` steps (checked under ``jit`` too: the length is static).
+    """
+    check_schedule_length(function, schedule)
     if isinstance(schedule, jax.core.Tracer):
         return
     if hasattr(schedule, "shape"):
@@ -601,6 +704,8 @@ def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
         raise ValueError(f"{function}: msign must be one of {MSIGN_METHODS}, got {method!r}")
     if method == "newton_schulz":
         check_schedule(function, schedule)
+    else:  # the schedule is not used, but its length is capped whatever msign is
+        check_schedule_length(function, schedule)
 
 def safe_ratio(num, den):
     """``num / den`` where ``den > 0``, else 0 (a direction with no extent and no damping)."""
@@ -634,7 +739,15 @@ def sylvester_factor_svd(w_q, w_k, damping, d):
     return u[0], u[1], vt[0], vt[1], sq / m, sk / m, (root / m) ** 2, m, k, ok
 
 def sylvester_products(w_q, w_k, damping, d, solver):
-    """``(H W_K, Hᵀ W_Q)`` for ``(W_Q W_Qᵀ + λI) H + H (W_K W_Kᵀ + λI) = D``, ``λ > 0``.
+    """``(H W_K, Hᵀ W_Q)`` (:func:`sylvester_products_split`, scaled to their values), in ``d``'s dtype."""
+    p_q, p_k, e = sylvester_products_split(w_q, w_k, damping, d, solver)
+    return tuple(pow2_scale(x, e).astype(d.dtype) for x in (p_q, p_k))
+
+def sylvester_products_split(w_q, w_k, damping, d, solver):
+    """``(P_Q, P_K, e)``: ``(H W_K, Hᵀ W_Q) = (P_Q, P_K) · 2**e`` for ``(W_Q W_Qᵀ + λI) H + H (W_K W_Kᵀ + λI) = D``, ``λ > 0``.
+
+    ``P`` in the compute dtype, ``e`` int32 ``(..., 1, 1)``: the weights' scale is carried apart, so the
+    caller applies it once to the finished output (:func:`pow2_unscale`, which flags an underflow).
 
     ``"structured"`` works in the factors' own bases, ``O(d² d_h)``. With thin SVDs
     ``W = U S Vᵀ`` the operator is diagonal in ``[U_Q, U_Q⊥] ⊗ [U_K, U_K⊥]`` with eigenvalues
@@ -649,12 +762,13 @@ def sylvester_products(w_q, w_k, damping, d, solver):
     forming ``H`` and then ``H W_K`` loses about ``eps·‖W‖²/λ`` relative. ``"dense"`` does
     exactly that (``jax.scipy.linalg.solve_sylvester``, ``O(d³)``, a cross-check).
     """
+    ct = compute_dtype(d.dtype)
     if solver == "dense":  # on the factors and λ scaled by 2**k and 4**k (exact): H W scales by 2**-k
         (wq, wk), lam, k = scale_group((w_q, w_k), damping, 1)
-        h = sylvester_dense(wq, wk, lam, d)
+        h = sylvester_dense(wq, wk, lam, d).astype(ct)
         ok = jnp.asarray(damping) > 0
-        return tuple(jnp.where(ok, pow2_scale(p, k), jnp.nan).astype(d.dtype)
-                     for p in (h @ wk.astype(h.dtype), h.mT @ wq.astype(h.dtype)))
+        return (*(jnp.where(ok, p, jnp.nan) for p in (h @ wk.astype(ct), h.mT @ wq.astype(ct))),
+                k.astype(jnp.int32))
     uq, uk, vtq, vtk, rq, rk, mu, m, k, ok = sylvester_factor_svd(w_q, w_k, damping, d)
     dc = d.astype(uq.dtype)
     dk = dc @ uk  # D U_K, d × d_h
@@ -664,9 +778,9 @@ def sylvester_products(w_q, w_k, damping, d, solver):
     den = rq[..., :, None] ** 2 + rk[..., None, :] ** 2 + mu[..., None]
     hq = uq @ (core * safe_ratio(rk[..., None, :], den)) + col * safe_ratio(rk, rk * rk + mu)[..., None, :]
     hk = uk @ (core * safe_ratio(rq[..., :, None], den)).mT + row * safe_ratio(rq, rq * rq + mu)[..., None, :]
-    dq_out = jnp.where(ok, pow2_scale((hq @ vtk) / m[..., None], k), jnp.nan)
-    dk_out = jnp.where(ok, pow2_scale((hk @ vtq) / m[..., None], k), jnp.nan)
-    return dq_out.astype(d.dtype), dk_out.astype(d.dtype)
+    dq_out = jnp.where(ok, (hq @ vtk) / m[..., None], jnp.nan)
+    dk_out = jnp.where(ok, (hk @ vtq) / m[..., None], jnp.nan)
+    return dq_out, dk_out, k
 
 def sylvester_dense(w_q, w_k, damping, d):
     """``H`` with ``(W_Q W_Qᵀ + λI) H + H (W_K W_Kᵀ + λI) = D`` by Bartels–Stewart (``O(d³)``).
@@ -705,10 +819,11 @@ def block_right(x, blocks):
     return out.reshape(x.shape)
 
 def require_arrays(function, arrays):
-    """Arrays (``.shape``, ``.dtype``, ``.ndim``) of one dtype, with no zero-size matrix dimension; errors name them.
+    """Arrays (``.shape``, ``.dtype``, ``.ndim``) of one floating dtype, with no zero-size matrix dimension.
 
-    The stored-layout entry points call this first: their adapters stack and concatenate the inputs,
-    which would promote mixed dtypes silently, and a width of 0 would hold 0 heads.
+    The stored-layout entry points call this first, so that errors name their own arguments: their
+    adapters stack and concatenate the inputs, which would promote mixed dtypes silently, a width of 0
+    would hold 0 heads, and the core functions would name their own (internal) arguments.
     """
     first = None
     for name, x in arrays.items():
@@ -718,6 +833,12 @@ def require_arrays(function, arrays):
         if x.ndim >= 2 and 0 in x.shape[-2:]:
             raise ValueError(f"{function}: {name} has shape {tuple(x.shape)}, an empty matrix; both of its last "
                              f"two dimensions must be at least 1")
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise TypeError(f"{function}: {name} must be real floating point, got dtype {x.dtype}")
+        if x.dtype == jnp.float64 and not jax.config.jax_enable_x64:
+            raise TypeError(f"{function}: {name} is float64 but JAX's x64 mode is off, so it would be computed "
+                            f"and returned in float32; call jax.config.update('jax_enable_x64', True) first, "
+                            f"or pass float32")
         if first is None:
             first = name
         elif x.dtype != arrays[first].dtype:
@@ -756,15 +877,15 @@ def _horizontal_projection(W_Q, W_K, m_Q, m_K, eps, damping, msign, schedule):
     X = sylvester_gram(W_Q, W_K, damping, m_K.mT @ W_K - (W_Q.mT @ m_Q))
     m_Q_h = m_Q + W_Q @ X
     m_K_h = m_K - (W_K @ X.mT)
-    m_Q_h, lost_1 = pow2_unscale(m_Q_h, -(1 * k_2))
-    m_K_h, lost_2 = pow2_unscale(m_K_h, -(1 * k_2))
+    m_Q_h, lost_1 = pow2_unscale(m_Q_h, -(1 * k_2), W_Q.dtype)
+    m_K_h, lost_2 = pow2_unscale(m_K_h, -(1 * k_2), W_Q.dtype)
     m_Q_h = m_Q_h.astype(W_Q.dtype)
     m_K_h = m_K_h.astype(W_Q.dtype)
-    status = jnp.where(valid, output_status((m_Q_h, m_K_h), lost_1 | lost_2), 1)  # a NaN/Inf input reaches every output computed from it
+    status = jnp.where(valid, output_status((m_Q_h, m_K_h), lost_1 | lost_2, flagged=(True, True)), 1)  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (m_Q_h, m_K_h)), status
 
 
-def horizontal_projection(W_Q, W_K, m_Q, m_K, *, damping=0.0, check_finite=True):
+def horizontal_projection(W_Q, W_K, m_Q, m_K, *, damping=0.0, check_finite=True, _caller=None):
     """Project momentum buffers onto the horizontal space (gauge-fixed).
 
     m_Q_h = W_Q*X + m_Q    (gauge.projection)
@@ -774,7 +895,7 @@ def horizontal_projection(W_Q, W_K, m_Q, m_K, *, damping=0.0, check_finite=True)
 
     Shapes: W_Q: (..., d, d_h), W_K: (..., d, d_h), m_Q: (..., d, d_h), m_K: (..., d, d_h); leading axes (layers, heads) are batched.
     Arguments after * : damping (λ >= 0), check_finite (raise if an input or the result is
-    NaN/Inf). Returns the result(s) in the input dtype.
+    NaN/Inf); _caller is internal (see the functions with msign). Returns the result(s) in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -782,13 +903,15 @@ def horizontal_projection(W_Q, W_K, m_Q, m_K, *, damping=0.0, check_finite=True)
     result with jnp.isfinite there). Undamped rank-deficient partners give the minimum-norm update
     (pseudo-inverse roots, cut where a singular value of [W; √λ I] is at most max(d, d_h)·eps·σ_max;
     ill-conditioned partners get roots from the SVD of W, accurate to about eps·cond(W)); use
-    damping > 0 to regularize. Results are right at any input scale while they and the Gram roots
-    are representable; an overflow or an underflow (below tiny/(16 eps)) raises a ValueError.
+    damping > 0 to regularize. Results are right at any input scale while they are representable:
+    roots and scalars carry their powers of two apart until the last step; an overflow or an
+    underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
+    number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('horizontal_projection', {'W_Q': ('d', 'd_h'), 'W_K': ('d', 'd_h'), 'm_Q': ('d', 'd_h'), 'm_K': ('d', 'd_h')},
+    validate_inputs('horizontal_projection' if _caller is None else _caller[0], {'W_Q': ('d', 'd_h'), 'W_K': ('d', 'd_h'), 'm_Q': ('d', 'd_h'), 'm_K': ('d', 'd_h')},
                     {'W_Q': W_Q, 'W_K': W_K, 'm_Q': m_Q, 'm_K': m_K},
                     0.0, damping, 'svd', ())
     outputs, status = _horizontal_projection(W_Q, W_K, m_Q, m_K, 0.0, real_scalar(damping), 'svd', None)
     if check_finite:
-        raise_if_not_finite('horizontal_projection', status, {'W_Q': W_Q, 'W_K': W_K, 'm_Q': m_Q, 'm_K': m_K})
+        raise_if_not_finite('horizontal_projection', status, {'W_Q': W_Q, 'W_K': W_K, 'm_Q': m_Q, 'm_K': m_K}, _caller)
     return outputs

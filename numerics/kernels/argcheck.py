@@ -5,10 +5,13 @@ Every error names the function and the argument, shows what was given, and says 
 
 
 def check_scalar(function, name, value, positive=False):
-    """A finite real scalar ``>= 0`` (``> 0`` with ``positive``): not a string, bool, None or array."""
-    if isinstance(value, (str, bytes, bool)) or value is None or getattr(value, "shape", ()) != ():
+    """A finite real scalar ``>= 0`` (``> 0`` with ``positive``): not a string, bool (NumPy's and JAX's
+    included), None or array."""
+    boolean = isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b"
+    if isinstance(value, (str, bytes)) or boolean or value is None or getattr(value, "shape", ()) != ():
         shape = getattr(value, "shape", None)
-        got = f"an array of shape {tuple(shape)}" if shape is not None else repr(value)
+        got = (f"the boolean {value!r}" if boolean else f"an array of shape {tuple(shape)}" if shape is not None
+               else repr(value))
         raise TypeError(f"{function}: {name} must be a real number, got {got}")
     try:
         v = float(value)

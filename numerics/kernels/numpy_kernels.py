@@ -83,6 +83,15 @@ def psd_power(eig, p):
     return (v * powered[..., None, :]) @ np.swapaxes(v, -1, -2) * s ** (2 * p)
 
 
+def polar_factor(w, damping):
+    """``U_W = W (WᵀW + λI)^{-1/2}`` from the SVD of ``W``: ``U diag(s / (s² + λ)^{1/2}) Vᵀ`` (cut as :func:`gram_eigh`)."""
+    s = scale_of(w, np.sqrt(damping))
+    u, sv, vt = np.linalg.svd(finite_for_lapack(w / s), full_matrices=False)
+    r = np.sqrt(sv * sv + (np.sqrt(damping) / s[..., 0]) ** 2)
+    kept = r > max(w.shape[-2:]) * np.finfo(np.float64).eps * np.max(r, axis=-1, keepdims=True)
+    return (u * np.where(kept, sv / np.where(kept, r, 1.0), 0.0)[..., None, :]) @ vt
+
+
 def isotropic_scale(w, damping):
     """``c_W = (‖W‖_F² / d_h + λ)^{1/2}`` per matrix, shape ``(..., 1, 1)`` (scale taken out first)."""
     s = scale_of(w, np.sqrt(damping))
