@@ -17,7 +17,7 @@ def test_every_step_of_the_damped_derivations_is_certified():
 
 
 def test_bounds_hold_for_positive_damping():
-    rows = dict(D.measurements(np.random.default_rng(0)))
+    rows = {label: value for label, value, _ in D.measurements(np.random.default_rng(0))}
     for label, value in rows.items():
         if "zero" in label:
             assert value < 1e-12, label  # ‖ΔW_Q C_K,λ‖_op = ε/2 exactly

@@ -59,7 +59,7 @@ def test_bad_shapes(mod):
 
 
 def test_equivariance_break_grows_with_damping():
-    vals = [v for _, v in gauge.measurements(np.random.default_rng(0))]
+    vals = [v for _, v, _ in gauge.measurements(np.random.default_rng(0))]
     assert vals[0] < 1e-10 and all(a < b for a, b in zip(vals[1:], vals[2:], strict=False))
 
 

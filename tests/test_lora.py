@@ -89,7 +89,7 @@ def test_undamped_rule_at_b_zero_stated_honestly():
     problem = Problem(lora.dA, Inner(lora.G_W, change), OpNorm(change), lora.BUDGET)
     with pytest.raises(SearchFailed, match="B is not known to have full rank"):
         derive(problem, lora.damped_context(), name="lora.undamped_any_B", max_expansions=40)
-    rows = dict(lora.measurements(np.random.default_rng(0)))
+    rows = {label: value for label, value, _ in lora.measurements(np.random.default_rng(0))}
     sizes = [rows[f"undamped, ‖B‖ ~ {s:g}: ‖ΔA‖_op (grows like 1/σ_min(B))"] for s in (1e-1, 1e-3, 1e-5)]
     assert sizes[1] > 20 * sizes[0] and sizes[2] > 20 * sizes[1]  # ~100× per step of 100 in ‖B‖
     assert rows["B = 0, damping 0.001: ‖ΔA‖_F (zero: A waits for B)"] == 0.0

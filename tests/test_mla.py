@@ -137,7 +137,7 @@ def test_planted_share_on_the_shared_kv_factor_is_caught():
 
 
 def test_compact_partners_give_the_same_update_as_the_stacked_ones():
-    rows = dict(mla.measurements(np.random.default_rng(0)))
+    rows = {label: value for label, value, _ in mla.measurements(np.random.default_rng(0))}
     assert rows["query_down: compact vs stacked partner, relative difference"] < 1e-12
     assert rows["kv_down: compact vs stacked partner, relative difference"] < 1e-12
     assert rows["query_down: worst head term / (ε/4) (at most 1: Lemma K)"] <= 1 + 1e-12

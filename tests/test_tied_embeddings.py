@@ -33,7 +33,7 @@ def test_derived_step_is_rms_scaled_muon_on_the_summed_gradient():
 
 
 def test_domination_holds_below_sqrt_v_equal_d_and_fails_above():
-    rows = dict(T.measurements(np.random.default_rng(1)))
+    rows = {label: value for label, value, _ in T.measurements(np.random.default_rng(1))}
     for vocab, width in ((100, 64), (2000, 64), (5000, 50)):
         unit = np.sqrt(vocab) / width
         key = f"V = {vocab}, d = {width}: worst N_in / N_out over random steps, in units of √V/d = {unit:.3g} (at most 1)"
