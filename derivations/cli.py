@@ -16,7 +16,6 @@ import coeffsearch
 from coeffsearch.polynomial import MAX_SCHEDULE_STEPS
 from derivations.commandline import STDOUT_CLOSED, OneLineParser, UsageError, usage_error, write_result
 from derivations.engine.derivation import DerivationError, StepCheckFailed
-from derivations.lemmas import ALL_LEMMAS
 from derivations.printing.codegen import UnsafeText, lemmas_used
 from derivations.printing.jax_printer import emit_jax
 from derivations.printing.latex import document_latex
@@ -84,7 +83,7 @@ def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
     if target == "numpy":
         return emit_numpy(rule.title, command, functions, rule.scalars)
     ders = rule.derivations()
-    lemmas = lemmas_used(functions) or ALL_LEMMAS
+    lemmas = lemmas_used(functions) or list(dict.fromkeys(lem for d in ders for lem in d.lemmas_used()))
     if target == "latex":
         return document_latex(rule.title, ders, lemmas)
     return "\n".join(derivation_text(d) for d in ders) + "\n" + lemma_text(lemmas)
@@ -109,15 +108,28 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
                          "subchecks": s.check.subchecks, "status": "ok" if s.check.passed else "FAIL",
                          "failure": s.check.failure})
     rng = np.random.default_rng(seed)
-    lemmas = []
-    for lem in dict.fromkeys(used):
-        result = lem.self_check(rng)
-        lemmas.append({"lemma": lem.number, "rule": lem.title, "self_check_error": result.error,
-                       "subchecks": result.errors, "status": "ok" if result.passed else "FAIL",
-                       "failures": result.failures})
+    lemmas = self_check_rows(used, rng)
     measurements = measurement_rows(rule.measurements(rng) if rule.measurements else [])
     ok = all(r["status"] == "ok" for r in rows + lemmas) and all(m["status"] != "FAIL" for m in measurements)
     return {"ok": ok, "steps": rows, "lemmas": lemmas, "measurements": measurements}
+
+
+def self_check_rows(lemmas: list, rng: np.random.Generator) -> list[dict]:
+    """One row per distinct lemma: its self-check (statement and rewrite code on random instances)."""
+    rows = []
+    for lem in dict.fromkeys(lemmas):
+        result = lem.self_check(rng)
+        rows.append({"lemma": lem.number, "rule": lem.title, "self_check_error": result.error,
+                     "subchecks": result.errors, "status": "ok" if result.passed else "FAIL",
+                     "failures": result.failures})
+    return rows
+
+
+def emit_gate(rule: RuleModule, seed: int = 0) -> list[str]:
+    """Why ``--emit`` must refuse: the failing self-checks of the lemmas the rule's derivations cite
+    (empty when every one passes). Code is emitted only from steps whose lemmas hold."""
+    used = [lem for der in rule.derivations() for lem in der.lemmas_used()]
+    return [f for row in self_check_rows(used, np.random.default_rng(seed)) for f in row["failures"]]
 
 
 def measurement_rows(measured: list[tuple]) -> list[dict]:
@@ -205,6 +217,11 @@ def main(rule: RuleModule, argv: list[str] | None = None) -> int:
             if args.emit in ("jax", "numpy") and not rule.functions():
                 raise UsageError(f"--emit {args.emit}: {rule.name} emits no functions (its derivations are checked "
                                  "with --check and printed with --emit text|latex)")
+            refused = emit_gate(rule)
+            if refused:
+                sys.stderr.write(f"{prog}: not emitted: {refused[0]}"
+                                 + (f" (and {len(refused) - 1} more)" if len(refused) > 1 else "") + "\n")
+                return 1
             text = render(rule, args.emit, args.msign, args.schedule)
         except (StepCheckFailed, DerivationError) as exc:  # never emit what did not check
             sys.stderr.write(f"{prog}: not emitted: {exc}\n")

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from derivations import registry
-from derivations.cli import render
+from derivations.cli import emit_gate, render
 from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
 
 #: where the shipped copies live (the generated package :mod:`numerics.emitted`)
@@ -49,9 +49,20 @@ def stale(rules: tuple[str, ...] | None = None, directory: Path | None = None) -
     return out
 
 
+class Refused(Exception):
+    """A rule's emission is refused: a lemma its derivations cite fails its self-check."""
+
+
 def regenerate(rules: tuple[str, ...] | None = None, directory: Path | None = None) -> list[str]:
-    """Write a fresh emission of every rule that emits functions; returns the rules whose file changed."""
+    """Write a fresh emission of every rule that emits functions; returns the rules whose file changed.
+
+    Nothing is written when a lemma cited by any of them fails its self-check (:class:`Refused`)."""
     rules = registry.rule_names() if rules is None else rules
+    for rule in rules:
+        module = registry.rule_module(rule)
+        refused = emit_gate(module) if module.functions() else []
+        if refused:
+            raise Refused(f"{rule}: {refused[0]}")
     changed = []
     for rule in rules:
         text, path = emit(rule), path_of(rule, directory)
@@ -79,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         return usage_error(prog, exc)
     rules = tuple(args.rule) if args.rule else registry.rule_names()
     if args.regenerate:
-        changed = regenerate(rules)
+        try:
+            changed = regenerate(rules)
+        except Refused as exc:
+            sys.stderr.write(f"{prog}: not regenerated: {exc}\n")
+            return 1
         return write_result(prog, f"regenerated {len(rules)} rule modules; changed: {', '.join(changed) or 'none'}\n",
                             0)
     bad = stale(rules)

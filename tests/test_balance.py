@@ -11,11 +11,16 @@ from sympy import Rational
 
 from derivations import StepCheckFailed
 from derivations import balance as B
+from derivations import lemmas as L
+from derivations.cli import main
 from derivations.engine.evaluate import evaluate
+from derivations.lemmas import balance as LB
 from numerics.gauge_balance import balance
 from numerics.kernels.reference import MpmathBackend
 
-DERIVED = (B.congruence, B.whitening, B.riccati, B.factor, B.inverse_transpose, B.equal_grams, B.product_kept)
+DERIVED = (B.congruence, B.whitening, B.riccati, B.factor, B.inverse_transpose, B.equal_grams, B.product_kept,
+           B.stable_query, B.stable_key)
+BALANCE_LEMMAS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7")
 
 
 def clear():
@@ -31,15 +36,57 @@ def test_every_step_checks_and_the_result_is_the_quarter_power():
     assert str(B.equal_grams().formula) == "0" and str(B.product_kept().formula) == "W_Q*W_K.T"
 
 
-def test_planted_wrong_exponent_fails_the_step_check(monkeypatch):
-    """Planted mistake: the power split into X^{1/2} X^{1/2} (the gauge with exponent 1/2, not 1/4)."""
+@pytest.fixture
+def planted(monkeypatch):
+    """``planted(name, value)``: set a name of the balance lemma module for one test, with the derivations'
+    caches cleared before and after (after the name is restored, so no planted result stays cached)."""
     clear()
-    monkeypatch.setattr(B, "HALF", Rational(1))
-    try:
-        with pytest.raises(StepCheckFailed, match=r"balance\.factor step 1 .*lemma B3"):
-            B.factor()
-    finally:
-        clear()
+    with monkeypatch.context() as m:
+        yield lambda name, value: m.setattr(LB, name, value)
+    clear()
+
+
+def test_planted_wrong_exponent_fails_the_step_check(planted):
+    """Planted mistake: the power split into X^{1/2} X^{1/2} (the gauge with exponent 1/2, not 1/4)."""
+    planted("HALF", Rational(1))
+    with pytest.raises(StepCheckFailed, match=r"balance\.factor step 1 .*lemma B3"):
+        B.factor()
+
+
+def test_planted_wrong_exponent_fails_balance_check_naming_step_and_lemma(planted, capsys):
+    """The same planted exponent through ``balance --check``: exit 1, a first line naming the step and the lemma."""
+    planted("HALF", Rational(1))
+    assert main(B.rule_module(), ["--check", "--trials", "1"]) == 1
+    first = capsys.readouterr().err.splitlines()[0]  # then the counterexample
+    assert first.startswith("derivations.balance: check failed: balance.factor step 1 (rewrite), lemma B3 ")
+
+
+def test_balance_lemmas_are_registered():
+    """B1–B7 live in the lemma layer and are members of ALL_LEMMAS, so every mechanism that runs the lemma
+    self-checks (the suite's ``test_every_lemma_passes_its_self_check``, ``--check``, the docs) runs theirs;
+    every lemma the balance derivations cite is registered."""
+    registered = {lem.number: lem for lem in L.ALL_LEMMAS if lem.number in BALANCE_LEMMAS}
+    assert tuple(registered) == BALANCE_LEMMAS == tuple(lem.number for lem in L.collect([LB]))
+    assert [lem.number for lem in L.ALL_LEMMAS].count("B3") == 1
+    cited = {lem.key for der in B.derivations() for lem in der.lemmas_used()}
+    assert cited <= {lem.key for lem in L.ALL_LEMMAS}
+    assert B.POWER_SPLIT is registered["B3"] and B.SPDPower is LB.SPDPower
+
+
+def test_planted_wrong_literal_in_b3_self_check_fails_naming_the_lemma(planted, capsys):
+    """Planted mistake (issue 19): a wrong literal in B3's self-check, X^{1/2} = X^{1/3} X^{1/3}. The registered
+    lemma's self-check fails naming B3, and so does ``balance --check``."""
+    b3 = next(lem for lem in L.ALL_LEMMAS if lem.number == "B3")
+    assert b3.self_check(np.random.default_rng(0)).passed
+    planted("QUARTER", Rational(1, 3))
+    result = b3.self_check(np.random.default_rng(0))
+    assert not result.passed and result.errors["statement"] > 1e-2
+    assert result.failures[0].startswith("lemma B3 (Symmetric split of an SPD power) self-check, sub-check "
+                                         "'statement': error")
+    assert main(B.rule_module(), ["--check", "--trials", "1"]) == 1
+    captured = capsys.readouterr()
+    assert "check failed: lemma B3 (Symmetric split of an SPD power) self-check" in captured.err
+    assert "Lemma B3: Symmetric split of an SPD power" in captured.out and "FAIL" in captured.out
 
 
 QUARTER = Rational(1, 4)
@@ -87,3 +134,12 @@ def test_cli_checks_and_prints_the_derivation():
     bad = subprocess.run([sys.executable, "-m", "derivations.balance", "--emit", "jax", "--trials", "0"],
                          capture_output=True, text=True, check=False, timeout=300)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_cli_check_exits_0():
+    """``python -m derivations.balance --check`` as a user runs it: every step, lemma and measurement passes."""
+    out = subprocess.run([sys.executable, "-m", "derivations.balance", "--check", "--trials", "1"],
+                         capture_output=True, text=True, check=False, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == "" and "FAIL" not in out.stdout
+    assert "15/15 steps passed, 9/9 lemma self-checks passed" in out.stdout

@@ -284,3 +284,24 @@ def test_derivation_names_are_cached_per_source_hash(tmp_path, monkeypatch):
     monkeypatch.setattr(target_cache, "_source_hash", lambda: "edited-sources")  # stale cache: rebuilt
     with pytest.raises(AssertionError, match="built although"):
         rule_lookup.derivation_names()
+
+
+# ---- a symbolic verdict says how far it reaches (issue 19, item 5) ----------------------------------
+def test_symbolic_verdict_names_the_sizes_it_was_shown_at(query, capsys):
+    v = check(query, sstr(halfsplit.query_side().formula))
+    assert (v.method, v.sizes) == ("symbolic", {"d": 3, "d_h": 2})
+    assert v.method_text == "symbolic at d = 3, d_h = 2"
+    assert crosscheck_main(["halfsplit.query", "-eps/2 msign(G_Q C_K^{-1}) C_K^{-1}"]) == 0
+    assert "EQUAL (symbolic at d = 3, d_h = 2," in capsys.readouterr().out
+    assert crosscheck_main(["halfsplit.query", "-eps/2 msign(G_Q C_K^{-1}) C_K^{-1}", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["method"], out["symbolic_sizes"]) == ("symbolic", {"d": 3, "d_h": 2})
+
+
+def test_a_numeric_verdict_has_no_sizes_and_a_count_identity_holds_for_all_sizes(query):
+    v = check(query, "-eps msign(G_Q C_K^{-1}) C_K^{-1}")  # msign is opaque: a numeric verdict
+    assert (v.verdict, v.method_text, v.as_json()["symbolic_sizes"]) == ("different", "numeric", None)
+    target = target_of(*rule_lookup.find_derivation("classics.lora.fraction"))
+    count = compare(target, target.expr)
+    assert (count.verdict, count.method_text, count.as_json()["symbolic_sizes"]) == (
+        "equal", "symbolic, for all sizes", "all")

@@ -207,7 +207,6 @@ MAX_MODULE_LINES = 600
 OVERSIZE_EXEMPT = (
     "numerics.kernels.jax_kernels",  # kernels split in progress
     "coeffsearch.restarts",  # coeffsearch, in progress
-    "derivations.balance",  # the balance rule module, in progress
 )
 
 

@@ -76,10 +76,11 @@ class ChainReport:
                     "step": self.failed.index, "kind": self.failed.kind, "before": self.failed.before,
                     "after": self.failed.after, "note": self.failed.note, **self.failed.verdict.as_json()},
                 "results": [{"step": s.index, "kind": s.kind, "verdict": s.verdict.verdict,
-                             "method": s.verdict.method, "note": s.note} for s in self.steps]}
+                             "method": s.verdict.method,
+                             "symbolic_sizes": s.verdict.as_json()["symbolic_sizes"], "note": s.note} for s in self.steps]}
 
     def text(self) -> str:
-        lines = [f"step {s.index} ({s.kind}): {s.verdict.verdict} ({s.verdict.method})"
+        lines = [f"step {s.index} ({s.kind}): {s.verdict.verdict} ({s.verdict.method_text})"
                  + (f" — {s.note}" if s.note else "") for s in self.steps]
         if self.failed is None:
             lines.append(f"all {len(self.steps)} steps hold")

@@ -92,19 +92,24 @@ def compare(target: Target, candidate: Basic, *, diagnose: bool = True, seed: in
     out = Verdict("equal", "numeric", len(pairs), reference=sstr(ref), candidate=sstr(candidate))
     if not bad:
         if target.symbolic_dims and _symbolic_equal(ref, candidate, target):
-            out.method = "symbolic"
+            out.method, out.sizes = "symbolic", _sizes(target)
         out.scale = "1"
         return out
     out.verdict = "different"
     if (_algebraic(ref, candidate, *target.definitions.values()) and target.symbolic_dims
             and _symbolic_different(ref, candidate, target)):
-        out.method = "symbolic"
+        out.method, out.sizes = "symbolic", _sizes(target)
     out.counterexample = _counterexample(bad, ref, candidate, target)
     if diagnose:
         out.scale, out.diagnosis = _diagnose(target, ref, candidate, pairs)
     if not out.diagnosis:
         out.diagnosis = ["no scalar multiple and none of the near variants of the derived result matches"]
     return out
+
+
+def _sizes(target: Target) -> dict:
+    """The sizes of the explicit symbolic matrices a symbolic verdict on ``target`` is shown at."""
+    return {str(k): int(n) for k, n in target.symbolic_dims.items()}
 
 
 def _compare_in_dimensions(target: Target, ref, candidate) -> Verdict:

@@ -1,6 +1,7 @@
 """A cross-check's :class:`Verdict`, its counterexample and its text.
 
-``--json`` prints the verdict, the method, the number of instances, ``scale`` (``c`` when the
+``--json`` prints the verdict, the method, ``symbolic_sizes`` (for a symbolic verdict, the sizes of the
+explicit symbolic matrices it was shown at, or ``"all"`` when it holds for all sizes), the number of instances, ``scale`` (``c`` when the
 candidate is ``c ×`` the derived result), the diagnosis and a ``counterexample``: the instance's
 sizes and inputs, the derived and candidate values, and ``relative_difference``, defined as
 ``‖candidate − derived‖_F / ‖derived‖_F`` on that instance (1.0 for twice the derived result, 0.5
@@ -29,11 +30,24 @@ class Verdict:
     counterexample: dict | None = None
     reference: str = ""
     candidate: str = ""
+    #: for a symbolic verdict, the sizes of the explicit symbolic matrices it was shown at; None when it holds
+    #: for all sizes (an identity in the dimension symbols themselves)
+    sizes: dict | None = None
+
+    @property
+    def method_text(self) -> str:
+        """``numeric``, ``symbolic at d = 3, d_h = 2`` or ``symbolic, for all sizes``: how far the verdict reaches."""
+        if self.method != "symbolic":
+            return self.method
+        if self.sizes is None:
+            return "symbolic, for all sizes"
+        return "symbolic at " + ", ".join(f"{k} = {n}" for k, n in self.sizes.items())
 
     def as_json(self) -> dict:
-        return {"verdict": self.verdict, "method": self.method, "instances": self.instances,
-                "scale": self.scale, "diagnosis": self.diagnosis, "counterexample": self.counterexample,
-                "reference": self.reference, "candidate": self.candidate}
+        sizes = None if self.method != "symbolic" else "all" if self.sizes is None else self.sizes
+        return {"verdict": self.verdict, "method": self.method, "symbolic_sizes": sizes,
+                "instances": self.instances, "scale": self.scale, "diagnosis": self.diagnosis,
+                "counterexample": self.counterexample, "reference": self.reference, "candidate": self.candidate}
 
 
 def _show(v):
@@ -64,7 +78,7 @@ def _counterexample(bad, ref, cand, target) -> dict:
 
 
 def format_verdict(v: Verdict, what: str) -> str:
-    head = f"{what}: {v.verdict.upper()} ({v.method}, {v.instances} random instances at {DPS} digits)"
+    head = f"{what}: {v.verdict.upper()} ({v.method_text}, {v.instances} random instances at {DPS} digits)"
     lines = [head, f"  derived:   {v.reference}", f"  candidate: {v.candidate}"]
     if v.verdict == "different":
         lines += [f"  diagnosis: {d}" for d in v.diagnosis]

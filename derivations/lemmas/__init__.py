@@ -12,6 +12,7 @@ a rule's final formula: they are generic identities.
 from derivations.engine.vocabulary import GramInvSqrt, NuclearNorm  # noqa: F401 (names the single-module lemmas re-exported)
 from derivations.lemmas import (
     adjoint,
+    balance,
     blocks,
     chain_rule,
     counting,
@@ -143,7 +144,8 @@ from derivations.lemmas.whitening import (
 )
 
 #: the family modules, in reading order
-FAMILY_MODULES = (descent, isometry, adjoint, whitening, msign, chain_rule, ring, blocks, spectral, counting, gram)
+FAMILY_MODULES = (descent, isometry, adjoint, whitening, msign, chain_rule, ring, blocks, spectral, counting, gram,
+                  balance)
 
 
 def collect(modules=FAMILY_MODULES) -> tuple:
