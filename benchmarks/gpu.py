@@ -95,7 +95,8 @@ def main(argv=None) -> int:
     w32 = jnp.asarray(w64, jnp.float32)
     ns = jax.jit(lambda w: gram_inv_sqrt(w, gr.DAMPING, sched))
     eg = jax.jit(lambda w: gr.eigh_inv_sqrt(w, gr.DAMPING))
-    print(f"[3] Gram roots {h} x ({d}, {dh}): coupled NS err {gr.rel(ns(w32), ref):.1e} in {1e3 * timed(ns, w32):.2f} ms; "
+    print(f"[3] Gram roots {h} x ({d}, {dh}): "
+          f"coupled NS err {gr.rel(ns(w32), ref):.1e} in {1e3 * timed(ns, w32):.2f} ms; "
           f"eigh err {gr.rel(eg(w32), ref):.1e} in {1e3 * timed(eg, w32):.2f} ms; "
           f"bf16 input err {gr.rel(ns(w32.astype(jnp.bfloat16)).astype(jnp.float32), ref):.1e}", flush=True)
 

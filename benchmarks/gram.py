@@ -2,7 +2,7 @@
 
     python -m benchmarks.gram [--repeats N] [--shapes NAME,...] [--dtype float32|bfloat16] [--restarts S,...]
 
-Times the jitted standard iteration (:func:`numerics.kernels.jax_kernels.newton_schulz`) and the Gram
+Times the jitted standard iteration (:func:`numerics.kernels.jax_msign.newton_schulz`) and the Gram
 form (:func:`numerics.kernels.gram_newton_schulz.gram_newton_schulz`, restarts after the given
 iterations; default after iteration 2, the position ``python -m coeffsearch restarts polar-express-5
 --dtype float32 --restarts 1`` certifies) with the 5-step Polar Express schedule, on single matrices
@@ -29,7 +29,7 @@ from benchmarks.interleave import interleaved, paired_ratio
 from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error
 from derivations.gram_ns import flop_count
 from numerics.kernels.gram_newton_schulz import gram_newton_schulz, restart_flags
-from numerics.kernels.jax_kernels import newton_schulz
+from numerics.kernels.jax_msign import newton_schulz
 
 #: name -> (batch or None, rows, cols)
 SHAPES = {"768x3072": (None, 768, 3072), "4096x14336": (None, 4096, 14336), "2048x11059": (None, 2048, 11059),
@@ -100,7 +100,8 @@ def main(argv=None) -> int:
             worst = ratio if worst is None else max(worst, ratio)
         print(f"{name:<14} {t_std * 1e3:>12.1f} {t_gram * 1e3:>10.1f} {ratio:>7.3f} {model:>11.3f} "
               f"{ratio / model:>12.2f} {'yes' if pick else 'no':>7} {diff:>11.2e}", flush=True)
-    print(f"gram/standard median time ratio: {'n/a (no shape chooses the Gram form)' if worst is None else f'{worst:.3f}'}")
+    print("gram/standard median time ratio: "
+          f"{'n/a (no shape chooses the Gram form)' if worst is None else f'{worst:.3f}'}")
     return 0
 
 

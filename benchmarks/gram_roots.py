@@ -5,7 +5,8 @@
 For ``H`` heads of ``W (d, d_h)`` (GPT-2-small: 12 × (768, 64); Llama-3-8B: 32 × (4096, 128)),
 damping ``1e-2``: the relative Frobenius error of ``(WᵀW + λI)^{-1/2}`` by the coupled iteration
 (schedule from :mod:`coeffsearch`, certified there on ``[1e-3, 1]``) in float32 and bfloat16 against
-float64 ``eigh`` (bfloat16 inputs computed in float32, and bfloat16 arithmetic throughout), and the median CPU time of both (float32), interleaved. Last line:
+float64 ``eigh`` (bfloat16 inputs computed in float32, and bfloat16 arithmetic throughout), and the median CPU
+time of both (float32), interleaved. Last line:
 ``newton_schulz/eigh median time ratio: R`` (the largest over the shapes).
 """
 
@@ -42,7 +43,8 @@ def reference(w):
 
 
 def rel(a, b):
-    return float(np.max(np.linalg.norm(np.asarray(a, np.float64) - b, axis=(-2, -1)) / np.linalg.norm(b, axis=(-2, -1))))
+    return float(np.max(np.linalg.norm(np.asarray(a, np.float64) - b, axis=(-2, -1))
+                        / np.linalg.norm(b, axis=(-2, -1))))
 
 
 def main(argv=None) -> int:
@@ -61,12 +63,13 @@ def main(argv=None) -> int:
         return 2
     sched = tuple(coeffsearch.resolve(DEFAULT_SCHEDULE).as_floats())
     band = certify(sched, str(CERTIFIED_LOWER), "1").band
-    print(f"schedule {DEFAULT_SCHEDULE} ({len(sched)} steps), certified: [{CERTIFIED_LOWER:g}, 1] -> [{band[0]}, {band[1]}]")
+    print(f"schedule {DEFAULT_SCHEDULE} ({len(sched)} steps), "
+          f"certified: [{CERTIFIED_LOWER:g}, 1] -> [{band[0]}, {band[1]}]")
     ns = jax.jit(lambda w: gram_inv_sqrt(w, DAMPING, sched))
     ns_native = jax.jit(lambda w: gram_inv_sqrt(w, DAMPING, sched, native=True))
     eg = jax.jit(lambda w: eigh_inv_sqrt(w, DAMPING))
-    print(f"{'shape':<7} {'heads x (d, d_h)':<18} {'certified':<9} {'err f32':>9} {'bf16 in':>9} {'bf16 all':>9} {'err eigh':>9} "
-          f"{'NS ms':>8} {'eigh ms':>8} {'ratio':>6}")
+    print(f"{'shape':<7} {'heads x (d, d_h)':<18} {'certified':<9} {'err f32':>9} {'bf16 in':>9} {'bf16 all':>9} "
+          f"{'err eigh':>9} {'NS ms':>8} {'eigh ms':>8} {'ratio':>6}")
     ratios = []
     for name in names:
         h, d, dh = SHAPES[name]

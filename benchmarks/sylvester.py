@@ -22,7 +22,7 @@ from derivations.commandline import OneLineParser, UsageError, stdout_closed, us
 
 jax.config.update("jax_enable_x64", True)
 
-from numerics.kernels import jax_kernels as K  # noqa: E402 (after float64 is switched on)
+from numerics.kernels import jax_sylvester  # noqa: E402 (after float64 is switched on)
 
 
 def _median(fn, repeats):
@@ -52,8 +52,8 @@ def main(argv=None) -> int:
     D = rng.standard_normal((a.d, a.d))
     eye = np.eye(a.d)
     A, B = W_Q @ W_Q.T + a.damping * eye, W_K @ W_K.T + a.damping * eye
-    structured = jax.jit(K.sylvester_lowrank)
-    dense = jax.jit(K.sylvester_dense)
+    structured = jax.jit(jax_sylvester.sylvester_lowrank)
+    dense = jax.jit(jax_sylvester.sylvester_dense)
     args = [jax.numpy.asarray(x) for x in (W_Q, W_K)]
     Dj = jax.numpy.asarray(D)
     ref = scipy.linalg.solve_sylvester(A, B, D)

@@ -10,7 +10,26 @@
 Command line: ``python -m coeffsearch --help``.
 """
 
-from coeffsearch.registry import DEFAULT, get, names, register, resolve
-from coeffsearch.schedule import Recipe, Schedule
+import importlib
+from typing import Any
 
-__all__ = ["DEFAULT", "Recipe", "Schedule", "get", "names", "register", "resolve"]
+#: public name -> the module that defines it, loaded on first use: importing the layer-1 schedule type
+#: (``coeffsearch.schedule``) runs this file, and must not pull in the layer-4 registry with it
+_PUBLIC = {
+    **dict.fromkeys(("DEFAULT", "get", "names", "register", "resolve"), "registry"),
+    **dict.fromkeys(("Recipe", "Schedule"), "schedule"),
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+        globals()[name] = value  # once
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

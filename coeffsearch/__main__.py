@@ -12,7 +12,7 @@ import sys
 import mpmath
 from tqdm import tqdm
 
-from coeffsearch import registry, restarts
+from coeffsearch import registry, restart_certificate, restart_model, restarts
 from coeffsearch.band import image, max_slope, narrowest_band
 from coeffsearch.certify import Certificate, CertificateError, CertificateFormatError, certify, recheck
 from coeffsearch.compare import compare_rows, format_compare, plot
@@ -168,15 +168,17 @@ def parser() -> OneLineParser:
     r = sub.add_parser("restarts", help="certified restart positions for Gram Newton–Schulz (interval arithmetic over "
                                         "every σ in [0, 1] under a stated rounding model)")
     r.add_argument("schedule", help=f"a registered name ({', '.join(registry.names())}) or a schedule JSON")
-    r.add_argument("--dtype", required=True, choices=restarts.DTYPES, help="the dtype whose unit roundoff u sets the model")
+    r.add_argument("--dtype", required=True, choices=restart_model.DTYPES,
+                   help="the dtype whose unit roundoff u sets the model")
     r.add_argument("--restarts", type=_count_from_zero, metavar="K",
                    help="search every set of K restart positions (default: the fewest restarts that certify)")
     r.add_argument("--at", metavar="S[,S...]", help="certify exactly these positions (restart after iteration S)")
-    r.add_argument("--growth", type=_nonneg, default=restarts.DEFAULT_GROWTH,
+    r.add_argument("--growth", type=_nonneg, default=restart_model.DEFAULT_GROWTH,
                    help="growth factor g of the spurious eigenvalue δ = g·u (default 1)")
     r.add_argument("--lower", type=_positive, help="lower end l of bound (b) (default: the schedule's design l, "
                                                    "else 1e-3)")
-    r.add_argument("--json", metavar="FILE", help="write the certificate (python -m coeffsearch certify FILE re-checks it)")
+    r.add_argument("--json", metavar="FILE",
+                   help="write the certificate (python -m coeffsearch certify FILE re-checks it)")
 
     k = sub.add_parser("compare", help="table of schedules (and --plot PNG of the composed polynomials)")
     k.add_argument("schedules", nargs="+", help=f"1 to {MAX_COMPARE} schedule names or files")
@@ -312,7 +314,7 @@ def _steps_for(steps, n):
 
 
 def cmd_certify(a: argparse.Namespace) -> int:
-    restart_cert = restarts.read_certificate(a.schedule)
+    restart_cert = restart_certificate.read_certificate(a.schedule)
     if restart_cert is not None:
         return recheck_restarts(a.schedule, restart_cert)
     name, steps, design_lower, raw = resolve(a.schedule)
@@ -353,11 +355,11 @@ def cmd_certify(a: argparse.Namespace) -> int:
 def recheck_restarts(path: str, data: dict) -> int:
     """``certify FILE`` for a restart certificate: 0 re-checked, 1 a field differs, 2 a malformed file."""
     try:
-        fresh = restarts.recheck(data, f"certificate {path}")
-    except restarts.CertificateFormatError as exc:
+        fresh = restart_certificate.recheck(data, f"certificate {path}")
+    except CertificateFormatError as exc:
         sys.stderr.write("".join(f"coeffsearch: error: {line}\n" for line in exc.lines))
         return 2
-    except restarts.CertificateError as exc:
+    except CertificateError as exc:
         print(f"certificate {path}: FAILED: {exc}")
         return 1
     where = ", ".join(map(str, fresh["restarts"])) or "none"
@@ -372,13 +374,14 @@ def cmd_restarts(a: argparse.Namespace) -> int:
     try:
         at = restarts.parse_positions(a.at) if a.at is not None else None
         if at is not None and a.restarts is not None and len(at) != a.restarts:
-            raise restarts.RestartError(f"argument --restarts: {a.restarts} restarts but --at names {len(at)} positions")
-        model = restarts.Model(a.dtype, a.growth, a.lower or (repr(design_lower) if design_lower else "1e-3"))
+            raise restart_model.RestartError(f"argument --restarts: {a.restarts} restarts "
+                                             f"but --at names {len(at)} positions")
+        model = restart_model.Model(a.dtype, a.growth, a.lower or (repr(design_lower) if design_lower else "1e-3"))
         total = 1 if at is not None else (math.comb(len(steps) - 1, a.restarts) if a.restarts is not None
                                           and a.restarts <= len(steps) - 1 else None)
         with _progress(total, "restarts") as bar:
             chosen, tried = restarts.search(name, steps, model, a.restarts, at, progress=bar)
-    except restarts.RestartError as exc:
+    except restart_model.RestartError as exc:
         raise UsageError(str(exc)) from None
     sys.stdout.write(restarts.format_table(name, model, tried, chosen))
     sys.stdout.write(restarts.summary(chosen))

@@ -234,7 +234,8 @@ def _schema_lines(data) -> list:
             why = f"{err.instance!r} is not a decimal number"
         elif err.validator == "const":
             why = f"must be {err.validator_value!r}, got {err.instance!r}"
-        elif err.validator in ("minItems", "maxItems") and err.schema.get("minItems") == 2 == err.schema.get("maxItems"):
+        elif (err.validator in ("minItems", "maxItems")
+              and err.schema.get("minItems") == 2 == err.schema.get("maxItems")):
             why = f"must be a pair [lower, upper], got {err.instance!r}"[:240]
         elif err.validator == "maxItems":
             why = f"{len(err.instance)} items; at most {err.validator_value}"

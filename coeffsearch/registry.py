@@ -48,7 +48,8 @@ def names() -> list[str]:
 
 
 #: a coefficient: a JSON number or a decimal string (kept exactly for the interval arithmetic)
-_COEFF = {"anyOf": [{"type": "number"}, {"type": "string", "pattern": r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"}]}
+_COEFF = {"anyOf": [{"type": "number"},
+                    {"type": "string", "pattern": r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"}]}
 _STEPS = {"type": "array", "minItems": 1, "items": {"type": "array", "minItems": 1, "items": _COEFF}}
 
 #: what ``python -m coeffsearch minimax --json`` writes and ``--schedule FILE`` reads

@@ -28,7 +28,8 @@ Steps = tuple[tuple[str, ...], ...]
 
 
 def as_steps(steps: Any, source: str) -> Steps:
-    """``steps`` validated (:func:`validate_steps`, and every coefficient finite in float64) and normalized to a tuple of tuples of decimal strings.
+    """``steps`` validated (:func:`validate_steps`, and every coefficient finite in float64) and normalized to a tuple
+    of tuples of decimal strings.
 
     Accepts lists or tuples of numbers or decimal strings, or an object with a ``steps`` attribute (what
     :func:`coeffsearch.minimax.greedy_schedule` returns)."""

@@ -73,7 +73,8 @@ def available_bytes() -> int | None:
         with contextlib.suppress(OSError, ValueError, AttributeError):
             found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                          "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
         try:
             with open(limit) as fh, open(usage) as gh:
                 text = fh.read().strip()
@@ -120,7 +121,7 @@ def validate(steps, dtypes=DTYPES, shape=(256, 512), lower: float = 1e-3, batch:
     """Observed vs certified bands per dtype (float steps are run; the certificate uses the decimals)."""
     import jax  # lazy: coeffsearch imports without JAX; only validation runs the kernels
 
-    from numerics.kernels.jax_kernels import newton_schulz  # lazy: imports JAX (as above)
+    from numerics.kernels.jax_msign import newton_schulz  # lazy: imports JAX (as above)
 
     jnp = jax.numpy
     jax.config.update("jax_enable_x64", True)

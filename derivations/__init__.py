@@ -11,6 +11,9 @@ Public surface:
 * norm families — :data:`FAMILIES` (operator, Frobenius, nuclear, max-abs, RMS→RMS), each solved
   through its dual norm (:mod:`derivations.engine.norms`);
 * lemma objects — :class:`Lemma` (statement, side conditions, rewrite, self-check), :class:`NotApplicable`;
+* extension points — :class:`MatrixFunction` and :class:`MatrixScalar` (the bases of a new vocabulary
+  node), :class:`InstanceSampler` (random instances for a lemma's self-check), :func:`evaluate_on`
+  (an expression on concrete arrays);
 * emission — :class:`RuleModule` (what ``python -m derivations.<rule>`` runs), :class:`EmittedFunction`
   (one public function of an emitted module), :func:`render` (``--emit jax|numpy|latex|text`` as text);
 * rule modules — :mod:`derivations.halfsplit` (``python -m derivations.halfsplit --help``).
@@ -27,7 +30,8 @@ _PUBLIC = {
     **dict.fromkeys(("FactMatrix", "GramInvSqrt", "GramSqrt", "Inner", "IsotropicScale", "Msign", "NuclearNorm",
                      "OpNorm", "PolarFactor", "Projector", "FULL_COLUMN_RANK", "FULL_ROW_RANK",
                      "ORTHONORMAL_COLUMNS", "ORTHONORMAL_ROWS", "SPD", "SYMMETRIC", "dimension",
-                     "positive_symbol"), "engine.vocabulary"),
+                     "positive_symbol", "MatrixFunction", "MatrixScalar"), "engine.vocabulary"),
+    **dict.fromkeys(("InstanceSampler", "evaluate_on"), "engine.evaluate"),
     **dict.fromkeys(("product", "total", "transpose"), "engine.algebra"),
     **dict.fromkeys(("FAMILIES", "NormFamily"), "engine.norms"),
     **dict.fromkeys(("SearchFailed", "derive"), "engine.search"),

@@ -78,8 +78,7 @@ def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
             command += f" --msign {msign}"
         sched = coeffsearch.resolve(schedule_name)
         extra_source, extra_names = rule.jax_extra() if rule.jax_extra else ("", ())
-        return emit_jax(rule.title, command, functions, sched.name, sched.as_floats(), sched.source,
-                        msign, rule.scalars, extra_source, extra_names)
+        return emit_jax(rule.title, command, functions, sched, msign, rule.scalars, extra_source, extra_names)
     if target == "numpy":
         return emit_numpy(rule.title, command, functions, rule.scalars)
     ders = rule.derivations()

@@ -56,7 +56,8 @@ KEY_LAYOUT = L.HeadLayout("W_Qbar", "W_Q", "stack_rows", group, shared="W_K")
 
 
 def context() -> Context:
-    return Context(definitions=GRADIENTS, check_dims=[{d: 5, d_h: 2, n: 10}, {d: 4, d_h: 3, n: 12}, {d: 3, d_h: 3, n: 3}],
+    return Context(definitions=GRADIENTS,
+                   check_dims=[{d: 5, d_h: 2, n: 10}, {d: 4, d_h: 3, n: 12}, {d: 3, d_h: 3, n: 3}],
                    symbolic_dims={d: 3, d_h: 2, n: 4}, mpmath_dims={d: 4, d_h: 2, n: 8})
 
 
@@ -142,7 +143,8 @@ def value_function():
     return EmittedFunction("gqa_value", "GQA shared value update, one value head (partner: its group's stacked "
                            "output heads)", [W_Obar, G_V], [("dW_V", value_side())],
                            [("W_Obar stacks the group's output heads W_{O,h} (d, d_h) row-wise, shape (..., G·d, d_h); "
-                             "‖C̄_O ΔW_V‖_op = ε/(2G) with C̄_O = (W_ObarᵀW_Obar + λI)^(1/2), hence ‖W_Obar ΔW_V‖_op ≤ ε/(2G) "
+                             "‖C̄_O ΔW_V‖_op = ε/(2G) with C̄_O = (W_ObarᵀW_Obar + λI)^(1/2), "
+                             "hence ‖W_Obar ΔW_V‖_op ≤ ε/(2G) "
                              "(equality at λ = 0), so ‖W_{O,h} ΔW_V‖_op ≤ ε/(2G) for every head.")],
                            extra_scalars={group: "group_size"})
 
@@ -155,7 +157,8 @@ def adapter():
     return Adapter("gqa_layout", "gqa_qk", "Stored GQA layouts → per-head rule calls → stored layouts.",
                    {"W_Q": "columns", "W_K": "columns", "G_Q": "columns", "G_K": "columns"},
                    [("query_fn", query), ("key_fn", key)], "check_qk_heads",
-                   entry_doc="GQA update from stored layouts: W_Q, G_Q (..., d, H·d_h); W_K, G_K (..., d, H_kv·d_h).\n\n"
+                   entry_doc="GQA update from stored layouts: "
+                             "W_Q, G_Q (..., d, H·d_h); W_K, G_K (..., d, H_kv·d_h).\n\n"
                              "    Returns (ΔW_Q, ΔW_K) in the same layouts: gqa_query per query head, gqa_key per "
                              "key head.",
                    notes=["Query head h uses key head h // G (consecutive grouping, as repeat_kv does)."])

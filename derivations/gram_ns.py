@@ -16,7 +16,7 @@ a ``q × r`` matrix costs ``2pqr`` flops; sums, scalings, the normalization and 
 no symmetry is exploited (the kernels compute full products). With ``T`` quintic steps and ``K``
 restarts the standard iteration costs ``T (4n²m + 2n³)`` and the Gram form
 ``4(K + 1) n²m + 2n³ (4T − 3K − 3)``; both are derived from the products the kernels execute (Lemma
-GK), and each step's check runs the project's kernels (:func:`numerics.kernels.jax_kernels.newton_schulz`,
+GK), and each step's check runs the project's kernels (:func:`numerics.kernels.jax_msign.newton_schulz`,
 :func:`numerics.kernels.gram_newton_schulz.gram_newton_schulz`) and counts their products.
 
 Run ``python -m derivations.gram_ns --help``. The JAX kernel is

@@ -171,7 +171,8 @@ def emitted_functions():
     return [
         EmittedFunction("halfsplit_qk", "Half-split QK update of Compositional Muon",
                         [W_Q, W_K, G_Q, G_K], [("dW_Q", query_side()), ("dW_K", key_side())],
-                        [("Each half of ΔM gets budget ε/2: ‖ΔW_Q C_K‖_op = ‖ΔW_K C_Q‖_op = ε/2 with C_W = (WᵀW + λI)^(1/2), "
+                        [("Each half of ΔM gets budget ε/2: ‖ΔW_Q C_K‖_op = ‖ΔW_K C_Q‖_op = ε/2 "
+                          "with C_W = (WᵀW + λI)^(1/2), "
                          "hence ‖ΔW_Q W_Kᵀ‖_op, ‖W_Q ΔW_Kᵀ‖_op ≤ ε/2, with equality at damping λ = 0.")]),
         EmittedFunction("halfsplit_v", "Head-local V update of the hybrid OV rule (partner W_O on the left)",
                         [W_O, G_V], [("dW_V", value_side())],

@@ -63,8 +63,10 @@ def o_side():
                           "within ε/2", per_block=(d, _o_layout(), RESTRICTION_NOTE))
 
 
-#: two heads' blocks of P_V = blockdiag(W_{V,1}ᵀ, W_{V,2}ᵀ) and of G_O = [G_{O,1} | G_{O,2}] (Lemma BD holds for any count)
-V_BLOCKS = (FactMatrix("W_V1t", d, halfsplit.d_h, [FULL_COLUMN_RANK]), FactMatrix("W_V2t", d, halfsplit.d_h, [FULL_COLUMN_RANK]))
+#: two heads' blocks of P_V = blockdiag(W_{V,1}ᵀ, W_{V,2}ᵀ) and of G_O = [G_{O,1} | G_{O,2}]
+#: (Lemma BD holds for any count)
+V_BLOCKS = (FactMatrix("W_V1t", d, halfsplit.d_h, [FULL_COLUMN_RANK]),
+            FactMatrix("W_V2t", d, halfsplit.d_h, [FULL_COLUMN_RANK]))
 O_GRADIENTS = (MatrixSymbol("G_O1", d, halfsplit.d_h), MatrixSymbol("G_O2", d, halfsplit.d_h))
 
 
@@ -86,7 +88,8 @@ def derivations():
 def emitted_functions():
     return [
         EmittedFunction("hybrid_o", "Global O update of the hybrid OV rule (core)", [P, G_O], [("dW_O", o_side())],
-                        ["P_V = blockdiag(W_{V,h}ᵀ): the JAX module takes its blocks (..., H, d, d_h), the NumPy reference the dense matrix."],
+                        ["P_V = blockdiag(W_{V,h}ᵀ): the JAX module takes its blocks (..., H, d, d_h), "
+                         "the NumPy reference the dense matrix."],
                         shape_spec={"P_V": ("k", "d", "d_h"), "G_O": ("d", "m")}),
         EmittedFunction("hybrid_v", "Head-local V update of the hybrid OV rule", [halfsplit.W_O, halfsplit.G_V],
                         [("dW_V", halfsplit.value_side())],

@@ -172,7 +172,8 @@ def emitted_functions():
     return [EmittedFunction(
         "joint_whitened", "Block-whitened steepest descent (the joint rule's core)", [P, G],
         [("Delta", joint())],
-        ["P = blockdiag(W_K, W_Q): the JAX module takes its blocks (..., k, d, d_h), the NumPy reference the dense matrix."],
+        ["P = blockdiag(W_K, W_Q): the JAX module takes its blocks (..., k, d, d_h), "
+         "the NumPy reference the dense matrix."],
         shape_spec={"P": ("k", "d", "d_h"), "G": ("d", "m")})]
 
 

@@ -151,7 +151,8 @@ def damped_a() -> Derivation:
     (``B = 0``: ``ΔA = 0``)."""
     change = product(B_ANY, dA)
     problem = Problem(dA, Inner(G_W, change), OpNorm(product(GramSqrt(B_ANY, lam), dA)), BUDGET)
-    return derive(problem, damped_context(), name="lora.damped_A", title="LoRA damped: A update (any B, B = 0 included)",
+    return derive(problem, damped_context(), name="lora.damped_A",
+                  title="LoRA damped: A update (any B, B = 0 included)",
                   statement="budget ε/2 in the damped whitened norm ‖C_{B,λ} ΔA‖_op, λ > 0")
 
 
@@ -168,8 +169,9 @@ Delta = MatrixSymbol("Delta", d_sq, m2)  # [ΔB | ΔAᵀ]
 
 @cache
 def joint() -> Derivation:
-    """``[ΔB | ΔAᵀ] = −(ε/2) msign(G C_P⁻¹) C_P⁻¹``, ``G = [G_B | G_Aᵀ]``, ``C_P = blockdiag(C_A, C_B)``: found by search
-    from ``min ⟨G̃, Δ Pᵀ⟩ s.t. ‖Δ Pᵀ‖_op ≤ ε/2`` (``Δ Pᵀ = [ΔB A | ΔAᵀ Bᵀ]``, ``⟨G̃, Δ Pᵀ⟩ = ⟨G_W, ΔB A + B ΔA⟩``)."""
+    """``[ΔB | ΔAᵀ] = −(ε/2) msign(G C_P⁻¹) C_P⁻¹``, ``G = [G_B | G_Aᵀ]``, ``C_P = blockdiag(C_A, C_B)``: found
+    by search from ``min ⟨G̃, Δ Pᵀ⟩ s.t. ‖Δ Pᵀ‖_op ≤ ε/2`` (``Δ Pᵀ = [ΔB A | ΔAᵀ Bᵀ]``,
+    ``⟨G̃, Δ Pᵀ⟩ = ⟨G_W, ΔB A + B ΔA⟩``)."""
     change = product(Delta, transpose(P))
     ctx = Context(definitions={G_stack: product(G_tilde, P)},
                   check_dims=[{d_sq: 6, m2: 4, n2: 12, **SQUARE}, {d_sq: 5, m2: 6, n2: 10, **SQUARE}],
@@ -325,7 +327,8 @@ def emitted_functions():
         EmittedFunction(
             "lora_horizontal_projection", "Project LoRA momentum buffers onto the horizontal space (gauge-fixed)",
             [B, A, m_B, m_A],
-            [("m_B_h", DerivedOutput(q, projection_horizontal())), ("m_A_h", DerivedOutput(k, projection_horizontal()))],
+            [("m_B_h", DerivedOutput(q, projection_horizontal())),
+             ("m_A_h", DerivedOutput(k, projection_horizontal()))],
             ["X solves (BᵀB + λI) X + X (A Aᵀ + λI) = m_A Aᵀ − Bᵀ m_B; exact at λ = 0: the result satisfies "
              "Bᵀ m_B_h = m_A_h Aᵀ and changes W as (m_B, m_A) does, to first order."],
             needs_eps=False),

@@ -125,7 +125,8 @@ def _middle(name, title, left, variable, right, gradient, loss, share, statement
 
 @cache
 def query_up():
-    """``ΔÛ_Q = −(ε/4) C_K̂⁻¹ msign(C_K̂⁻¹ G_UQ C_DQ⁻¹) C_DQ⁻¹``: one head's query up-projection (content and RoPE rows)."""
+    """``ΔÛ_Q = −(ε/4) C_K̂⁻¹ msign(C_K̂⁻¹ G_UQ C_DQ⁻¹) C_DQ⁻¹``: one head's query up-projection
+    (content and RoPE rows)."""
     return _middle("mla.query_up", "MLA score circuit: query up-projection (one head)", transpose(K_hat),
                    MatrixSymbol("dU_Q", q_w, c_q), W_DQ, G_UQ, G_S, SCORE_SHARE,
                    "‖K̂ᵀ ΔÛ_Q W_DQ‖_op ≤ ε/4: the query up-projection's term of the head's score circuit")
@@ -194,12 +195,15 @@ def emitted_functions():
     return [
         EmittedFunction("mla_query_up", "MLA query up-projection update, one head (content and RoPE rows)",
                         [K_hat, W_DQ, G_UQ], [("dW_UQ", query_up())],
-                        [("K_hat (..., d_h + d_R, d) is the head's key map [W_UK W_DKV; W_KR], W_DQ = wq_a (..., c_q, d), "
-                          "G_UQ the head's rows of wq_b's gradient. ‖C_K̂ ΔÛ_Q C_DQ‖_op = ε/4, hence ‖K̂ᵀ ΔÛ_Q W_DQ‖_op ≤ ε/4 "
+                        [("K_hat (..., d_h + d_R, d) is the head's key map [W_UK W_DKV; W_KR], "
+                          "W_DQ = wq_a (..., c_q, d), "
+                          "G_UQ the head's rows of wq_b's gradient. ‖C_K̂ ΔÛ_Q C_DQ‖_op = ε/4, "
+                          "hence ‖K̂ᵀ ΔÛ_Q W_DQ‖_op ≤ ε/4 "
                           "(equality at λ = 0) at RoPE position 0.")]),
         EmittedFunction("mla_key_up", "MLA key up-projection update, one head",
                         [E_Q, W_DKV, G_UK], [("dW_UK", key_up())],
-                        [("E_Q (..., d_h, d) is the head's content query map W_UQ W_DQ, W_DKV the KV-latent rows of wkv_a "
+                        [("E_Q (..., d_h, d) is the head's content query map W_UQ W_DQ, "
+                          "W_DKV the KV-latent rows of wkv_a "
                           "(..., c_kv, d). ‖E_Qᵀ ΔW_UK W_DKV‖_op ≤ ε/4.")]),
         EmittedFunction("mla_value_up", "MLA value up-projection update, one head",
                         [W_O, W_DKV, G_UV], [("dW_UV", value_up())],
@@ -209,11 +213,13 @@ def emitted_functions():
                         ["E_V (..., d_v, d) is the head's value map W_UV W_DKV. ‖ΔW_O E_V‖_op ≤ ε/3."]),
         EmittedFunction("mla_query_down", "MLA shared query down-projection (wq_a) update",
                         [P_Q, G_DQ], [("dW_DQ", query_down())],
-                        [("P_Q (..., n, c_q) stacks every head's partner rows K̂_hᵀ Û_{Q,h}, or any matrix with the same Gram "
+                        [("P_Q (..., n, c_q) stacks every head's partner rows K̂_hᵀ Û_{Q,h}, "
+                          "or any matrix with the same Gram "
                           "(the compact [C_K̂_h Û_{Q,h}]_h). Every head's term ‖K̂_hᵀ Û_{Q,h} ΔW_DQ‖_op ≤ ε/4.")]),
         EmittedFunction("mla_kv_down", "MLA shared KV down-projection (wkv_a, RoPE key rows included) update",
                         [P_KV, G_DKV], [("dW_DKV", kv_down())],
-                        [("P_KV (..., n, c_kv + d_R) stacks every head's score rows Q̂_hᵀ blockdiag(W_UK,h, I) and value rows "
+                        [("P_KV (..., n, c_kv + d_R) stacks every head's score rows Q̂_hᵀ blockdiag(W_UK,h, I) "
+                          "and value rows "
                           "W_O,h [W_UV,h 0] (or any matrix with the same Gram). Every head's terms ≤ ε/4.")]),
     ]
 
@@ -228,8 +234,10 @@ def parameter_count(d_model, heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     qk = qk_nope_head_dim + qk_rope_head_dim
-    query = heads * qk * d_model if q_lora_rank is None else q_lora_rank * d_model + q_lora_rank + heads * qk * q_lora_rank
-    kv = (kv_lora_rank + qk_rope_head_dim) * d_model + kv_lora_rank + heads * (qk_nope_head_dim + v_head_dim) * kv_lora_rank
+    query = (heads * qk * d_model if q_lora_rank is None
+             else q_lora_rank * d_model + q_lora_rank + heads * qk * q_lora_rank)
+    kv = ((kv_lora_rank + qk_rope_head_dim) * d_model + kv_lora_rank
+          + heads * (qk_nope_head_dim + v_head_dim) * kv_lora_rank)
     return int(query + kv + d_model * heads * v_head_dim)
 
 

@@ -108,8 +108,10 @@ def emitted_functions():
     return [EmittedFunction(
         "tied_embedding", "Tied-embedding update: steepest descent under the head's RMS→RMS norm",
         [G_E], [("dE", update())],
-        [("G_E (..., V, d) is the tied table's gradient (lookup rows plus head). ‖ΔE‖_{RMS→RMS} = √(d/V)‖ΔE‖_op = ε, and "
-          "every row moves by at most ε√V/d in RMS; this is the steepest descent under max(N_in, N_out) when √V ≤ d.")])]
+        [("G_E (..., V, d) is the tied table's gradient (lookup rows plus head). "
+          "‖ΔE‖_{RMS→RMS} = √(d/V)‖ΔE‖_op = ε, and "
+          "every row moves by at most ε√V/d in RMS; "
+          "this is the steepest descent under max(N_in, N_out) when √V ≤ d.")])]
 
 
 def rule_module():

@@ -74,7 +74,8 @@ def _multiplications_only(expr, **kw):
 def _sigma_r(expr, **kw):
     """‖Σ_{>r}‖_op = σ_r instead of σ_{r+1}."""
     new, conds = S.DIAGONAL_NORMS.rewrite(expr, **kw)
-    return new.replace(lambda e: isinstance(e, N.SingularValue), lambda e: N.SingularValue(e.args[0], e.args[1] - 1)), conds
+    return new.replace(lambda e: isinstance(e, N.SingularValue),
+                       lambda e: N.SingularValue(e.args[0], e.args[1] - 1)), conds
 
 
 def _only_a(expr, **kw):
@@ -87,8 +88,8 @@ PLANTED = [
     ("classics.shampoo", lambda plant: C.build_shampoo(plant), S.SPECTRAL_CALCULUS, _doubled_power, 5),
     ("classics.odd_polynomial", lambda plant: C.build_odd_polynomial(plant), S.DIAGONAL_POWERS, _even_powers, 3),
     ("classics.attention_rank", lambda plant: C.build_attention_rank(plant), counting.RANK_SHAPE, _rank_below_shape, 2),
-    ("classics.linear_attention.flops_quadratic", lambda plant: C.build_flops("quadratic", plant), counting.PRODUCT_COST,
-     _multiplications_only, 1),
+    ("classics.linear_attention.flops_quadratic", lambda plant: C.build_flops("quadratic", plant),
+     counting.PRODUCT_COST, _multiplications_only, 1),
     ("classics.eckart_young", lambda plant: C.build_eckart_young("op", plant), S.DIAGONAL_NORMS, _sigma_r, 6),
     ("classics.lora", lambda plant: C.build_lora(plant=plant), counting.ENTRY_COUNT, _only_a, 1),
 ]
@@ -181,8 +182,8 @@ def test_count_cross_check_reports_scale_and_sizes(capsys):
 
 @pytest.mark.parametrize("argv, message", [(["--bogus"], "unrecognized arguments"), (["nope"], "unknown classic")])
 def test_classics_command_bad_input_is_one_line_exit_2(argv, message):
-    out = subprocess.run([sys.executable, "-m", "derivations.classics", *argv], check=False, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run([sys.executable, "-m", "derivations.classics", *argv], check=False, capture_output=True,
+                         text=True, timeout=300)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr
 
 

@@ -10,7 +10,8 @@ from derivations.cli import main
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "derivations.halfsplit", *args], capture_output=True, text=True, check=False)
+    return subprocess.run([sys.executable, "-m", "derivations.halfsplit", *args], capture_output=True, text=True,
+                          check=False)
 
 
 def test_help():

@@ -280,10 +280,10 @@ def test_browser_renders_the_math_of_the_half_split_page(tmp_path):
     assert shot.stat().st_size > 10_000
 
 
-#: one page of each kind: a rule page, the lemma reference, the classics, a newcomer page, the
-#: command tour, the notation page, an API page
+#: one page of each kind: a rule page, the lemma reference, the classics, the newcomer pages (getting
+#: started, the optimizer guide, the extension guides), the command tour, the notation page, an API page
 PAGES_OF_EACH_KIND = ("rules/halfsplit.html", "lemmas.html", "classics.html", "getting_started.html",
-                      "commands.html", "notation.html", "api/derivations.html")
+                      "optimizer.html", "extending.html", "commands.html", "notation.html", "api/derivations.html")
 #: markup that must never reach a reader: TeX outside typeset math, and reST that was not parsed
 RAW_MARKUP = re.compile(r"\\(?:frac|operatorname|mathrm|left|right|top|bar|tilde|epsilon|lambda|begin)\b"
                         r"|[\^_]\{|:(?:math|ref|doc|func|class|mod|code):`|``|^\.\. [a-z-]+::|\\[()\[\]]",

@@ -25,6 +25,7 @@ DOCS = ROOT / "docs"
 sys.path.insert(0, str(DOCS / "_ext"))
 
 from workbench_sphinx import commands, notation, objects, rst  # noqa: E402 (found through the sys.path entry)
+from workbench_sphinx.checks import external_assets  # noqa: E402 (as above)
 
 from tests.test_docs import _plain, build  # noqa: E402 (the small-project builder of the docs tests)
 
@@ -172,3 +173,31 @@ def test_the_50_digit_check_runs_and_a_failure_names_the_derivation():
     with pytest.raises(objects.FailedDerivation, match=r"derivation planted\.step \(module m\) fails its 50-digit "
                                                        r"check: planted\.step step 1"):
         objects.with_mpmath(planted, "m")
+
+
+def test_an_executed_block_shows_the_plot_it_made(tmp_path):
+    page = """
+    Plot
+    ====
+
+    .. executed::
+       :figure: A straight line, drawn while the page was built.
+
+       import matplotlib.pyplot as plt
+       fig, ax = plt.subplots()
+       ax.plot([0, 1], [0, 1])
+       print("plotted")
+    """
+    out = build(tmp_path, {"plot": page})
+    html = (out / "plot.html").read_text()
+    images = re.findall(r'<img [^>]*src="(_images/executed-plot-\d+\.png)"', html)
+    assert len(images) == 1 and (out / images[0]).stat().st_size > 1000
+    assert "A straight line, drawn while the page was built." in _plain(html) and "plotted" in _plain(html)
+    assert external_assets(out) == []
+
+
+def test_a_figure_block_without_a_figure_stops_the_build(tmp_path):
+    page = "Plot\n====\n\n.. executed::\n   :figure: nothing\n\n   x = 1\n"
+    with pytest.raises(SphinxError, match=r"plot\.rst, line \d+: the block has ':figure:' but made no matplotlib "
+                                          r"figure"):
+        build(tmp_path, {"plot": page})

@@ -18,7 +18,8 @@ def broken_lemma(monkeypatch):
         if self is not lemma:
             return original(self, rng, trials)
         return SelfCheck(self.number, {"statement": 0.5},
-                         [f"lemma {self.number} ({self.title}) self-check, sub-check 'statement': error 5.000e-01 > 1e-08"])
+                         [f"lemma {self.number} ({self.title}) self-check, sub-check 'statement': "
+                          "error 5.000e-01 > 1e-08"])
 
     monkeypatch.setattr(Lemma, "self_check", self_check)
     return lemma

@@ -120,7 +120,8 @@ def test_full_check_passes_with_mpmath_and_says_what_was_shown_symbolically():
     assert kinds["orthonormal_invariance"].startswith("not modelled")
     assert not any("proved" in s.check.symbolic for s in der.steps)
     solve = next(s for s in der.steps if s.kind == "solve")
-    assert {"feasible", "attains the dual bound", "stated value", "no improving direction"} <= set(solve.check.subchecks)
+    assert ({"feasible", "attains the dual bound", "stated value", "no improving direction"}
+            <= set(solve.check.subchecks))
 
 
 def test_symbolic_check_refutes_a_false_algebraic_identity():

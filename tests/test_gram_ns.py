@@ -11,13 +11,14 @@ import pytest
 
 import coeffsearch
 from benchmarks.gram import chosen
-from coeffsearch import restarts as R
+from coeffsearch.restart_certificate import certify_positions
+from coeffsearch.restart_model import Model
 from derivations import gram_ns as G
 from derivations.engine.derivation import StepCheckFailed, identity_chain
 from derivations.lemmas import gram as GL
 from numerics.kernels.flop_count import executed_matmul_flops, kernel_flops
 from numerics.kernels.gram_newton_schulz import gram_newton_schulz, gram_newton_schulz_oriented, restart_flags
-from numerics.kernels.jax_kernels import newton_schulz
+from numerics.kernels.jax_msign import newton_schulz
 from numerics.kernels.spectra import with_singular_values
 
 PE5 = coeffsearch.get("polar-express-5").as_floats()
@@ -149,7 +150,7 @@ def test_certified_restarts_keep_the_kernel_within_the_certified_bound_and_none_
     """Muon's quintic on an ill-conditioned 16 × 64 matrix (one singular value 1, the rest 0.01: normalized,
     all in [l, 1] = [1e-3, 1]): with the certified restarts every singular value of the result is within
     the certified deviation (b) of 1; without restarts the Gram form leaves it (the model's prediction)."""
-    cert = R.certify_positions("muon", MUON.steps, positions, R.Model(dtype))
+    cert = certify_positions("muon", MUON.steps, positions, Model(dtype))
     bound = float(cert["deviation"]["bound"])
     s = np.concatenate([[1.0], np.full(15, 1e-2)])
     x = jnp.asarray(with_singular_values(np.random.default_rng(0), 16, 64, s), dtype)

@@ -92,7 +92,8 @@ for m in ("svd", "newton_schulz"):
         gq = G_M[0] @ wk  # a chain-rule gradient has no component along the partner's null space
         dq, _ = H.halfsplit_qk(W_Q[0], wk, gq, G_K[0], eps=0.1, msign=m)
         step = float(jnp.linalg.norm(dq @ wk.T, 2))
-        return abs(step / 0.05 - 1) < 0.2 and float(jnp.abs(dq[:, 0] @ jnp.eye(d)).max()) < 1.0, f"|dW_Q W_K^T| = {step}"
+        return (abs(step / 0.05 - 1) < 0.2 and float(jnp.abs(dq[:, 0] @ jnp.eye(d)).max()) < 1.0,
+                f"|dW_Q W_K^T| = {step}")
     holds(f"zero column in W_K, damping 0, msign={m}: step eps/2, finite", zero_column)
 
 # 3. scale: gradients or weights times 1e-30 ... 1e30, float32 and float64, equal the unscaled update

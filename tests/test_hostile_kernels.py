@@ -43,7 +43,7 @@ from derivations.cli import render
 from derivations.engine.vocabulary import PolarFactor
 from derivations.printing.codegen import DerivedOutput
 from derivations.regenerate import shipped
-from numerics.kernels import jax_kernels as K
+from numerics.kernels import jax_damped_gram, jax_exact_scaling, jax_msign, jax_output_checks
 from numerics.kernels import numpy_kernels as NK
 from tests.conftest import load_module
 from tests.emitted_inputs import example_call
@@ -172,7 +172,7 @@ def test_rank_cut_is_on_singular_values_not_their_squares():
         tol = D * np.finfo(dtype).eps
         sigma = np.array([1.0, 0.5, 8 * tol, tol / 8])
         w = (u * sigma).astype(dtype)
-        r, _, k = K.gram_eigh(jnp.asarray(w), 0.0, "right")
+        r, _, k = jax_damped_gram.gram_eigh(jnp.asarray(w), 0.0, "right")
         r = np.sort(np.asarray(r, np.float64) * 2.0 ** -np.asarray(k)[..., 0])
         assert r[0] == 0 and r[1] == pytest.approx(8 * tol, rel=1e-2), (dtype, r)
         if dtype == np.float64:
@@ -383,7 +383,7 @@ def test_pow2_normalize_is_exact_for_subnormals():
     for dtype, scales in ((np.float32, (1e-45, 1e-40, 1e-38, 1.0, 1e38)), (np.float64, (5e-324, 1e-310, 1.0, 1e300))):
         for c in scales:
             a = (rng.standard_normal((2, 5, 3)) * c).astype(dtype)
-            x, k = (np.asarray(v) for v in jax.jit(K.pow2_normalize)(jnp.asarray(a)))
+            x, k = (np.asarray(v) for v in jax.jit(jax_exact_scaling.pow2_normalize)(jnp.asarray(a)))
             top = np.max(np.abs(x), axis=(-2, -1))
             assert np.all((top >= 1) & (top < 2)), (dtype, c, top)
             assert np.array_equal(x, np.ldexp(a, k).astype(dtype)), (dtype, c)
@@ -392,15 +392,16 @@ def test_pow2_normalize_is_exact_for_subnormals():
 # ---- item 8: schedule length ------------------------------------------------------------------
 def _lowered(schedule_steps):
     step = (3.4445, -4.775, 2.0315)
-    text = jax.jit(K.newton_schulz).lower(jnp.ones((6, 4)), K.schedule_array((step,) * schedule_steps)).as_text()
+    schedule = jax_msign.schedule_array((step,) * schedule_steps)
+    text = jax.jit(jax_msign.newton_schulz).lower(jnp.ones((6, 4)), schedule).as_text()
     return text.count("stablehlo.while"), text.count("call @")
 
 
 def test_long_schedules_loop_and_short_ones_unroll():
     """Up to NS_UNROLL_STEPS the steps are unrolled (the default schedules' numbers stay); beyond, one loop."""
-    short = [_lowered(n) for n in (5, K.NS_UNROLL_STEPS)]
+    short = [_lowered(n) for n in (5, jax_msign.NS_UNROLL_STEPS)]
     assert short[0][0] == short[1][0] == 0 and short[1][1] > short[0][1]  # unrolled: grows with the schedule
-    long = [_lowered(n) for n in (K.NS_UNROLL_STEPS + 1, K.MAX_SCHEDULE_STEPS)]
+    long = [_lowered(n) for n in (jax_msign.NS_UNROLL_STEPS + 1, jax_msign.MAX_SCHEDULE_STEPS)]
     assert long[0] == long[1] and long[0][0] == 1  # one while loop, the same program for any length
 
 
@@ -408,7 +409,7 @@ def test_long_schedules_loop_and_short_ones_unroll():
 def test_schedules_longer_than_the_cap_are_refused(rule, name):
     fn = _fn(rule, name)
     args, kwargs = example_call(np.random.default_rng(0), name)
-    too_long = ((3.4445, -4.775, 2.0315),) * (K.MAX_SCHEDULE_STEPS + 1)
+    too_long = ((3.4445, -4.775, 2.0315),) * (jax_msign.MAX_SCHEDULE_STEPS + 1)
     for schedule in (too_long, np.asarray(too_long)):
         with pytest.raises(ValueError, match=r"schedule has 101 steps, more than MAX_SCHEDULE_STEPS = 100"):
             fn(*args, **{**kwargs, "schedule": schedule})
@@ -464,7 +465,8 @@ def _right_or_underflow(fn, args, kwargs, want, degree, c, dtype, tol):
         msg = str(e)
         return "underflows" in msg and "\n" not in msg and "max|" in msg, msg
     got = tuple(g * c ** -degree for g in got)
-    return _rel(got, want) <= tol, f"rel err {_rel(got, want):.2e} (max |out| {max(np.max(np.abs(g)) for g in got):.2e})"
+    return _rel(got, want) <= tol, (f"rel err {_rel(got, want):.2e} "
+                                    f"(max |out| {max(np.max(np.abs(g)) for g in got):.2e})")
 
 
 def _huge_weight_failures(module, name, dtype):
@@ -587,9 +589,10 @@ def test_planted_exempt_float16_is_silently_wrong():
 
 
 def test_underflow_limits():
-    assert K.underflow_limit(jnp.float16) == float(jnp.finfo(jnp.float16).tiny)
-    assert K.underflow_limit(jnp.bfloat16) == K.underflow_limit(jnp.float32) == 2.0 ** -107
-    assert K.underflow_limit(jnp.float64) == 2.0 ** (-1022 + 52 - 4)
+    assert jax_output_checks.underflow_limit(jnp.float16) == float(jnp.finfo(jnp.float16).tiny)
+    limit = jax_output_checks.underflow_limit
+    assert limit(jnp.bfloat16) == limit(jnp.float32) == 2.0 ** -107
+    assert jax_output_checks.underflow_limit(jnp.float64) == 2.0 ** (-1022 + 52 - 4)
 
 
 def test_float16_rounding_error_decides_the_underflow():
@@ -597,7 +600,7 @@ def test_float16_rounding_error_decides_the_underflow():
     rng = np.random.default_rng(4)
     x = jnp.asarray(rng.standard_normal((2, 6, 3)), jnp.float32)
     for n, lost in ((0, False), (-14, False), (-15, False), (-19, True), (-24, True)):
-        y, flag = K.pow2_unscale(x, n, jnp.float16)
+        y, flag = jax_output_checks.pow2_unscale(x, n, jnp.float16)
         err = np.linalg.norm(np.asarray(y.astype(jnp.float16), np.float64) - np.asarray(y, np.float64))
         assert bool(flag) == lost == (err > np.finfo(np.float16).eps * np.linalg.norm(np.asarray(y))), (n, err)
 
@@ -675,7 +678,8 @@ def _adapter_messages(module, name):
     names = list(inspect.signature(fn).parameters)[:len(args)]
     messages = {}
     for i, arg in enumerate(names):
-        bad = [np.where(np.arange(a.size).reshape(a.shape) == 0, np.nan, a) if j == i else a for j, a in enumerate(args)]
+        bad = [np.where(np.arange(a.size).reshape(a.shape) == 0, np.nan, a) if j == i else a
+               for j, a in enumerate(args)]
         with pytest.raises(ValueError) as err:
             fn(*bad, **kwargs)
         messages[arg] = str(err.value)
@@ -719,10 +723,12 @@ def test_stored_layout_dtype_errors_name_the_stored_argument():
 
 
 # ---- scalars and schedules refused as documented -------------------------------------------------------
-@pytest.mark.parametrize("value", [np.bool_(True), np.bool_(False), jnp.asarray(True)], ids=["np_true", "np_false", "jnp"])
+@pytest.mark.parametrize("value", [np.bool_(True), np.bool_(False), jnp.asarray(True)],
+                         ids=["np_true", "np_false", "jnp"])
 def test_boolean_scalars_are_refused(value):
     """np.bool_ passed as eps/damping (halfsplit_qk, sylvester_qk) was taken as 1.0: documented as refused."""
-    for fn, name in ((_fn("halfsplit", "halfsplit_qk"), "halfsplit_qk"), (_fn("sylvester", "sylvester_qk"), "sylvester_qk")):
+    for fn, name in ((_fn("halfsplit", "halfsplit_qk"), "halfsplit_qk"),
+                     (_fn("sylvester", "sylvester_qk"), "sylvester_qk")):
         args, kwargs = example_call(np.random.default_rng(0), name)
         for key in ("eps", "damping"):
             with pytest.raises(TypeError, match=f"{name}: {key} must be a real number, got the boolean"):
@@ -737,7 +743,7 @@ def test_schedule_cap_holds_whatever_msign_is(tmp_path):
     path.write_text(render(halfsplit_rule.rule_module(), "jax", msign="svd"))
     svd_default = load_module(path, "svd_default_halfsplit")
     args, kwargs = example_call(np.random.default_rng(0), "halfsplit_qk")
-    too_long = ((1.5, -0.5),) * (K.MAX_SCHEDULE_STEPS + 1)
+    too_long = ((1.5, -0.5),) * (jax_msign.MAX_SCHEDULE_STEPS + 1)
     for fn, extra in ((svd_default.halfsplit_qk, {}), (_fn("halfsplit", "halfsplit_qk"), {"msign": "svd"})):
         with pytest.raises(ValueError, match="schedule has 101 steps, more than MAX_SCHEDULE_STEPS"):
             fn(*args, **{**kwargs, **extra, "schedule": too_long})

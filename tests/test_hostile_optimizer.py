@@ -325,7 +325,8 @@ def test_ns_steps_is_bounded_naming_it():
 @pytest.mark.parametrize("shape", [(0, 4), (4, 0), (3, 0, 4)])
 def test_empty_matrix_parameter_gets_the_empty_update(shape):
     """Audit optimizer#92/#93: a (0, 4) or (4, 0) matrix raised 'zero-size array to reduction operation'."""
-    params = {"w": jnp.ones(shape, jnp.float32), "v": jnp.asarray(np.random.default_rng(0).standard_normal((4, 4)), jnp.float32)}
+    params = {"w": jnp.ones(shape, jnp.float32),
+              "v": jnp.asarray(np.random.default_rng(0).standard_normal((4, 4)), jnp.float32)}
     opt = compositional_muon(0.1)
     for update in (opt.update, jax.jit(opt.update)):
         u, state = update(grads(params), opt.init(params), params)

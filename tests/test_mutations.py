@@ -188,8 +188,8 @@ def _problem():
 
 def test_catch_rate():
     """Runs last (file order): every planted mistake above was caught where it was planted."""
-    planted = ["drop a transpose", "drop a transpose (chain rule)", "eps/2 -> eps", "inverse instead of inverse root", "suboptimal solve",
-               "false lemma (rewrite)", "false lemma (statement)", "tampered certificate"]
+    planted = ["drop a transpose", "drop a transpose (chain rule)", "eps/2 -> eps", "inverse instead of inverse root",
+               "suboptimal solve", "false lemma (rewrite)", "false lemma (statement)", "tampered certificate"]
     rate = sum(p in CAUGHT for p in planted) / len(planted)
     print(f"\nmutation catch rate: {rate:.0%} ({len(CAUGHT)}/{len(planted)})")
     for p in planted:

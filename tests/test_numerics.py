@@ -7,8 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import coeffsearch
-from numerics.kernels import jax_kernels as K
 from numerics.kernels import numpy_kernels as NK
+from numerics.kernels.jax_damped_gram import gram_eigh, psd_power
+from numerics.kernels.jax_msign import msign_svd, newton_schulz
 from numerics.kernels.reference import MpmathBackend, NumpyBackend
 from numerics.kernels.spectra import log_spaced_spectrum, random_orthonormal, with_singular_values
 
@@ -22,7 +23,7 @@ def test_newton_schulz_maps_each_singular_value_by_the_composed_polynomial(rows,
     sigma = log_spaced_spectrum(rng, rank, 50.0) if rank else np.zeros(0)
     a = with_singular_values(rng, rows, cols, sigma) if rank else np.zeros((rows, cols))
     sched = coeffsearch.get(name).as_floats()
-    out = np.asarray(K.newton_schulz(jnp.asarray(a), sched))
+    out = np.asarray(newton_schulz(jnp.asarray(a), sched))
     x = sigma / np.linalg.norm(a) if rank else sigma  # normalized by max|a_ij|, then exactly by ‖·‖_F
     for step in sched:
         x = sum(c * x ** (2 * k + 1) for k, c in enumerate(step))
@@ -35,7 +36,7 @@ def test_newton_schulz_maps_each_singular_value_by_the_composed_polynomial(rows,
 def test_msign_svd_is_a_partial_isometry():
     rng = np.random.default_rng(0)
     a = with_singular_values(rng, 9, 6, [3.0, 1.0, 1e-3])
-    for s in (np.asarray(K.msign_svd(jnp.asarray(a))), NK.msign_svd(a)):
+    for s in (np.asarray(msign_svd(jnp.asarray(a))), NK.msign_svd(a)):
         assert np.allclose(np.linalg.svd(s, compute_uv=False), [1, 1, 1, 0, 0, 0], atol=1e-10)
         assert np.allclose(s @ s.T @ s, s)
 
@@ -43,11 +44,11 @@ def test_msign_svd_is_a_partial_isometry():
 def test_psd_power_inverse_root_and_floor():
     rng = np.random.default_rng(1)
     w = rng.standard_normal((10, 4))
-    ci = np.asarray(K.psd_power(K.gram_eigh(jnp.asarray(w), 0.0, "right"), -0.5, jnp.float64))
+    ci = np.asarray(psd_power(gram_eigh(jnp.asarray(w), 0.0, "right"), -0.5, jnp.float64))
     assert np.allclose(ci @ (w.T @ w) @ ci, np.eye(4))
-    zero = np.asarray(K.psd_power(K.gram_eigh(jnp.zeros((10, 4)), 0.0, "right"), -0.5, jnp.float64))
+    zero = np.asarray(psd_power(gram_eigh(jnp.zeros((10, 4)), 0.0, "right"), -0.5, jnp.float64))
     assert np.all(zero == 0)  # pseudo-inverse: a zero partner has a zero inverse root
-    left = np.asarray(K.psd_power(K.gram_eigh(jnp.asarray(w.T), 0.5, "left"), 0.5, jnp.float64))
+    left = np.asarray(psd_power(gram_eigh(jnp.asarray(w.T), 0.5, "left"), 0.5, jnp.float64))
     assert np.allclose(left @ left, w.T @ w + 0.5 * np.eye(4))
 
 

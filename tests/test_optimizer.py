@@ -75,7 +75,8 @@ def test_half_split_step_is_the_derived_rule_with_per_head_bounds():
         assert op(uq @ k.T) == pytest.approx(lr, rel=1e-9)  # each half of ΔM has operator norm lr
         assert op(q @ uk.T) == pytest.approx(lr, rel=1e-9)
     # all heads' O-side product changes ΔW_O,h W_V,h side by side
-    stacked = np.concatenate([uo @ v.T for uo, v in zip(heads(u["attn"]["wo"], DH), heads(a["wv"].T, DH), strict=False)], axis=1)
+    stacked = np.concatenate([uo @ v.T for uo, v in zip(heads(u["attn"]["wo"], DH), heads(a["wv"].T, DH),
+                                                        strict=False)], axis=1)
     assert op(stacked) == pytest.approx(lr, rel=1e-9)
     for o, uv in zip(heads(a["wo"], DH), heads(u["attn"]["wv"].T, DH), strict=False):
         assert op(o @ uv.T) == pytest.approx(lr, rel=1e-9)
@@ -210,7 +211,8 @@ def sylvester_setup(seed):
     params = model(rng)
     g = grads(rng, params)
     a = params["attn"]
-    g_ms = [visible(rng.standard_normal((D, D)), q, k) for q, k in zip(heads(a["wq"], DH), heads(a["wk"], DH), strict=False)]
+    g_ms = [visible(rng.standard_normal((D, D)), q, k)
+            for q, k in zip(heads(a["wq"], DH), heads(a["wk"], DH), strict=False)]
     g["attn"]["wq"] = np.concatenate([g_m @ k for g_m, k in zip(g_ms, heads(a["wk"], DH), strict=False)], axis=-1)
     g["attn"]["wk"] = np.concatenate([g_m.T @ q for g_m, q in zip(g_ms, heads(a["wq"], DH), strict=False)], axis=-1)
     return params, g, g_ms
@@ -220,7 +222,8 @@ def test_product_gradient_recovers_the_visible_part():
     from numerics.optimizer import product_gradient
     params, g, g_ms = sylvester_setup(20)
     a = params["attn"]
-    for q, k, gq, gk, g_m in zip(*(heads(x, DH) for x in (a["wq"], a["wk"], g["attn"]["wq"], g["attn"]["wk"])), g_ms, strict=False):
+    for q, k, gq, gk, g_m in zip(*(heads(x, DH) for x in (a["wq"], a["wk"], g["attn"]["wq"], g["attn"]["wk"])), g_ms,
+                                 strict=False):
         got = np.asarray(product_gradient(jnp.asarray(q), jnp.asarray(k), jnp.asarray(gq), jnp.asarray(gk), 0.0))
         np.testing.assert_allclose(got, g_m, atol=1e-10 * np.abs(g_m).max())
         wrong = np.asarray(product_gradient(jnp.asarray(q), jnp.asarray(k), jnp.asarray(gk), jnp.asarray(gq), 0.0))
@@ -262,7 +265,8 @@ def test_sylvester_regularization_is_the_damping():
     np.testing.assert_allclose(u["attn"]["wq"], np.concatenate(list(dq[0]), axis=-1), rtol=1e-8, atol=1e-12)
     # planted mistake: the regularization weight 2λ passed as λ
     assert not np.allclose(u["attn"]["wq"], np.concatenate(list(dq[1]), axis=-1), rtol=1e-3)
-    for q, k, uq, uk in zip(*(heads(x, DH) for x in (a["wq"], a["wk"], u["attn"]["wq"], u["attn"]["wk"])), strict=False):
+    for q, k, uq, uk in zip(*(heads(x, DH) for x in (a["wq"], a["wk"], u["attn"]["wq"], u["attn"]["wk"])),
+                            strict=False):
         assert op(uq @ k.T + q @ uk.T) <= 2 * lr * (1 + 1e-9)
     with pytest.raises(ValueError, match="qk_rule='sylvester' needs damping > 0"):
         compositional_muon(lr, qk_rule="sylvester", damping=0.0)

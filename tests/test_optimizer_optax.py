@@ -29,7 +29,8 @@ def model(seed=0, dtype=jnp.float32, kv=H):
     shapes = {"wq": (D, H * DH), "wk": (D, kv * DH), "wo": (D, H * DH), "wv": (kv * DH, D)}
     attn = {k: jnp.asarray(rng.standard_normal(s), dtype) for k, s in shapes.items()}
     return {"attn": attn, "mlp": jnp.asarray(rng.standard_normal((D, 3 * D)), dtype),
-            "embed": jnp.asarray(rng.standard_normal((5, D)), dtype), "bias": jnp.asarray(rng.standard_normal(D), dtype)}
+            "embed": jnp.asarray(rng.standard_normal((5, D)), dtype),
+            "bias": jnp.asarray(rng.standard_normal(D), dtype)}
 
 
 def grads(params, seed=1, dtype=None):

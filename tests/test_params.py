@@ -79,13 +79,13 @@ def test_bad_input_is_one_line_exit_2(bad, capsys):
 
 
 @pytest.mark.parametrize("argv", [
-    ["derivations.crosscheck.params", "--hidden", "64", "--layers", "2", "--vocab", "100", "--ffn", "128", "--heads", "4",
-     "--kv-heads", "2"],
+    ["derivations.crosscheck.params", "--hidden", "64", "--layers", "2", "--vocab", "100", "--ffn", "128",
+     "--heads", "4", "--kv-heads", "2"],
     ["derivations.crosscheck", "--list"],
 ])
 def test_stdout_on_a_full_disk_is_one_line_exit_2(argv):
     with open("/dev/full", "w") as full:
-        done = subprocess.run([sys.executable, "-m", *argv], check=False, stdout=full, stderr=subprocess.PIPE, text=True,
-                              timeout=120)
+        done = subprocess.run([sys.executable, "-m", *argv], check=False, stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [f"{argv[0]}: error: cannot write to stdout: No space left on device"]

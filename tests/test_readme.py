@@ -49,11 +49,22 @@ def train_step(params, grads, state):
     updates, state = opt.update(grads, state, params)
     return optax.apply_updates(params, updates), state
 """,
+    "from numerics.optimizer import LoRAPair, MLAPair, compositional_muon, describe_pairs": """
+import numpy as np
+rng = np.random.default_rng(0)
+normal = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+zeros = lambda *shape: np.zeros(shape, np.float32)
+lora_grads = {"q_proj": {"lora_A": {"weight": zeros(4, 64)}, "lora_B": {"weight": normal(64, 4)}}}
+""",
 }
 #: what each block must leave behind (so that a block cut short, or one that stopped doing anything, fails)
 AFTER = {
     "from halfsplit_jax import halfsplit_qk, halfsplit_v": "assert dW_Q.shape == W_Q.shape and dW_V.shape == G_V.shape",
     "import optax": "assert set(updates) == set(params)",
+    "from numerics.optimizer import LoRAPair, MLAPair, compositional_muon, describe_pairs": """
+assert not updates["q_proj"]["lora_A"]["weight"].any() and updates["q_proj"]["lora_B"]["weight"].any()
+assert "1 MLA blocks" in describe_pairs(mla, [block]) and len(mla_state) == 3
+""",
     "train_step = checked_jit(train_step)": """
 state = opt.init(params)
 bad = {"attn": {k: np.full_like(v, np.nan) if k == "wv" else v for k, v in params["attn"].items()}}

@@ -14,8 +14,12 @@ import numpy as np
 import pytest
 
 import coeffsearch
-from coeffsearch import restarts as R
 from coeffsearch.certify import CertificateError
+from coeffsearch.restart_arithmetic import Intervals, make_step
+from coeffsearch.restart_bounds import prove
+from coeffsearch.restart_certificate import recheck
+from coeffsearch.restart_model import Model, RestartError, Uncertifiable
+from coeffsearch.restarts import search
 
 MUON = coeffsearch.get("muon").steps
 
@@ -23,8 +27,8 @@ MUON = coeffsearch.get("muon").steps
 @pytest.fixture(scope="module")
 def muon_fp16():
     """The certificate of Muon in float16 with its restart after iteration 2 (what --restarts 1 chooses)."""
-    model = R.Model("float16")
-    chosen, tried = R.search("muon", MUON, model, restarts=1)
+    model = Model("float16")
+    chosen, tried = search("muon", MUON, model, restarts=1)
     return chosen, tried, model
 
 
@@ -39,8 +43,8 @@ def test_the_search_certifies_muon_fp16_with_one_restart_and_only_then(muon_fp16
     cert = chosen.certificate
     assert float(cert["max_abs_q"]["bound"]) < 2 ** 11 and float(cert["deviation"]["bound"]) < 1
     assert cert["partition"][0] == "0.0" and cert["partition"][-1] == "1.0"
-    with pytest.raises(R.Uncertifiable, match=r"no restart in float16 .*bound \(a\) fails: at σ = "):
-        R.search("muon", MUON, model, restarts=0)
+    with pytest.raises(Uncertifiable, match=r"no restart in float16 .*bound \(a\) fails: at σ = "):
+        search("muon", MUON, model, restarts=0)
 
 
 def _model_instance(steps, positions, u, delta, sigma, rng):
@@ -88,8 +92,8 @@ def test_a_proof_without_the_rounding_terms_is_caught_by_the_model_instances(muo
     """Planted: the proof forgets Horner's rounding and the spurious eigenvalue (δ = 0) while the instances
     keep them; the independent instances then exceed the 'certified' bound."""
     chosen, _, model = muon_fp16
-    monkeypatch.setattr(R._Interval, "horner_term", lambda self, step, r, theta, instance: self.symmetric(0))
-    planted = R.prove([R.make_step(s) for s in MUON], chosen.positions, R.Model("float16", "0"),
+    monkeypatch.setattr(Intervals, "horner_term", lambda self, step, r, theta, instance: self.symmetric(0))
+    planted = prove([make_step(s) for s in MUON], chosen.positions, Model("float16", "0"),
                       chosen.certificate["partition"])
     rng = np.random.default_rng(2)
     u, delta = float(model.u), float(chosen.certificate["spurious_eigenvalue"])
@@ -100,7 +104,7 @@ def test_a_proof_without_the_rounding_terms_is_caught_by_the_model_instances(muo
 
 def test_recheck_accepts_the_certificate_and_rejects_every_edit(muon_fp16):
     cert = muon_fp16[0].certificate
-    assert R.recheck(copy.deepcopy(cert)) == cert
+    assert recheck(copy.deepcopy(cert)) == cert
     edits = {
         "a bound": lambda c: c["max_abs_q"].update(bound="40"),
         "the deviation": lambda c: c["deviation"].update(bound="0.5"),
@@ -113,7 +117,7 @@ def test_recheck_accepts_the_certificate_and_rejects_every_edit(muon_fp16):
         bad = copy.deepcopy(cert)
         edit(bad)
         with pytest.raises(CertificateError):
-            R.recheck(bad)
+            recheck(bad)
             pytest.fail(f"an edit of {what} was accepted")
 
 
@@ -121,13 +125,13 @@ def test_removing_the_restart_the_certificate_needs_fails_the_recheck(muon_fp16)
     bad = copy.deepcopy(muon_fp16[0].certificate)
     bad["restarts"] = []
     with pytest.raises(CertificateError, match="cannot be certified.*bound \\(a\\)"):
-        R.recheck(bad)
+        recheck(bad)
 
 
 def test_the_published_choice_is_reproduced_in_float32_and_ranked_by_the_deviation_then_q():
     """Polar Express 5 in float32 with one restart: every position certifies with the same deviation (within
     1 %), and the smallest max |Q| is after iteration 2, the published position."""
-    chosen, tried = R.search("polar-express-5", coeffsearch.get("polar-express-5").steps, R.Model("float32"), 1)
+    chosen, tried = search("polar-express-5", coeffsearch.get("polar-express-5").steps, Model("float32"), 1)
     assert chosen.positions == (2,)
     assert all(c.certificate for c in tried)
     assert chosen.max_q == min(c.max_q for c in tried)
@@ -168,5 +172,5 @@ def test_the_command_writes_a_certificate_that_certify_rechecks(tmp_path, muon_f
 
 def test_a_search_too_large_is_refused_before_any_work():
     long_schedule = MUON * 4  # 20 steps: 171 sets of two positions
-    with pytest.raises(R.RestartError, match="171 position sets, more than the 64 searched; name the positions"):
-        R.search("muon20", long_schedule, R.Model("float32"), restarts=2)
+    with pytest.raises(RestartError, match="171 position sets, more than the 64 searched; name the positions"):
+        search("muon20", long_schedule, Model("float32"), restarts=2)

@@ -36,7 +36,8 @@ def test_domination_holds_below_sqrt_v_equal_d_and_fails_above():
     rows = {label: value for label, value, _ in T.measurements(np.random.default_rng(1))}
     for vocab, width in ((100, 64), (2000, 64), (5000, 50)):
         unit = np.sqrt(vocab) / width
-        key = f"V = {vocab}, d = {width}: worst N_in / N_out over random steps, in units of √V/d = {unit:.3g} (at most 1)"
+        key = (f"V = {vocab}, d = {width}: worst N_in / N_out over random steps, "
+               f"in units of √V/d = {unit:.3g} (at most 1)")
         assert rows[key] <= 1 + 1e-12
         attained = rows[f"V = {vocab}, d = {width}: N_in / N_out at ΔE = e_t vᵀ, in units of √V/d (= 1: attained)"]
         assert attained == pytest.approx(1.0)

@@ -14,10 +14,13 @@
   problem of the sequence has the form ``min ⟨A, Z⟩ s.t. ‖Z‖_op ≤ β`` (value ``−β‖A‖_*``, Hölder's
   inequality), to which every other problem was shown equivalent.
 
-Names: a name whose part before the first underscore has a capital letter is a matrix (``G_Q``,
-``dW_Q``, ``\\Delta W_Q``); any other name is a positive scalar (``epsilon``, ``c_K``). Shapes are
-inferred across the whole file. Facts come from ``--assume`` or from lines ``assume: W: orthonormal
-columns`` anywhere in the file (e.g. in an HTML or LaTeX comment).
+Names: a name is a matrix when it is declared one (``assume: m_Q: matrix``), used as one (transposed, the
+argument of ``msign``, ``inv``, …) or else when its part before the first underscore has a capital letter
+(``G_Q``, ``dW_Q``, ``\\Delta W_Q``); it is a positive scalar when declared one (``assume: G: scalar``), used as
+one (a divisor, as the group size ``G`` in ``\\frac{\\varepsilon}{2G}``) or else (``epsilon``, ``c_K``); the
+report lists the names read as scalars (:mod:`derivations.crosscheck.identities`). Shapes are inferred
+across the whole file (the two sides of an ``=`` have one shape). Facts come from ``--assume`` or from lines
+``assume: W: orthonormal columns`` anywhere in the file (e.g. in an HTML or LaTeX comment).
 """
 
 from __future__ import annotations
@@ -31,7 +34,14 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from derivations.crosscheck.checker import compare
 from derivations.crosscheck.formula_syntax import FormulaError, parse_tree
-from derivations.crosscheck.identities import Assumptions, _sizes_for, build_with_inference, parse_assumptions
+from derivations.crosscheck.identities import (
+    Assumptions,
+    _sizes_for,
+    _symbolic_sizes,
+    build_with_inference,
+    parse_assumptions,
+    scalar_names,
+)
 from derivations.crosscheck.inputs import CHAIN_MAX_BYTES, BadInput, read_input
 from derivations.crosscheck.targets import Target
 from derivations.crosscheck.verdict import Verdict, format_verdict
@@ -61,6 +71,7 @@ class Step:
 class ChainReport:
     steps: list = field(default_factory=list)
     failed: Step | None = None
+    scalars: list = field(default_factory=list)  # the names read as scalars (identities.scalar_names)
 
     @property
     def ok(self) -> bool:
@@ -71,19 +82,23 @@ class ChainReport:
         return sum(1 for s in self.steps if s.verdict is not None and s.verdict.verdict == "equal")
 
     def as_json(self) -> dict:
-        return {"ok": self.ok, "steps": len(self.steps), "held": self.held,
+        return {"ok": self.ok, "steps": len(self.steps), "held": self.held, "scalars": self.scalars,
                 "first_failure": None if self.failed is None else {
                     "step": self.failed.index, "kind": self.failed.kind, "before": self.failed.before,
                     "after": self.failed.after, "note": self.failed.note, **self.failed.verdict.as_json()},
                 "results": [{"step": s.index, "kind": s.kind, "verdict": s.verdict.verdict,
                              "method": s.verdict.method,
-                             "symbolic_sizes": s.verdict.as_json()["symbolic_sizes"], "note": s.note} for s in self.steps]}
+                             "symbolic_sizes": s.verdict.as_json()["symbolic_sizes"], "note": s.note}
+                            for s in self.steps]}
 
     def text(self) -> str:
         lines = [f"step {s.index} ({s.kind}): {s.verdict.verdict} ({s.verdict.method_text})"
                  + (f" — {s.note}" if s.note else "") for s in self.steps]
         if self.failed is None:
             lines.append(f"all {len(self.steps)} steps hold")
+            if self.scalars:
+                lines.append(f"scalars: {', '.join(self.scalars)} (read as scalars; 'assume: NAME: matrix' in the "
+                             "file declares a matrix)")
         else:
             f = self.failed
             lines.append(f"FIRST FAILURE at step {f.index} ({f.kind}); {self.held} of {f.index - 1} earlier "
@@ -186,6 +201,7 @@ def check_chain_file(path: str, assumptions: Assumptions | None = None) -> Chain
         merged.shapes.update(assumptions.shapes)
         merged.scalars |= assumptions.scalars
         merged.square |= assumptions.square
+        merged.matrices |= assumptions.matrices
     blocks = [_clean(b) for b in display_math(text)]
     blocks = [b for b in blocks if b]
     if not blocks:
@@ -206,19 +222,21 @@ def check_blocks(blocks: list[str], assumptions: Assumptions) -> ChainReport:
     if not plan.steps:
         raise BadInput("the display math holds no step (a chain needs at least one '=' or two problems)")
     for name in {p.variable for p, _ in plan.problems}:
-        if not _is_matrix_name(name):
-            raise BadInput(f"the problem variable {name!r} must be a matrix name (capital letter, e.g. X, dW_Q)")
+        if not (_is_matrix_name(name) or assumptions.declared_matrix(name)):
+            raise BadInput(f"the problem variable {name!r} must be a matrix name (capital letter, e.g. X, dW_Q, "
+                           f"or declared: assume: {name}: matrix)")
     texts = plan.texts
     try:
-        exprs, builder = build_with_inference(texts, assumptions)
+        exprs, builder = build_with_inference(texts, assumptions, equal=plan.same_shape())
     except FormulaError as exc:
         raise BadInput(f"in {texts[_failing_text(texts, assumptions)]!r}: {exc}") from None
     built = [e for e in exprs if hasattr(e, "atoms")]
-    sizes = (_sizes_for(built), _sizes_for(built, count=1, low=2, high=3)[0])
-    report = ChainReport()
+    sizes = (_sizes_for(built), _symbolic_sizes(built))
+    report = ChainReport(scalars=scalar_names(builder.namespace))
     for k, (kind, before, after, idx, extra) in enumerate(plan.steps, 1):
         step = Step(k, kind, before, after)
         step.verdict, step.note = _STEP_CHECKS[kind](k, idx, extra, exprs, builder, sizes)
+        step.verdict.scalars = report.scalars
         report.steps.append(step)
         if step.verdict.verdict != "equal":
             report.failed = step
@@ -258,6 +276,12 @@ class _Plan:
     def add(self, text: str) -> int:
         self.texts.append(text)
         return len(self.texts) - 1
+
+    def same_shape(self) -> list:
+        """Pairs of build-indices whose expressions have one shape: the sides of an equality, a solution and
+        its variable, a new variable and its expression."""
+        pairs = [idx for kind, _, _, idx, _ in self.steps if kind in ("equality", "solution")]
+        return pairs + [(i["sub_new"], i["sub_expr"]) for _, i in self.problems if "sub_new" in i]
 
     def chain(self, terms):
         """``A = B = C``: one equality step per ``=``."""

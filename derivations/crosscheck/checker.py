@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import re
 
-from sympy import Basic, cancel, sstr
+from sympy import Basic, Mul, cancel, factor, sstr
 
 from derivations.crosscheck.diagnosis import _diagnose
-from derivations.crosscheck.evaluation import EQUAL_TOL, _agree, _agree_rechecked, _instances, _value
+from derivations.crosscheck.evaluation import EQUAL_TOL, NotConverged, _agree, _agree_rechecked, _instances, _value
 from derivations.crosscheck.formula import Builder
 from derivations.crosscheck.formula_syntax import parse_tree
 from derivations.crosscheck.inputs import BadInput
@@ -45,7 +45,7 @@ from derivations.crosscheck.rule_lookup import find_derivation
 from derivations.crosscheck.symbolic_proofs import _symbolic_different, _symbolic_equal
 from derivations.crosscheck.target_cache import load_target, store_target
 from derivations.crosscheck.targets import Target, _preorder, target_of
-from derivations.crosscheck.verdict import Verdict, _counterexample
+from derivations.crosscheck.verdict import Verdict, _counterexample, shapes_of, show
 from derivations.engine.evaluate import free_symbols
 from derivations.engine.vocabulary import (
     GramInvSqrt,
@@ -72,24 +72,30 @@ def compare(target: Target, candidate: Basic, *, diagnose: bool = True, seed: in
     ref_shape = tuple(ref.shape) if ref.is_Matrix else None
     cand_shape = tuple(candidate.shape) if getattr(candidate, "is_Matrix", False) else None
     if ref_shape != cand_shape:
-        def show(s):
+        def shape_text(s):
             return "a scalar" if s is None else f"{s[0]}×{s[1]}"
-        raise BadInput(f"the candidate is {show(cand_shape)} but {target.name} is {show(ref_shape)}")
+        raise BadInput(f"the candidate is {shape_text(cand_shape)} but {target.name} is {shape_text(ref_shape)}")
     if ref_shape is None and not free_symbols(ref, candidate):  # counts in the shape symbols: exact algebra
         return _compare_in_dimensions(target, ref, candidate)
     insts = _instances(target, [ref, candidate], seed)
     pairs = []
     for inst in insts:
-        a, b = _value(ref, inst, True), _value(candidate, inst, True)
+        try:
+            a, b = _value(ref, inst, True, strict=True), _value(candidate, inst, True, strict=True)
+        except NotConverged:
+            continue  # an SVD that did not converge says nothing either way: skipped, and counted
         if a is None:
-            continue
+            continue  # counted in Verdict.skipped and printed: never silently
         pairs.append((inst, a, b))
     if len(pairs) < 2:
         raise BadInput(f"{target.name} could not be evaluated on two random instances")
+    shown = {"reference": show(ref, target.namespace), "candidate": show(candidate, target.namespace),
+             "shapes": shapes_of([ref, candidate], [inst.sizes for inst, _, _ in pairs]),
+             "skipped": len(insts) - len(pairs)}
     disagree = sorted((p for p in pairs if not _agree(p[1], p[2], EQUAL_TOL)), key=lambda p: sum(p[0].sizes.values()))
     # the smallest disagreeing instance that is not rounding is the counterexample (one suffices)
     bad = next(([p] for p in disagree if not _agree_rechecked(ref, candidate, *p)), [])
-    out = Verdict("equal", "numeric", len(pairs), reference=sstr(ref), candidate=sstr(candidate))
+    out = Verdict("equal", "numeric", len(pairs), **shown)
     if not bad:
         if target.symbolic_dims and _symbolic_equal(ref, candidate, target):
             out.method, out.sizes = "symbolic", _sizes(target)
@@ -115,14 +121,13 @@ def _sizes(target: Target) -> dict:
 def _compare_in_dimensions(target: Target, ref, candidate) -> Verdict:
     """Two scalar expressions in the dimension symbols only (flop and parameter counts, rank bounds): equal
     when their difference simplifies to zero; otherwise the first of the target's sizes where they differ."""
-    out = Verdict("equal", "symbolic", 0, "1", reference=sstr(ref), candidate=sstr(candidate))
+    out = Verdict("equal", "symbolic", 0, "1", reference=show(ref), candidate=show(candidate))
     if cancel(ref - candidate) == 0:
         return out
-    out.verdict = "different"
-    ratio = cancel(candidate / ref) if ref != 0 else None
-    if ratio is not None and ratio.is_number:
-        out.scale = str(ratio)
-        out.diagnosis = [f"the candidate is {out.scale} × the derived result"]
+    out.verdict, out.scale = "different", None
+    out.diagnosis = _count_diagnosis(ref, candidate)
+    if out.diagnosis[0].startswith("the candidate is ") and " × " in out.diagnosis[0]:
+        out.scale = out.diagnosis[0].removeprefix("the candidate is ").split(" × ")[0]
     dims = sorted(ref.free_symbols | candidate.free_symbols, key=str)
     for sizes in [*target.sizes, *({s: k for s in dims} for k in range(2, 9))]:
         a, b = ref.xreplace(sizes), candidate.xreplace(sizes)
@@ -132,6 +137,27 @@ def _compare_in_dimensions(target: Target, ref, candidate) -> Verdict:
             break
     return out
 
+
+
+def _monomial(expr) -> bool:
+    """A number times a product of powers of symbols (``2``, ``r``, ``d_in^-1``, ``2 r^2 / d``)."""
+    return all(f.as_base_exp()[0].is_Symbol or f.is_number for f in Mul.make_args(expr))
+
+
+def _count_diagnosis(ref, candidate) -> list:
+    """What a count or bound in the dimension symbols gets wrong: a multiple of it (a number or a monomial in
+    the sizes, ``r ×``), or the terms it adds or lacks (``the candidate is the derived result + r*d_in``)."""
+    ratio = cancel(candidate / ref) if ref != 0 else None
+    if ratio is not None and ratio != 0 and _monomial(ratio):
+        return [f"the candidate is {sstr(ratio)} × the derived result"]
+    extra = factor(candidate - ref)
+    if ref == 0:
+        return [f"the derived result is 0 and the candidate is {sstr(candidate)}"]
+    minus = extra.could_extract_minus_sign()
+    words = [f"the candidate is the derived result {'-' if minus else '+'} {sstr(-extra if minus else extra)}"]
+    if ratio is not None and ratio != 0:
+        words.append(f"candidate / derived = {sstr(ratio)}, not a constant")
+    return words
 
 
 # ---- candidates from text ---------------------------------------------------------------------

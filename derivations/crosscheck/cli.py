@@ -32,7 +32,9 @@ def _parser() -> OneLineParser:
                                                    f"(a regular file of at most {CHAIN_MAX_BYTES:,} bytes)")
     p.add_argument("--assume", action="append", default=[], metavar="'NAME: FACT'",
                    help="a fact for identities and chains (orthonormal columns/rows, symmetric, spd, "
-                        "full column/row rank, square, positive, RxC); repeatable")
+                        "full column/row rank, square, matrix, scalar, positive, RxC); repeatable. A new name "
+                        "is a matrix when declared or used as one (transposed, in msign/inv/sqrtm/tr) or "
+                        "capitalised (G_Q), else a scalar; the scalars are listed with the verdict")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (verdict, method, scale, diagnosis, counterexample; the "
                         "counterexample's relative_difference is ||candidate - derived||_F / ||derived||_F "
@@ -66,6 +68,7 @@ def run(argv: list[str] | None = None) -> tuple[int, str]:
             raise BadInput("identity takes two formulas: identity LHS RHS")
         target, cand = identities.identity_target(args.args[1], args.args[2], identities.parse_assumptions(args.assume))
         verdict = checker.compare(target, cand)
+        verdict.scalars = identities.scalar_names(target.namespace)
         what = "identity"
     else:
         if len(args.args) != 2:

@@ -8,7 +8,7 @@ import itertools
 from fractions import Fraction
 
 import mpmath
-from sympy import Symbol, sstr
+from sympy import Symbol
 
 from derivations.crosscheck.evaluation import (
     DPS,
@@ -20,6 +20,7 @@ from derivations.crosscheck.evaluation import (
     _value,
 )
 from derivations.crosscheck.mutations import mutations
+from derivations.crosscheck.verdict import show
 from derivations.engine.evaluate import free_symbols
 
 SCALE_TOL = 10.0 ** (25 - DPS)  # relative spread of the ratios candidate / derived for a constant multiple
@@ -31,8 +32,9 @@ def _nice(c) -> str:
     if c == 0:
         return "0"
     frac = Fraction(str(mpmath.nstr(c, 40))).limit_denominator(1000)
-    if (frac != 0 and abs(frac.numerator) < 10 ** 6
-            and abs(c - mpmath.mpf(frac.numerator) / frac.denominator) <= SCALE_TOL * abs(c)):
+    with mpmath.workdps(DPS):  # 1001/1000 is not a binary fraction: compare at DPS digits, not 15
+        near = abs(c - mpmath.mpf(frac.numerator) / frac.denominator) <= SCALE_TOL * abs(c)
+    if frac != 0 and abs(frac.numerator) < 10 ** 6 and near:
         return str(frac.numerator) if frac.denominator == 1 else f"{frac.numerator}/{frac.denominator}"
     return mpmath.nstr(c, 12)
 
@@ -52,9 +54,13 @@ def _constant_scale(pairs, scalars):
     if _same([c for _, c in ratios], SCALE_TOL):
         return _nice(ratios[0][1]), ""
     for sym, k in itertools.product(sorted(scalars, key=str), (1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2))):
-        vals = [c / mpmath.power(inst.envmp[sym], mpmath.mpf(k.numerator) / k.denominator
-                                 if isinstance(k, Fraction) else k) for inst, c in ratios]
-        if _same(vals, SCALE_TOL) and vals[0] != 0:
+        if any(sym not in inst.envmp for inst, _ in ratios):
+            continue
+        with mpmath.workdps(DPS):  # the ratios are good to DPS digits: divide at DPS digits too
+            vals = [c / mpmath.power(inst.envmp[sym], mpmath.mpf(k.numerator) / k.denominator
+                                     if isinstance(k, Fraction) else k) for inst, c in ratios]
+            same = _same(vals, SCALE_TOL) and vals[0] != 0
+        if same:
             coeff = _nice(vals[0])
             power = str(sym) if k == 1 else f"{sym}^{k}"
             return (power if coeff == "1" else f"{coeff}*{power}"), ""
@@ -73,7 +79,9 @@ def _scale_sentence(scale: str, ref) -> str:
 
 
 def _diagnose(target, ref, cand, pairs):
-    scalars = {s for s in free_symbols(ref) if isinstance(s, Symbol)}
+    # a scale may be a scalar of either side: ``c msign(A)`` against ``msign(A)`` is ``c^-1 ×``, and
+    # ``msign(A)`` against ``c msign(A)`` is ``c ×`` the derived result
+    scalars = {s for s in free_symbols(ref, cand) if isinstance(s, Symbol)}
     found = _constant_scale(pairs, scalars)
     sentences, scale = [], None
     if found is not None:
@@ -99,7 +107,8 @@ def _diagnose(target, ref, cand, pairs):
                 continue
             if not all(_agree(v, c, EQUAL_TOL) for _, v, c in confirm):
                 continue
-            sentences.append(f"the candidate equals the derived result with {description}: {sstr(variant)}")
+            sentences.append(f"the candidate equals the derived result with {description}: "
+                             f"{show(variant, target.namespace)}")
         else:
             sc = _constant_scale(confirm, scalars)
             if sc is None or scale is not None:

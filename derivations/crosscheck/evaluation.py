@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 
 import mpmath
 import numpy as np
+from sympy import S
+from sympy.matrices.expressions import MatMul
 
-from derivations.crosscheck.targets import Target
+from derivations.crosscheck.targets import Target, _preorder
 from derivations.engine.evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
+from derivations.engine.vocabulary import GramInvSqrt, GramPower, GramSqrt, _GramNode
 from numerics.kernels.reference import MpmathBackend, NumpyBackend
 
 DPS = 50
@@ -62,9 +65,47 @@ def _instances(target: Target, exprs, seed=0) -> list[Instance]:
     return out
 
 
-def _value(expr, inst: Instance, mp: bool, dps: int = DPS):
+def _full_rank_form(expr, sizes: dict):
+    """``expr`` with every undamped Gram root ``(W Wᵀ)^p`` (``p > 0``) whose Gram matrix is rank-deficient by
+    shape (``W`` tall) written as ``W (WᵀW)^{p−1} Wᵀ``, and ``(WᵀW)^p`` of a wide ``W`` as ``Wᵀ (W Wᵀ)^{p−1} W``:
+    the same matrix, but its eigendecomposition is of the full-rank Gram. An eigendecomposition of the
+    singular one gives the zero eigenvalues as ±10^-DPS, whose roots (10^-DPS/2) would leave half the digits
+    (``msign(A) Aᵀ − (A Aᵀ)^{1/2}`` would be 1e-25, not 1e-50, for a tall ``A``)."""
+    swap = {}
+    for node in _preorder(expr):
+        if not isinstance(node, _GramNode) or node.damping != 0 or not node.exponent > 0:
+            continue
+        rows, cols = (S(S(k).xreplace(sizes)) for k in node.base.shape)
+        if not (rows.is_Integer and cols.is_Integer):
+            continue
+        if (rows > cols) if node.side == "left" else (cols > rows):
+            w, q = node.base, node.exponent - 1
+            other = "right" if node.side == "left" else "left"
+            root = (GramInvSqrt(w, 0, other) if q == -S.Half else GramSqrt(w, 0, other) if q == S.Half
+                    else GramPower(w, 0, other, q))
+            swap[node] = MatMul(w, root, w.T) if node.side == "left" else MatMul(w.T, root, w)
+    return expr.xreplace(swap) if swap else expr
+
+
+class NotConverged(ArithmeticError):
+    """An iteration of the evaluation (mpmath's SVD or eigensolver) did not converge on an instance: the
+    instance says nothing about the formula (:func:`_value` with ``strict``)."""
+
+
+def _value(expr, inst: Instance, mp: bool, dps: int = DPS, strict: bool = False):
     """``expr`` on ``inst`` (mpmath at ``dps`` digits, or float64); None when it cannot be evaluated or is
-    not finite."""
+    not finite. An iteration that does not converge is None too, or with ``strict`` :class:`NotConverged`.
+    Gram roots singular by shape are evaluated in their full-rank form (:func:`_full_rank_form`), or as
+    written when that form is not defined (``W`` itself rank-deficient)."""
+    full = _full_rank_form(expr, inst.sizes)
+    if full is not expr:
+        out = _value_as_written(full, inst, mp, dps, strict)
+        if out is not None:
+            return out
+    return _value_as_written(expr, inst, mp, dps, strict)
+
+
+def _value_as_written(expr, inst: Instance, mp: bool, dps: int, strict: bool):
     try:
         if mp:
             with mpmath.workdps(dps):
@@ -73,6 +114,12 @@ def _value(expr, inst: Instance, mp: bool, dps: int = DPS):
             with np.errstate(all="ignore"):
                 out = evaluate(expr, inst.env64, NumpyBackend(), inst.sizes)
     except (EvaluationError, ZeroDivisionError, np.linalg.LinAlgError, ValueError, OverflowError):
+        return None
+    except RecursionError:
+        raise
+    except RuntimeError as exc:  # mpmath: "svd: no convergence to an eigenvalue after 150 iterations"
+        if strict:
+            raise NotConverged(str(exc)) from None
         return None
     return out if _finite(out) else None
 
@@ -186,4 +233,4 @@ def _in_float_range(v) -> bool:
 
 
 
-__all__ = ["DPS", "EQUAL_TOL", "RECHECK_DPS", "Instance", "relative_difference"]
+__all__ = ["DPS", "EQUAL_TOL", "RECHECK_DPS", "Instance", "NotConverged", "relative_difference"]

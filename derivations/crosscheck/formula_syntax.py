@@ -47,7 +47,7 @@ class Token:
 
 
 _UNICODE = {"ε": " epsilon ", "ϵ": " epsilon ", "λ": " lambda ", "η": " eta ", "α": " alpha ", "β": " beta ",
-            "−": "-", "·": "*", "⋅": "*", "×": "*", "ᵀ": ".T", "⊤": "T", "⁻¹": "^-1", "⟨": "<", "⟩": ">",
+            "−": "-", "·": "*", "⋅": "*", "×": "*", "ᵀ": ".T", "⊤": "T", "⁻¹": "^-1", "⁻ᵀ": "^(-T)", "⟨": "<", "⟩": ">",
             "‖": "||", "≤": "<=", "∗": "*", "Δ": "\\Delta "}
 _TOKEN = re.compile(r"""
     (?P<ws>\s+|\\[,;:! ]|\\quad|\\qquad)
@@ -209,7 +209,10 @@ class _Parser:
             self.enter()
             exp = self.exponent(t.text)
             self.leave()
-            node = Node("T", t.col, (base,)) if exp == "T" else Node("pow", t.col, (base,), exp)
+            if exp == "-T":  # the inverse transpose X^{-T} = (X^{-1})^T
+                node = Node("T", t.col, (Node("pow", t.col, (base,), Rational(-1)),))
+            else:
+                node = Node("T", t.col, (base,)) if exp == "T" else Node("pow", t.col, (base,), exp)
             return self.postfix(node)
         return base
 
@@ -223,18 +226,18 @@ class _Parser:
                 return node
 
     def exponent(self, op: str):
-        """``T``, ``\\top`` or a signed rational (``-1``, ``{1/2}``, ``(-1/4)``, ``{\\frac{1}{2}}``)."""
+        """``T``, ``\\top``, ``-T`` (the inverse transpose) or a signed rational (``-1``, ``{1/2}``, ``(-1/4)``,
+        ``{\\frac{1}{2}}``)."""
         col = self.tok.col
         closer = None
         if self.at("{", "("):
             closer = "}" if self.next().text == "{" else ")"
-        if self.tok.kind == "name" and self.tok.text == "T" or self.at("\\top", "\\intercal", "\\mathsf"):
-            t = self.next()
-            if t.text == "\\mathsf":
-                self.expect("{")
-                if self.next().text != "T":
-                    raise FormulaError("expected \\mathsf{T}", t.col)
-                self.expect("}")
+        if self.at("-") and self._transpose_at(self.i + 1):
+            self.next()
+            self._transpose_mark()
+            value = "-T"
+        elif self._transpose_at(self.i):
+            self._transpose_mark()
             value = "T"
         elif self.at("*", "\\star", "\\ast"):
             raise FormulaError("X^* marks an optimum in a chain, not a power; drop it in a formula", col)
@@ -258,6 +261,20 @@ class _Parser:
         if closer:
             self.expect(closer, " to close the exponent")
         return value
+
+    def _transpose_at(self, i: int) -> bool:
+        """Whether the token at ``i`` is a transpose mark: ``T``, ``\\top``, ``\\intercal``, ``\\mathsf{T}``."""
+        t = self.toks[i]
+        return t.kind == "name" and t.text == "T" or t.kind == "latex" and t.text in ("\\top", "\\intercal",
+                                                                                   "\\mathsf")
+
+    def _transpose_mark(self):
+        t = self.next()
+        if t.text == "\\mathsf":
+            self.expect("{")
+            if self.next().text != "T":
+                raise FormulaError("expected \\mathsf{T}", t.col)
+            self.expect("}")
 
     def _integer(self) -> int:
         t = self.tok

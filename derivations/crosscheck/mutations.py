@@ -67,7 +67,8 @@ def mutations(ref, namespace):
         label = _label(n)
         if isinstance(n, GramInvSqrt):
             inverse = matrix_power(n, 2)
-            words = f"the inverse Gram matrix instead of the inverse square root ({_label(inverse)} in place of {label})"
+            words = (f"the inverse Gram matrix instead of the inverse square root "
+                     f"({_label(inverse)} in place of {label})")
             yield words, tidy(_replace_at(ref, p, inverse))
             yield f"{_label(GramSqrt(w, lam, side))} instead of its inverse {label}", tidy(
                 _replace_at(ref, p, GramSqrt(w, lam, side)))

@@ -1,23 +1,38 @@
 """A cross-check's :class:`Verdict`, its counterexample and its text.
 
 ``--json`` prints the verdict, the method, ``symbolic_sizes`` (for a symbolic verdict, the sizes of the
-explicit symbolic matrices it was shown at, or ``"all"`` when it holds for all sizes), the number of instances, ``scale`` (``c`` when the
-candidate is ``c ×`` the derived result), the diagnosis and a ``counterexample``: the instance's
-sizes and inputs, the derived and candidate values, and ``relative_difference``, defined as
+explicit symbolic matrices it was shown at, or ``"all"`` when it holds for all sizes), the number of
+instances, ``scale`` (``c`` when the candidate is ``c ×`` the derived result), the diagnosis and a
+``counterexample``: the instance's sizes and inputs, the derived and candidate values, and
+``relative_difference``, defined as
 ``‖candidate − derived‖_F / ‖derived‖_F`` on that instance (1.0 for twice the derived result, 0.5
 for half of it, 2.0 for its negative; null when the derived value is zero and the candidate is not).
+It also prints ``shapes``, the shape of every matrix on each size the instances were drawn at (an identity
+is checked on tall, wide and square matrices where its formulas allow), ``skipped``, the number of
+instances left out because the derived side is not defined there (or an SVD did not converge), and for
+an identity or a chain ``scalars``, the names read as scalars (a name is a matrix when declared or used
+as one, see :mod:`derivations.crosscheck.identities`); null for a derivation, whose names carry their kind.
+
+Expressions are printed as :func:`sympy.sstr` prints them, except that a Gram root is printed as its
+name (``C_W``, ``C_W^-1``, ``U_W``) only when that name reads back as it: ``C_W`` is ``(WᵀW)^{1/2}``, so
+``(W Wᵀ)^{1/2}`` prints as ``(W*W.T)^(1/2)`` (:func:`show`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import mpmath
 import numpy as np
-from sympy import sstr
+from sympy import S, sstr
+from sympy.matrices.expressions import Identity, MatAdd, MatMul
+from sympy.printing.str import StrPrinter
 
 from derivations.crosscheck.evaluation import DPS, _flat, relative_difference
 from derivations.engine.evaluate import free_symbols
+from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, PolarFactor, short_name
+from derivations.lemmas.base import markdown_text
 
 
 @dataclass
@@ -33,6 +48,11 @@ class Verdict:
     #: for a symbolic verdict, the sizes of the explicit symbolic matrices it was shown at; None when it holds
     #: for all sizes (an identity in the dimension symbols themselves)
     sizes: dict | None = None
+    #: the shape of every matrix of both sides, one dict per size drawn (``{"A": "5x2"}``)
+    shapes: list = field(default_factory=list)
+    skipped: int = 0  # instances where the derived side is not defined or an SVD did not converge (not counted)
+    #: for an identity or a chain, the names read as scalars; None for a derivation
+    scalars: list | None = None
 
     @property
     def method_text(self) -> str:
@@ -47,7 +67,83 @@ class Verdict:
         sizes = None if self.method != "symbolic" else "all" if self.sizes is None else self.sizes
         return {"verdict": self.verdict, "method": self.method, "symbolic_sizes": sizes,
                 "instances": self.instances, "scale": self.scale, "diagnosis": self.diagnosis,
-                "counterexample": self.counterexample, "reference": self.reference, "candidate": self.candidate}
+                "counterexample": self.counterexample, "reference": self.reference, "candidate": self.candidate,
+                "shapes": self.shapes, "skipped": self.skipped, "scalars": self.scalars}
+
+    def _repr_markdown_(self) -> str:
+        """Jupyter: the verdict and how far it reaches, both sides, and for a difference the diagnosis and the
+        counterexample (sizes, relative difference, inputs and both values), as :func:`format_verdict` prints."""
+        drawn = f"; {self.instances} random instances at {DPS} digits" if self.instances else ""
+        lines = [f"**Cross-check: {self.verdict.upper()}** ({markdown_text(self.method_text + drawn)})", "",
+                 f"- derived: {_code(self.reference)}", f"- candidate: {_code(self.candidate)}"]
+        if self.verdict != "different":
+            return "\n".join(lines) + "\n"
+        lines += [f"- diagnosis: {markdown_text(d)}" for d in self.diagnosis]
+        ce = self.counterexample
+        if ce:
+            sizes = ", ".join(f"{k} = {n}" for k, n in ce["sizes"].items())
+            diff = ce.get("relative_difference")
+            rel = "" if diff is None else f", relative difference {diff:.3g} (‖candidate − derived‖_F / ‖derived‖_F)"
+            defined = ce.get("defined", {})
+            values = [f"{name}{f' (= {defined[name]})' if name in defined else ''} =\n{_array_text(value)}"
+                      for name, value in ce["inputs"].items()]
+            values.append(f"derived value =\n{_array_text(ce['derived'])}")
+            values.append("candidate value = could not be evaluated" if ce["candidate"] is None else
+                          f"candidate value =\n{_array_text(ce['candidate'])}")
+            lines += ["", f"Counterexample at {markdown_text(sizes + rel)}:", "", "```text", *values, "```"]
+        return "\n".join(lines) + "\n"
+
+
+class _Printer(StrPrinter):
+    """``sstr`` with Gram roots printed by name only when the name reads back as the root (see the module
+    docstring): ``namespace`` maps the names the candidate is read with to their expressions."""
+
+    def __init__(self, namespace=None):
+        super().__init__()
+        self.namespace = namespace or {}
+
+    def _print(self, expr, **kwargs):
+        if type(expr) in (GramSqrt, GramInvSqrt, PolarFactor) and not self._named(expr):
+            return self._explicit(expr)
+        return super()._print(expr, **kwargs)
+
+    def _named(self, node) -> bool:
+        if not hasattr(node.base, "name"):
+            return False  # C_[A*B] names nothing
+        if node.side == "right" and node.damping == 0:
+            return True  # C_W, C_W^-1 and U_W are (WᵀW)^{±1/2} and W (WᵀW)^{-1/2} everywhere
+        label = ("U_" if isinstance(node, PolarFactor) else "C_") + short_name(node.base)
+        named = self.namespace.get(label)
+        return named is not None and named.args[:3] == node.args[:3]
+
+    def _explicit(self, node) -> str:
+        w = node.base
+        gram = MatMul(w.T, w) if node.side == "right" else MatMul(w, w.T)
+        if node.damping != 0:
+            gram = MatAdd(gram, MatMul(node.damping, Identity(gram.shape[0])))
+        if isinstance(node, GramSqrt):
+            return f"({self._print(gram)})^(1/2)"
+        root = f"({self._print(gram)})^(-1/2)"
+        if isinstance(node, GramInvSqrt):
+            return root
+        factor = self.parenthesize(w, 50)  # a product's precedence: a sum is bracketed
+        return f"{factor}*{root}" if node.side == "right" else f"{root}*{factor}"
+
+
+def show(expr, namespace=None) -> str:
+    """``expr`` as text that reads back as it (see the module docstring)."""
+    return _Printer(namespace).doprint(expr) if expr is not S.NaN else "nan"
+
+
+def shapes_of(exprs, sizes_list) -> list:
+    """The shape of every matrix of ``exprs`` at each of ``sizes_list``, as ``{"A": "5x2"}``."""
+    mats = sorted({m for e in exprs for m in free_symbols(e) if getattr(m, "is_Matrix", False)}, key=str)
+    out = []
+    for sizes in sizes_list:
+        entry = {str(m): "x".join(str(k.xreplace(sizes)) for k in m.shape) for m in mats}
+        if entry not in out:
+            out.append(entry)
+    return out
 
 
 def _show(v):
@@ -78,8 +174,18 @@ def _counterexample(bad, ref, cand, target) -> dict:
 
 
 def format_verdict(v: Verdict, what: str) -> str:
-    head = f"{what}: {v.verdict.upper()} ({v.method_text}, {v.instances} random instances at {DPS} digits)"
+    drawn = f", {v.instances} random instances at {DPS} digits" if v.instances else ""
+    if v.skipped:
+        drawn += f"; {v.skipped} more skipped: the derived side is not defined there, or an SVD did not converge"
+    head = f"{what}: {v.verdict.upper()} ({v.method_text}{drawn})"
     lines = [head, f"  derived:   {v.reference}", f"  candidate: {v.candidate}"]
+    if v.scalars is not None:  # an identity or a chain: say which names were read as what
+        if v.shapes and v.shapes[0]:
+            lines.append("  shapes:    " + "; ".join(", ".join(f"{k} {n.replace('x', '×')}" for k, n in entry.items())
+                                                     for entry in v.shapes))
+        if v.scalars:
+            lines.append(f"  scalars:   {', '.join(v.scalars)} (read as scalars; --assume 'NAME: matrix' "
+                         "declares a matrix)")
     if v.verdict == "different":
         lines += [f"  diagnosis: {d}" for d in v.diagnosis]
         ce = v.counterexample
@@ -114,4 +220,10 @@ def _array_text(value) -> str:
 def _indent(a) -> str:
     return "\n".join("      " + line for line in str(a).splitlines())
 
-__all__ = ["Verdict", "format_verdict"]
+
+def _code(text: str) -> str:
+    """``text`` as a Markdown code span that no backtick inside it can end."""
+    ticks = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    return f"{ticks} {text} {ticks}"
+
+__all__ = ["Verdict", "format_verdict", "shapes_of", "show"]

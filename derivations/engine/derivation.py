@@ -47,6 +47,8 @@ from derivations.engine.evaluate import EvaluationError, InstanceSampler, evalua
 from derivations.engine.norms import family_of, solve_lemma
 from derivations.engine.symbolic import size_label, verify_equal
 from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, Inner
+from derivations.lemmas.base import markdown_text
+from derivations.printing.latex import latex, state_latex
 from numerics.kernels.reference import MpmathBackend, NumpyBackend
 
 FLOAT64_TOL = 1e-9
@@ -78,6 +80,14 @@ class Problem:
     def with_parts(self, objective: Expr, constraint: Expr, variable: MatrixSymbol | None = None) -> Problem:
         return replace(self, objective=objective, constraint=constraint,
                        variable=variable or self.variable)
+
+    def _repr_latex_(self) -> str:
+        """Jupyter: ``min_X ⟨G, L(X)⟩ s.t. ‖L(X)‖ ≤ β`` as display math (the LaTeX printer's notation)."""
+        return f"$${state_latex(self)}$$"
+
+    def _repr_markdown_(self) -> str:
+        """Jupyter: the problem as display math, with its variable named."""
+        return f"Problem in ${latex(self.variable)}$:\n\n$${state_latex(self)}$$\n"
 
 
 @dataclass(frozen=True)
@@ -344,6 +354,30 @@ class Derivation:
     def _describe(state):
         return "; ".join(str(p) for p in state.parts())
 
+    # ---- notebook display ---------------------------------------------------------------------
+    def _repr_latex_(self) -> str:
+        """Jupyter: the chain of states as one aligned display, each step tagged with its lemma."""
+        rows = [rf"&{state_latex(self.start)}"]
+        rows += [rf"\Rightarrow\ &{state_latex(s.after)} &&\text{{Lemma {_latex_text(s.lemma.number)}}}"
+                 for s in self.steps]
+        return "$$\\begin{aligned}" + r" \\ ".join(rows) + r"\end{aligned}$$"
+
+    def _repr_markdown_(self) -> str:
+        """Jupyter: title and name, the start, a table of the steps (lemma, side conditions, the check
+        recorded) and the result."""
+        head = f"**{markdown_text(self.title)}** (`{self.name}`)"
+        if self.statement:
+            head += f": {markdown_text(self.statement)}"
+        lines = [head, "", f"$${state_latex(self.start)}$$", ""]
+        if self.steps:
+            lines += ["| step | lemma | side conditions | check |", "|---|---|---|---|"]
+            for s in self.steps:
+                conditions = "; ".join(markdown_text(c) for c in s.conditions) or "none"
+                lemma = f"{markdown_text(s.lemma.number)}: {markdown_text(s.lemma.title)}"
+                lines.append(f"| {s.index} | {lemma} | {conditions} | {_check_text(s.check)} |")
+            lines += ["", f"$${state_latex(self.state)}$$"]
+        return "\n".join(lines) + "\n"
+
     # ---- checking -------------------------------------------------------------------------
     def check(self, trials: int = 5, mp: bool = True, seed: int = 0, strict: bool = True) -> list[CheckResult]:
         """Re-check every step (float64 on ``trials`` instances per size, mpmath once).
@@ -396,8 +430,8 @@ class Derivation:
         elif not step.lemma.algebraic:
             step.symbolic = f"not modelled: {step.lemma.not_modelled}"
         else:
-            verdict = verify_equal(list(zip(step.before.parts(), step.after.parts(), strict=False)), self.context.symbolic_dims,
-                                   self.context.definitions, step.substitution)
+            verdict = verify_equal(list(zip(step.before.parts(), step.after.parts(), strict=False)),
+                                   self.context.symbolic_dims, self.context.definitions, step.substitution)
             if verdict.status == "refuted":
                 raise _Failure("symbolic", self._header(step, "symbolic") + f": {verdict}\n"
                                f"  before: {self._describe(step.before)}\n  after:  {self._describe(step.after)}")
@@ -514,6 +548,24 @@ def _rel(a, b, backend):
     else:
         diff, scale = abs(a - b), max(1, abs(b))
     return diff / scale
+
+
+def _latex_text(text: str) -> str:
+    """Text for ``\\text{…}``: LaTeX's special characters escaped."""
+    return "".join("\\" + c if c in "_&%#$" else c for c in str(text))
+
+
+def _check_text(check: CheckResult | None) -> str:
+    """A step's recorded check in one table cell (float64 residual, mpmath when run, symbolic verdict)."""
+    if check is None:
+        return "not checked"
+    parts = [f"float64 {check.float64_error:.0e} ({check.trials} instances)"]
+    parts.append("mpmath not run" if check.mpmath_error is None else f"mpmath {check.mpmath_error:.0e}")
+    if check.symbolic:
+        parts.append(f"symbolic: {markdown_text(check.symbolic)}")
+    if check.failure:
+        parts.append(f"**failed**: {markdown_text(check.failure)}")
+    return " · ".join(parts)
 
 
 def _ssub(old, factor, side):

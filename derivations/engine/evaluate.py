@@ -11,7 +11,9 @@ their definitions.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from sympy import Basic, Symbol
@@ -86,7 +88,7 @@ class InstanceSampler:
             return orth(value) * scale
         return orth(value)
 
-    def sample(self, rng: np.random.Generator, symbols, backend=None) -> dict:
+    def sample(self, rng: np.random.Generator, symbols: Iterable[Basic], backend: Any = None) -> dict:
         """Values for ``symbols`` (matrices and scalars) and every definition that uses them."""
         backend = backend or NumpyBackend()
         defined = set(self.definitions)
@@ -125,7 +127,7 @@ __all__ = ["EvaluationError", "InstanceSampler", "NumericEvaluator", "evaluate",
            "relative_error"]
 
 
-def evaluate_on(expr: Basic, values: dict, backend=None):
+def evaluate_on(expr: Basic, values: dict, backend: Any = None) -> Any:
     """``expr`` with its symbols bound by name (``{"W_K": array, "epsilon": 0.1}``).
 
     Dimension symbols are read off the arrays' shapes, so a derived formula can be evaluated

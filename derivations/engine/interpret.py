@@ -22,7 +22,8 @@ class MissingRule(TypeError):
 
     def __init__(self, interpreter: str, expr, hint: str = ""):
         self.interpreter, self.node = interpreter, type(expr).__name__
-        super().__init__(f"{interpreter} has no rule for {type(expr).__name__}: {expr}" + (f" ({hint})" if hint else ""))
+        super().__init__(f"{interpreter} has no rule for {type(expr).__name__}: {expr}"
+                         + (f" ({hint})" if hint else ""))
 
 
 def find_rule(interpreter, expr):

@@ -63,7 +63,8 @@ class FrobeniusNorm(_MatrixScalar):
         return rf"\left\| {printer._print(self.args[0])} \right\|_{{F}}"
 
     def _numpycode(self, printer):
-        return f"{_module(printer)}.sqrt({_module(printer)}.sum({_bind(printer, printer._print(self.args[0]))} ** 2, {_AXES}))"
+        return (f"{_module(printer)}.sqrt({_module(printer)}.sum("
+                f"{_bind(printer, printer._print(self.args[0]))} ** 2, {_AXES}))")
 
     _jaxcode = _numpycode
 

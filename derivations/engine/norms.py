@@ -151,7 +151,8 @@ def duality_errors(family: NormFamily, a_value, beta: float, backend=None, rng=N
         rng = rng if rng is not None else np.random.default_rng(0)
         dual = float(ev(family.dual_of(A)))
         # probes: the sharp maps of every family at A (the extreme points that matter), then random
-        probes = [np.asarray(ev(f.sharp_of(A)), dtype=np.float64) for f in FAMILIES] + [np.asarray(a_value, dtype=np.float64)]
+        probes = ([np.asarray(ev(f.sharp_of(A)), dtype=np.float64) for f in FAMILIES]
+                  + [np.asarray(a_value, dtype=np.float64)])
         probes += [rng.standard_normal((rows, cols)) * rng.choice([1.0, 1e-3, 1e3]) for _ in range(trials)]
         for y in probes:
             norm_y = float(NumericEvaluator({Y: y}, backend)(family.norm(Y)))
@@ -259,7 +260,8 @@ def solve_lemma(family: NormFamily):
         return errors
 
     return _SOLVE_LEMMAS.setdefault(family.key, Lemma(
-        key=f"steepest_descent_{family.key}", number=f"1{family.key[0]}", title=f"Steepest descent in the {family.title}",
+        key=f"steepest_descent_{family.key}", number=f"1{family.key[0]}",
+        title=f"Steepest descent in the {family.title}",
         statement=family.statement, conditions=(r"\beta > 0",), rewrite=_lsd_rewrite, check=check,
         solution=family.solve, not_modelled="certified by duality (the family's dual norm), not symbolically"))
 

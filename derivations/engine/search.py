@@ -110,7 +110,8 @@ def default_available(problem: Problem, context: Context) -> set:
     """Symbols a result may use: the problem's own, the defined factor gradients, minus what those
     definitions are defined *from* (the loss gradient of the product, never formed)."""
     symbols = set().union(*(p.free_symbols for p in (problem.objective, problem.constraint, problem.budget)))
-    defined_from = set().union(*(d.free_symbols for d in context.definitions.values())) if context.definitions else set()
+    defined_from = (set().union(*(d.free_symbols for d in context.definitions.values())) if context.definitions
+                    else set())
     partners = {s for s in defined_from if isinstance(s, FactMatrix)}
     return (symbols | set(context.definitions) | partners) - (defined_from - partners) - {problem.variable}
 

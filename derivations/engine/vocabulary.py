@@ -112,7 +112,7 @@ class MatrixFunction(MatrixExpr):
         return Basic.__new__(cls, arg)
 
     @property
-    def arg(self):
+    def arg(self) -> Basic:
         return self.args[0]
 
     @property
@@ -384,6 +384,10 @@ class _MatrixScalar(Expr):
             if not getattr(a, "is_Matrix", False):
                 raise TypeError(f"{cls.__name__} takes matrix expressions, got {a!r}")
         return Basic.__new__(cls, *args)
+
+
+#: the public name of the scalar-node base, for new norms and other scalar nodes (docs: extending)
+MatrixScalar = _MatrixScalar
 
 
 def _reduction_code(printer, template: str, *args) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,12 +95,28 @@ class Lemma:
     statement: str  # LaTeX
     conditions: tuple = ()
     rewrite: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
-    identities: Callable[[], Any] | None = field(default=None, repr=False, compare=False)  # () -> ([Case | (lhs, rhs)], sampler)
+    # () -> ([Case | (lhs, rhs)], sampler)
+    identities: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
     check: Callable[..., dict] | None = field(default=None, repr=False, compare=False)  # (rng) -> {sub-check: error}
     algebraic: bool = False
     not_modelled: str = "uses facts the explicit symbolic model does not encode"
     instance: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
     solution: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
+
+    def _statement_latex(self) -> str:
+        """The statement with its side conditions, as one LaTeX formula (no delimiters)."""
+        if not self.conditions:
+            return self.statement
+        return rf"{self.statement}\qquad \text{{if }} " + r",\ ".join(self.conditions)
+
+    def _repr_latex_(self) -> str:
+        """Jupyter: the statement (and its side conditions) as display math."""
+        return f"$${self._statement_latex()}$$"
+
+    def _repr_markdown_(self) -> str:
+        """Jupyter: ``**Lemma N — title.**`` then the statement and side conditions as math."""
+        return (f"**Lemma {markdown_text(self.number)} — {markdown_text(self.title)}.** "
+                f"(`{self.key}`)\n\n$${self._statement_latex()}$$\n")
 
     def apply(self, expr: Basic, **params: Any) -> tuple[Basic, list[str]]:
         """Rewrite ``expr``; returns ``(new_expr, instantiated side conditions)``."""
@@ -176,6 +193,16 @@ class Lemma:
                 record("rewrite preserves value", relative_error(a, b, _NP))
 
 
+#: characters that Markdown (and a notebook's math) would read as markup
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>#|$~])")
+
+
+def markdown_text(text: str) -> str:
+    """Plain text as Markdown that shows exactly these characters (the notebook reprs of lemmas,
+    derivations and verdicts): every Markdown (and ``$`` math) character escaped, whitespace collapsed."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+
+
 def rewrite_nodes(expr, rule, nothing: str, *, enter_derived: bool = False, normalize=None):
     """The traversal driver of the node-wise lemmas.
 
@@ -206,7 +233,8 @@ def _contexts(lhs):
     out = [("bare", lhs)]
     if getattr(lhs, "is_Matrix", False):
         rows, cols = lhs.shape
-        f, h, e = MatrixSymbol("F_ctx", rows, rows), MatrixSymbol("H_ctx", cols, cols), MatrixSymbol("E_ctx", rows, cols)
+        f, h, e = (MatrixSymbol("F_ctx", rows, rows), MatrixSymbol("H_ctx", cols, cols),
+                   MatrixSymbol("E_ctx", rows, cols))
         out += [("left", product(f, lhs)), ("right", product(lhs, h)), ("both", product(f, lhs, h)),
                 ("sum", total(lhs, e)), ("scaled sum", total(product(positive_symbol("s_ctx"), lhs), e))]
     else:

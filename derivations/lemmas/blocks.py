@@ -87,7 +87,8 @@ class BlockMaxOpNorm(_MatrixScalar):
         return max(norms)
 
     def _sympystr(self, printer):
-        return f"max_i ||({printer._print(self.matrix)})_i||_op [{self.axis[:-1]} blocks of {printer._print(self.size)}]"
+        return (f"max_i ||({printer._print(self.matrix)})_i||_op "
+                f"[{self.axis[:-1]} blocks of {printer._print(self.size)}]")
 
     def _latex(self, printer):
         return (rf"\max_i \left\| \left({printer._print(self.matrix)}\right)_i \right\|_{{\mathrm{{op}}}}"
@@ -124,7 +125,8 @@ class HeadLayout:
     def describe(self) -> str:
         heads = f"{self.stored}'s heads" + ("ᵀ" if self.transposed else "")
         if self.arrangement == "concat":
-            return (f"{self.operand} = blockdiag({', '.join(self.stored)}), {self.gradient} = [{' | '.join(self.gradients)}], "
+            return (f"{self.operand} = blockdiag({', '.join(self.stored)}), "
+                    f"{self.gradient} = [{' | '.join(self.gradients)}], "
                     f"the update = [{' | '.join(self.outputs)}]")
         how = {"stack_rows": f"stacked row-wise in groups of {self.group}",
                "diagonal": f"as diagonal blocks, each repeated over a group of {self.group}"}[self.arrangement]
@@ -306,7 +308,8 @@ def _concatenation_rewrite(expr, names=None, layout=None, **_):
     if layout is not None and not isinstance(layout, HeadLayout):
         raise TypeError(f"layout must be a HeadLayout, got {layout!r}")
     return rewrite_nodes(expr, _concatenation_rule(dict(names or {})),
-                         "no side-by-side products [A_1 B_1ᵀ | …] and no sum of inner products ⟨G_i, X_i⟩ to concatenate")
+                         "no side-by-side products [A_1 B_1ᵀ | …] "
+                         "and no sum of inner products ⟨G_i, X_i⟩ to concatenate")
 
 
 def _concatenation_ids():

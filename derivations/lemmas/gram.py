@@ -171,7 +171,7 @@ def _fold_ids():
 
 GRAM_UPDATE = Lemma(
     key="gram_update", number="GG", title="The Gram matrix of q(R) X is q(R) R q(R)",
-    statement=(r"R = XX^{\top}:\ (q(R)X)(q(R)X)^{\top} = q(R)\,R\,q(R);\quad"
+    statement=(r"R = XX^{\top}:\ (q(R)X)(q(R)X)^{\top} = q(R)\,R\,q(R);\quad "
                r"S = X^{\top}X:\ (X q(S))^{\top}(X q(S)) = q(S)\,S\,q(S)"),
     conditions=(r"q(R)^{\top} = q(R) \text{ since } R \text{ is symmetric}",),
     rewrite=_fold_rewrite, identities=_fold_ids, algebraic=True,

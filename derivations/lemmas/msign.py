@@ -1,4 +1,5 @@
-"""Identities of the spectral sign: isometries, scale, transposition, orthogonal factors, polar form, blocks (Lemmas 5a–5e, O, B)."""
+"""Identities of the spectral sign: isometries, scale, transposition, orthogonal factors, polar form, blocks
+(Lemmas 5a–5e, O, B)."""
 
 from __future__ import annotations
 

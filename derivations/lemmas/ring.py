@@ -49,7 +49,8 @@ SYLVESTER_EQUATION = Lemma(
     statement=(r"(\mathcal{A} + \lambda I) H + H (\mathcal{B} + \lambda I) = D \;\Rightarrow\;"
                r" \mathcal{A} H + H \mathcal{B} = D - 2\lambda H,\ "
                r"\mathcal{A} = AA^{\top} \text{ or } A^{\top}A"),
-    conditions=(r"\lambda > 0 \text{ (outer) or full-rank factors (inner)}",), rewrite=_sylvester_rewrite, identities=_sylvester_ids,
+    conditions=(r"\lambda > 0 \text{ (outer) or full-rank factors (inner)}",), rewrite=_sylvester_rewrite,
+    identities=_sylvester_ids,
 )
 
 

@@ -74,7 +74,8 @@ def _svd_ids():
 SVD = Lemma(
     key="svd", number="Σ", title="Singular value decomposition",
     statement=(r"G \in \mathbb{R}^{m\times n},\ m \ge n,\ \operatorname{rank} G = n:\ G = U \Sigma V^{\top},\ "
-               r"U^{\top}U = V^{\top}V = VV^{\top} = I,\ \Sigma = \operatorname{diag}(\sigma_1 \ge \dots \ge \sigma_n > 0)"),
+               r"U^{\top}U = V^{\top}V = VV^{\top} = I,\ "
+               r"\Sigma = \operatorname{diag}(\sigma_1 \ge \dots \ge \sigma_n > 0)"),
     conditions=(r"G \text{ has full column rank}",), rewrite=_svd_rewrite, identities=_svd_ids,
     not_modelled="the SVD factors are computed, not polynomial in the entries",
 )

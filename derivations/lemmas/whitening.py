@@ -1,4 +1,5 @@
-"""Whitening by a partner: change of variables, polar factors, projector, isotropic partner, gauge (Lemmas 4, 6a, 6b, P, I, G)."""
+"""Whitening by a partner: change of variables, polar factors, projector, isotropic partner, gauge
+(Lemmas 4, 6a, 6b, P, I, G)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ DAMPING_NOTE = ("Damping: every Gram root C_W = (W^T W)^(1/2) is computed as (W^
                 "is a partner of full column rank; at damping > 0 it is the exact solution of the damped problem "
                 "(constraint ‖ΔW_Q C_K‖_op ≤ budget, derived in derivations.damped), which implies the bound "
                 "‖ΔW_Q W_Kᵀ‖_op ≤ budget on the product. An undamped rank-deficient partner gets pseudo-inverse "
-                "roots (eigenvalues at or below n eps max cut to zero): the minimum-norm update, finite, zero for a zero "
-                "partner; damping > 0 regularizes instead.")
+                "roots (eigenvalues at or below n eps max cut to zero): the minimum-norm update, finite, zero for a "
+                "zero partner; damping > 0 regularizes instead.")
 
 
 def header(title: str, command: str, functions: list[EmittedFunction], extra: list[str]) -> str:
@@ -40,7 +40,7 @@ def docstring(fn: EmittedFunction, arg_doc: str, indent: str = "    ", shapes: d
     for out, der in fn.outputs:
         lines.append(f"{out} = {sstr(der.formula)}    ({der.name})")
     lines += [""] + fn.notes + ([""] if fn.notes else [])
-    shapes = ", ".join(f"{n}: (..., {', '.join(dims)})" for n, dims in (shapes or fn.shapes()).items())
-    lines += [f"Shapes: {shapes}; leading axes (layers, heads) are batched.", arg_doc]
+    shape_text = ", ".join(f"{n}: (..., {', '.join(dims)})" for n, dims in (shapes or fn.shapes()).items())
+    lines += [f"Shapes: {shape_text}; leading axes (layers, heads) are batched.", arg_doc]
     body = "\n".join((indent + ln) if ln else "" for ln in lines)
     return f'{indent}"""{body.lstrip()}\n{indent}"""'

@@ -16,7 +16,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
-from sympy import Add, Basic, Integer, Mul, Pow, Rational, S, Symbol, preorder_traversal
+from sympy import Add, Basic, Mul, Pow, Rational, S, Symbol, preorder_traversal
 from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol, Transpose
 
 from derivations.engine.algebra import product
@@ -361,34 +361,15 @@ class MatrixCodePrinter(Interpreter):
 
     # ---- scalars --------------------------------------------------------------------------
     def _scalar(self, expr) -> str:
+        """Code for a scalar expression, by one helper per kind of node."""
         if isinstance(expr, Symbol):
-            if expr not in self.scalars:
-                raise UnsupportedNode(f"scalar {expr} is not an argument of the emitted function")
-            return self.scalars[expr]
+            return self._scalar_symbol(expr)
         if isinstance(expr, IsotropicScale):
             return self._print(expr)
-        if isinstance(expr, (Integer, Rational)) and expr.q == 1:
-            return str(int(expr))
-        if isinstance(expr, Rational):
-            return f"({expr.p} / {expr.q})"
+        if isinstance(expr, Rational):  # Integer too
+            return self._scalar_rational(expr)
         if isinstance(expr, Mul):
-            num, den, sign = [], [], ""
-            for f in expr.args:
-                if isinstance(f, Rational):
-                    if f < 0:
-                        sign, f = "-", -f
-                    if f.p != 1:
-                        num.append(str(f.p))
-                    if f.q != 1:
-                        den.append(str(f.q))
-                elif isinstance(f, Pow) and f.exp == -1:
-                    den.append(self._scalar(f.base))
-                else:
-                    num.append(self._scalar(f))
-            text = " * ".join(num) or "1"
-            if den:
-                text = f"{text} / {den[0] if len(den) == 1 else '(' + ' * '.join(den) + ')'}"
-            return f"{sign}({text})" if sign else f"({text})"
+            return self._scalar_mul(expr)
         if isinstance(expr, Pow):
             return f"({self._scalar(expr.base)} ** {self._scalar(expr.exp)})"
         if isinstance(expr, Add):
@@ -396,3 +377,32 @@ class MatrixCodePrinter(Interpreter):
         if find_rule(self, expr) is not None:  # matrix scalars (norms, inner products) print themselves
             return self._print(expr)
         raise UnsupportedNode(f"no scalar rule for {type(expr).__name__}: {expr}")
+
+    def _scalar_symbol(self, expr: Symbol) -> str:
+        if expr not in self.scalars:
+            raise UnsupportedNode(f"scalar {expr} is not an argument of the emitted function")
+        return self.scalars[expr]
+
+    @staticmethod
+    def _scalar_rational(expr: Rational) -> str:
+        return str(int(expr)) if expr.q == 1 else f"({expr.p} / {expr.q})"
+
+    def _scalar_mul(self, expr: Mul) -> str:
+        """``sign(num / den)``: rational factors split into numerator and denominator, ``x**-1`` below the line."""
+        num: list[str] = []
+        den: list[str] = []
+        sign = ""
+        for f in expr.args:
+            if isinstance(f, Rational):
+                if f < 0:
+                    sign, f = "-", -f
+                num += [str(f.p)] if f.p != 1 else []
+                den += [str(f.q)] if f.q != 1 else []
+            elif isinstance(f, Pow) and f.exp == -1:
+                den.append(self._scalar(f.base))
+            else:
+                num.append(self._scalar(f))
+        text = " * ".join(num) or "1"
+        if den:
+            text = f"{text} / {den[0] if len(den) == 1 else '(' + ' * '.join(den) + ')'}"
+        return f"{sign}({text})"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import math
 import shlex
 import textwrap
+from dataclasses import dataclass
 
 from sympy import Integer, Mul, Pow, Symbol
 from sympy.matrices.expressions import MatMul, MatrixSymbol, Transpose
 
+from coeffsearch.schedule import Schedule
 from derivations.engine.vocabulary import (
     BLOCK_DIAGONAL,
     GramInvSqrt,
@@ -28,18 +29,36 @@ from derivations.printing.codegen import (
     docstring_fragment,
     kernel_source,
 )
+from derivations.printing.function_spec import FunctionSpec, Parameter, render_functions
 from derivations.printing.scaling import scaling_plan
-from numerics.kernels import jax_kernels as K
+from numerics.kernels import (
+    argcheck,
+    jax_damped_gram,
+    jax_exact_scaling,
+    jax_head_layout,
+    jax_input_checks,
+    jax_lapack_calls,
+    jax_msign,
+    jax_output_checks,
+    jax_sylvester,
+)
 
-KERNELS = (K.compute_dtype, K.lapack_guard, K.max_abs, K.float_layout, K.pow2, K.pow2_scale, K.pow2_normalize,
-           K.scale_group, K.underflow_limit, K.underflow_reason, K.pow2_unscale, K.unit_scale, K.real_scalar, K.per_matrix_on_cpu, K.scale_with_damping,
-           K.right_singular, K.gram_eigh, K.gram_eigh_stacked, K.psd_power, K.psd_power_split, K.polar_factor,
-           K.isotropic_scale, K.isotropic_scale_split, K.split_scalar, K.msign_svd, K.schedule_array, K.newton_schulz, K._newton_schulz_oriented, K.spectral_sign,
-           K.spectral_sign_stacked, K.output_status, K.nan_unless, K.raise_if_not_finite, K.check_scalar,
-           K.check_shapes, K.check_group,
-           K.check_schedule_length, K.check_schedule, K.validate_inputs, K.safe_ratio, K.sylvester_factor_svd, K.sylvester_products, K.sylvester_products_split,
-           K.sylvester_dense, K.sylvester_gram, K.block_right, K.require_arrays,
-           K.check_dense_damping)
+KERNELS = (jax_exact_scaling.compute_dtype, jax_lapack_calls.lapack_guard, jax_exact_scaling.max_abs,
+           jax_exact_scaling.float_layout, jax_exact_scaling.pow2, jax_exact_scaling.pow2_scale,
+           jax_exact_scaling.pow2_normalize, jax_exact_scaling.scale_group, jax_output_checks.underflow_limit,
+           jax_output_checks.underflow_reason, jax_output_checks.pow2_unscale, jax_exact_scaling.unit_scale,
+           jax_input_checks.real_scalar, jax_lapack_calls.per_matrix_on_cpu, jax_damped_gram.scale_with_damping,
+           jax_damped_gram.right_singular, jax_damped_gram.gram_eigh, jax_damped_gram.gram_eigh_stacked,
+           jax_damped_gram.psd_power, jax_damped_gram.psd_power_split, jax_damped_gram.polar_factor,
+           jax_damped_gram.isotropic_scale, jax_damped_gram.isotropic_scale_split, jax_exact_scaling.split_scalar,
+           jax_msign.msign_svd, jax_msign.schedule_array, jax_msign.newton_schulz, jax_msign._newton_schulz_oriented,
+           jax_msign.spectral_sign, jax_msign.spectral_sign_stacked, jax_output_checks.output_status,
+           jax_output_checks.nan_unless, jax_output_checks.raise_if_not_finite, argcheck.check_scalar,
+           argcheck.check_shapes, argcheck.check_group, jax_input_checks.check_schedule_length,
+           jax_input_checks.check_schedule, jax_input_checks.validate_inputs, jax_sylvester.safe_ratio,
+           jax_sylvester.sylvester_factor_svd, jax_sylvester.sylvester_products, jax_sylvester.sylvester_products_split,
+           jax_sylvester.sylvester_dense, jax_sylvester.sylvester_gram, jax_head_layout.block_right,
+           jax_input_checks.require_arrays, jax_sylvester.check_dense_damping)
 
 
 class JaxPrinter(MatrixCodePrinter):
@@ -143,7 +162,8 @@ class JaxPrinter(MatrixCodePrinter):
         if key not in self.temps:
             name = self._temp_name(node)
             blocks = ", blocks=True" if self._blocked(node) else ""
-            self.lines.append(f"{name}_m, e_{name} = psd_power_split({self._eigh(node)}, {float(node.exponent)!r}{blocks})")
+            self.lines.append(f"{name}_m, e_{name} = psd_power_split({self._eigh(node)}, "
+                              f"{float(node.exponent)!r}{blocks})")
             self.temps[key] = (f"{name}_m", f"e_{name}")
         return self.temps[key]
 
@@ -268,7 +288,8 @@ class JaxPrinter(MatrixCodePrinter):
         return self.temps[key]
 
     def split_body(self, outputs, dtype_of):
-        """Lines computing every ``(name, expr)`` of ``outputs`` in split mode, and the names of their ``lost`` flags."""
+        """Lines computing every ``(name, expr)`` of ``outputs`` in split mode, and the names of their ``lost``
+        flags."""
         self.split, self.dtype_of = True, dtype_of
         for _, expr in outputs:
             self._count(expr)
@@ -347,122 +368,166 @@ NO_MSIGN_DOC = """Arguments after * : damping (λ >= 0), check_finite (raise if 
     """ + CHECKS_DOC
 
 
-def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedule_name: str,
-             schedule: tuple, schedule_source: str, msign_default: str, scalars: dict,
-             extra_source: str = "", extra_names: tuple = ()) -> str:
-    """The module text (deterministic byte for byte)."""
-    for step in schedule:
-        for c in step:
-            if not (isinstance(c, float) and math.isfinite(c)):
-                raise ValueError(f"schedule {schedule_name}: coefficient {c!r} is not a finite float64 number")
-    if msign_default not in K.MSIGN_METHODS:
-        raise ValueError(f"msign_default must be one of {K.MSIGN_METHODS!r}, got {msign_default!r}")
+def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedule: Schedule,
+             msign_default: str, scalars: dict, extra_source: str = "", extra_names: tuple = ()) -> str:
+    """The module text (deterministic byte for byte).
+
+    ``schedule`` is the default Newton–Schulz schedule, a :class:`~coeffsearch.schedule.Schedule`: validated
+    where it was made (its coefficients finite float64 numbers), so it is taken as it is here.
+    """
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a coeffsearch.schedule.Schedule (validated where it is made), "
+                        f"got {type(schedule).__name__}")
+    if msign_default not in jax_msign.MSIGN_METHODS:
+        raise ValueError(f"msign_default must be one of {jax_msign.MSIGN_METHODS!r}, got {msign_default!r}")
     for public in [fn.name for fn in functions] + list(extra_names):
         check_identifier(public, "emitted function name")
-    # every caller-given string is escaped for the docstring (defence in depth: names are also checked where
-    # they are read, coeffsearch.polynomial.NAME_PATTERN), and the header must parse as one string literal
-    name, quoted = docstring_fragment(schedule_name), shlex.quote(schedule_name)
+    parts = [check_docstring(_module_docstring(title, command, functions, schedule, msign_default),
+                             "module docstring"),
+             "import functools\n\nimport jax\nimport jax.numpy as jnp\n",
+             f"__all__ = {sorted([fn.name for fn in functions] + list(extra_names))!r}\n",
+             f"MSIGN_METHODS = {jax_msign.MSIGN_METHODS!r}\n",
+             f"UNROLL_LIMIT = {jax_lapack_calls.UNROLL_LIMIT!r}  # matrices per batched LAPACK call unrolled on the "
+             f"CPU\n",
+             (f"GRAM_ROUTE_RATIO = {jax_damped_gram.GRAM_ROUTE_RATIO!r}  # Gram eigh while e_min >= this * e_max, "
+              f"else QR + SVD of W\nNS_UNROLL_STEPS = {jax_msign.NS_UNROLL_STEPS!r}  # Newton–Schulz schedules up to "
+              f"this long are unrolled\nMAX_SCHEDULE_STEPS = {jax_msign.MAX_SCHEDULE_STEPS!r}  # longer schedules are "
+              f"refused\nUNDERFLOW_BITS = {jax_output_checks.UNDERFLOW_BITS!r}  # an output below tiny * "
+              f"2**(nmant - this) underflowed\n"),
+             "NS_SCHEDULE = (\n" + "".join(f"    {step!r},\n" for step in schedule.as_floats()) + ")\n",
+             "\n" + kernel_source(KERNELS) + "\n"]
+    parts += [render_functions(list(function_specs(fn, scalars, msign_default))) for fn in functions]
+    if extra_source:
+        parts.append("\n" + extra_source)
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def _module_docstring(title: str, command: str, functions: list[EmittedFunction], schedule: Schedule,
+                      msign_default: str) -> str:
+    """The module docstring: the header of every emitted module, then the schedule and the msign default.
+
+    Every caller-given string is escaped for the docstring (defence in depth: names are also checked where
+    they are read, coeffsearch.polynomial.NAME_PATTERN), and the header must parse as one string literal.
+    """
+    name, quoted = docstring_fragment(schedule.name), shlex.quote(schedule.name)
     escaped = docstring_fragment(quoted)
-    extra = ["", f"Newton–Schulz schedule: {name} ({docstring_fragment(schedule_source)}).",
+    extra = ["", f"Newton–Schulz schedule: {name} ({docstring_fragment(schedule.source)}).",
              f"Default msign method: {msign_default}.",
              *textwrap.wrap("The norm equalities above hold for the exact msign (msign=\"svd\"). Newton–Schulz "
                             "maps each singular value into the schedule's certified image instead of to 1 "
                             f"(python -m coeffsearch certify {escaped} "
                             "prints it), so with msign=\"newton_schulz\" they hold up to that factor.", 92,
                             break_long_words=escaped == quoted)]  # never split inside an escape sequence
-    head = header(docstring_fragment(title), docstring_fragment(command), functions, extra)
-    parts = [check_docstring(head, "module docstring"),
-             "import functools\n\nimport jax\nimport jax.numpy as jnp\n",
-             f"__all__ = {sorted([fn.name for fn in functions] + list(extra_names))!r}\n",
-             f"MSIGN_METHODS = {K.MSIGN_METHODS!r}\n",
-             f"UNROLL_LIMIT = {K.UNROLL_LIMIT!r}  # matrices per batched LAPACK call unrolled on the CPU\n",
-             (f"GRAM_ROUTE_RATIO = {K.GRAM_ROUTE_RATIO!r}  # Gram eigh while e_min >= this * e_max, else QR + SVD "
-              f"of W\nNS_UNROLL_STEPS = {K.NS_UNROLL_STEPS!r}  # Newton–Schulz schedules up to this long are "
-              f"unrolled\nMAX_SCHEDULE_STEPS = {K.MAX_SCHEDULE_STEPS!r}  # longer schedules are refused\n"
-              f"UNDERFLOW_BITS = {K.UNDERFLOW_BITS!r}  # an output below tiny * 2**(nmant - this) underflowed\n"),
-             "NS_SCHEDULE = (\n" + "".join(f"    {tuple(step)!r},\n" for step in schedule) + ")\n",
-             "\n" + kernel_source(KERNELS) + "\n"]
-    for fn in functions:
-        parts.append(_function(fn, scalars, msign_default))
-    if extra_source:
-        parts.append("\n" + extra_source)
-    return "\n".join(parts).rstrip() + "\n"
+    return header(docstring_fragment(title), docstring_fragment(command), functions, extra)
 
 
-def _function(fn: EmittedFunction, scalars: dict, msign_default: str) -> str:
-    args = fn.argument_names
-    for name in [*args, *(out for out, _ in fn.outputs), *fn.options, *fn.extra_scalars.values(), *scalars.values()]:
+@dataclass(frozen=True)
+class Computation:
+    """What the printer made of one emitted function's formulas: the lines of its jitted core between the
+    validity flag and the casts, the names of its ``lost`` (underflow) flags, and which outputs carry one."""
+
+    lines: tuple[str, ...]
+    lost: tuple[str, ...]
+    flagged: tuple[bool, ...]
+    uses_msign: bool
+
+
+def function_specs(fn: EmittedFunction, scalars: dict, msign_default: str) -> tuple[FunctionSpec, FunctionSpec]:
+    """The two functions emitted for ``fn``: the jitted core ``_<name>`` and the public entry point ``<name>``."""
+    for name in [*fn.argument_names, *(out for out, _ in fn.outputs), *fn.options, *fn.extra_scalars.values(),
+                 *scalars.values()]:
         check_identifier(name, f"{fn.name}: argument or output name")
+    computation = _compute(fn, scalars)
+    return _core_spec(fn, computation), _public_spec(fn, computation.uses_msign, msign_default)
+
+
+def _compute(fn: EmittedFunction, scalars: dict) -> Computation:
+    """Print the formulas of ``fn``: in split mode where they have an msign, else with scaled argument groups."""
+    args = fn.argument_names
     printer = JaxPrinter({a: a for a in args}, {**scalars, **fn.extra_scalars})
-    dtype_of = args[0]
-    uses_msign = any(der.formula.has(Msign) for _, der in fn.outputs)
+    outputs = [(out, der.formula) for out, der in fn.outputs]
+    uses_msign = any(formula.has(Msign) for _, formula in outputs)
     if uses_msign:
-        body, split_lost = printer.split_body([(out, der.formula) for out, der in fn.outputs], dtype_of)
+        body, split_lost = printer.split_body(outputs, args[0])
     else:
-        body, split_lost = printer.body([(out, der.formula) for out, der in fn.outputs]), []
-    extra = list(fn.extra_scalars.values())
-    extra_params = "".join(f", {n}" for n in extra)
-    opts = list(fn.options)
-    static = ", ".join(f'"{o}"' for o in ["msign", *opts])
-    opt_params = "".join(f", {o}" for o in opts)
-    opt_kw = "".join(f", {o}={d!r}" for o, (d, _) in fn.options.items())
-    opt_checks = []
-    for o, (_, allowed) in fn.options.items():
-        opt_checks += [f"    if {o} not in {tuple(allowed)!r}:",
-                       f"        raise ValueError(f\"{fn.name}: {o} must be one of {tuple(allowed)!r}, got {{{o}!r}}\")"]
-    for n in extra:
-        opt_checks += [f"    if not isinstance({n}, jax.core.Tracer):",
-                       f"        check_scalar({fn.name!r}, {n!r}, {n}, positive=True)"]
-        if n == "group_size":
-            opt_checks += [f"        check_group({fn.name!r}, group_size, {fn.shapes()!r}, "
-                           f"{{{', '.join(f'{a!r}: {a}' for a in args)}}})"]
-    if fn.positive_damping:
-        opt_checks += ["    if not isinstance(damping, jax.core.Tracer):  # the solve divides by 2·damping",
-                       f"        check_scalar({fn.name!r}, 'damping', damping, positive=True)"]
-    if "solver" in fn.options:
-        opt_checks += [f"    check_dense_damping({fn.name!r}, solver, damping, {args[0]}, {args[1]})"]
+        body, split_lost = printer.body(outputs), []
     scale_lines, unscale_lines, lost = _scaling(fn, scalars, uses_msign)
-    lost = split_lost + lost
-    flagged = tuple(any(line.startswith(f"{out}, lost_") for line in body + unscale_lines) for out, _ in fn.outputs)
+    flagged = tuple(any(line.startswith(f"{out}, lost_") for line in body + unscale_lines) for out, _ in outputs)
+    return Computation(tuple(scale_lines + body + unscale_lines), tuple(split_lost + lost), flagged, uses_msign)
+
+
+def _arguments_dict(args: list[str]) -> str:
+    """``{'W_Q': W_Q, …}``: the arguments by name, for the checks that name them."""
+    return "{" + ", ".join(f"{a!r}: {a}" for a in args) + "}"
+
+
+def _core_spec(fn: EmittedFunction, c: Computation) -> FunctionSpec:
+    """``_<name>``: jitted on its options and msign; every scalar positional, NaN outputs where a scalar is bad."""
+    args, extra, opts = fn.argument_names, list(fn.extra_scalars.values()), list(fn.options)
+    static = ", ".join(f'"{o}"' for o in ["msign", *opts])
     valid = " & ".join([*(["(eps >= 0)"] if fn.needs_eps else []),
                         f"(damping {'>' if fn.positive_damping else '>='} 0)", *[f"({n} > 0)" for n in extra]])
-    sign_kw = f"msign={msign_default!r}, schedule=NS_SCHEDULE" if uses_msign else ""
+    names = [out for out, _ in fn.outputs]
+    outs = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
+    lost = f", {' | '.join(c.lost)}" if c.lost else ""
+    flagged = f", flagged={c.flagged!r}" if any(c.flagged) else ""
+    body = (f"valid = {valid}  # under an outer jit a bad scalar cannot be refused: NaN",
+            *c.lines,
+            *(f"{out} = {out}.astype({args[0]}.dtype)" for out in names),
+            (f"status = jnp.where(valid, output_status({outs}{lost}{flagged}), 1)"
+             "  # a NaN/Inf input reaches every output computed from it"),
+            f"return nan_unless(status == 0, {outs}), status")
+    return FunctionSpec(f"_{fn.name}",
+                        tuple(Parameter(p) for p in [*args, "eps", *extra, "damping", "msign", "schedule", *opts]),
+                        decorators=(f"functools.partial(jax.jit, static_argnames=({static},))",), body=body)
+
+
+def _public_spec(fn: EmittedFunction, uses_msign: bool, msign_default: str) -> FunctionSpec:
+    """``<name>``: keyword scalars with their defaults, the argument checks, the core's call and the finite check."""
+    args, extra = fn.argument_names, list(fn.extra_scalars.values())
+    keywords = [*([Parameter("eps")] if fn.needs_eps else []), *(Parameter(n) for n in extra),
+                Parameter("damping", None if fn.positive_damping else "0.0"),
+                *([Parameter("msign", repr(msign_default)), Parameter("schedule", "NS_SCHEDULE")] if uses_msign
+                  else []),
+                *(Parameter(o, repr(default)) for o, (default, _) in fn.options.items()),
+                Parameter("check_finite", "True"), Parameter("_caller", "None")]
     sign_args = "msign, schedule" if uses_msign else "'svd', ()"  # no msign in the formula: nothing to choose
+    checks = (f"validate_inputs({fn.name!r} if _caller is None else _caller[0], {fn.shapes()!r},",
+              f"                {_arguments_dict(args)},",
+              f"                {'eps' if fn.needs_eps else '0.0'}, damping, {sign_args})",
+              *_option_checks(fn))
     call_sign = ("msign, schedule_array(schedule) if msign == 'newton_schulz' else None" if uses_msign
                  else "'svd', None")
-    arg_doc = ARG_DOC if uses_msign else NO_MSIGN_DOC
-    names = [out for out, _ in fn.outputs]
-    casts = "".join(f"    {out} = {out}.astype({dtype_of}.dtype)\n" for out in names)
-    outs = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
-    core = [
-        "",
-        f'@functools.partial(jax.jit, static_argnames=({static},))',
-        f"def _{fn.name}({', '.join(args)}, eps{extra_params}, damping, msign, schedule{opt_params}):",
-        f"    valid = {valid}  # under an outer jit a bad scalar cannot be refused: NaN",
-        *[f"    {line}" for line in scale_lines + body + unscale_lines],
-        casts.rstrip("\n"),
-        (f"    status = jnp.where(valid, output_status({outs}{', ' + ' | '.join(lost) if lost else ''}"
-         f"{f', flagged={flagged!r}' if any(flagged) else ''}), 1)"
-         "  # a NaN/Inf input reaches every output computed from it"),
-        f"    return nan_unless(status == 0, {outs}), status",
-        "",
-        "",
-        f"def {fn.name}({', '.join(args)}, *, {'eps, ' if fn.needs_eps else ''}{''.join(n + ', ' for n in extra)}"
-        f"{'damping' if fn.positive_damping else 'damping=0.0'}, "
-        f"{sign_kw + ', ' if sign_kw else ''}{opt_kw.lstrip(', ') + ', ' if opt_kw else ''}check_finite=True, "
-        f"_caller=None):",
-        check_docstring(docstring(fn, arg_doc), f"docstring of {fn.name}"),
-        f"    validate_inputs({fn.name!r} if _caller is None else _caller[0], {fn.shapes()!r},",
-        f"                    {{{', '.join(f'{a!r}: {a}' for a in args)}}},",
-        f"                    {'eps' if fn.needs_eps else '0.0'}, damping, {sign_args})",
-        *opt_checks,
-        (f"    outputs, status = _{fn.name}({', '.join(args)}, {'real_scalar(eps)' if fn.needs_eps else '0.0'}"
-         f"{''.join(f', real_scalar({n})' for n in extra)}, real_scalar(damping), {call_sign}{opt_params})"),
-        "    if check_finite:",
-        f"        raise_if_not_finite({fn.name!r}, status, {{{', '.join(f'{a!r}: {a}' for a in args)}}}, _caller)",
-        "    return outputs" + ("[0]" if len(fn.outputs) == 1 else ""),
-    ]
-    return "\n".join(core) + "\n"
+    scalars = "".join(f", real_scalar({n})" for n in extra)
+    body = ((f"outputs, status = _{fn.name}({', '.join(args)}, {'real_scalar(eps)' if fn.needs_eps else '0.0'}"
+             f"{scalars}, real_scalar(damping), {call_sign}{''.join(f', {o}' for o in fn.options)})"),
+            "if check_finite:",
+            f"    raise_if_not_finite({fn.name!r}, status, {_arguments_dict(args)}, _caller)",
+            "return outputs" + ("[0]" if len(fn.outputs) == 1 else ""))
+    doc = check_docstring(docstring(fn, ARG_DOC if uses_msign else NO_MSIGN_DOC), f"docstring of {fn.name}")
+    return FunctionSpec(fn.name, tuple(Parameter(a) for a in args), tuple(keywords), docstring=doc,
+                        checks=checks, body=body)
+
+
+def _option_checks(fn: EmittedFunction) -> list[str]:
+    """The checks of the public entry point after ``validate_inputs``: options, extra scalars, a positive λ."""
+    checks = []
+    for o, (_, allowed) in fn.options.items():
+        checks += [f"if {o} not in {tuple(allowed)!r}:",
+                   f"    raise ValueError(f\"{fn.name}: {o} must be one of {tuple(allowed)!r}, got {{{o}!r}}\")"]
+    for n in fn.extra_scalars.values():
+        checks += [f"if not isinstance({n}, jax.core.Tracer):",
+                   f"    check_scalar({fn.name!r}, {n!r}, {n}, positive=True)"]
+        if n == "group_size":
+            checks += [f"    check_group({fn.name!r}, group_size, {fn.shapes()!r}, "
+                       f"{_arguments_dict(fn.argument_names)})"]
+    if fn.positive_damping:
+        checks += ["if not isinstance(damping, jax.core.Tracer):  # the solve divides by 2·damping",
+                   f"    check_scalar({fn.name!r}, 'damping', damping, positive=True)"]
+    if "solver" in fn.options:
+        checks += [f"check_dense_damping({fn.name!r}, solver, damping, {fn.argument_names[0]}, "
+                   f"{fn.argument_names[1]})"]
+    return checks
 
 
 def _scaling(fn: EmittedFunction, scalars: dict, uses_msign: bool) -> tuple[list[str], list[str], list[str]]:
@@ -491,5 +556,6 @@ def _scaling(fn: EmittedFunction, scalars: dict, uses_msign: bool) -> tuple[list
                  for i, group in enumerate(plan, 1) for d in [group.degrees[j]] if d != 0]
         if terms:
             lost.append(f"lost_{j + 1}")
-            last.append(f"{out}, {lost[-1]} = pow2_unscale({out}, -({' + '.join(terms)}), {fn.argument_names[0]}.dtype)")
+            last.append(f"{out}, {lost[-1]} = pow2_unscale({out}, -({' + '.join(terms)}), "
+                        f"{fn.argument_names[0]}.dtype)")
     return first, last, lost

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from sympy.printing.latex import LatexPrinter
 
-from derivations.engine.derivation import Claim, Derivation, Problem, Solution
-
 
 class WorkbenchLatexPrinter(LatexPrinter):
     """SymPy's LaTeX printer with the workbench's notation."""
@@ -33,12 +31,15 @@ def latex(expr) -> str:
 
 
 def state_latex(state) -> str:
-    if isinstance(state, Problem):
+    """A derivation's state as LaTeX: a problem (``objective``, ``constraint``, ``budget``), a solution
+    (``argmin``, ``value``) or a claim (``expr``). Read by its fields, so that the engine's own notebook
+    reprs (:mod:`derivations.engine.derivation`, which this module must not import) print with it."""
+    if hasattr(state, "objective"):
         return (rf"\min_{{{latex(state.variable)}}}\ {latex(state.objective)}"
                 rf"\quad \text{{s.t.}}\quad {latex(state.constraint)} \le {latex(state.budget)}")
-    if isinstance(state, Solution):
+    if hasattr(state, "argmin"):
         return rf"{latex(state.variable)}^{{\star}} = {latex(state.argmin)},\quad \text{{value }} {latex(state.value)}"
-    if isinstance(state, Claim):
+    if hasattr(state, "expr"):
         return latex(state.expr)
     raise TypeError(f"unknown state {state!r}")
 
@@ -46,7 +47,8 @@ def state_latex(state) -> str:
 #: Unicode that the derivation's plain-text notes use, as LaTeX (so pdflatex accepts the document)
 _UNICODE = {"ε": r"$\varepsilon$", "λ": r"$\lambda$", "Δ": r"$\Delta$", "ᵀ": r"$^{\top}$", "⁻¹": r"$^{-1}$",
             "≤": r"$\le$", "≥": r"$\ge$", "‖": r"$\|$", "⟨": r"$\langle$", "⟩": r"$\rangle$", "²": r"$^2$",
-            "Σ": r"$\Sigma$", "β": r"$\beta$", "−": "-", "∈": r"$\in$", "×": r"$\times$", "·": r"$\cdot$", "∘": r"$\circ$", "̄": "", "⊥": r"$\perp$", "…": r"\dots{}"}
+            "Σ": r"$\Sigma$", "β": r"$\beta$", "−": "-", "∈": r"$\in$", "×": r"$\times$", "·": r"$\cdot$",
+            "∘": r"$\circ$", "̄": "", "⊥": r"$\perp$", "…": r"\dots{}"}
 
 
 def _escape(text: str) -> str:
@@ -56,7 +58,7 @@ def _escape(text: str) -> str:
     return text
 
 
-def derivation_latex(der: Derivation) -> str:
+def derivation_latex(der) -> str:
     """A ``\\subsection`` with one display per step, its lemma, side conditions and check."""
     out = [rf"\subsection*{{{_escape(der.title)}}}", rf"\texttt{{{_escape(der.name)}}}: "
            rf"{_escape(der.statement)}", r"\begin{align*}", rf"&{state_latex(der.start)} \\"]

@@ -20,7 +20,7 @@ the stored layouts into core calls and the updates back into the stored layouts:
   partner, the stored gradients side by side, and the output split back into its column blocks.
 
 What the derivations say nothing about stays hand-written and is inlined: the array primitives
-``split_heads``/``merge_heads`` (:mod:`numerics.kernels.jax_kernels`) and the input checks
+``split_heads``/``merge_heads`` (:mod:`numerics.kernels.jax_head_layout`) and the input checks
 (:mod:`numerics.kernels.ov_layout`).
 """
 
@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 
 from derivations.lemmas.blocks import HeadLayout
 from derivations.printing.codegen import UnsupportedNode, kernel_source
-from numerics.kernels import jax_kernels as K
-from numerics.kernels import ov_layout
+from numerics.kernels import jax_head_layout, ov_layout
 
 #: what an entry point with ``head_dim`` says about it (printed into its docstring)
 HEAD_DIM_DOC = ("head_dim is the width d_h of one head, a positive int that divides both stored head widths, with "
@@ -205,5 +204,6 @@ class AdapterPrinter:
 def adapter_source(adapter: Adapter) -> tuple[str, tuple]:
     """``(source, public names)``: the inlined primitives and checks, the printed adapter, the entry point."""
     printer = AdapterPrinter(adapter)
-    kernels = kernel_source([K.split_heads, K.merge_heads, ov_layout._same_shapes, getattr(ov_layout, adapter.check)])
+    kernels = kernel_source([jax_head_layout.split_heads, jax_head_layout.merge_heads, ov_layout._same_shapes,
+                             getattr(ov_layout, adapter.check)])
     return kernels + "\n\n" + printer.source() + "\n\n\n" + printer.entry_source() + "\n", (adapter.entry,)

@@ -12,10 +12,12 @@ from derivations.printing.codegen import (
     docstring_fragment,
     kernel_source,
 )
+from derivations.printing.function_spec import FunctionSpec, Parameter, render_functions
 from numerics.kernels import numpy_kernels as K
 
-KERNELS = (K.check_scalar, K.check_shapes, K.check_group, K.validate_arrays, K.finite_for_lapack, K.scale_of, K.gram_eigh,
-           K.psd_power, K.polar_factor, K.isotropic_scale, K.msign_svd, K.sylvester_dense, K.sylvester_gram)
+KERNELS = (K.check_scalar, K.check_shapes, K.check_group, K.validate_arrays, K.finite_for_lapack, K.scale_of,
+           K.gram_eigh, K.psd_power, K.polar_factor, K.isotropic_scale, K.msign_svd, K.sylvester_dense,
+           K.sylvester_gram)
 
 
 class NumpyPrinter(MatrixCodePrinter):
@@ -61,31 +63,32 @@ def _arg_doc(fn: EmittedFunction) -> str:
 
 
 def emit_numpy(title: str, command: str, functions: list[EmittedFunction], scalars: dict) -> str:
+    """The module text (deterministic byte for byte)."""
     head = header(docstring_fragment(title) + " (float64 NumPy reference)", docstring_fragment(command), functions, [])
     parts = [check_docstring(head, "module docstring"),
              "import numpy as np\n",
              f"__all__ = {sorted(fn.name for fn in functions)!r}\n",
              "\n" + kernel_source(KERNELS) + "\n"]
-    for fn in functions:
-        args = fn.argument_names
-        for name in [fn.name, *args, *(out for out, _ in fn.outputs), *fn.extra_scalars.values(), *scalars.values()]:
-            check_identifier(name, f"{fn.name}: function, argument or output name")
-        shapes = {m.name: (str(m.rows), str(m.cols)) for m in fn.inputs}  # dense, as the symbols are
-        printer = NumpyPrinter({a: a for a in args}, {**scalars, **fn.extra_scalars})
-        body = printer.body([(out, der.formula) for out, der in fn.outputs])
-        outs = ", ".join(out for out, _ in fn.outputs)
-        extra = list(fn.extra_scalars.values())
-        kw = (["eps"] if fn.needs_eps else []) + extra + (["damping"] if fn.positive_damping else ["damping=0.0"])
-        checked = (["eps"] if fn.needs_eps else []) + extra + ["damping"]
-        positive = tuple(extra + (["damping"] if fn.positive_damping else []))
-        lines = ["", f"def {fn.name}({', '.join(args)}, *, {', '.join(kw)}):",
-                 check_docstring(docstring(fn, _arg_doc(fn), shapes=shapes), f"docstring of {fn.name}"),
-                 f"    {', '.join(args)}{',' if len(args) == 1 else ''} = validate_arrays(",
-                 f"        {fn.name!r}, {shapes!r},",
-                 f"        {{{', '.join(f'{a!r}: {a}' for a in args)}}},",
-                 f"        {{{', '.join(f'{c.split(chr(61))[0]!r}: {c.split(chr(61))[0]}' for c in checked)}}}, "
-                 f"positive={positive!r})",
-                 *[f"    {line}" for line in body],
-                 f"    return {outs}"]
-        parts.append("\n".join(lines) + "\n")
+    parts += [render_functions([function_spec(fn, scalars)]) for fn in functions]
     return "\n".join(parts).rstrip() + "\n"
+
+
+def function_spec(fn: EmittedFunction, scalars: dict) -> FunctionSpec:
+    """The function emitted for ``fn``: keyword scalars, one ``validate_arrays`` check, the printed formulas."""
+    args = fn.argument_names
+    for name in [fn.name, *args, *(out for out, _ in fn.outputs), *fn.extra_scalars.values(), *scalars.values()]:
+        check_identifier(name, f"{fn.name}: function, argument or output name")
+    shapes = {m.name: (str(m.rows), str(m.cols)) for m in fn.inputs}  # dense, as the symbols are
+    printer = NumpyPrinter({a: a for a in args}, {**scalars, **fn.extra_scalars})
+    body = printer.body([(out, der.formula) for out, der in fn.outputs])
+    extra = list(fn.extra_scalars.values())
+    keywords = [*([Parameter("eps")] if fn.needs_eps else []), *(Parameter(n) for n in extra),
+                Parameter("damping", None if fn.positive_damping else "0.0")]
+    positive = tuple(extra + (["damping"] if fn.positive_damping else []))
+    checks = (f"{', '.join(args)}{',' if len(args) == 1 else ''} = validate_arrays(",
+              f"    {fn.name!r}, {shapes!r},",
+              "    {" + ", ".join(f"{a!r}: {a}" for a in args) + "},",
+              "    {" + ", ".join(f"{p.name!r}: {p.name}" for p in keywords) + f"}}, positive={positive!r})")
+    doc = check_docstring(docstring(fn, _arg_doc(fn), shapes=shapes), f"docstring of {fn.name}")
+    return FunctionSpec(fn.name, tuple(Parameter(a) for a in args), tuple(keywords), docstring=doc, checks=checks,
+                        body=(*body, f"return {', '.join(out for out, _ in fn.outputs)}"))

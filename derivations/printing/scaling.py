@@ -5,7 +5,7 @@ the argument it damps) scales each output by a fixed power. Code printed from pr
 (``C_K W_QᵀW_Q C_K`` in the balancing gauge, ``m_KᵀW_K − W_Qᵀm_Q`` in the horizontal projection) can
 underflow or overflow although the result is representable: float32 weights of size 1e-10 make the
 first 1e-40. The JAX printer therefore scales such arguments by exact powers of two at the start of
-the computation and the outputs back at its end (:func:`numerics.kernels.jax_kernels.scale_group`).
+the computation and the outputs back at its end (:func:`numerics.kernels.jax_exact_scaling.scale_group`).
 
 :func:`scaling_plan` finds the groups of arguments that must share one scale, by reading the formulas:
 an argument is a variable of degree 1; products add degrees, a sum needs equal degrees in its terms
@@ -94,54 +94,97 @@ class _Analysis:
         return self.degree(e.base)
 
     def degree(self, e) -> dict:
-        """``{group: degree}`` of ``e``; raises :class:`Inhomogeneous` or :class:`_Merge`."""
-        if isinstance(e, MatrixSymbol):
-            if e.name not in self.parent:
-                raise Inhomogeneous(f"{e.name} is not an argument")
-            return {self.find(e.name): Fraction(1)}
-        if isinstance(e, Symbol) and e in self.damping_symbols:
-            raise Inhomogeneous("λ as a factor")
-        if isinstance(e, (Identity, ZeroMatrix, Number)) or (isinstance(e, Symbol) and not e.is_Matrix):
-            return {}
-        if isinstance(e, Transpose):
-            return self.degree(e.arg)
-        if isinstance(e, Msign):
-            self.degree(e.arg)
-            return {}
-        if isinstance(e, (GramSqrt, GramInvSqrt)):  # GramPower too: degree 2p times its base's
-            deg = self._base_degree(e)
-            power = 2 * Fraction(str(e.exponent))
-            return {g: power * d for g, d in deg.items()}
-        if isinstance(e, PolarFactor):
-            self._base_degree(e)
-            return {}
-        if isinstance(e, IsotropicScale):
-            return self.tie(e.base)
-        if isinstance(e, RegularizedSylvester):
-            self.merge([m.name for m in (e.left, e.right) if isinstance(m, MatrixSymbol)])
-            base = self.tie(e.left)
-            return _add(self.degree(e.rhs), {g: -2 * d for g, d in base.items()})
-        if type(e).__name__ == "SPDPower":
+        """``{group: degree}`` of ``e``, by one helper per kind of node (:data:`_DEGREE_RULES`, in order);
+        raises :class:`Inhomogeneous` or :class:`_Merge`."""
+        for kinds, rule in _DEGREE_RULES:
+            if isinstance(e, kinds):
+                return getattr(self, rule)(e)
+        if type(e).__name__ == "SPDPower":  # derivations.balance, a layer above: known by name
             p = Fraction(str(e.exponent))
             return {g: p * d for g, d in self.degree(e.arg).items()}
-        if isinstance(e, (MatMul, Mul)):
-            out = {}
-            for a in e.args:
-                out = _add(out, self.degree(a))
-            return out
-        if isinstance(e, Pow) and isinstance(e.exp, Number):
-            p = Fraction(str(e.exp))
-            return {g: p * d for g, d in self.degree(e.base).items()}
-        if isinstance(e, (MatAdd, HStack)):
-            terms = [self.degree(a) for a in e.args if not isinstance(a, ZeroMatrix)]
-            for t in terms[1:]:
-                differ = [g for g in set(t) | set(terms[0]) if t.get(g, 0) != terms[0].get(g, 0)]
-                if differ:
-                    if len(differ) < 2:
-                        raise Inhomogeneous(f"terms of different degree in {e}")
-                    self.merge(differ)
-            return terms[0] if terms else {}
+        return self._unknown(e)
+
+    @staticmethod
+    def _unknown(e) -> dict:
         raise Inhomogeneous(f"no degree rule for {type(e).__name__}")
+
+    def _argument(self, e) -> dict:
+        if e.name not in self.parent:
+            raise Inhomogeneous(f"{e.name} is not an argument")
+        return {self.find(e.name): Fraction(1)}
+
+    def _symbol(self, e) -> dict:
+        if e in self.damping_symbols:
+            raise Inhomogeneous("λ as a factor")
+        return self._unknown(e) if e.is_Matrix else {}
+
+    @staticmethod
+    def _constant(e) -> dict:
+        return {}
+
+    def _transpose(self, e) -> dict:
+        return self.degree(e.arg)
+
+    def _msign(self, e) -> dict:
+        self.degree(e.arg)
+        return {}
+
+    def _gram_root(self, e) -> dict:
+        """GramPower too: degree 2p times its base's."""
+        power = 2 * Fraction(str(e.exponent))
+        return {g: power * d for g, d in self._base_degree(e).items()}
+
+    def _polar_factor(self, e) -> dict:
+        self._base_degree(e)
+        return {}
+
+    def _isotropic_scale(self, e) -> dict:
+        return self.tie(e.base)
+
+    def _sylvester(self, e) -> dict:
+        self.merge([m.name for m in (e.left, e.right) if isinstance(m, MatrixSymbol)])
+        base = self.tie(e.left)
+        return _add(self.degree(e.rhs), {g: -2 * d for g, d in base.items()})
+
+    def _product(self, e) -> dict:
+        out: dict = {}
+        for a in e.args:
+            out = _add(out, self.degree(a))
+        return out
+
+    def _power(self, e) -> dict:
+        if not isinstance(e.exp, Number):
+            return self._unknown(e)
+        p = Fraction(str(e.exp))
+        return {g: p * d for g, d in self.degree(e.base).items()}
+
+    def _sum(self, e) -> dict:
+        """Terms of equal degree; arguments whose degrees differ between terms are merged into one group."""
+        terms = [self.degree(a) for a in e.args if not isinstance(a, ZeroMatrix)]
+        for t in terms[1:]:
+            differ = [g for g in set(t) | set(terms[0]) if t.get(g, 0) != terms[0].get(g, 0)]
+            if differ:
+                if len(differ) < 2:
+                    raise Inhomogeneous(f"terms of different degree in {e}")
+                self.merge(differ)
+        return terms[0] if terms else {}
+
+
+#: node kinds -> the :class:`_Analysis` method that gives their degree, tried in this order
+_DEGREE_RULES: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (MatrixSymbol, "_argument"),
+    (Symbol, "_symbol"),
+    ((Identity, ZeroMatrix, Number), "_constant"),
+    (Transpose, "_transpose"),
+    (Msign, "_msign"),
+    ((GramSqrt, GramInvSqrt), "_gram_root"),
+    (PolarFactor, "_polar_factor"),
+    (IsotropicScale, "_isotropic_scale"),
+    (RegularizedSylvester, "_sylvester"),
+    ((MatMul, Mul), "_product"),
+    (Pow, "_power"),
+    ((MatAdd, HStack), "_sum"),
+)
 
 
 def _add(a, b):
@@ -171,7 +214,7 @@ def scaling_plan(arguments, formulas, damping_symbols=()) -> list[Group] | None:
         break
     else:
         return None
-    groups = {}
+    groups: dict[str, list[str]] = {}
     for name in arguments:
         groups.setdefault(analysis.find(name), []).append(name)
     damped = analysis.tied if len(analysis.tied) == 1 else set()

@@ -3,8 +3,15 @@ of the project above it).
 
 * :mod:`numerics.kernels.reference` — float64 NumPy and high-precision mpmath references
   (msign over nonzero singular values, damped PSD powers of Gram matrices, norms).
-* :mod:`numerics.kernels.jax_kernels` — the JAX kernels (the one Newton–Schulz, Gram roots,
-  SVD msign, input validation); the emitted code inlines their source.
+* the JAX kernels, whose source the emitted code inlines verbatim (they import only ``jax``):
+  :mod:`~numerics.kernels.jax_msign` (msign by SVD and the one Newton–Schulz),
+  :mod:`~numerics.kernels.jax_damped_gram` (powers of ``WᵀW + λI``: Gram roots, polar factor),
+  :mod:`~numerics.kernels.jax_sylvester` (the regularized Sylvester solves),
+  :mod:`~numerics.kernels.jax_exact_scaling` (exact powers of two: the number range),
+  :mod:`~numerics.kernels.jax_lapack_calls` (guarded, per-matrix LAPACK calls),
+  :mod:`~numerics.kernels.jax_input_checks` and :mod:`~numerics.kernels.jax_output_checks`
+  (arguments before, NaN/overflow/underflow after), :mod:`~numerics.kernels.jax_head_layout`
+  (attention heads in the stored layouts).
 * :mod:`numerics.kernels.numpy_kernels` — their float64 NumPy counterparts.
 * :mod:`numerics.kernels.gram_roots` — matmul-only PSD roots (coupled Newton–Schulz).
 * :mod:`numerics.kernels.spectra` — random test matrices with prescribed singular values.

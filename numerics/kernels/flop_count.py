@@ -18,7 +18,7 @@ import numpy as np
 from jax.extend import core as jax_core
 
 from numerics.kernels.gram_newton_schulz import gram_newton_schulz_oriented
-from numerics.kernels.jax_kernels import newton_schulz
+from numerics.kernels.jax_msign import newton_schulz
 
 
 def _dot_flops(eqn) -> int:
@@ -101,9 +101,10 @@ def restart_positions(steps: int, restarts: int) -> tuple:
 @cache
 def kernel_flops(kind: str, side: str, n: int, m: int, steps: int, restarts: int = 0) -> int:
     """Matmul flops the project's kernel executes on an ``n × m`` input (``side="left"``) or its
-    transpose (``"right"``; ``kind`` one of :data:`KINDS`) for a ``steps``-step quintic schedule: :func:`numerics.kernels.jax_kernels.newton_schulz`
-    (``kind="standard"``) or :func:`numerics.kernels.gram_newton_schulz.gram_newton_schulz_oriented` with
-    ``restarts`` restarts at :func:`restart_positions`."""
+    transpose (``"right"``; ``kind`` one of :data:`KINDS`) for a ``steps``-step quintic schedule:
+    :func:`numerics.kernels.jax_msign.newton_schulz` (``kind="standard"``) or
+    :func:`numerics.kernels.gram_newton_schulz.gram_newton_schulz_oriented` with ``restarts`` restarts at
+    :func:`restart_positions`."""
     if kind not in KINDS or side not in SIDES:
         raise ValueError(f"kind must be one of {KINDS} and side one of {SIDES}, got {kind!r}, {side!r}")
     x = jnp.zeros((n, m) if side == "left" else (m, n), jnp.float32)

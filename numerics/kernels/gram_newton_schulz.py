@@ -21,7 +21,7 @@ iteration ``s``, before step ``s`` counted from 0) or a boolean array ``(T,)`` o
 runs its restart, its first product of a fresh ``Q`` and its update of ``R`` under ``lax.cond``, so
 the work skipped is not done (the first step of a segment sets ``Q = q`` without a product, the
 last one does not update ``R``), and restart sets of one length share one compilation.
-Like :func:`numerics.kernels.jax_kernels.newton_schulz` the input is scaled by ``1/max|x_ij|`` and
+Like :func:`numerics.kernels.jax_msign.newton_schulz` the input is scaled by ``1/max|x_ij|`` and
 normalized by its Frobenius norm in the compute dtype (float32 for 16-bit inputs); the iteration
 runs in the input dtype; a zero matrix stays zero. It batches over leading axes and works under
 ``jit``.
@@ -30,7 +30,8 @@ runs in the input dtype; a zero matrix stays zero. It batches over leading axes 
 import jax
 import jax.numpy as jnp
 
-from numerics.kernels.jax_kernels import NS_UNROLL_STEPS, compute_dtype, max_abs, schedule_array
+from numerics.kernels.jax_exact_scaling import compute_dtype, max_abs
+from numerics.kernels.jax_msign import NS_UNROLL_STEPS, schedule_array
 
 
 def restart_flags(restarts, steps):
@@ -61,7 +62,7 @@ def gram_newton_schulz(x, schedule, restarts=()):
     """msign by the Gram form of the odd-polynomial iteration of ``schedule`` (see the module docstring).
 
     ``x``: ``(…, n, m)``; ``schedule``: a tuple of coefficient tuples or an array ``(steps, k+1)``
-    (data, like :func:`numerics.kernels.jax_kernels.newton_schulz`); ``restarts``: step indices in
+    (data, like :func:`numerics.kernels.jax_msign.newton_schulz`); ``restarts``: step indices in
     ``[1, steps − 1]`` or ``steps`` boolean flags. Returns ``msign(x)`` approximated to the schedule's
     accuracy, in ``x``'s dtype.
     """

@@ -17,7 +17,7 @@ the cubic ``q(y) = (3 − y)/2`` replaced by any certified schedule.
 Accuracy and where it differs from the emitted roots: this path works on the formed Gram matrix
 ``A = WᵀW + λI``, so its condition number is ``κ(W)²`` (damped: ``(σ_max² + λ)/(σ_min² + λ)``) and
 its relative error is about ``eps·κ(A)``, not the ``eps·κ(W)`` of the emitted kernels
-(:func:`numerics.kernels.jax_kernels.gram_eigh` takes the roots from the SVD of ``W`` when ``W`` is
+(:func:`numerics.kernels.jax_damped_gram.gram_eigh` takes the roots from the SVD of ``W`` when ``W`` is
 ill-conditioned). It has no rank cut: it is only meant for damped partners, certified when
 :func:`certified_lower` is at least the schedule's lower end (``λ`` then bounds ``κ(A)``); below that
 the iteration is not certified and a rank-deficient partner diverges. A schedule longer than
@@ -30,7 +30,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from numerics.kernels.jax_kernels import MAX_SCHEDULE_STEPS, NS_UNROLL_STEPS
+from numerics.kernels.jax_msign import MAX_SCHEDULE_STEPS, NS_UNROLL_STEPS
 
 #: the default schedule: Polar Express, 8 steps (certified on [1e-3, 1] to a 1e-20 band)
 DEFAULT_SCHEDULE = "polar-express"

@@ -8,7 +8,7 @@ group size ``G = H / H_kv``. Imports nothing but ``jax.numpy`` helpers that the 
 inlines as well.
 """
 
-from numerics.kernels.jax_kernels import require_arrays
+from numerics.kernels.jax_input_checks import require_arrays
 
 
 def _same_shapes(function, pairs):

@@ -13,6 +13,12 @@ one Newton–Schulz, vectors by AdamW:
   on the product, ``(W_QW_Qᵀ + λI) H + H (W_KW_Kᵀ + λI) = D``; :func:`product_gradient` gives ``Ĝ_M``);
 * an output/value pair ``M_h = W_{O,h} W_{V,h}`` by the hybrid OV rule (head-local V side, one
   global sign on the O side; shared value heads when ``kv_heads < heads``);
+* a LoRA adapter ``W = W₀ + B A`` (:class:`~numerics.optimizer.groups.LoRAPair`, found by name:
+  ``lora_A``/``lora_B``, ``lora_a``/``lora_b``) by ``lora_rule`` (``derivations.lora``: ``"half_split"``, or
+  ``"joint"`` for square adapters), and a multi-head latent attention block
+  (:class:`~numerics.optimizer.groups.MLAPair`: ``wq_a``, ``wq_b``, ``wkv_a``, ``wkv_b``, ``wo``) by the rules of
+  ``derivations.mla`` (per head: the query, key and value up-projections and the output projection;
+  shared: the two down-projections);
 * every other matrix by Muon, ``ΔW = −η √max(1, fan_out/fan_in) msign(m)`` (as
   ``optax.contrib.muon``), and vectors (or what ``adamw_params`` selects) by ``optax.adamw``.
 
@@ -40,7 +46,8 @@ Reference: Compositional Muon (per-head whitened steepest descent on the attenti
 Muon: Jordan et al. 2024; optax: ``optax.contrib.muon``.
 
 The package by concern: :mod:`~numerics.optimizer.pairs` (pair declarations, the resolved
-:class:`~numerics.optimizer.pairs.Plan`, layouts), :mod:`~numerics.optimizer.options` (the typed
+:class:`~numerics.optimizer.pairs.Plan`, layouts), :mod:`~numerics.optimizer.groups` (LoRA and MLA
+declarations), :mod:`~numerics.optimizer.options` (the typed
 :class:`~numerics.optimizer.options.DirectionOptions`, schedules, scalar checks),
 :mod:`~numerics.optimizer.rules` (the direction rules as ``{name: function}`` registries),
 :mod:`~numerics.optimizer.transform` (the optax transformations and the non-finite guard) and
@@ -50,6 +57,7 @@ The package by concern: :mod:`~numerics.optimizer.pairs` (pair declarations, the
 from __future__ import annotations
 
 from .alias import compositional_muon, describe_pairs, parameter_roles
+from .groups import LORA_NAMES, LoRAPair, LoRAPlan, MLAPair, MLAPlan, auto_lora_pairs
 from .options import (
     GAUGES,
     GRAM_ROOTS,
@@ -87,10 +95,13 @@ from .pairs import (
 )
 from .rules import (
     GROUPED_QK_DIRECTIONS,
+    LORA_DIRECTIONS,
+    LORA_RULES,
     OV_DIRECTIONS,
     OV_RULES,
     QK_DIRECTIONS,
     QK_RULES,
+    mla_partners,
     product_gradient,
 )
 from .transform import (
@@ -111,6 +122,15 @@ from .transform import (
 
 __all__ = [
     "AUTO_NAMES",
+    "LORA_DIRECTIONS",
+    "LORA_NAMES",
+    "LORA_RULES",
+    "LoRAPair",
+    "LoRAPlan",
+    "MLAPair",
+    "MLAPlan",
+    "auto_lora_pairs",
+    "mla_partners",
     "AutoPairs",
     "OPTAX_PRESETS",
     "adamw_selector",

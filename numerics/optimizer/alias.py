@@ -15,6 +15,7 @@ from typing import Any, Literal
 import jax
 import optax
 
+from .groups import LoRAPlan
 from .options import flag
 from .pairs import Pairs, adamw_selector, named_leaves, pair_declaration, plan_pairs
 from .transform import (
@@ -51,6 +52,12 @@ def parameter_roles(params: Any, pairs: Any = None, adamw_params: Any = None,
     return roles
 
 
+#: what each member of an MLA block is, in the order of its fields
+MLA_ROLES = ("wq_a (query down-projection)", "wq_b (query up-projections, content and RoPE)",
+             "wkv_a (KV down-projection and RoPE key)", "wkv_b (key and value up-projections)",
+             "wo (output projection)")
+
+
 def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
                    muon_weight_dimension_numbers: Any = None) -> str:
     """A table of what :func:`compositional_muon` does with every parameter: its pair and rule, Muon or AdamW.
@@ -66,13 +73,26 @@ def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
         what = (f"{pair.kind} pair: heads={pair.heads} kv_heads={pair.kv_heads} d_h={pair.head_dim}{layout}")
         where[pair.first] = f"{what}, first of ({pair.first!r}, {pair.second!r})"
         where[pair.second] = f"{what}, second of ({pair.first!r}, {pair.second!r})"
+    for group in plan.groups:
+        layout = " (kernels)" if group.kernels else ""
+        if isinstance(group, LoRAPlan):
+            own = "" if group.damping is None else f" damping={group.damping:g}"
+            what = f"LoRA pair: r={group.rank} d_out={group.d_out} d_in={group.d_in}{own}{layout}"
+            where.update({group.b: f"{what}, B of {group.members}", group.a: f"{what}, A of {group.members}"})
+            continue
+        what = (f"MLA block: heads={group.heads} d_h={group.d_h} d_R={group.d_rope} d_v={group.d_v}{layout}, "
+                f"with {group.members[0]!r}")
+        where.update({m: f"{what}, {role}" for m, role in zip(group.members, MLA_ROLES, strict=True)})
     leaves = named_leaves(params)
     width = max((len(n) for n in leaves), default=4)
     lines = [f"{'path':<{width}}  {'shape':<18}  role"]
     for name, x in leaves.items():
         role = where.get(name) or ("muon" if roles[name] == "cm" else "adamw")
         lines.append(f"{name:<{width}}  {str(tuple(getattr(x, 'shape', ()))):<18}  {role}")
-    lines.append(f"{len(plan.pairs)} pairs, {sum(r == 'cm' for r in roles.values()) - len(plan.members)} Muon "
+    lora = sum(isinstance(g, LoRAPlan) for g in plan.groups)
+    lines.append(f"{len(plan.pairs)} pairs, "
+                 + (f"{lora} LoRA pairs, {len(plan.groups) - lora} MLA blocks, " if plan.groups else "")
+                 + f"{sum(r == 'cm' for r in roles.values()) - len(plan.members)} Muon "
                  f"matrices, {sum(r == 'adam' for r in roles.values())} AdamW parameters")
     return "\n".join(lines)
 
@@ -91,6 +111,7 @@ def compositional_muon(
     nesterov: bool = True,
     qk_rule: Literal["half_split", "joint", "isotropic", "sylvester"] = "half_split",
     ov_rule: Literal["hybrid"] = "hybrid",
+    lora_rule: Literal["half_split", "joint"] = "half_split",
     damping: float = 1e-2,
     gauge: Literal["none", "horizontal_projection", "rebalance"] = "none",
     msign: Literal["newton_schulz", "svd"] = "newton_schulz",
@@ -116,8 +137,9 @@ def compositional_muon(
     ``adam_*`` arguments of the AdamW part (``adam_learning_rate`` defaults to ``learning_rate``).
 
     Args:
-      pairs: ``params -> [QKPair | OVPair, ...]`` (or that list itself): which parameters form
-        attention pairs, with their heads and kv heads; paths are ``"/"``-joined pytree keys
+      pairs: ``params -> [QKPair | OVPair | LoRAPair | MLAPair, ...]`` (or that list itself): which
+        parameters form attention pairs (with their heads and kv heads), LoRA adapters and MLA blocks;
+        ``"auto"``/``AutoPairs(heads=H)`` finds them by name; paths are ``"/"``-joined pytree keys
         (``"params/Block_0/q/kernel"`` for flax; two leaves whose paths join to one name are refused).
         Checked at ``init`` and ``update``; bad names, shapes or dtypes raise an error naming the
         parameter.
@@ -125,6 +147,10 @@ def compositional_muon(
         ``"sylvester"`` (per head, ``O(d³)`` per head for the sign of the ``d × d`` product gradient;
         no grouped-query form).
       ov_rule: ``"hybrid"`` (head-local V, global O; shared value heads with GQA).
+      lora_rule: for :class:`~numerics.optimizer.groups.LoRAPair` declarations (``W = W₀ + B A``):
+        ``"half_split"`` (``ΔB = −η msign(m̂_B C_A⁻¹) C_A⁻¹``, ``ΔA = −η C_B⁻¹ msign(C_B⁻¹ m̂_A)``) or ``"joint"``
+        (square adapters only). An :class:`~numerics.optimizer.groups.MLAPair` takes the six rules of
+        ``derivations.mla``; every group's members share the pair's budget (``η`` per half, ``2η`` per circuit).
       damping: ``λ`` in every Gram root ``(WᵀW + λI)^{1/2}`` (default ``1e-2``): any real scalar
         (Python, NumPy or JAX) that is finite and ``>= 0``, and 0 or a normal number of the dtype
         the roots are computed in (float32 for 16-bit weights; refused at ``init`` otherwise). For
@@ -134,7 +160,8 @@ def compositional_muon(
       gauge: ``"none"``, ``"horizontal_projection"`` (project the momentum of every pair onto the
         horizontal space), ``"rebalance"`` (equal Grams of both factors after every step, the gauge
         derived in :mod:`derivations.balance`). A shared kv head is projected and balanced with its
-        group's query (output) heads stacked row-wise.
+        group's query (output) heads stacked row-wise. Both act on Q/K and O/V pairs only: LoRA pairs
+        (whose ``B = 0`` start no ``GL(r)`` gauge balances) and MLA blocks are not gauged.
       msign: ``"newton_schulz"`` or ``"svd"``. A Newton–Schulz ``ns_coeffs`` whose scalar iteration
         leaves ``[−100, 100]`` on ``[0, 1]`` (it diverges) is refused here.
       gram_roots: ``"eigh"`` (the emitted code's Gram roots).
@@ -166,7 +193,7 @@ def compositional_muon(
     leading axes (stacked layers). The state is a tuple: the gradient check's, the partition's (the
     ``"cm"`` and ``"adam"`` parts) and the :class:`SkipNonFiniteState`.
     """
-    check_options(qk_rule, ov_rule, gauge, gram_roots, msign)
+    check_options(qk_rule, ov_rule, gauge, gram_roots, msign, lora_rule)
     check_finite, nesterov = flag("check_finite", check_finite), flag("nesterov", nesterov)
     pairs = pair_declaration(pairs)
     to_adamw = adamw_selector(adamw_params)
@@ -178,7 +205,8 @@ def compositional_muon(
         return jax.tree_util.tree_unflatten(jax.tree.structure(params), list(roles.values()))
 
     core = [scale_by_compositional_muon(pairs, ns_coeffs, ns_steps, beta, mu_dtype, nesterov=nesterov,
-                                        qk_rule=qk_rule, ov_rule=ov_rule, damping=damping, gauge=gauge,
+                                        qk_rule=qk_rule, ov_rule=ov_rule, lora_rule=lora_rule, damping=damping,
+                                        gauge=gauge,
                                         msign=msign, gram_roots=gram_roots, adaptive=adaptive,
                                         consistent_rms=consistent_rms,
                                         weight_dimension_numbers=muon_weight_dimension_numbers),

@@ -23,13 +23,13 @@ import numpy as np
 
 import coeffsearch
 from coeffsearch.polynomial import MAX_STEP_COEFFICIENTS, ScheduleError
-from numerics.kernels import jax_kernels
+from numerics.kernels import jax_exact_scaling, jax_msign
 
 from .pairs import Plan, named_leaves
 
 GAUGES = ("none", "horizontal_projection", "rebalance")
 GRAM_ROOTS = ("eigh",)
-MSIGN_METHODS = jax_kernels.MSIGN_METHODS
+MSIGN_METHODS = jax_msign.MSIGN_METHODS
 NONFINITE_POLICIES = ("skip", "raise")
 SCHEDULE_BOUND = 100.0  # the largest |σ| a Newton–Schulz step may reach from σ ∈ [0, 1] (see check_schedule_bounded)
 
@@ -80,8 +80,8 @@ def _coefficient(c: Any) -> float:
 
 def _check_schedule_size(steps: int, widest: int, ns_coeffs: Any) -> None:
     """At most ``MAX_SCHEDULE_STEPS`` steps of at most ``MAX_STEP_COEFFICIENTS`` coefficients (the work is bounded)."""
-    if steps > jax_kernels.MAX_SCHEDULE_STEPS or widest > MAX_STEP_COEFFICIENTS:
-        raise ValueError(f"compositional_muon: a Newton–Schulz schedule has at most {jax_kernels.MAX_SCHEDULE_STEPS} "
+    if steps > jax_msign.MAX_SCHEDULE_STEPS or widest > MAX_STEP_COEFFICIENTS:
+        raise ValueError(f"compositional_muon: a Newton–Schulz schedule has at most {jax_msign.MAX_SCHEDULE_STEPS} "
                          f"steps of at most {MAX_STEP_COEFFICIENTS} coefficients, got {steps} steps of up to {widest} "
                          f"(ns_coeffs of type {type(ns_coeffs).__name__}); a certified schedule needs far fewer "
                          f"(polar-express-5 has 5 steps of 3)")
@@ -99,9 +99,9 @@ def _repeated_step(ns_coeffs: Any, ns_steps: Any, bad_coefficient: ValueError) -
     if len(ns_coeffs) < 2 or not isinstance(ns_steps, numbers.Integral) or ns_steps < 1:
         raise ValueError(f"compositional_muon: ns_coeffs must have shape (k,) or (n, k) with k >= 2 and "
                          f"ns_steps >= 1, got {ns_coeffs!r} and ns_steps={ns_steps!r}")
-    if ns_steps > jax_kernels.MAX_SCHEDULE_STEPS:
+    if ns_steps > jax_msign.MAX_SCHEDULE_STEPS:
         raise ValueError(f"compositional_muon: ns_steps = {ns_steps} is more than MAX_SCHEDULE_STEPS = "
-                         f"{jax_kernels.MAX_SCHEDULE_STEPS}; Newton–Schulz needs far fewer (optax uses 5)")
+                         f"{jax_msign.MAX_SCHEDULE_STEPS}; Newton–Schulz needs far fewer (optax uses 5)")
     ns_steps = int(ns_steps)
     try:
         return [[_coefficient(c) for c in ns_coeffs]] * ns_steps
@@ -240,13 +240,18 @@ def real_scalar(name: str, value: Any, traced: bool = False) -> Any:
 
 
 def _root_dtypes(plan: Plan, params: Any) -> list[tuple[Any, Any, Any]]:
-    """``(pair, weight dtype, dtype its Gram roots are computed in)`` of every pair."""
+    """``(record, weight dtype, dtype its Gram roots are computed in)`` of every pair, LoRA pair and MLA block."""
     leaves = named_leaves(params)
     out = []
-    for pair in plan.pairs:
-        dtype = jnp.dtype(leaves[pair.first].dtype)
-        out.append((pair, dtype, jnp.dtype(jax_kernels.compute_dtype(dtype))))
+    for rec in plan.records:
+        dtype = jnp.dtype(leaves[rec.members[0]].dtype)
+        out.append((rec, dtype, jnp.dtype(jax_exact_scaling.compute_dtype(dtype))))
     return out
+
+
+def _own_damping(rec: Any) -> float | None:
+    """A declaration's own ``λ`` (a ``LoRAPair``'s ``damping``), or None: it takes the optimizer's."""
+    return getattr(rec, "damping", None)
 
 
 def damping_ok(plan: Plan, params: Any, damping: Any, positive: bool = False) -> jax.Array:
@@ -255,7 +260,9 @@ def damping_ok(plan: Plan, params: Any, damping: Any, positive: bool = False) ->
     Finite, ``>= 0`` (``> 0`` with ``positive``), and 0 or a normal number of every pair's root dtype.
     """
     ok = jnp.isfinite(damping) & ((damping > 0) if positive else (damping >= 0))
-    for _, _, ct in _root_dtypes(plan, params):
+    for rec, _, ct in _root_dtypes(plan, params):
+        if _own_damping(rec) is not None:
+            continue  # a concrete number, checked by check_damping_range
         info = jnp.finfo(ct)
         ok &= (damping == 0) | ((damping >= float(info.tiny)) & (damping <= float(info.max)))
     return ok
@@ -267,14 +274,17 @@ def check_damping_range(plan: Plan, params: Any, damping: float) -> None:
     That dtype is float32 for 16-bit and float32 weights, float64 for float64. ``damping = 1e300``
     is a float64 number but infinite in float32, where it would turn every root of the pair into
     NaN; a subnormal ``λ`` (``1e-40`` in float32) is flushed to 0 by XLA on the CPU, so the step
-    would silently be the undamped one. Refused naming the pair and the usable range.
+    would silently be the undamped one. Refused naming the pair and the usable range. A LoRA pair's
+    own ``damping`` is checked the same way; a traced ``damping`` is skipped (see :func:`damping_ok`).
     """
-    for pair, dtype, ct in _root_dtypes(plan, params):
-        kind, a, b = pair.kind, pair.first, pair.second
+    for rec, dtype, ct in _root_dtypes(plan, params):
+        lam = damping if _own_damping(rec) is None else _own_damping(rec)
+        if isinstance(lam, jax.core.Tracer):
+            continue
         info = jnp.finfo(ct)
-        if damping > float(info.max) or 0.0 < damping < float(info.tiny):
-            what = "infinite" if damping > 1 else "subnormal"
-            raise ValueError(f"compositional_muon: damping = {damping:g} is {what}"
-                             f" in {ct.name}, the dtype in which the {kind} pair ({a!r}, {b!r}) of {dtype.name} "
+        if lam > float(info.max) or 0.0 < lam < float(info.tiny):
+            what = "infinite" if lam > 1 else "subnormal"
+            raise ValueError(f"compositional_muon: damping = {lam:g} is {what}"
+                             f" in {ct.name}, the dtype in which the {rec.label} of {dtype.name} "
                              f"weights computes (WᵀW + λI)^(1/2); use 0 or a damping in [{float(info.tiny):.3g}, "
                              f"{float(info.max):.3g}] (λ is in the units of the squared weights)")

@@ -21,6 +21,17 @@ import jax.numpy as jnp
 
 from numerics.emitted import gqa as _gqa
 
+from .groups import (
+    GROUP_DECLARATIONS,
+    LoRAPair,
+    LoRAPlan,
+    MLAPair,
+    MLAPlan,
+    auto_lora_pairs,
+    group_from_data,
+    plan_group,
+)
+
 
 class QKPair(NamedTuple):
     """A query/key pair: ``query`` and ``key`` are parameter paths (``"layers/0/attn/wq"``).
@@ -74,13 +85,29 @@ class PairPlan:
     head_dim: int
     kernels: bool
 
+    @property
+    def members(self) -> tuple[str, str]:
+        return (self.first, self.second)
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} pair ({self.first!r}, {self.second!r})"
+
 
 @dataclass(frozen=True)
 class Plan:
-    """Resolved pairs (:class:`PairPlan` in declaration order) and the set of their member paths."""
+    """Resolved declarations in declaration order: attention pairs (:class:`PairPlan`), LoRA pairs and MLA blocks
+    (``groups``: :class:`~numerics.optimizer.groups.LoRAPlan`, :class:`~numerics.optimizer.groups.MLAPlan`), and
+    the set of their member paths."""
 
     pairs: tuple[PairPlan, ...]
     members: frozenset[str]
+    groups: tuple[LoRAPlan | MLAPlan, ...] = ()
+
+    @property
+    def records(self) -> tuple[PairPlan | LoRAPlan | MLAPlan, ...]:
+        """Every resolved declaration: the attention pairs, then the groups."""
+        return (*self.pairs, *self.groups)
 
 
 def path_name(path) -> str:
@@ -185,13 +212,19 @@ def _check_pair_shapes(kind, a_name, b_name, a, b, heads, kv_heads, kernels) -> 
     return head_dim
 
 
-def pair_from_data(item: Any) -> QKPair | OVPair:
-    """A ``QKPair``/``OVPair``, or one written as a dict (a config file's): ``{"query": …, "key": …, "heads": …}``
-    is a ``QKPair``, ``{"output": …, "value": …, "heads": …}`` an ``OVPair`` (optional ``kv_heads``, ``kernels``)."""
-    if isinstance(item, (QKPair, OVPair)):
+#: every declaration ``pairs`` may hold
+DECLARATIONS = (QKPair, OVPair, *GROUP_DECLARATIONS)
+
+
+def pair_from_data(item: Any) -> QKPair | OVPair | LoRAPair | MLAPair:
+    """A declaration, or one written as a dict (a config file's): ``{"query": …, "key": …, "heads": …}`` is a
+    ``QKPair``, ``{"output": …, "value": …, "heads": …}`` an ``OVPair`` (optional ``kv_heads``, ``kernels``),
+    ``{"b": …, "a": …}`` a ``LoRAPair`` and ``{"wq_a": …, "wq_b": …, …, "heads": …, "d_h": …}`` an ``MLAPair``."""
+    if isinstance(item, DECLARATIONS):
         return item
     if isinstance(item, Mapping):
-        kind = QKPair if "query" in item or "key" in item else OVPair if "output" in item or "value" in item else None
+        kind = QKPair if "query" in item or "key" in item else OVPair if "output" in item or "value" in item else \
+            group_from_data(item)
         if kind is not None:
             unknown = sorted(set(item) - set(kind._fields), key=str)
             if unknown:
@@ -202,17 +235,17 @@ def pair_from_data(item: Any) -> QKPair | OVPair:
             except TypeError:
                 raise TypeError(f"compositional_muon: the {kind.__name__} declaration {dict(item)!r} needs the "
                                 f"fields {tuple(f for f in kind._fields if f not in kind._field_defaults)}") from None
-    raise TypeError(f"compositional_muon: pairs must be a function params -> [QKPair | OVPair, ...], a list of "
-                    f"QKPair/OVPair (or of dicts with their fields), 'auto' or AutoPairs(heads=H) (found from the "
-                    f"parameter names), or None (no attention pairs), got {item!r}")
+    raise TypeError(f"compositional_muon: pairs must be a function params -> [QKPair | OVPair | LoRAPair | MLAPair, "
+                    f"...], a list of them (or of dicts with their fields), 'auto' or AutoPairs(heads=H) (found from "
+                    f"the parameter names), or None (no attention pairs), got {item!r}")
 
 
 def pair_declaration(pairs: Any) -> Pairs | None:
-    """``pairs`` as a function ``params -> [QKPair | OVPair, ...]`` (or ``None``: no pairs).
+    """``pairs`` as a function ``params -> [QKPair | OVPair | LoRAPair | MLAPair, ...]`` (or ``None``: no pairs).
 
-    Takes that function; the pairs themselves as data: a list or tuple of ``QKPair``/``OVPair`` or of
-    dicts with their fields (:func:`pair_from_data`), or one of them; or ``"auto"`` (:func:`auto_pairs`,
-    found from the parameter names). Anything else raises ``TypeError`` saying what ``pairs`` must be.
+    Takes that function; the declarations themselves as data: a list or tuple of them or of dicts with
+    their fields (:func:`pair_from_data`), or one of them; or ``"auto"`` (:func:`auto_pairs`, found from
+    the parameter names). Anything else raises ``TypeError`` saying what ``pairs`` must be.
     Data stays static under ``optax.inject_hyperparams`` (which takes every callable for a schedule).
     """
     if pairs is None or callable(pairs):
@@ -223,12 +256,52 @@ def pair_declaration(pairs: Any) -> Pairs | None:
         if pairs == "auto":
             return AutoPairs().declare
         pair_from_data(pairs)  # raises, saying what pairs may be
-    if isinstance(pairs, (QKPair, OVPair, Mapping)):
+    if isinstance(pairs, (*DECLARATIONS, Mapping)):
         pairs = [pairs]
     if not isinstance(pairs, (list, tuple)):
         pair_from_data(pairs)  # raises, saying what pairs may be
     fixed = [pair_from_data(p) for p in pairs]
     return lambda params: fixed
+
+
+def _declared(pairs: Pairs, params: Any) -> list:
+    """The user's declaration called on ``params``, as a list of declarations (dicts read as data)."""
+    declared = pairs(params)
+    if isinstance(declared, (*DECLARATIONS, Mapping)):
+        declared = [declared]
+    if not isinstance(declared, (list, tuple)):
+        raise TypeError(f"compositional_muon: pairs(params) must return a list of QKPair/OVPair, got {declared!r} "
+                        f"(LoRAPair and MLAPair items are taken too)")
+    return [pair_from_data(p) if isinstance(p, Mapping) else p for p in declared]
+
+
+def _kind_and_names(p: Any) -> tuple[str, tuple]:
+    """``(kind, member paths)`` of a declaration; ``TypeError`` for anything else."""
+    if isinstance(p, QKPair):
+        return "qk", (p.query, p.key)
+    if isinstance(p, OVPair):
+        return "ov", (p.output, p.value)
+    if isinstance(p, LoRAPair):
+        return "LoRA", (p.b, p.a)
+    if isinstance(p, MLAPair):
+        return "MLA", tuple(p[:5])
+    raise TypeError(f"compositional_muon: pairs must return QKPair/OVPair/LoRAPair/MLAPair items, got {p!r}")
+
+
+def _check_names(kind: str, p: Any, names: tuple, leaves: dict, members: set) -> None:
+    """Every member is a parameter path, declared once; adds them to ``members``."""
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"compositional_muon: the {kind} pair {p!r} names {name!r}; parameters are named "
+                            f"by '/'-joined path strings like {next(iter(leaves), '')!r}")
+        if name not in leaves:
+            near = sorted(n for n in leaves if n.split("/")[-1] == str(name).split("/")[-1])[:3]
+            hint = f"; parameters with that last name: {near}" if near else \
+                f"; parameters are named like {next(iter(leaves), '')!r}"
+            raise ValueError(f"compositional_muon: the {kind} pair names {name!r}, which is not a parameter{hint}")
+        if name in members:
+            raise ValueError(f"compositional_muon: parameter {name!r} is declared in two pairs")
+        members.add(name)
 
 
 def plan_pairs(pairs: Pairs | None, params: Any) -> Plan:
@@ -237,39 +310,19 @@ def plan_pairs(pairs: Pairs | None, params: Any) -> Plan:
     pairs = pair_declaration(pairs)
     if pairs is None:
         return Plan((), frozenset())
-    declared = pairs(params)
-    if isinstance(declared, (QKPair, OVPair, Mapping)):
-        declared = [declared]
-    if isinstance(declared, (list, tuple)):
-        declared = [pair_from_data(p) if isinstance(p, Mapping) else p for p in declared]
-    if not isinstance(declared, (list, tuple)):
-        raise TypeError(f"compositional_muon: pairs(params) must return a list of QKPair/OVPair, got {declared!r}")
-    out, members = [], set()
-    for p in declared:
-        if isinstance(p, QKPair):
-            kind, names, kernels = "qk", (p.query, p.key), p.transposed
-        elif isinstance(p, OVPair):
-            kind, names, kernels = "ov", (p.output, p.value), p.kernels
-        else:
-            raise TypeError(f"compositional_muon: pairs must return QKPair/OVPair items, got {p!r}")
-        for name in names:
-            if not isinstance(name, str):
-                raise TypeError(f"compositional_muon: the {kind} pair {p!r} names {name!r}; parameters are named "
-                                f"by '/'-joined path strings like {next(iter(leaves), '')!r}")
-            if name not in leaves:
-                near = sorted(n for n in leaves if n.split("/")[-1] == str(name).split("/")[-1])[:3]
-                hint = f"; parameters with that last name: {near}" if near else \
-                    f"; parameters are named like {next(iter(leaves), '')!r}"
-                raise ValueError(f"compositional_muon: the {kind} pair names {name!r}, which is not a parameter"
-                                 f"{hint}")
-            if name in members:
-                raise ValueError(f"compositional_muon: parameter {name!r} is declared in two pairs")
-            members.add(name)
+    out, groups, members = [], [], set()
+    for p in _declared(pairs, params):
+        kind, names = _kind_and_names(p)
+        _check_names(kind, p, names, leaves, members)
+        if kind not in ("qk", "ov"):
+            groups.append(plan_group(p, leaves))
+            continue
+        kernels = p.transposed if kind == "qk" else p.kernels
         kv = p.heads if p.kv_heads is None else p.kv_heads
         head_dim = _check_pair_shapes(kind, *names, leaves[names[0]], leaves[names[1]], p.heads, kv, kernels)
         out.append(PairPlan(kind=kind, first=names[0], second=names[1], heads=p.heads, kv_heads=kv,
                             head_dim=head_dim, kernels=kernels))
-    return Plan(tuple(out), frozenset(members))
+    return Plan(tuple(out), frozenset(members), tuple(groups))
 
 
 def adamw_selector(adamw_params: Any) -> Callable[[str, Any], bool] | None:
@@ -348,18 +401,23 @@ def auto_pairs(params: Any, heads: int | None = None, kv_heads: int | None = Non
     dicts), or ``W @ x`` weights ``(H·d_h, d)`` (PyTorch, equinox): grouped key heads tell by the axis K
     shares with Q, otherwise the leaf name does (``weight``: ``W @ x``). O is a kernel ``(H·d_h, d)``
     (flax; V then ``(d, H_kv·d_h)``) or ``(d, H·d_h)`` (this project's plain layout and ``W @ x``
-    weights; V then ``(H_kv·d_h, d)``), by its shape, or when square by its leaf name (``kernel``). The head count is not in a 2-D layout: give ``heads`` (and
+    weights; V then ``(H_kv·d_h, d)``), by its shape, or when square by its leaf name (``kernel``). The
+    head count is not in a 2-D layout: give ``heads`` (and
     ``kv_heads``; by default the ratio of the key and query widths) with ``pairs=AutoPairs(heads=H)``;
     without it the block is refused as ambiguous, naming it. Blocks with head axes (flax linen's
     ``MultiHeadDotProductAttention`` kernels ``(d, H, d_h)``) are not paired (declare them reshaped,
-    or leave them to Muon). :func:`~numerics.optimizer.alias.describe_pairs` prints what was paired
-    and where every other parameter goes.
+    or leave them to Muon). LoRA adapters are found too, without a head count: sibling factors named
+    ``lora_A``/``lora_B`` (peft) or ``lora_a``/``lora_b`` (flax nnx) become a
+    :class:`~numerics.optimizer.groups.LoRAPair` (:func:`~numerics.optimizer.groups.auto_lora_pairs`).
+    :func:`~numerics.optimizer.alias.describe_pairs` prints what was paired and where every other
+    parameter goes.
     """
     leaves = named_leaves(params)
-    out = []
+    out: list = auto_lora_pairs(leaves)
     for layout in _auto_layouts(leaves):
         wq, wk, wv, wo = (leaves[q] for q in layout.paths)
-        if any(getattr(x, "ndim", 0) < 2 for x in (wq, wk, wv, wo)) or len({x.shape[:-2] for x in (wq, wk, wv, wo)}) > 1:
+        if any(getattr(x, "ndim", 0) < 2 for x in (wq, wk, wv, wo)) or len({x.shape[:-2]
+                                                                            for x in (wq, wk, wv, wo)}) > 1:
             continue  # vectors, or head axes (flax linen's (d, H, d_h) and (H, d_h, d)): not read automatically
         q_shape, k_shape = wq.shape[-2:], wk.shape[-2:]
         # x @ W kernels (flax Dense, plain dicts): Q (d, H·d_h), K (d, H_kv·d_h); W @ x weights (PyTorch-style,

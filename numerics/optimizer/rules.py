@@ -9,6 +9,10 @@ on ``(..., H, d, d_h)`` factors: ``"half_split"`` ``ΔW_Q = −(ε/2) msign(G_Q 
 (:func:`product_gradient` gives ``Ĝ_M``). With ``kv_heads < heads`` only the rules in
 :data:`GROUPED_QK_DIRECTIONS` apply (half-split's grouped-query form, shared key budget ``ε/(2G)``).
 Output/value rules (:data:`OV_DIRECTIONS`): ``"hybrid"``, head-local V side and one global sign on O.
+LoRA rules (:data:`LORA_DIRECTIONS`, ``W = W₀ + B A``): ``"half_split"``
+``ΔB = −(ε/2) msign(G_B C_A⁻¹) C_A⁻¹``, ``ΔA = −(ε/2) C_B⁻¹ msign(C_B⁻¹ G_A)``, and ``"joint"`` for square
+adapters (the joint QK rule on ``(B, Aᵀ)``). An MLA block takes the six rules of ``derivations.mla``
+(:func:`mla_direction`), its partners formed here in JAX.
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ from numerics.emitted import gqa as _gqa
 from numerics.emitted import halfsplit as _halfsplit
 from numerics.emitted import hybrid_ov as _hybrid_ov
 from numerics.emitted import joint as _joint
+from numerics.emitted import lora as _lora
+from numerics.emitted import mla as _mla
 from numerics.emitted import sylvester as _sylvester
-from numerics.kernels import jax_kernels
+from numerics.kernels import jax_damped_gram
 
+from .groups import LoRAPlan, MLAPlan
 from .options import DirectionOptions
 from .pairs import PairPlan, merge_heads, split_heads
 
@@ -54,8 +61,8 @@ def product_gradient(w_q: jax.Array, w_k: jax.Array, g_q: jax.Array, g_k: jax.Ar
     ``(..., d, d_h)``; the result is ``(..., d, d)``. One stacked eigh for both Grams.
     """
     ct = jnp.promote_types(w_q.dtype, jnp.float32)
-    eig_q, eig_k = jax_kernels.gram_eigh_stacked((w_q, w_k), damping, "right")
-    r_q, r_k = (jax_kernels.psd_power(e, -1.0, ct) for e in (eig_q, eig_k))
+    eig_q, eig_k = jax_damped_gram.gram_eigh_stacked((w_q, w_k), damping, "right")
+    r_q, r_k = (jax_damped_gram.psd_power(e, -1.0, ct) for e in (eig_q, eig_k))
     wq, wk, gq, gk = (x.astype(ct) for x in (w_q, w_k, g_q, g_k))
     s = 0.5 * (wq.mT @ gq + gk.mT @ wk)
     left, right = wq @ r_q, r_k @ wk.mT  # (d, d_h), (d_h, d)
@@ -162,3 +169,138 @@ def ov_direction(rule: str, w_o: jax.Array, w_v: jax.Array, m_o: jax.Array, m_v:
                  options: DirectionOptions) -> Factors:
     """``(ΔW_O, ΔW_V)`` of an output/value pair by the rule named ``rule``."""
     return OV_DIRECTIONS[rule](w_o, w_v, m_o, m_v, pair, options)
+
+
+# ---- LoRA pairs -------------------------------------------------------------------------------
+#: a LoRA rule: ``(B, A, G_B, G_A, options)`` with ``B (..., d_out, r)``, ``A (..., r, d_in)`` → ``(ΔB, ΔA)``
+LoRARule = Callable[[jax.Array, jax.Array, jax.Array, jax.Array, DirectionOptions], Factors]
+
+
+def lora_half_split(b: jax.Array, a: jax.Array, g_b: jax.Array, g_a: jax.Array,
+                    options: DirectionOptions) -> Factors:
+    """Half-split LoRA (``lora.B``, ``lora.A``): ``ΔB = −(ε/2) msign(G_B C_A⁻¹) C_A⁻¹``,
+    ``ΔA = −(ε/2) C_B⁻¹ msign(C_B⁻¹ G_A)``, ``C_A = (A Aᵀ + λI)^{1/2}``, ``C_B = (BᵀB + λI)^{1/2}``."""
+    return _lora.lora_halfsplit(b, a, g_b, g_a, **options.kwargs(_lora))
+
+
+def lora_joint(b: jax.Array, a: jax.Array, g_b: jax.Array, g_a: jax.Array, options: DirectionOptions) -> Factors:
+    """Joint LoRA of a square adapter (``d_out = d_in``): the joint QK rule on ``(B, Aᵀ)``, one sign over
+    ``[G_B C_A⁻¹ | G_Aᵀ C_B⁻¹]`` (``derivations.lora``: the block-whitened problem of ``[ΔB | ΔAᵀ]``)."""
+    d_b, d_at = _joint.joint_qk(b, a.mT, g_b, g_a.mT, **options.kwargs(_joint))
+    return d_b, d_at.mT
+
+
+#: LoRA rules by ``lora_rule`` name
+LORA_DIRECTIONS: dict[str, LoRARule] = {"half_split": lora_half_split, "joint": lora_joint}
+LORA_RULES = tuple(LORA_DIRECTIONS)
+
+
+def lora_direction(rule: str, w: dict, g: dict, pair: LoRAPlan, options: DirectionOptions) -> dict[str, jax.Array]:
+    """``{path: Δ}`` of a LoRA pair by the rule named ``rule``, at the pair's own ``damping`` when it has one.
+
+    Flax kernels (``pair.kernels``: ``A (d_in, r)``, ``B (r, d_out)``) are transposed to ``B (d_out, r)``,
+    ``A (r, d_in)`` and back. ``joint`` needs ``d_out = d_in`` (refused naming the pair otherwise).
+    """
+    if rule == "joint" and pair.d_out != pair.d_in:
+        raise ValueError(f"compositional_muon: lora_rule='joint' needs a square adapter, but the {pair.label} has "
+                         f"d_out = {pair.d_out} and d_in = {pair.d_in}: the halves ΔB A and (B ΔA)ᵀ sit side by side "
+                         f"only when d_out = d_in (derivations.lora); use lora_rule='half_split'")
+    if pair.damping is not None:
+        options = replace(options, damping=pair.damping)
+    b, a, g_b, g_a = w[pair.b], w[pair.a], g[pair.b], g[pair.a]
+    if pair.kernels:
+        b, a, g_b, g_a = b.mT, a.mT, g_b.mT, g_a.mT
+    d_b, d_a = LORA_DIRECTIONS[rule](b, a, g_b, g_a, options)
+    if pair.kernels:
+        d_b, d_a = d_b.mT, d_a.mT
+    return {pair.b: d_b, pair.a: d_a}
+
+
+# ---- multi-head latent attention ----------------------------------------------------------------
+def _rows_per_head(x: jax.Array, heads: int) -> jax.Array:
+    """``(..., H·k, c)`` → ``(..., H, k, c)`` (heads are contiguous row blocks)."""
+    return x.reshape(*x.shape[:-2], heads, x.shape[-2] // heads, x.shape[-1])
+
+
+def _merge_rows(x: jax.Array) -> jax.Array:
+    """Inverse of :func:`_rows_per_head`: ``(..., H, k, c)`` → ``(..., H·k, c)``."""
+    return x.reshape(*x.shape[:-3], x.shape[-3] * x.shape[-2], x.shape[-1])
+
+
+def _shared(x: jax.Array, heads: int) -> jax.Array:
+    """A matrix shared by every head, ``(..., a, b)`` → ``(..., H, a, b)``."""
+    return jnp.broadcast_to(x[..., None, :, :], (*x.shape[:-2], heads, *x.shape[-2:]))
+
+
+def _gram_factor(x: jax.Array) -> jax.Array:
+    """``R`` with ``RᵀR = xᵀx``, ``(..., m, n)`` → ``(..., min(m, n), n)``: the triangular factor of ``x = QR``."""
+    return jnp.linalg.qr(x, mode="r")
+
+
+def mla_partners(wq_a: jax.Array, wq_b: jax.Array, wkv_a: jax.Array, wkv_b: jax.Array, wo: jax.Array,
+                 block: MLAPlan) -> dict[str, jax.Array]:
+    """The partners the emitted MLA functions take, from the stored weights (``W @ x`` layouts), in JAX.
+
+    ``K_hat (..., H, d_h + d_R, d)`` (``[W_UK W_DKV; W_KR]``), ``E_Q (..., H, d_h, d)`` (``W_UQ W_DQ``), ``W_DKV
+    (..., c_kv, d)``, ``E_V (..., H, d_v, d)`` (``W_UV W_DKV``), ``W_O (..., H, d, d_v)``, and the stacked
+    partners of the shared down-projections in compact form: ``P_Q`` rows ``R_h Û_{Q,h}`` with ``R_hᵀR_h =
+    K̂_h K̂_hᵀ`` (``(..., H·(d_h + d_R), c_q)`` when ``d ≥ d_h + d_R``), ``P_KV`` the score rows ``R_h
+    blockdiag(W_UK,h, I)`` (``R_hᵀR_h = Q̂_h Q̂_hᵀ``) and the value rows ``R_h [W_UV,h 0]`` (``R_hᵀR_h =
+    W_O,hᵀW_O,h``). The shared rules depend on their partner only through its Gram, so these give the update
+    of the ``H·d``-row stacks of ``derivations.mla`` (whose ``partners`` forms them with Gram roots, in NumPy);
+    here the ``R`` factors of QR decompositions, jittable and batched.
+    """
+    h, d_h = block.heads, block.d_h
+    c_kv = wkv_b.shape[-1]
+    u_q = _rows_per_head(wq_b, h)  # (..., H, d_h + d_R, c_q)
+    kv = _rows_per_head(wkv_b, h)
+    w_uk, w_uv = kv[..., :d_h, :], kv[..., d_h:, :]
+    w_o = split_heads(wo, block.d_v)  # (..., H, d, d_v)
+    w_dkv, w_kr = wkv_a[..., :c_kv, :], wkv_a[..., c_kv:, :]
+    k_hat = jnp.concatenate([w_uk @ w_dkv[..., None, :, :], _shared(w_kr, h)], axis=-2)
+    q_hat = u_q @ wq_a[..., None, :, :]  # (..., H, d_h + d_R, d)
+    r_q = _gram_factor(q_hat.mT)
+    score_rows = jnp.concatenate([r_q[..., :d_h] @ w_uk, r_q[..., d_h:]], axis=-1)  # R_h blockdiag(W_UK,h, I)
+    value = _gram_factor(w_o) @ w_uv
+    value_rows = jnp.concatenate([value, jnp.zeros((*value.shape[:-1], block.d_rope), value.dtype)], axis=-1)
+    return {"K_hat": k_hat, "E_Q": q_hat[..., :d_h, :], "W_DKV": w_dkv, "E_V": w_uv @ w_dkv[..., None, :, :],
+            "W_O": w_o, "P_Q": _merge_rows(_gram_factor(k_hat.mT) @ u_q),
+            "P_KV": jnp.concatenate([_merge_rows(score_rows), _merge_rows(value_rows)], axis=-2)}
+
+
+def mla_direction(w: dict, g: dict, block: MLAPlan, options: DirectionOptions) -> dict[str, jax.Array]:
+    """``{path: Δ}`` of an MLA block: the six emitted rules of ``derivations.mla``, each at budget ``ε``.
+
+    Per head ``ΔÛ_Q`` (``wq_b``, content and RoPE rows together), ``ΔW_UK`` and ``ΔW_UV`` (``wkv_b``),
+    ``ΔW_O`` (``wo``); shared ``ΔW_DQ`` (``wq_a``) and ``ΔD̂`` (``wkv_a``, the RoPE key rows included). Each
+    of the four score factors' terms has operator norm ``ε/4``, each of the three value–output factors'
+    ``ε/3`` (the shared ``wkv_a`` gives its value terms ``ε/4``), so each head's score and value–output
+    circuits change by at most ``ε`` to first order, at RoPE position 0 (``derivations.mla`` states what
+    RoPE positions ``τ ≠ 0`` and the latent RMSNorms do to that bound).
+    """
+    ws, gs = [w[n] for n in block.members], [g[n] for n in block.members]
+    if block.kernels:  # flax kernels: the W @ x layouts transposed
+        ws, gs = [x.mT for x in ws], [x.mT for x in gs]
+    g_dq, g_uq, g_dkv, g_kv, g_o = gs
+    p = mla_partners(*ws, block)
+    h, d_h, kw = block.heads, block.d_h, options.kwargs(_mla)
+    g_kv = _rows_per_head(g_kv, h)
+    w_dq, w_dkv = _shared(ws[0], h), _shared(p["W_DKV"], h)
+    d_uq = _mla.mla_query_up(p["K_hat"], w_dq, _rows_per_head(g_uq, h), **kw)
+    d_uk = _mla.mla_key_up(p["E_Q"], w_dkv, g_kv[..., :d_h, :], **kw)
+    d_uv = _mla.mla_value_up(p["W_O"], w_dkv, g_kv[..., d_h:, :], **kw)
+    d_o = _mla.mla_output(p["E_V"], split_heads(g_o, block.d_v), **kw)
+    d_dq = _mla.mla_query_down(p["P_Q"], g_dq, **kw)
+    d_dkv = _mla.mla_kv_down(p["P_KV"], g_dkv, **kw)
+    out = [d_dq, _merge_rows(d_uq), d_dkv, _merge_rows(jnp.concatenate([d_uk, d_uv], axis=-2)), merge_heads(d_o)]
+    if block.kernels:
+        out = [x.mT for x in out]
+    return dict(zip(block.members, out, strict=True))
+
+
+def group_direction(lora_rule: str, w: dict, g: dict, group: LoRAPlan | MLAPlan,
+                    options: DirectionOptions) -> dict[str, jax.Array]:
+    """``{path: Δ}`` of a LoRA pair (by ``lora_rule``) or an MLA block."""
+    if isinstance(group, LoRAPlan):
+        return lora_direction(lora_rule, w, g, group, options)
+    return mla_direction(w, g, group, options)

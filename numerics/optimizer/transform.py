@@ -15,7 +15,7 @@ import functools
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -42,8 +42,8 @@ from .options import (
     resolve_schedule,
     schedule_for,
 )
-from .pairs import Pairs, grouped_pair, named_leaves, pair_declaration, path_name, plan_pairs, ungrouped_pair
-from .rules import OV_RULES, QK_RULES, ov_direction, qk_direction
+from .pairs import Pairs, Plan, grouped_pair, named_leaves, pair_declaration, path_name, plan_pairs, ungrouped_pair
+from .rules import LORA_RULES, OV_RULES, QK_RULES, group_direction, ov_direction, qk_direction
 
 
 class CompositionalMuonState(NamedTuple):
@@ -53,12 +53,13 @@ class CompositionalMuonState(NamedTuple):
     mu: Any
 
 
-def check_options(qk_rule: str, ov_rule: str, gauge: str, gram_roots: str, msign: str) -> None:
+def check_options(qk_rule: str, ov_rule: str, gauge: str, gram_roots: str, msign: str,
+                  lora_rule: str = "half_split") -> None:
     """Refuse an unknown rule, gauge, Gram-root method or ``msign`` method, listing the choices."""
-    if qk_rule not in QK_RULES:
-        raise ValueError(f"compositional_muon: qk_rule must be one of {QK_RULES}, got {qk_rule!r}")
-    if ov_rule not in OV_RULES:
-        raise ValueError(f"compositional_muon: ov_rule must be one of {OV_RULES}, got {ov_rule!r}")
+    for name, value, choices in (("qk_rule", qk_rule, QK_RULES), ("ov_rule", ov_rule, OV_RULES),
+                                 ("lora_rule", lora_rule, LORA_RULES)):
+        if not isinstance(value, str) or value not in choices:
+            raise ValueError(f"compositional_muon: {name} must be one of {choices}, got {value!r}")
     if gauge not in GAUGES:
         raise ValueError(f"compositional_muon: gauge must be one of {GAUGES}, got {gauge!r}")
     if gram_roots not in GRAM_ROOTS:
@@ -168,6 +169,99 @@ def _project_pair(kind: str, w_a: jax.Array, w_b: jax.Array, m_a: jax.Array, m_b
     return ungrouped_pair(kind, hq, hk[..., :d, :], heads, kernels)
 
 
+@dataclass(frozen=True)
+class StepSettings:
+    """What one direction step of :func:`scale_by_compositional_muon` was built with (checked once there).
+
+    ``beta``, ``consistent_rms`` and ``options.damping`` may be traced (``optax.inject_hyperparams``).
+    """
+
+    beta: Any
+    nesterov: bool
+    qk_rule: str
+    ov_rule: str
+    lora_rule: str
+    gauge: str
+    adaptive: bool
+    consistent_rms: Any
+    options: DirectionOptions
+
+
+def _direction_dtypes(plan: Plan, params: dict, mu: dict) -> dict:
+    """``{path: dtype}`` each direction is computed in (:func:`direction_dtype`); a pair's (a group's) members
+    share the widest of theirs, because the rules take one dtype."""
+    ct = {k: direction_dtype(params[k].dtype, x.dtype) for k, x in mu.items()}
+    for rec in plan.records:
+        common = functools.reduce(jnp.promote_types, [ct[m] for m in rec.members])
+        ct.update({m: common for m in rec.members})
+    return ct
+
+
+def _project_momentum(plan: Plan, w: dict, mu: Any, ct: dict, damping: Any) -> Any:
+    """The momentum with every attention pair's part projected onto its gauge's horizontal space."""
+    m = named_leaves(mu)
+    for pair in plan.pairs:
+        a, b = pair.first, pair.second
+        ha, hb = _project_pair(pair.kind, w[a], w[b], m[a].astype(ct[a]), m[b].astype(ct[b]), pair.heads,
+                               pair.kv_heads, pair.head_dim, pair.kernels, damping)
+        m[a], m[b] = ha.astype(m[a].dtype), hb.astype(m[b].dtype)
+    return jax.tree_util.tree_unflatten(jax.tree.structure(mu), [m[k] for k in named_leaves(mu)])
+
+
+def _momentum_estimate(mu: Any, updates: Any, count: Any, beta: Any, nesterov: bool) -> Any:
+    """The bias-corrected momentum, with Nesterov's look-ahead as ``optax.contrib.scale_by_muon`` forms it."""
+    if not nesterov:
+        return optax.tree.bias_correction(mu, beta, count)
+    return jax.tree.map(lambda m, g: beta * m + (1 - beta) * g,
+                        optax.tree.bias_correction(mu, beta, optax.safe_increment(count)),
+                        optax.tree.bias_correction(updates, beta, count))
+
+
+def _declared_directions(plan: Plan, w: dict, g: dict, s: StepSettings, options: DirectionOptions) -> dict:
+    """``{path: direction}`` of every declared pair and group: the named rule at ``ε = 2``, sign flipped."""
+    out = {}
+    for pair in plan.pairs:
+        a, b = pair.first, pair.second
+        direction = qk_direction if pair.kind == "qk" else ov_direction
+        da, db = direction(s.qk_rule if pair.kind == "qk" else s.ov_rule, w[a], w[b], g[a], g[b], pair, options)
+        out[a], out[b] = -da, -db
+    for group in plan.groups:
+        out.update({k: -d for k, d in group_direction(s.lora_rule, w, g, group, options).items()})
+    if s.adaptive:  # each factor's direction times its inner product with the momentum
+        out = {k: jnp.sum(g[k] * d) * d for k, d in out.items()}
+    return out
+
+
+def _muon_direction(name: str, x: jax.Array, dims: Any, s: StepSettings) -> jax.Array:
+    """``√max(1, fan_out/fan_in) msign(m)`` (or ``optax.contrib.muon``'s ``adaptive``/``consistent_rms`` forms)."""
+    if x.ndim < 2:
+        raise ValueError(f"scale_by_compositional_muon: {name!r} has shape {tuple(x.shape)}, not a matrix; "
+                         f"compositional_muon gives vectors to AdamW, this transformation takes matrices only")
+    if x.size == 0:  # (0, n) or (n, 0): nothing to orthogonalize, the update is empty too
+        return jnp.zeros_like(x)
+    to_matrix, from_matrix = _muon_reshape(x, dims, name)
+    y = to_matrix(x)
+    fan_in, fan_out = y.shape[-2], y.shape[-1]
+    sign = from_matrix(_halfsplit.spectral_sign(y, s.options.msign, schedule_for(_halfsplit, s.options.schedule)))
+    if s.adaptive:  # optax.contrib.muon's: the sign times its inner product with the momentum
+        sign = jnp.sum(x * sign) * sign
+    scale = (s.consistent_rms * math.sqrt(max(fan_in, fan_out)) if s.consistent_rms is not None
+             else math.sqrt(max(1.0, fan_out / fan_in)))
+    return scale * sign
+
+
+def _checked_damping(plan: Plan, params: Any, damping: Any, positive: bool) -> Any:
+    """``damping``, checked now when concrete, or when the step runs when traced (then NaN if bad)."""
+    check_damping_range(plan, params, damping)  # a traced damping: only the pairs' own (LoRAPair.damping)
+    if not isinstance(damping, jax.core.Tracer):
+        return damping
+    ok = damping_ok(plan, params, damping, positive=positive)
+    _fail_unless_all(ok[None], ("damping",), lambda bad: (
+        f"compositional_muon.update: the injected damping is not a finite number {'> 0' if positive else '>= 0'} "
+        f"that is 0 or normal in the dtype of every pair's Gram roots; the step was not applied"))
+    return jnp.where(ok, damping, jnp.nan)  # a bad damping makes the pairs' step NaN: it is skipped
+
+
 def scale_by_compositional_muon(
     pairs: Pairs | None = None,
     ns_coeffs: Any = "polar-express-5",
@@ -185,6 +279,7 @@ def scale_by_compositional_muon(
     adaptive: bool = False,
     consistent_rms: Any = None,
     weight_dimension_numbers: Any = None,
+    lora_rule: Literal["half_split", "joint"] = "half_split",
 ) -> optax.GradientTransformation:
     """The direction of Compositional Muon (before weight decay and the learning rate).
 
@@ -197,46 +292,35 @@ def scale_by_compositional_muon(
     columns (output), the others batched, as in optax.
 
     Pairs get the derived rule at budget ``ε = 2`` with the sign flipped, i.e. a direction whose
-    halves have operator norm 1; other matrices get ``√max(1, fan_out/fan_in) msign(m)``.
+    halves have operator norm 1; LoRA pairs the rule named ``lora_rule`` and MLA blocks the rules of
+    ``derivations.mla``, at the same ``ε``; other matrices get ``√max(1, fan_out/fan_in) msign(m)``.
     ``optax.scale_by_learning_rate(η)`` then makes the step ``−η ·`` direction. Expects
     ``update(updates, state, params)`` with ``params``. The direction of each matrix is returned in
     its parameter's dtype. It is computed in that dtype when it has 32 or 64 bits (float64 gradients
     of float32 weights are cast to float32), and in float32 for 16-bit weights whose momentum is
     float32 (mixed precision, as ``optax.contrib.muon`` computes in the momentum's dtype). The
     momentum keeps the dtype it was created with (``mu_dtype``, default the parameter's), so the
-    state's dtypes never change between steps. ``damping`` may be a traced scalar (``optax.inject_hyperparams`` under ``jit``):
-    its range is then checked when the step runs, and a bad value is refused like a NaN gradient
-    (the step is not applied). Nothing here skips a NaN/Inf direction: :func:`compositional_muon`
-    does (``on_nonfinite``).
+    state's dtypes never change between steps. ``damping`` may be a traced scalar
+    (``optax.inject_hyperparams`` under ``jit``): its range is then checked when the step runs, and a
+    bad value is refused like a NaN gradient (the step is not applied). Nothing here skips a NaN/Inf
+    direction: :func:`compositional_muon` does (``on_nonfinite``).
     """
     schedule = check_schedule_bounded(resolve_schedule(ns_coeffs, ns_steps))
-    check_options(qk_rule, ov_rule, gauge, gram_roots, msign)
-    nesterov, adaptive = flag("nesterov", nesterov), flag("adaptive", adaptive)
+    check_options(qk_rule, ov_rule, gauge, gram_roots, msign, lora_rule)
     if consistent_rms is not None:
         consistent_rms = real_scalar("consistent_rms", consistent_rms, traced=True)
     pairs = pair_declaration(pairs)
     damping = real_scalar("damping", damping, traced=True)
-    traced_damping = isinstance(damping, jax.core.Tracer)
-    if qk_rule == "sylvester" and not traced_damping and not damping > 0:
+    if qk_rule == "sylvester" and not isinstance(damping, jax.core.Tracer) and not damping > 0:
         raise ValueError("compositional_muon: qk_rule='sylvester' needs damping > 0 (the regularization "
                          f"weight 2λ of its least-squares problem), got {damping!r}")
-    options = DirectionOptions(eps=2.0, damping=damping, msign=msign, schedule=schedule)
-
-    def checked_damping(plan, params):
-        """``damping``, checked now when concrete, or when the step runs when traced (then NaN if bad)."""
-        if not traced_damping:
-            check_damping_range(plan, params, damping)
-            return damping
-        ok = damping_ok(plan, params, damping, positive=qk_rule == "sylvester")
-        _fail_unless_all(ok[None], ("damping",), lambda bad: (
-            f"compositional_muon.update: the injected damping is not a finite number "
-            f"{'> 0' if qk_rule == 'sylvester' else '>= 0'} that is 0 or normal in the dtype of every pair's "
-            f"Gram roots; the step was not applied"))
-        return jnp.where(ok, damping, jnp.nan)  # a bad damping makes the pairs' step NaN: it is skipped
+    settings = StepSettings(beta=beta, nesterov=flag("nesterov", nesterov), qk_rule=qk_rule, ov_rule=ov_rule,
+                            lora_rule=lora_rule, gauge=gauge, adaptive=flag("adaptive", adaptive),
+                            consistent_rms=consistent_rms,
+                            options=DirectionOptions(eps=2.0, damping=damping, msign=msign, schedule=schedule))
 
     def init_fn(params):
-        if not traced_damping:
-            check_damping_range(plan_pairs(pairs, params), params, damping)  # errors at init, naming the parameter
+        check_damping_range(plan_pairs(pairs, params), params, damping)  # errors at init, naming the parameter
         check_matrix_dtypes(params)
         mu = jax.tree.map(lambda x: jnp.zeros_like(x, dtype=mu_dtype or x.dtype), params)
         return CompositionalMuonState(count=jnp.zeros([], jnp.int32), mu=mu)
@@ -247,60 +331,20 @@ def scale_by_compositional_muon(
         check_gradients_match(updates, params)
         plan = plan_pairs(pairs, params)
         dims = dimension_numbers_by_path(weight_dimension_numbers, params)
-        lam = checked_damping(plan, params)
-        step_options = options if lam is damping else replace(options, damping=lam)
+        lam = _checked_damping(plan, params, damping, positive=qk_rule == "sylvester")
         check_matrix_dtypes(params)
         mu = optax.tree.update_moment(updates, state.mu, beta, 1)
         count = optax.safe_increment(state.count)
         p = named_leaves(params)
-        ct = {k: direction_dtype(p[k].dtype, x.dtype) for k, x in named_leaves(mu).items()}
-        for pair in plan.pairs:  # both factors of a pair in one dtype
-            ct[pair.first] = ct[pair.second] = jnp.promote_types(ct[pair.first], ct[pair.second])
+        ct = _direction_dtypes(plan, p, named_leaves(mu))
         w = {k: p[k].astype(ct[k]) for k in ct}
         if gauge == "horizontal_projection":
-            m = named_leaves(mu)
-            for pair in plan.pairs:
-                a, b = pair.first, pair.second
-                ha, hb = _project_pair(pair.kind, w[a], w[b], m[a].astype(ct[a]), m[b].astype(ct[b]),
-                                       pair.heads, pair.kv_heads, pair.head_dim, pair.kernels, lam)
-                m[a], m[b] = ha.astype(m[a].dtype), hb.astype(m[b].dtype)
-            mu = jax.tree_util.tree_unflatten(jax.tree.structure(mu), [m[k] for k in named_leaves(mu)])
-        if nesterov:
-            mu_hat = jax.tree.map(lambda m, g: beta * m + (1 - beta) * g,
-                                  optax.tree.bias_correction(mu, beta, optax.safe_increment(count)),
-                                  optax.tree.bias_correction(updates, beta, count))
-        else:
-            mu_hat = optax.tree.bias_correction(mu, beta, count)
+            mu = _project_momentum(plan, w, mu, ct, lam)
+        mu_hat = _momentum_estimate(mu, updates, count, beta, settings.nesterov)
         g = {k: x.astype(ct[k]) for k, x in named_leaves(mu_hat).items()}  # the rules take one dtype
-        out = {}
-        for pair in plan.pairs:
-            a, b = pair.first, pair.second
-            if pair.kind == "qk":
-                da, db = qk_direction(qk_rule, w[a], w[b], g[a], g[b], pair, step_options)
-            else:
-                da, db = ov_direction(ov_rule, w[a], w[b], g[a], g[b], pair, step_options)
-            out[a], out[b] = -da, -db
-            if adaptive:  # each factor's direction times its inner product with the momentum
-                out[a], out[b] = jnp.sum(g[a] * out[a]) * out[a], jnp.sum(g[b] * out[b]) * out[b]
-        for name, x in g.items():
-            if name not in out:
-                if x.ndim < 2:
-                    raise ValueError(f"scale_by_compositional_muon: {name!r} has shape {tuple(x.shape)}, not a "
-                                     f"matrix; compositional_muon gives vectors to AdamW, this transformation "
-                                     f"takes matrices only")
-                if x.size == 0:  # (0, n) or (n, 0): nothing to orthogonalize, the update is empty too
-                    out[name] = jnp.zeros_like(x)
-                    continue
-                to_matrix, from_matrix = _muon_reshape(x, dims.get(name), name)
-                y = to_matrix(x)
-                fan_in, fan_out = y.shape[-2], y.shape[-1]
-                sign = from_matrix(_halfsplit.spectral_sign(y, msign, schedule_for(_halfsplit, schedule)))
-                if adaptive:  # optax.contrib.muon's: the sign times its inner product with the momentum
-                    sign = jnp.sum(x * sign) * sign
-                out[name] = (consistent_rms * math.sqrt(max(fan_in, fan_out)) if consistent_rms is not None
-                             else math.sqrt(max(1.0, fan_out / fan_in))) * sign
-        treedef = jax.tree.structure(mu_hat)
-        new = jax.tree_util.tree_unflatten(treedef, [out[k].astype(p[k].dtype) for k in g])
+        out = _declared_directions(plan, w, g, settings, replace(settings.options, damping=lam))
+        out.update({k: _muon_direction(k, x, dims.get(k), settings) for k, x in g.items() if k not in out})
+        new = jax.tree_util.tree_unflatten(jax.tree.structure(mu_hat), [out[k].astype(p[k].dtype) for k in g])
         mu = jax.tree.map(lambda new_mu, old: new_mu.astype(old.dtype), mu, state.mu)  # the state keeps its dtypes
         return new, CompositionalMuonState(count=count, mu=mu)
 

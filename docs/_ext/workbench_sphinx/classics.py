@@ -45,14 +45,16 @@ def classic_derivation_rst(der, documented, classic_title: str = "") -> list[str
                 *rst.math_block(rf"{rel}\ {tidy_latex(latex(step.after.expr))}")]
         details = check_details(step, der)
         if step.kind == "bound":
-            details = [f"* {rst.text('How: both sides evaluated on random instances; the step holds when before ≤ after.')}"]
+            how = rst.text("How: both sides evaluated on random instances; the step holds when before ≤ after.")
+            details = [f"* {how}"]
         if step.conditions:
             details = ["* Discharged: " + "; ".join(condition_rst(c) for c in step.conditions) + ".", *details]
         item += [f".. workbench-details:: Evidence: {evidence_line(step)}", "", *rst.indent(details), ""]
         out += [".. container:: workbench-step", "", *rst.indent(item)]
     relation = r"\le" if any(s.kind == "bound" for s in der.steps) else "="
     out += ["**Result**", "", *rst.math_block(tidy_latex(rf"{latex(der.start.expr)} {relation} {latex(der.formula)}")),
-            f"Cross-check a hand formula against it: {rst.literal(f'python -m derivations.crosscheck {der.name} FORMULA')}.",
+            "Cross-check a hand formula against it: "
+            f"{rst.literal(f'python -m derivations.crosscheck {der.name} FORMULA')}.",
             ""]
     return out
 

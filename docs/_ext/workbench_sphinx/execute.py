@@ -3,6 +3,11 @@
 The blocks of one page share a namespace, in page order. An exception (a failed ``assert``
 included) stops the build with the page, the block's first line and the error, so a tutorial
 whose example no longer works cannot be published.
+
+``:figure: CAPTION`` shows the last matplotlib figure the block made, saved as a PNG under the
+build's generated files (``<outdir>/../workbench-generated``), with that caption: a plot made while
+the page was built (a block with this option that makes no figure stops the build). The block's
+figures are closed afterwards.
 """
 
 from __future__ import annotations
@@ -11,10 +16,16 @@ import contextlib
 import io
 import traceback
 
-from sphinx.errors import ExtensionError
-from sphinx.util.docutils import SphinxDirective
+import matplotlib
 
-from . import rst
+matplotlib.use("Agg")  # the build writes files; it never opens a window
+
+import matplotlib.pyplot as plt  # noqa: E402 (after choosing the backend)
+from sphinx.errors import ExtensionError  # noqa: E402
+from sphinx.util.docutils import SphinxDirective  # noqa: E402
+
+from . import rst  # noqa: E402
+from .schedules import generated_dir, image_uri  # noqa: E402
 
 
 class ExampleFailed(ExtensionError):
@@ -22,9 +33,10 @@ class ExampleFailed(ExtensionError):
 
 
 class ExecutedDirective(SphinxDirective):
-    """Run the content, show it and what it printed."""
+    """Run the content, show it and what it printed (and, with ``:figure:``, the plot it made)."""
 
     has_content = True
+    option_spec = {"figure": lambda text: " ".join((text or "").split())}
 
     def run(self):
         namespaces = self.env.temp_data.setdefault("workbench_namespaces", {})
@@ -32,6 +44,7 @@ class ExecutedDirective(SphinxDirective):
         code = "\n".join(self.content)
         name = f"<{self.env.docname}.rst, line {self.lineno}>"
         out = io.StringIO()
+        before = set(plt.get_fignums())
         try:
             compiled = compile(code, name, "exec")
             with contextlib.redirect_stdout(out):
@@ -48,4 +61,19 @@ class ExecutedDirective(SphinxDirective):
         printed = out.getvalue()
         if printed.strip():
             lines += [".. rst-class:: workbench-output", "", *rst.literal_block(printed, "text")]
+        if "figure" in self.options:
+            lines += self._figure(sorted(set(plt.get_fignums()) - before))
         return rst.parse(self, lines)
+
+    def _figure(self, made: list[int]) -> list[str]:
+        """The last figure the block made, saved and shown with the option's caption; all of them closed."""
+        if not made:
+            raise ExampleFailed(f"{self.env.docname}.rst, line {self.lineno}: the block has ':figure:' but made "
+                                f"no matplotlib figure (plt.figure() or plt.subplots())")
+        path = generated_dir() / f"executed-{rst.label(self.env.docname)}-{self.lineno}.png"
+        plt.figure(made[-1]).savefig(path, dpi=110, bbox_inches="tight")
+        for number in made:
+            plt.close(number)
+        caption = self.options["figure"]
+        return [f".. figure:: {image_uri(self, path)}", "   :width: 90%", "",
+                *([f"   {rst.text(caption)}", ""] if caption else [])]

@@ -81,8 +81,8 @@ def tidy_latex(tex: str) -> str:
 # ---- side conditions and statements: prose with inline math ------------------------------
 
 _WORD_MATH = {"epsilon": r"\epsilon", "lambda": r"\lambda", "Sigma": r"\Sigma", "sigma": r"\sigma",
-              "msign": r"\operatorname{msign}", "blockdiag": r"\operatorname{blockdiag}", "diag": r"\operatorname{diag}",
-              "tr": r"\operatorname{tr}"}
+              "msign": r"\operatorname{msign}", "blockdiag": r"\operatorname{blockdiag}",
+              "diag": r"\operatorname{diag}", "tr": r"\operatorname{tr}"}
 _CHAR_MATH = {"ᵀ": r"^{\top}", "⁻¹": r"^{-1}", "²": r"^{2}", "≤": r"\le ", "≥": r"\ge ", "⟺": r"\iff ", "…": r"\dots ",
               "‖": r"\|", "⟨": r"\langle ", "⟩": r"\rangle ", "×": r"\times ", "·": r"\cdot ", "σ": r"\sigma ",
               "Σ": r"\Sigma ", "λ": r"\lambda ", "ε": r"\epsilon ", "β": r"\beta ", "−": "-", "|": r"\,|\,",

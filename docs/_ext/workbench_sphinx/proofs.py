@@ -166,8 +166,8 @@ def legend(der_or_none=None, json_href: str | None = None) -> list[str]:
               "as rational functions of the entries of explicit symbolic matrices at the sizes given (an identity "
               "at those sizes, not a proof for every size); *not modelled*: numeric evidence only; *n/a*: a solve "
               "or restriction step, certified by duality or checked as an inequality. Numbers are rounded for "
-              "display. How each kind of step is checked — " + kinds + (f"; every number at full precision: `evidence JSON <{json_href}>`__." if json_href
-                                    else ".")), ""]
+              "display. How each kind of step is checked — " + kinds
+              + (f"; every number at full precision: `evidence JSON <{json_href}>`__." if json_href else ".")), ""]
     return lines
 
 
@@ -446,7 +446,8 @@ class LemmaReferenceDirective(SphinxDirective):
             lines += ["**Self-check.**", "", *self_check_description(lemma), *self_check_result(lemma, rng)]
             users = cat.users(lemma)
             if users:
-                lines += ["**Used by** " + ", ".join(rst.ref(d.name, derivation_label(d.name)) for d in users) + ".", ""]
+                lines += ["**Used by** " + ", ".join(rst.ref(d.name, derivation_label(d.name)) for d in users) + ".",
+                          ""]
             else:
                 lines += ["Not used by any derivation of the rule modules.", ""]
         return rst.parse(self, lines)

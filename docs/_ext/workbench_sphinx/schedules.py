@@ -146,9 +146,9 @@ class ScheduleComparisonDirective(SphinxDirective):
                       f"     - {rst.literal(cert['overshoot'].get('u_max') or 'none')}"]
         png = generated_dir() / "schedule-comparison.png"
         plot_schedules(named, png, float(lower))
-        lines += ["", f".. figure:: {image_uri(self, png)}", "   :width: 100%", "",
-                  f"   {rst.text(f'Every registered schedule: the composed polynomial on a log axis (dotted: l = {lower}).')}",
-                  ""]
+        figure = image_uri(self, png)
+        caption = rst.text(f"Every registered schedule: the composed polynomial on a log axis (dotted: l = {lower}).")
+        lines += ["", f".. figure:: {figure}", "   :width: 100%", "", f"   {caption}", ""]
         return rst.parse(self, lines)
 
 

@@ -1,0 +1,172 @@
+"""Restart certificates: JSON that states a schedule's restart positions, the partition and the bounds.
+
+A certificate (:func:`certificate`, written by ``python -m coeffsearch restarts --json``) states the inputs
+(schedule, dtype and unit roundoff, growth factor, the lower end ``l`` of bound (b), the restart
+positions, the working precision), the model and criteria in words, the partition of ``[0, 1]`` and the
+proven bounds of :mod:`coeffsearch.restart_bounds`. :func:`parse` checks its form against
+:data:`SCHEMA` (every bad field listed); :func:`recheck` (``python -m coeffsearch certify FILE``)
+recomputes the partition and the proof from the stated inputs and rejects any difference.
+"""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import mpmath
+
+from coeffsearch import registry
+from coeffsearch.certify import CertificateError, CertificateFormatError, decimal_up, iv_precision
+from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, NAME_PATTERN
+from coeffsearch.restart_arithmetic import make_step
+from coeffsearch.restart_bounds import DIGITS, MAX_PIECES, PRECISION_BITS, estimate, failures, point_text, prove
+from coeffsearch.restart_model import (
+    CRITERIA,
+    DTYPES,
+    MODEL,
+    Model,
+    RestartError,
+    Uncertifiable,
+    check_positions,
+    describe,
+)
+from derivations.commandline import FileRefused, read_regular_file
+
+_DEC = {"type": "string", "pattern": r"^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?$"}
+
+
+_PAIR = {"type": "array", "items": _DEC, "minItems": 2, "maxItems": 2}
+
+
+SCHEMA = {
+    "type": "object",
+    "required": ["kind", "name", "schedule", "dtype", "unit_roundoff", "growth", "spurious_eigenvalue", "lower",
+                 "restarts", "precision_bits", "model", "criteria", "partition", "max_abs_q", "deviation",
+                 "final_image"],
+    "additionalProperties": False,
+    "properties": {
+        "kind": {"const": "restart-certificate"},
+        "name": {"type": "string", "pattern": f"^$|^(?:{NAME_PATTERN.pattern})$"},
+        "schedule": {"type": "array", "minItems": 1, "maxItems": MAX_SCHEDULE_STEPS,
+                     "items": {"type": "array", "minItems": 1, "maxItems": MAX_STEP_COEFFICIENTS, "items": _DEC}},
+        "dtype": {"enum": list(DTYPES)},
+        "unit_roundoff": _DEC,
+        "growth": _DEC,
+        "spurious_eigenvalue": _DEC,
+        "lower": _DEC,
+        "restarts": {"type": "array", "items": {"type": "integer", "minimum": 1}, "maxItems": MAX_SCHEDULE_STEPS},
+        "precision_bits": {"type": "integer", "minimum": 53, "maximum": 1024},
+        "model": {"type": "string"},
+        "criteria": {"type": "string"},
+        "partition": {"type": "array", "items": _DEC, "minItems": 2, "maxItems": MAX_PIECES + 1},
+        "max_abs_q": {"type": "object", "required": ["bound", "sigma", "step"], "additionalProperties": False,
+                      "properties": {"bound": _DEC, "sigma": _PAIR, "step": {"type": "integer", "minimum": 1}}},
+        "deviation": {"type": "object", "required": ["bound", "sigma"], "additionalProperties": False,
+                      "properties": {"bound": _DEC, "sigma": {"anyOf": [_PAIR, {"type": "null"}]}}},
+        "final_image": _PAIR,
+    },
+}
+
+
+def certificate(name, steps, positions, model, points, prec: int = PRECISION_BITS) -> dict:
+    """The certificate of ``steps`` with ``positions`` under ``model`` on the partition ``points``
+    (:class:`Uncertifiable` when a criterion fails)."""
+    texts = tuple(tuple(str(c) for c in s) for s in steps)
+    _check_partition(points, model.lower)
+    bounds = prove([make_step(s) for s in texts], positions, model, points, prec)
+    bad = failures(bounds, model)
+    if bad:
+        raise Uncertifiable(f"{describe(name, positions, model)} cannot be certified: {bad[0]}")
+    with iv_precision(prec), mpmath.workprec(prec + 10):
+        delta = decimal_up(mpmath.mpf(model.delta().b), DIGITS)
+    return {"kind": "restart-certificate", "name": name, "schedule": [list(s) for s in texts], "dtype": model.dtype,
+            "unit_roundoff": mpmath.nstr(model.u, 30), "growth": model.growth, "spurious_eigenvalue": delta,
+            "lower": model.lower, "restarts": list(positions), "precision_bits": prec, "model": MODEL,
+            "criteria": CRITERIA, "partition": list(points), **bounds}
+
+
+def certify_positions(name, steps, positions, model, prec: int = PRECISION_BITS) -> dict:
+    """The certificate of ``positions``: the partition of :func:`estimate` (float64 additions and
+    multiplications of exact binary numbers: the same everywhere), proven by :func:`certificate`."""
+    texts = tuple(tuple(str(c) for c in s) for s in steps)
+    est = estimate([make_step(s) for s in texts], positions, model)
+    return certificate(name, texts, positions, model, [point_text(p) for p in est.points], prec)
+
+
+def _check_partition(points, lower):
+    try:
+        values = [mpmath.mpf(p) for p in points]
+    except (TypeError, ValueError):
+        raise CertificateError("field 'partition': not a list of decimal numbers") from None
+    if values[0] != 0 or values[-1] != 1:
+        raise CertificateError(f"field 'partition': must run from 0 to 1, got {points[0]} … {points[-1]}")
+    if any(b <= a for a, b in zip(values, values[1:], strict=False)):
+        raise CertificateError("field 'partition': the points must increase strictly")
+    if mpmath.mpf(lower) not in values:
+        raise CertificateError(f"field 'partition': must contain the lower end {lower} of bound (b)")
+
+
+def _differences(old, new, where=""):
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) | set(new))
+                for d in _differences(old.get(k), new.get(k), f"{where}/{k}" if where else k)]
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [d for i, (a, b) in enumerate(zip(old, new, strict=True)) for d in _differences(a, b, f"{where}/{i}")]
+    return [] if old == new else [(where, old, new)]
+
+
+def parse(data, source: str = "certificate") -> dict:
+    """A restart certificate from JSON text or a parsed object; :class:`CertificateFormatError` lists every bad
+    field."""
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise CertificateFormatError(source, [f"not valid JSON ({exc.msg} at line {exc.lineno})"]) from None
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    lines = []
+    for err in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
+        where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+        message = err.message if len(err.message) <= 200 else err.message[:200] + " …"
+        lines.append(f"field '{where}': {message}")
+    if lines:
+        raise CertificateFormatError(source, lines)
+    return data
+
+
+def recheck(data, source: str = "certificate") -> dict:
+    """Recompute a restart certificate from its inputs (schedule, dtype, growth, lower end, positions,
+    precision): the partition, then the proof; :class:`CertificateError` unless every stated field equals
+    the recomputation."""
+    cert = parse(data, source)
+    name = cert["name"]
+    published = registry.get(name).published if name in registry.names() else None
+    if published is not None and [tuple(s) for s in cert["schedule"]] != [tuple(s) for s in published]:
+        raise CertificateError(f"field 'name': {name!r} is a published schedule with other coefficients than the "
+                               f"stated ones")
+    try:
+        model = Model(cert["dtype"], cert["growth"], cert["lower"])
+        positions = check_positions(cert["restarts"], len(cert["schedule"]))
+        fresh = certify_positions(name, cert["schedule"], positions, model, cert["precision_bits"])
+    except Uncertifiable as exc:
+        raise CertificateError(f"the stated inputs cannot be certified: {exc}") from None
+    except RestartError as exc:
+        raise CertificateError(str(exc)) from None
+    diffs = _differences(cert, fresh)
+    if diffs:
+        where, old, new = diffs[0]
+        more = f" ({len(diffs) - 1} more difference(s))" if len(diffs) > 1 else ""
+        raise CertificateError(f"field '{where}': stated {json.dumps(old)} but the recomputation gives "
+                               f"{json.dumps(new)}{more}")
+    return fresh
+
+
+def read_certificate(path: str) -> dict | None:
+    """The parsed JSON of ``path`` when it is a restart certificate (``"kind": "restart-certificate"``),
+    else None (not a file, not JSON, or another kind: the caller treats it as a schedule)."""
+    try:
+        text = read_regular_file(path, registry.MAX_FILE_BYTES, "certificate file").decode("utf-8")
+        data = json.loads(text)
+    except (FileRefused, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    return data if isinstance(data, dict) and data.get("kind") == "restart-certificate" else None
