@@ -1,16 +1,19 @@
-"""Parameter counts of Llama-3-style decoders, derived from the shapes of their matrices.
+"""Parameter counts of the mainstream decoder families, derived from the shapes of their tensors: exact integers.
 
-A Llama-3 block holds ``W_Q ∈ R^{d×H d_h}``, ``W_K, W_V ∈ R^{d×H_kv d_h}`` (grouped-query
-attention), ``W_O ∈ R^{H d_h×d}``, a SwiGLU MLP (``W_gate, W_up ∈ R^{d×d_ff}``, ``W_down ∈
-R^{d_ff×d}``) and two RMSNorm gains of length ``d``; the model adds an embedding ``V×d``, a final
-RMSNorm gain and an untied output head ``d×V``; no biases (Dubey et al. 2024, *The Llama 3 Herd
-of Models*, Table 3). The total is the sum of the sizes of the tensors listed by
-:func:`tensors`, an exact integer.
+Llama-3 and Mistral, GPT-2, Qwen2, mixtures of experts (Mixtral, DeepSeekMoE: routed and shared experts, router;
+the active parameters per token too) and DeepSeek-V2/V3's multi-head latent attention
+(:mod:`derivations.crosscheck.params_families` lists each family's tensors). The shape comes from the options
+(a Llama-3-style decoder: ``W_Q ∈ R^{d×H d_h}``, ``W_K, W_V ∈ R^{d×H_kv d_h}``, ``W_O``, a SwiGLU MLP, RMSNorm
+gains, an embedding, a final gain and an untied head; Dubey et al. 2024, *The Llama 3 Herd of Models*, Table 3)
+or from a local Hugging Face style ``config.json`` (``--config``, :mod:`derivations.crosscheck.params_config`),
+which says which keys it used and which it ignored.
 
-``--compare N`` explains a hand or published total that differs: it searches sets of named
-variants (biases on the attention or MLP projections, LayerNorm shifts, tied embeddings, no
-final norm, GQA ignored, ``d_ff = 4d``, embeddings or norms left out, …) for the smallest set
-whose count equals ``N`` (to the precision ``N`` is written with, e.g. ``8.59e9`` or ``8.59B``).
+``--compare N`` explains a hand or published total that differs (exit status 1; 0 when it agrees): it searches
+sets of named variants (biases on the attention or MLP projections or the Q, K, V biases left out, LayerNorm
+shifts, tied or untied heads, no final norm, GQA ignored, ``d_ff = 4d``, embeddings or norms left out, shared
+experts counted as routed, the RoPE parts of MLA left out, …) for the smallest set whose count equals ``N`` (to
+the precision ``N`` is written with, e.g. ``8.59e9`` or ``8.59B``); ``--compare-active N`` does the same for the
+active parameters per token.
 """
 
 from __future__ import annotations
@@ -20,93 +23,26 @@ import itertools
 import json
 import re
 import sys
+import textwrap
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 
 from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
+from derivations.crosscheck.params_config import MAX_LAYERS, MAX_SIZE, ConfigError, ConfigShape, read_config
+from derivations.crosscheck.params_families import (
+    MLA,
+    Conventions,
+    MoE,
+    Shape,
+    Tensor,
+    active_count,
+    count,
+    mla_tensors,
+    tensors,
+)
 
-MAX_SIZE = 10**7  # any one dimension
-MAX_LAYERS = 10**5
-
-
-@dataclass(frozen=True)
-class Shape:
-    """The hyperparameters of a decoder."""
-
-    hidden: int
-    layers: int
-    vocab: int
-    ffn: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    tied_embeddings: bool = False
-
-
-@dataclass(frozen=True)
-class Conventions:
-    """How a count treats the parts that vary between hand derivations (Llama-3 by default)."""
-
-    attention_biases: bool = False
-    mlp_biases: bool = False
-    norm_shifts: bool = False  # LayerNorm (gain and shift) instead of RMSNorm (gain only)
-    final_norm: bool = True
-    gqa: bool = True  # K and V have kv_heads heads; False counts them like Q
-    ffn_4d: bool = False  # d_ff = 4d instead of the model's
-    gated_mlp: bool = True
-    embeddings: bool = True
-    norms: bool = True
-    tied: bool | None = None  # None: as the shape says
-
-
-@dataclass(frozen=True)
-class Tensor:
-    name: str
-    shape: tuple
-    per_layer: bool
-
-    @property
-    def size(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
-
-
-def tensors(shape: Shape, conv: Conventions = Conventions()) -> list[Tensor]:
-    """Every parameter tensor of one block (``per_layer``) and of the model around the blocks."""
-    d, v, dh = shape.hidden, shape.vocab, shape.head_dim
-    q_width = shape.heads * dh
-    kv_width = (shape.kv_heads if conv.gqa else shape.heads) * dh
-    ffn = 4 * d if conv.ffn_4d else shape.ffn
-    out = [Tensor("W_Q", (d, q_width), True), Tensor("W_K", (d, kv_width), True),
-           Tensor("W_V", (d, kv_width), True), Tensor("W_O", (q_width, d), True)]
-    if conv.attention_biases:
-        out += [Tensor("b_Q", (q_width,), True), Tensor("b_K", (kv_width,), True),
-                Tensor("b_V", (kv_width,), True), Tensor("b_O", (d,), True)]
-    mlp_in = ["W_gate", "W_up"] if conv.gated_mlp else ["W_up"]
-    out += [Tensor(n, (d, ffn), True) for n in mlp_in] + [Tensor("W_down", (ffn, d), True)]
-    if conv.mlp_biases:
-        out += [Tensor(n.replace("W_", "b_"), (ffn,), True) for n in mlp_in] + [Tensor("b_down", (d,), True)]
-    if conv.norms:
-        out += [Tensor("attention_norm.gain", (d,), True), Tensor("mlp_norm.gain", (d,), True)]
-        if conv.norm_shifts:
-            out += [Tensor("attention_norm.shift", (d,), True), Tensor("mlp_norm.shift", (d,), True)]
-        if conv.final_norm:
-            out.append(Tensor("final_norm.gain", (d,), False))
-            if conv.norm_shifts:
-                out.append(Tensor("final_norm.shift", (d,), False))
-    if conv.embeddings:
-        tied = shape.tied_embeddings if conv.tied is None else conv.tied
-        out.append(Tensor("embedding", (v, d), False))
-        if not tied:
-            out.append(Tensor("output_head", (d, v), False))
-    return out
-
-
-def count(shape: Shape, conv: Conventions = Conventions()) -> int:
-    """Total number of parameters: ``L × (per-block tensors) + (the rest)``."""
-    return sum(t.size * (shape.layers if t.per_layer else 1) for t in tensors(shape, conv))
+__all__ = ["MLA", "VARIANTS", "Conventions", "MoE", "Shape", "Tensor", "active_count", "count", "explain",
+           "main", "mla_tensors", "run", "tensors"]
 
 
 # ---- named variants ----------------------------------------------------------------------------
@@ -118,18 +54,40 @@ class Variant:
 
 
 VARIANTS = (
-    Variant("attention_biases", "biases on the Q, K, V and O projections (GPT style)", {"attention_biases": True}),
+    Variant("attention_biases", "biases on the Q, K, V and O projections (GPT style)",
+            {"qkv_biases": True, "o_bias": True}),
+    Variant("no_qkv_biases", "the Q, K and V biases left out", {"qkv_biases": False}),
+    Variant("no_attention_biases", "the attention biases left out (Q, K, V and O)",
+            {"qkv_biases": False, "o_bias": False}),
     Variant("mlp_biases", "biases on the MLP projections (GPT style)", {"mlp_biases": True}),
+    Variant("no_mlp_biases", "the MLP biases left out", {"mlp_biases": False}),
     Variant("norm_shifts", "LayerNorm shifts (a bias next to every norm gain)", {"norm_shifts": True}),
+    Variant("no_norm_shifts", "the LayerNorm shifts left out (RMSNorm counted)", {"norm_shifts": False}),
     Variant("no_final_norm", "no final norm", {"final_norm": False}),
-    Variant("tied", "tied input and output embeddings", {"tied": True}),
-    Variant("untied", "untied input and output embeddings", {"tied": False}),
+    Variant("tied", "tied input and output embeddings (no separate output head)", {"tied": True}),
+    Variant("untied", "untied input and output embeddings (a separate output head)", {"tied": False}),
     Variant("gqa_ignored", "GQA ignored (K and V as wide as Q)", {"gqa": False}),
     Variant("ffn_4d", "d_ff = 4d instead of the model's", {"ffn_4d": True}),
     Variant("ungated_mlp", "a two-matrix MLP instead of SwiGLU's three", {"gated_mlp": False}),
+    Variant("gated_mlp", "a three-matrix gated MLP (SwiGLU) instead of the model's two", {"gated_mlp": True}),
+    Variant("no_positions", "the learned position embeddings left out", {"positions": False}),
     Variant("no_embeddings", "embeddings and output head left out", {"embeddings": False}),
     Variant("no_norms", "norm parameters left out", {"norms": False}),
+    Variant("no_shared_experts", "the shared experts left out", {"shared_experts": False}),
+    Variant("shared_as_routed", "the shared experts counted as routed ones (not active for every token)",
+            {"shared_as_routed": True}),
+    Variant("no_router", "the router left out", {"router": False}),
+    Variant("no_router_bias", "the router's per-expert score-correction bias left out", {"router_bias": False}),
+    Variant("dense_layers_as_moe", "the first dense blocks counted as MoE blocks", {"dense_layers": False}),
+    Variant("embedding_inactive", "the input embedding not counted as active (a lookup multiplies nothing)",
+            {"embedding_active": False}),
+    Variant("all_experts_active", "every routed expert counted as active", {"all_experts_active": True}),
+    Variant("no_latent_norms", "the norm gains of MLA's query and KV latents left out", {"latent_norms": False}),
+    Variant("no_rope_dims", "MLA's decoupled RoPE query and key parts left out", {"rope_dims": False}),
+    Variant("rope_key_per_head", "MLA's shared RoPE key counted once per head", {"rope_key_per_head": True}),
 )
+#: what ``explain`` compares: the total, or the parameters one token uses
+QUANTITIES = {"total": count, "active": active_count}
 
 
 def _precision(text: str) -> tuple[int, int]:
@@ -154,24 +112,42 @@ def _precision(text: str) -> tuple[int, int]:
     return int(dec), 0 if exact else int(max(unit / 2, Decimal(0)))
 
 
-def explain(shape: Shape, total_text: str, max_size: int = 4) -> dict:
-    """The smallest sets of named variants whose count matches ``total_text``."""
+def _candidates(shape: Shape, quantity: str) -> list[Variant]:
+    """The variants that change ``quantity`` for this model, each effect once (the first name for it wins:
+    on Qwen2, leaving out the Q, K, V biases is leaving out every attention bias)."""
+    of = QUANTITIES[quantity]
+    base, seen, out = of(shape), set(), []
+    for v in VARIANTS:
+        conv = replace(Conventions(), **v.change)
+        effect = tuple(tensors(shape, conv))
+        if of(shape, conv) != base and effect not in seen:
+            seen.add(effect)
+            out.append(v)
+    return out
+
+
+def explain(shape: Shape, total_text: str, max_size: int = 4, quantity: str = "total") -> dict:
+    """The smallest sets of named variants whose count (``quantity``: ``total`` or ``active``) matches
+    ``total_text``."""
     target, tol = _precision(total_text)
-    ours = count(shape)
+    of = QUANTITIES[quantity]
+    ours = of(shape)
+    candidates = _candidates(shape, quantity)
     found = []
     for k in range(max_size + 1):
-        for combo in itertools.combinations(VARIANTS, k):
+        for combo in itertools.combinations(candidates, k):
             keys = [c for v in combo for c in v.change]
             if len(keys) != len(set(keys)):
                 continue  # two variants of the same convention
             conv = replace(Conventions(), **{key: val for v in combo for key, val in v.change.items()})
-            n = count(shape, conv)
+            n = of(shape, conv)
             if abs(n - target) <= tol:
                 found.append({"variants": [v.name for v in combo], "explanation": [v.description for v in combo],
                               "count": n})
         if found:
             break
-    return {"given": target, "tolerance": tol, "derived": ours, "difference": target - ours, "matches": found}
+    return {"quantity": quantity, "given": target, "tolerance": tol, "derived": ours, "difference": target - ours,
+            "agrees": abs(target - ours) <= tol, "matches": found}
 
 
 # ---- command line -----------------------------------------------------------------------------
@@ -188,65 +164,157 @@ def _positive(name, limit):
     return parse
 
 
+SHAPE_OPTIONS = ("hidden", "layers", "vocab", "ffn", "heads", "kv_heads")
+
+
 def _parser() -> OneLineParser:
     p = OneLineParser(prog="python -m derivations.crosscheck.params",
-                      description="Parameter count of a Llama-3-style decoder from its shapes (exact integers).",
+                      description="Parameter count of a decoder from the shapes of its tensors (exact integers): "
+                                  "a Llama-3-style one from the options, or GPT-2, Llama, Mistral, Qwen2, Mixtral "
+                                  "and DeepSeek-V2/V3 (experts, multi-head latent attention) from a config.json.",
                       epilog="example (Llama-3-8B): python -m derivations.crosscheck.params --hidden 4096 --layers 32 "
-                             "--vocab 128256 --ffn 14336 --heads 32 --kv-heads 8 --compare 8.59e9")
+                             "--vocab 128256 --ffn 14336 --heads 32 --kv-heads 8 --compare 8.59e9; "
+                             "from a file: python -m derivations.crosscheck.params --config config.json. "
+                             "Exit status: 0, 1 when a --compare number differs, 2 for bad input.")
     dim = _positive("size", MAX_SIZE)
-    p.add_argument("--hidden", type=dim, required=True, help="model width d")
-    p.add_argument("--layers", type=_positive("layers", MAX_LAYERS), required=True, help="number of blocks L")
-    p.add_argument("--vocab", type=dim, required=True, help="vocabulary size V")
-    p.add_argument("--ffn", type=dim, required=True, help="MLP width d_ff")
-    p.add_argument("--heads", type=dim, required=True, help="query heads H")
-    p.add_argument("--kv-heads", type=dim, required=True, help="key/value heads H_kv (GQA)")
+    p.add_argument("--config", metavar="FILE",
+                   help="a local Hugging Face style config.json (model_type gpt2, llama, mistral, qwen2, mixtral, "
+                        "deepseek_v2 or deepseek_v3) instead of the shape options")
+    p.add_argument("--hidden", type=dim, help="model width d")
+    p.add_argument("--layers", type=_positive("layers", MAX_LAYERS), help="number of blocks L")
+    p.add_argument("--vocab", type=dim, help="vocabulary size V")
+    p.add_argument("--ffn", type=dim, help="MLP width d_ff")
+    p.add_argument("--heads", type=dim, help="query heads H")
+    p.add_argument("--kv-heads", type=dim, help="key/value heads H_kv (GQA)")
     p.add_argument("--head-dim", type=dim, help="head width d_h (default d / H)")
     p.add_argument("--tied-embeddings", action="store_true", help="the output head is the embedding")
     p.add_argument("--compare", metavar="N", help="a hand or published total to explain")
+    p.add_argument("--compare-active", metavar="N",
+                   help="a hand or published count of the active parameters per token (experts) to explain")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
 
-def run(argv: list[str] | None = None) -> str:
-    """The text (or with ``--json`` the JSON) of one parameter count; raises :class:`UsageError`."""
-    a = _parser().parse_args(argv)
-    if a.head_dim is None:
+def _shape_from_options(a: argparse.Namespace) -> Shape:
+    missing = [f"--{o.replace('_', '-')}" for o in SHAPE_OPTIONS if getattr(a, o) is None]
+    if missing:
+        raise UsageError(f"give --config FILE, or the shape: {', '.join(missing)} missing")
+    head_dim = a.head_dim
+    if head_dim is None:
         if a.hidden % a.heads:
             raise UsageError(f"--hidden {a.hidden} is not a multiple of --heads {a.heads}; give --head-dim")
-        a.head_dim = a.hidden // a.heads
+        head_dim = a.hidden // a.heads
     if a.heads % a.kv_heads:
         raise UsageError(f"--heads {a.heads} is not a multiple of --kv-heads {a.kv_heads}")
-    shape = Shape(a.hidden, a.layers, a.vocab, a.ffn, a.heads, a.kv_heads, a.head_dim, a.tied_embeddings)
-    ts = tensors(shape)
-    total = count(shape)
-    comparison = None
-    if a.compare is not None:
-        try:
-            comparison = explain(shape, a.compare)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+    return Shape(a.hidden, a.layers, a.vocab, a.ffn, a.heads, a.kv_heads, head_dim, a.tied_embeddings)
+
+
+def _config_shape(a: argparse.Namespace) -> ConfigShape:
+    given = [f"--{o.replace('_', '-')}" for o in (*SHAPE_OPTIONS, "head_dim") if getattr(a, o) is not None]
+    given += ["--tied-embeddings"] if a.tied_embeddings else []
+    if given:
+        raise UsageError(f"--config {a.config!a} gives the shape: leave out {', '.join(given)}")
+    try:
+        return read_config(a.config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _comparisons(shape: Shape, a: argparse.Namespace) -> dict:
+    out = {}
+    for key, quantity in (("compare", "total"), ("compare_active", "active")):
+        if getattr(a, key) is not None:
+            try:
+                out[key] = explain(shape, getattr(a, key), quantity=quantity)
+            except ValueError as exc:
+                option = f"--{key.replace('_', '-')}"
+                raise UsageError(str(exc).replace("--compare", option, 1)) from None
+    return out
+
+
+def _config_json(cfg: ConfigShape | None) -> dict | None:
+    if cfg is None:
+        return None
+    return {"model_type": cfg.model_type, "used": list(cfg.used), "defaults": list(cfg.defaults),
+            "ignored": list(cfg.ignored)}
+
+
+def evaluate(argv: list[str] | None = None) -> tuple[str, int]:
+    """The text (or with ``--json`` the JSON) of one parameter count and the exit status (1: a ``--compare``
+    number differs); raises :class:`UsageError`."""
+    a = _parser().parse_args(argv)
+    cfg = _config_shape(a) if a.config is not None else None
+    shape = cfg.shape if cfg is not None else _shape_from_options(a)
+    comparisons = _comparisons(shape, a)
+    status = 0 if all(c["agrees"] for c in comparisons.values()) else 1
     if a.json:
-        obj = {"total": total, "per_layer": sum(t.size for t in ts if t.per_layer), "layers": shape.layers,
-               "tensors": [{"name": t.name, "shape": list(t.shape), "size": t.size, "per_layer": t.per_layer,
-                            "total": t.size * (shape.layers if t.per_layer else 1)} for t in ts],
-               "compare": comparison}
-        return json.dumps(obj, indent=2) + "\n"
-    lines = [f"{'tensor':<22} {'shape':>16} {'count':>18} {'x layers':>9} {'total':>20}"]
+        return _json(shape, cfg, comparisons), status
+    return _text(shape, cfg, comparisons), status
+
+
+def run(argv: list[str] | None = None) -> str:
+    """The text (or with ``--json`` the JSON) of one parameter count; raises :class:`UsageError`."""
+    return evaluate(argv)[0]
+
+
+def _json(shape: Shape, cfg: ConfigShape | None, comparisons: dict) -> str:
+    ts, layers = tensors(shape), shape.layers
+    obj = {"family": shape.family, "total": count(shape), "active": active_count(shape),
+           "per_layer": sum(t.size for t in ts if t.per_layer and t.blocks is None), "layers": layers,
+           "tensors": [{"name": t.name, "shape": list(t.shape), "size": t.size, "per_layer": t.per_layer,
+                        "blocks": t.copies(layers), "total": t.size * t.copies(layers),
+                        "active": t.active_size * t.copies(layers)} for t in ts],
+           "config": _config_json(cfg), "compare": comparisons.get("compare"),
+           "compare_active": comparisons.get("compare_active")}
+    return json.dumps(obj, indent=2) + "\n"
+
+
+def _wrapped(label: str, items) -> list[str]:
+    return textwrap.wrap(f"{label}: {', '.join(items) or 'none'}", 110, subsequent_indent="    ",
+                         break_on_hyphens=False)
+
+
+def _moe_summary(shape: Shape) -> str:
+    moe = shape.moe
+    if moe is None:
+        return ""
+    shared = f" and {moe.shared} shared" if moe.shared else ""
+    return f" (top {moe.top_k} of {moe.experts} routed experts{shared}, and everything outside the experts)"
+
+
+def _text(shape: Shape, cfg: ConfigShape | None, comparisons: dict) -> str:
+    lines = []
+    if cfg is not None:
+        lines += [f"model_type: {cfg.model_type}", *_wrapped("used", cfg.used)]
+        lines += [*_wrapped("defaults", cfg.defaults), *_wrapped("ignored", cfg.ignored), ""]
+    ts, layers = tensors(shape), shape.layers
+    experts = shape.moe is not None
+    lines.append(f"{'tensor':<24} {'shape':>20} {'count':>18} {'x layers':>9} {'total':>20}"
+                 + (f" {'active':>20}" if experts else ""))
     for t in ts:
-        mult = shape.layers if t.per_layer else 1
-        lines.append(f"{t.name:<22} {' x '.join(map(str, t.shape)):>16} {t.size:>18,} {mult:>9} {t.size * mult:>20,}")
-    per_layer = sum(t.size for t in ts if t.per_layer)
-    lines += [f"per layer: {per_layer:,}", f"total: {total:,}"]
-    if comparison:
-        lines.append(_comparison_text(comparison))
+        mult = t.copies(layers)
+        lines.append(f"{t.name:<24} {' x '.join(map(str, t.shape)):>20} {t.size:>18,} {mult:>9} {t.size * mult:>20,}"
+                     + (f" {t.active_size * mult:>20,}" if experts else ""))
+    lines.append(f"per layer: {sum(t.size for t in ts if t.per_layer and t.blocks is None):,}")
+    groups: dict[tuple[str, int], int] = {}
+    for t in ts:
+        if t.per_layer and t.blocks is not None:
+            kind = "MoE" if t.name.startswith(("experts.", "shared_experts.", "router")) else "dense"
+            groups[kind, t.blocks] = groups.get((kind, t.blocks), 0) + t.size
+    lines += [f"  + {n:,} in each of the {blocks} {kind} blocks" for (kind, blocks), n in groups.items()]
+    lines.append(f"total: {count(shape):,}")
+    if experts:
+        lines.append(f"active per token: {active_count(shape):,}{_moe_summary(shape)}")
+    lines += [_comparison_text(c, f"--{key.replace('_', '-')}") for key, c in comparisons.items()]
     return "\n".join(lines) + "\n"
 
 
-def _comparison_text(c: dict) -> str:
+def _comparison_text(c: dict, label: str = "--compare") -> str:
+    what = "active count" if c["quantity"] == "active" else "count"
     given = f"{c['given']:,}" + (f" (±{c['tolerance']:,} as written)" if c["tolerance"] else "")
-    if c["difference"] == 0 or (c["tolerance"] and abs(c["difference"]) <= c["tolerance"]):
-        return f"compare: {given} agrees with the derived count"
-    head = f"compare: {given} differs from the derived count by {c['difference']:+,}"
+    if c["agrees"]:
+        return f"{label}: {given} agrees with the derived {what}"
+    head = f"{label}: {given} differs from the derived {what} {c['derived']:,} by {c['difference']:+,}"
     if not c["matches"]:
         return head + "; no combination of up to four named variants explains it"
     out = [head + "; explained by:"]
@@ -256,15 +324,16 @@ def _comparison_text(c: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m derivations.crosscheck.params``; returns the exit status (2: bad input)."""
+    """``python -m derivations.crosscheck.params``; returns the exit status (1: a ``--compare`` number differs,
+    2: bad input)."""
     prog = "derivations.crosscheck.params"
     if stdout_closed(prog):  # >&-: one line and exit 2 (also for --help)
         return 2
     try:
-        text = run(argv)
+        text, status = evaluate(argv)
     except UsageError as exc:
         return usage_error(prog, exc)
-    return write_result(prog, text, 0)
+    return write_result(prog, text, status)
 
 
 if __name__ == "__main__":

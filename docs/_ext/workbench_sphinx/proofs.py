@@ -15,12 +15,15 @@
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 from docutils.parsers.rst import directives
 from sphinx.util.docutils import SphinxDirective
+
+from derivations.engine import derivation as engine
 
 from . import rst
 from .notation import condition_rst, docstring_rst, symbol_lines, symbols_in, tidy_latex
@@ -151,7 +154,6 @@ def check_lines(step, der, rule_name: str) -> list[str]:
 
 def legend(der_or_none=None, json_href: str | None = None) -> list[str]:
     """How to read a step's evidence line: said once per page."""
-    from derivations.engine import derivation as engine
     ftol = getattr(engine, "FLOAT64_TOL", 1e-9)
     mtol = getattr(engine, "MPMATH_TOL", None)
     digits = getattr(engine, "MPMATH_DPS", 50)
@@ -368,7 +370,6 @@ class EmittedListingDirective(SphinxDirective):
 
 def _doc_paragraphs(obj) -> list[str]:
     """The paragraphs of a docstring, each joined into one line."""
-    import inspect
     doc = inspect.cleandoc(getattr(obj, "__doc__", None) or "")
     return [" ".join(p.split()) for p in doc.split("\n\n") if p.strip()]
 
