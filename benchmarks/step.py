@@ -2,11 +2,11 @@
 
     python -m benchmarks.step [--repeats N] [--shapes gpt2,llama3] [--dtype float32|bfloat16]
 
-Times ``jit(update)`` (momentum included) of both optimizers on the four attention matrices of one
-layer: GPT-2-small (``d = 768``, 12 heads of 64) and Llama-3-8B (``d = 4096``, 32 heads, 8 kv heads of
-128; ``W_K, W_V`` are ``4096 × 1024``). Compositional Muon uses half-split QK (grouped-query when
-``H_kv < H``) and the hybrid OV rule, damping ``1e-2``; Muon orthogonalizes each matrix whole. Both
-use the same 5-step Polar Express schedule. The two are timed interleaved in one run; the last
+Times the first step's compilation, then ``jit(update)`` (momentum included) of both optimizers on the
+four attention matrices of one layer: GPT-2-small (``d = 768``, 12 heads of 64) and Llama-3-8B
+(``d = 4096``, 32 heads, 8 kv heads of 128; ``W_K, W_V`` are ``4096 × 1024``). Compositional Muon uses
+half-split QK (grouped-query when ``H_kv < H``) and the hybrid OV rule, damping ``1e-2``; Muon orthogonalizes
+each matrix whole. Both use the same 5-step Polar Express schedule. The two are timed interleaved in one run; the last
 line is ``cm/muon median step time ratio: R``, the largest ratio over the shapes; each ratio is the
 median over rounds of the two updates' times within a round (see :mod:`benchmarks.interleave`).
 Each row also prints the flop model of both updates (:func:`flop_model`), the floor the measured
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -76,6 +77,15 @@ def flop_model(d, heads, kv_heads, head_dim, steps, degree):
 
 def measure(name, repeats, dtype):
     """``(median cm seconds, median muon seconds, paired cm/muon ratio)`` over interleaved rounds."""
+    return measure_with_compile(name, repeats, dtype)[2:]
+
+
+def measure_with_compile(name, repeats, dtype):
+    """``(cm compile s, muon compile s, median cm s, median muon s, paired cm/muon ratio)``.
+
+    Compile time: ``jit(update).lower(...).compile()`` of the first step (tracing included), wall clock;
+    the steady state: interleaved rounds of the compiled updates.
+    """
     d, heads, kv, hd = SHAPES[name]
     rng = np.random.default_rng(0)
     params = layer(rng, d, heads, kv, hd, dtype)
@@ -83,12 +93,16 @@ def measure(name, repeats, dtype):
     schedule = resolve_schedule("polar-express-5", 5)
     cm = compositional_muon(0.02, pairs=lambda p: [QKPair("wq", "wk", heads, kv), OVPair("wo", "wv", heads, kv)])
     muon = optax.contrib.muon(0.02, ns_coeffs=schedule)
-    runs = {}
+    runs, compile_s = {}, {}
     for label, opt in (("cm", cm), ("muon", muon)):
-        fn, state = jax.jit(opt.update), opt.init(params)
+        state = opt.init(params)
+        start = time.perf_counter()
+        fn = jax.jit(opt.update).lower(grads, state, params).compile()
+        compile_s[label] = time.perf_counter() - start
         runs[label] = lambda fn=fn, state=state: fn(grads, state, params)
     times = interleaved(runs, repeats, warmup=1)
-    return statistics.median(times["cm"]), statistics.median(times["muon"]), paired_ratio(times["cm"], times["muon"])
+    return (compile_s["cm"], compile_s["muon"], statistics.median(times["cm"]), statistics.median(times["muon"]),
+            paired_ratio(times["cm"], times["muon"]))
 
 
 def main(argv=None) -> int:
@@ -118,15 +132,17 @@ def main(argv=None) -> int:
     dtype = jnp.dtype(args.dtype)
     schedule = resolve_schedule("polar-express-5", 5)
     steps, degree = len(schedule), max(len(c) for c in schedule)
-    print(f"{'shape':<8} {'d':>5} {'H':>3} {'H_kv':>4} {'d_h':>4} {'cm ms':>10} {'muon ms':>10} {'ratio':>6} "
+    print(f"{'shape':<8} {'d':>5} {'H':>3} {'H_kv':>4} {'d_h':>4} {'cm comp s':>9} {'muon comp s':>11} "
+          f"{'cm ms':>10} {'muon ms':>10} {'ratio':>6} "
           f"{'cm GF':>7} {'muon GF':>8} {'flop ratio':>10}")
     ratios = []
     for name in names:
         d, h, kv, hd = SHAPES[name]
-        t_cm, t_muon, ratio = measure(name, args.repeats, dtype)
+        c_cm, c_muon, t_cm, t_muon, ratio = measure_with_compile(name, args.repeats, dtype)
         ratios.append(ratio)
         f_cm, f_muon = flop_model(d, h, kv, hd, steps, degree)
-        print(f"{name:<8} {d:>5} {h:>3} {kv:>4} {hd:>4} {1e3 * t_cm:>10.1f} {1e3 * t_muon:>10.1f} {ratios[-1]:>6.3f} "
+        print(f"{name:<8} {d:>5} {h:>3} {kv:>4} {hd:>4} {c_cm:>9.2f} {c_muon:>11.2f} {1e3 * t_cm:>10.1f} "
+              f"{1e3 * t_muon:>10.1f} {ratios[-1]:>6.3f} "
               f"{f_cm / 1e9:>7.2f} {f_muon / 1e9:>8.2f} {f_cm / f_muon:>10.3f}", flush=True)
     blas = ", ".join(f"{i['prefix']} {i['num_threads']}" for i in threadpool_info() if i["user_api"] == "blas")
     print(f"device: {jax.devices()[0].device_kind}, dtype {args.dtype}, {args.repeats} interleaved repeats; "

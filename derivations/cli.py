@@ -21,6 +21,7 @@ from derivations.printing.jax_printer import emit_jax
 from derivations.printing.latex import document_latex
 from derivations.printing.numpy_printer import emit_numpy
 from derivations.printing.text import derivation_text, lemma_text
+from numerics.kernels.jax_msign import MSIGN_METHODS
 
 EMIT_TARGETS = ("jax", "numpy", "latex", "text")
 #: the most random instances per size that ``--check --trials`` runs (about 0.2 s each for halfsplit)
@@ -51,7 +52,7 @@ def _parser(rule: RuleModule) -> OneLineParser:
     what.add_argument("--emit", choices=EMIT_TARGETS, help="print the result as code or the derivation as text/LaTeX")
     what.add_argument("--check", action="store_true", help="re-check every step numerically and print a table")
     p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
-    p.add_argument("--msign", choices=("newton_schulz", "svd"), default="newton_schulz",
+    p.add_argument("--msign", choices=MSIGN_METHODS, default="newton_schulz",
                    help="default msign method of the emitted JAX code (default: newton_schulz)")
     p.add_argument("--schedule", default=coeffsearch.DEFAULT, metavar="NAME|FILE",
                    help=f"default Newton–Schulz schedule of the emitted JAX code: one of "

@@ -38,8 +38,16 @@ from derivations import halfsplit
 from derivations import lemmas as L
 from derivations.cli import RuleModule
 from derivations.engine.algebra import product, transpose
-from derivations.engine.derivation import Context, Derivation, Problem
-from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix, GramSqrt, Inner, dimension, positive_symbol
+from derivations.engine.derivation import Context, Derivation, Problem, identity_chain
+from derivations.engine.vocabulary import (
+    FULL_COLUMN_RANK,
+    ISOTROPIC_COLUMNS,
+    FactMatrix,
+    GramSqrt,
+    Inner,
+    dimension,
+    positive_symbol,
+)
 from derivations.printing.codegen import EmittedFunction
 from derivations.printing.layout import Adapter, adapter_source
 
@@ -55,8 +63,8 @@ GRADIENTS = {G_K: product(transpose(G_Mbar), W_Qbar)}
 KEY_LAYOUT = L.HeadLayout("W_Qbar", "W_Q", "stack_rows", group, shared="W_K")
 
 
-def context() -> Context:
-    return Context(definitions=GRADIENTS,
+def context(definitions: dict | None = None) -> Context:
+    return Context(definitions=GRADIENTS if definitions is None else definitions,
                    check_dims=[{d: 5, d_h: 2, n: 10}, {d: 4, d_h: 3, n: 12}, {d: 3, d_h: 3, n: 3}],
                    symbolic_dims={d: 3, d_h: 2, n: 4}, mpmath_dims={d: 4, d_h: 2, n: 8})
 
@@ -82,6 +90,25 @@ def key_side() -> Derivation:
     der.apply(L.CHAIN_RULE, gradients=GRADIENTS, note="the stored key gradient sums over the group")
     der.solve()
     der.back_substitute()
+    return der
+
+
+@cache
+def isotropic_key() -> Derivation:
+    """Corollary: ``ΔW_{K,g} = −(ε/2G) c̄⁻¹ msign(G_{K,g})`` when the stacked queries have ``W̄ᵀW̄ = c̄² I``.
+
+    The grouped form of ``qk_rule="isotropic"``: the shared key side of :func:`key_side` with the isotropic
+    partner of :func:`derivations.halfsplit.isotropic_key`, ``c̄² = ‖W̄_g‖_F²/d_h + λ = Σ_h ‖W_{Q,h}‖_F²/d_h + λ``
+    in the emitted function (exact when the stacked queries have orthogonal columns of equal norm). The query
+    side is :func:`derivations.halfsplit.isotropic_query` with the group's key head as partner.
+    """
+    iso = FactMatrix(W_Qbar.name, *W_Qbar.shape, list(W_Qbar.facts | {ISOTROPIC_COLUMNS}))
+    start = key_side().result.argmin.xreplace({W_Qbar: iso})
+    defs = {g: v.xreplace({W_Qbar: iso}) for g, v in GRADIENTS.items()}
+    der = identity_chain("gqa.isotropic_key", "GQA: shared key update, isotropic stacked queries (corollary)",
+                         start, context(defs), statement="the shared key update when W_Qbarᵀ W_Qbar = c² I")
+    der.apply(L.ISOTROPIC_PARTNER, matrix=iso)
+    der.apply(L.MSIGN_SCALE)
     return der
 
 
@@ -120,7 +147,7 @@ def value_side() -> Derivation:
 
 
 def derivations():
-    return [halfsplit.query_side(), key_side(), value_side()]
+    return [halfsplit.query_side(), key_side(), value_side(), halfsplit.isotropic_query(), isotropic_key()]
 
 
 def emitted_functions():
@@ -135,6 +162,15 @@ def emitted_functions():
                           "(equality at λ = 0) and ‖W_{Q,h} ΔW_Kᵀ‖_op ≤ ε/(2G) for every head.")],
                         extra_scalars={group: "group_size"}),
         value_function(),
+        EmittedFunction("gqa_isotropic_query", "Isotropic GQA query update, one head (partner: its group's key "
+                        "head)", [halfsplit.W_K, halfsplit.G_Q], [("dW_Q", halfsplit.isotropic_query())],
+                        ["Identical to the isotropic half-split query update; c_K = (‖W_K‖_F²/d_h + λ)^(1/2)."]),
+        EmittedFunction("gqa_isotropic_key", "Isotropic GQA shared key update, one key head (partner: its group's "
+                        "stacked queries)", [W_Qbar, G_K], [("dW_K", isotropic_key())],
+                        [("W_Qbar stacks the group's query heads row-wise, shape (..., G·d, d_h); the shared key "
+                          "update of gqa_key with the stacked queries' Gram root replaced by c̄ I, c̄ = "
+                          "(‖W_Qbar‖_F²/d_h + λ)^(1/2): exact when W_Qbar has orthogonal columns of equal norm.")],
+                        extra_scalars={group: "group_size"}),
     ]
 
 
@@ -153,7 +189,7 @@ def adapter():
     """The stored-layout entry point ``gqa_qk``: its adapter is printed from the reduction step of
     :func:`key_side` (the group's query heads stacked row-wise; the shared key head repeated over the
     group for the head-local query side)."""
-    query, key, _ = emitted_functions()
+    query, key = emitted_functions()[:2]
     return Adapter("gqa_layout", "gqa_qk", "Stored GQA layouts → per-head rule calls → stored layouts.",
                    {"W_Q": "columns", "W_K": "columns", "G_Q": "columns", "G_K": "columns"},
                    [("query_fn", query), ("key_fn", key)], "check_qk_heads",

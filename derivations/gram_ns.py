@@ -20,8 +20,14 @@ GK), and each step's check runs the project's kernels (:func:`numerics.kernels.j
 :func:`numerics.kernels.gram_newton_schulz.gram_newton_schulz`) and counts their products.
 
 Run ``python -m derivations.gram_ns --help``. The JAX kernel is
-:mod:`numerics.kernels.gram_newton_schulz`; this module emits no functions yet (``--emit jax|numpy`` is
-refused): the printers do not know an ``msign="gram_newton_schulz"`` method.
+:mod:`numerics.kernels.gram_newton_schulz`. This module emits no functions of its own (``--emit jax|numpy`` is
+refused); every emitted rule function and the optimizer take ``msign="gram_newton_schulz"`` (restart positions
+as data, by default one restart after iteration 2, the published choice) or ``msign="auto"``, which picks the
+Gram form exactly when the cost difference above, ``(T − K − 1)(4n²m − 6n³)``, is negative for fewer than
+``T − 1`` restarts, i.e. when the long side exceeds 1.5 × the short side
+(:mod:`numerics.kernels.jax_spectral_sign`). The default restart is certified for float32 only:
+``python -m coeffsearch restarts polar-express-5 --dtype bfloat16`` finds no certified position under its
+rounding model, so the standard iteration stays the default.
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ def example_call(rng, name, target="jax"):
         "gqa_query": ([tall(), tall()], {"eps": 0.3}),
         "gqa_key": ([r(2 * D, DH), tall()], {"eps": 0.3, "group_size": 2}),
         "gqa_value": ([r(2 * D, DH), r(DH, D)], {"eps": 0.3, "group_size": 2}),
+        "gqa_isotropic_query": ([tall(), tall()], {"eps": 0.3}),
+        "gqa_isotropic_key": ([r(2 * D, DH), tall()], {"eps": 0.3, "group_size": 2}),
         "gqa_qk": ([r(D, HEADS * DH), r(D, KV * DH), r(D, HEADS * DH), r(D, KV * DH)], {"eps": 0.3, "head_dim": DH}),
         "joint_whitened": ([partner, r(D, 2 * DH)], {"eps": 0.3}),
         "joint_qk": ([tall(), tall(), tall(), tall()], {"eps": 0.3}),

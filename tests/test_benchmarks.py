@@ -59,6 +59,8 @@ def test_step_measure_returns_times_and_the_paired_ratio(monkeypatch):
     monkeypatch.setattr(step.optax.contrib, "muon", lambda lr, ns_coeffs: optax.sgd(lr))
     t_cm, t_muon, ratio = step.measure("tiny", 3, jnp.float32)
     assert t_cm > 0 and t_muon > 0 and ratio > 0
+    c_cm, c_muon, *rest = step.measure_with_compile("tiny", 3, jnp.float32)  # the first step's compile times first
+    assert c_cm > 0 and c_muon > 0 and len(rest) == 3 and all(x > 0 for x in rest)
 
 
 def test_paired_ratio_is_the_median_of_per_round_ratios():

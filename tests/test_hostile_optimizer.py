@@ -257,8 +257,8 @@ def test_pairs_declarations():
 
 def test_unknown_msign_is_refused_at_construction_naming_msign():
     for make in (compositional_muon, optimizer.scale_by_compositional_muon):
-        with pytest.raises(ValueError, match=r"compositional_muon: msign must be one of \('newton_schulz', 'svd'\), "
-                                             r"got 'polar'"):
+        with pytest.raises(ValueError, match=r"compositional_muon: msign must be one of \('newton_schulz', 'svd', "
+                                             r"'gram_newton_schulz', 'auto'\), got 'polar'"):
             make(0.01, msign="polar") if make is compositional_muon else make(msign="polar")
 
 

@@ -1,5 +1,6 @@
 """Compositional Muon as an optax optimizer: the derived rules on declared pairs, errors, gauge options."""
 
+import re
 import subprocess
 import sys
 
@@ -447,3 +448,56 @@ def test_grouped_query_layer_update_does_not_deadlock_the_cpu_pool(which):
         pytest.fail(f"the jitted GQA layer update ({which}) hung: concurrent LAPACK kernels deadlocked the pool")
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize(("rule", "reason"), [("joint", "cannot sit side by side"), ("sylvester", "stacked pair")])
+def test_rules_without_a_grouped_form_give_the_mathematical_reason(rule, reason):
+    params = model(np.random.default_rng(7), kv=1)
+    with pytest.raises(ValueError, match=f"qk_rule='{rule}' has no grouped-query form.*{reason}.*use "
+                                         f"qk_rule='half_split'"):
+        step(compositional_muon(0.1, pairs=pairs_of(1), qk_rule=rule, damping=1e-2), params, params)
+
+
+def test_the_rare_svd_route_of_the_gram_roots_is_compiled_once_not_per_head():
+    # 12 heads: the Gram eighs stay one call per matrix (parallel on the CPU), but the SVD fallback that runs
+    # only for ill-conditioned partners loops over them: one traced SVD per gram_eigh call, not one per matrix
+    # (unrolled, 48 on a GPT-2 layer, which made a third of the first step's compile time)
+    heads_, d, d_h = 12, 48, 4
+    rng = np.random.default_rng(3)
+    shapes = {"wq": (d, heads_ * d_h), "wk": (d, heads_ * d_h), "wo": (d, heads_ * d_h), "wv": (heads_ * d_h, d)}
+    params = {k: jnp.asarray(rng.standard_normal(s), jnp.float32) for k, s in shapes.items()}
+    opt = compositional_muon(0.02, pairs=[QKPair("wq", "wk", heads_), OVPair("wo", "wv", heads_)])
+    text = jax.jit(opt.update).lower(params, opt.init(params), params).as_text()
+    calls = {name: len(re.findall(rf"call @{name}(?:_\d+)?\(", text)) for name in ("eigh", "svd", "qr")}
+    assert calls["eigh"] >= 4 * heads_, calls  # the common route: one LAPACK call per matrix, unrolled
+    assert 1 <= calls["svd"] <= 4 and 1 <= calls["qr"] <= 4, calls
+
+
+def test_isotropic_gqa_matches_hand_formula():
+    """Grouped isotropic (``derivations.gqa.isotropic_key``): ``ΔW_{Q,h} = −η c_{K,g}⁻¹ msign(G_{Q,h})`` and
+    ``ΔW_{K,g} = −(η/G) c̄_g⁻¹ msign(G_{K,g})``, ``c̄_g² = Σ_{h∈g} ‖W_{Q,h}‖_F²/d_h + λ`` (independent NumPy).
+
+    Planted mistakes: the shared key head at the whole budget (no ``1/G``), its scale from one query head.
+    """
+    rng = np.random.default_rng(23)
+    kv, lr, lam = 1, 0.05, 1e-2
+    params = model(rng, kv=kv)
+    g = grads(rng, params)
+    u = step(compositional_muon(lr, pairs=pairs_of(kv), qk_rule="isotropic", msign="svd", damping=lam), params, g)
+    a, group = params["attn"], H // kv
+
+    def msign(x):
+        left, _, right = np.linalg.svd(x, full_matrices=False)
+        return left @ right
+
+    def scale(*ws):
+        return np.sqrt(sum(np.sum(w * w) for w in ws) / DH + lam)
+
+    qs, (k,) = heads(a["wq"], DH), heads(a["wk"], DH)
+    (g_k,) = heads(g["attn"]["wk"], DH)
+    for uq, gq in zip(heads(u["attn"]["wq"], DH), heads(g["attn"]["wq"], DH), strict=True):
+        np.testing.assert_allclose(uq, -lr / scale(k) * msign(gq), rtol=1e-6)
+    want = -lr / group / scale(*qs) * msign(g_k)
+    np.testing.assert_allclose(u["attn"]["wk"], want, rtol=1e-6)
+    for planted in (-lr / scale(*qs) * msign(g_k), -lr / group / scale(qs[0]) * msign(g_k)):
+        assert not np.allclose(u["attn"]["wk"], planted, rtol=1e-3)

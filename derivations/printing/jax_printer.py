@@ -33,6 +33,7 @@ from derivations.printing.function_spec import FunctionSpec, Parameter, render_f
 from derivations.printing.scaling import scaling_plan
 from numerics.kernels import (
     argcheck,
+    gram_newton_schulz,
     jax_damped_gram,
     jax_exact_scaling,
     jax_head_layout,
@@ -40,6 +41,7 @@ from numerics.kernels import (
     jax_lapack_calls,
     jax_msign,
     jax_output_checks,
+    jax_spectral_sign,
     jax_sylvester,
 )
 
@@ -52,10 +54,14 @@ KERNELS = (jax_exact_scaling.compute_dtype, jax_lapack_calls.lapack_guard, jax_e
            jax_damped_gram.psd_power, jax_damped_gram.psd_power_split, jax_damped_gram.polar_factor,
            jax_damped_gram.isotropic_scale, jax_damped_gram.isotropic_scale_split, jax_exact_scaling.split_scalar,
            jax_msign.msign_svd, jax_msign.schedule_array, jax_msign.newton_schulz, jax_msign._newton_schulz_oriented,
-           jax_msign.spectral_sign, jax_msign.spectral_sign_stacked, jax_output_checks.output_status,
+           gram_newton_schulz.restart_flags, gram_newton_schulz.gram_newton_schulz,
+           gram_newton_schulz.gram_newton_schulz_oriented, jax_spectral_sign.default_restarts,
+           jax_spectral_sign.gram_chosen, jax_spectral_sign.gram_flags, jax_spectral_sign.spectral_sign,
+           jax_spectral_sign.spectral_sign_stacked, jax_output_checks.output_status,
            jax_output_checks.nan_unless, jax_output_checks.raise_if_not_finite, argcheck.check_scalar,
            argcheck.check_shapes, argcheck.check_group, jax_input_checks.check_schedule_length,
-           jax_input_checks.check_schedule, jax_input_checks.validate_inputs, jax_sylvester.safe_ratio,
+           jax_input_checks.check_schedule, jax_input_checks.check_restarts, jax_input_checks.validate_inputs,
+           jax_sylvester.safe_ratio,
            jax_sylvester.sylvester_factor_svd, jax_sylvester.sylvester_products, jax_sylvester.sylvester_products_split,
            jax_sylvester.sylvester_dense, jax_sylvester.sylvester_gram, jax_head_layout.block_right,
            jax_input_checks.require_arrays, jax_sylvester.check_dense_damping)
@@ -75,10 +81,10 @@ class JaxPrinter(MatrixCodePrinter):
     blocked_partners = True
 
     def _stacked_msign(self, args):
-        return f"spectral_sign_stacked(({', '.join(args)}), msign, schedule)"
+        return f"spectral_sign_stacked(({', '.join(args)}), msign, schedule, restarts, gram_aspect)"
 
     def _print_Msign(self, expr):
-        return f"spectral_sign({self._unit_arg(expr.arg)}, msign, schedule)"
+        return f"spectral_sign({self._unit_arg(expr.arg)}, msign, schedule, restarts, gram_aspect)"
 
     def _print_group(self, expr):
         """One stacked spectral-sign call for the group, each argument printed by :meth:`_unit_arg`."""
@@ -354,9 +360,13 @@ CHECKS_DOC = """Inputs are checked where the computation starts: shapes and dtyp
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes."""
 
-ARG_DOC = """Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"
-    or "svd"), schedule (Newton–Schulz steps: a tuple of coefficient tuples or an array
-    (steps, k+1), passed as data, so schedules of one shape share one compilation), check_finite
+ARG_DOC = """Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz",
+    "svd", "gram_newton_schulz": the same schedule on the small Gram matrix, or "auto": the Gram
+    form where its flop model is lower, i.e. long side > gram_aspect * short side), schedule
+    (Newton–Schulz steps: a tuple of coefficient tuples or an array (steps, k+1), passed as data, so
+    schedules of one shape share one compilation), restarts (the Gram form's restart positions s,
+    1 <= s <= steps - 1, passed as data; None: GRAM_RESTARTS within the schedule; certify positions
+    with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
     (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
     passes its name and arguments, which errors then name). Returns the update(s) to add, in the
     input dtype.
@@ -387,6 +397,9 @@ def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedul
              "import functools\n\nimport jax\nimport jax.numpy as jnp\n",
              f"__all__ = {sorted([fn.name for fn in functions] + list(extra_names))!r}\n",
              f"MSIGN_METHODS = {jax_msign.MSIGN_METHODS!r}\n",
+             (f"GRAM_METHODS = {jax_spectral_sign.GRAM_METHODS!r}\nGRAM_ASPECT = {jax_spectral_sign.GRAM_ASPECT!r}"
+              f"  # msign='auto': Gram Newton–Schulz when long side > this * short side\nGRAM_RESTARTS = "
+              f"{jax_spectral_sign.GRAM_RESTARTS!r}  # default restart positions of Gram Newton–Schulz\n"),
              f"UNROLL_LIMIT = {jax_lapack_calls.UNROLL_LIMIT!r}  # matrices per batched LAPACK call unrolled on the "
              f"CPU\n",
              (f"GRAM_ROUTE_RATIO = {jax_damped_gram.GRAM_ROUTE_RATIO!r}  # Gram eigh while e_min >= this * e_max, "
@@ -464,7 +477,7 @@ def _arguments_dict(args: list[str]) -> str:
 def _core_spec(fn: EmittedFunction, c: Computation) -> FunctionSpec:
     """``_<name>``: jitted on its options and msign; every scalar positional, NaN outputs where a scalar is bad."""
     args, extra, opts = fn.argument_names, list(fn.extra_scalars.values()), list(fn.options)
-    static = ", ".join(f'"{o}"' for o in ["msign", *opts])
+    static = ", ".join(f'"{o}"' for o in ["msign", "gram_aspect", *opts])
     valid = " & ".join([*(["(eps >= 0)"] if fn.needs_eps else []),
                         f"(damping {'>' if fn.positive_damping else '>='} 0)", *[f"({n} > 0)" for n in extra]])
     names = [out for out, _ in fn.outputs]
@@ -478,7 +491,8 @@ def _core_spec(fn: EmittedFunction, c: Computation) -> FunctionSpec:
              "  # a NaN/Inf input reaches every output computed from it"),
             f"return nan_unless(status == 0, {outs}), status")
     return FunctionSpec(f"_{fn.name}",
-                        tuple(Parameter(p) for p in [*args, "eps", *extra, "damping", "msign", "schedule", *opts]),
+                        tuple(Parameter(p) for p in [*args, "eps", *extra, "damping", "msign", "schedule", "restarts",
+                                                    "gram_aspect", *opts]),
                         decorators=(f"functools.partial(jax.jit, static_argnames=({static},))",), body=body)
 
 
@@ -487,17 +501,18 @@ def _public_spec(fn: EmittedFunction, uses_msign: bool, msign_default: str) -> F
     args, extra = fn.argument_names, list(fn.extra_scalars.values())
     keywords = [*([Parameter("eps")] if fn.needs_eps else []), *(Parameter(n) for n in extra),
                 Parameter("damping", None if fn.positive_damping else "0.0"),
-                *([Parameter("msign", repr(msign_default)), Parameter("schedule", "NS_SCHEDULE")] if uses_msign
-                  else []),
+                *([Parameter("msign", repr(msign_default)), Parameter("schedule", "NS_SCHEDULE"),
+                   Parameter("restarts", "None"), Parameter("gram_aspect", "None")] if uses_msign else []),
                 *(Parameter(o, repr(default)) for o, (default, _) in fn.options.items()),
                 Parameter("check_finite", "True"), Parameter("_caller", "None")]
-    sign_args = "msign, schedule" if uses_msign else "'svd', ()"  # no msign in the formula: nothing to choose
+    # no msign in the formula: nothing to choose
+    sign_args = "msign, schedule, restarts, gram_aspect" if uses_msign else "'svd', ()"
     checks = (f"validate_inputs({fn.name!r} if _caller is None else _caller[0], {fn.shapes()!r},",
               f"                {_arguments_dict(args)},",
               f"                {'eps' if fn.needs_eps else '0.0'}, damping, {sign_args})",
               *_option_checks(fn))
-    call_sign = ("msign, schedule_array(schedule) if msign == 'newton_schulz' else None" if uses_msign
-                 else "'svd', None")
+    call_sign = ("msign, schedule_array(schedule) if msign != 'svd' else None, "
+                 "gram_flags(msign, schedule, restarts), gram_aspect" if uses_msign else "'svd', None, None, None")
     scalars = "".join(f", real_scalar({n})" for n in extra)
     body = ((f"outputs, status = _{fn.name}({', '.join(args)}, {'real_scalar(eps)' if fn.needs_eps else '0.0'}"
              f"{scalars}, real_scalar(damping), {call_sign}{''.join(f', {o}' for o in fn.options)})"),

@@ -187,13 +187,14 @@ class AdapterPrinter:
         return "\n".join([
             (f"def {a.entry}({', '.join(a.stored)}, *, {head}eps, damping=0.0, msign=\"newton_schulz\", "
              "schedule=NS_SCHEDULE,"),
-            f"{' ' * (len(a.entry) + 5)}check_finite=True):",
+            f"{' ' * (len(a.entry) + 5)}restarts=None, gram_aspect=None, check_finite=True):",
             f'    """{a.entry_doc}',
             *([] if not a.head_dim else ["", *textwrap.wrap(HEAD_DIM_DOC, 100, initial_indent="    ",
                                                            subsequent_indent="    ")]),
             '    """',
             ('    options = {"eps": eps, "damping": damping, "msign": msign, "schedule": schedule, '
-             '"check_finite": check_finite,'),
+             '"restarts": restarts,'),
+            '               "gram_aspect": gram_aspect, "check_finite": check_finite,',
             (f'               "_caller": ({a.entry!r}, {{{", ".join(f"{n!r}: {n}" for n in a.stored)}}})}}'
              '  # errors name this function and its arguments'),
             (f"    return {a.name}({', '.join(fn.name for _, fn in a.calls)}, {', '.join(a.stored)}, "

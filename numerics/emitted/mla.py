@@ -50,7 +50,11 @@ import jax.numpy as jnp
 
 __all__ = ['mla_key_up', 'mla_kv_down', 'mla_output', 'mla_query_down', 'mla_query_up', 'mla_value_up']
 
-MSIGN_METHODS = ('newton_schulz', 'svd')
+MSIGN_METHODS = ('newton_schulz', 'svd', 'gram_newton_schulz', 'auto')
+
+GRAM_METHODS = ('gram_newton_schulz', 'auto')
+GRAM_ASPECT = 1.5  # msign='auto': Gram Newton–Schulz when long side > this * short side
+GRAM_RESTARTS = (2,)  # default restart positions of Gram Newton–Schulz
 
 UNROLL_LIMIT = 64  # matrices per batched LAPACK call unrolled on the CPU
 
@@ -223,7 +227,7 @@ def real_scalar(x):
     """
     return x if isinstance(x, jax.core.Tracer) or hasattr(x, "dtype") else float(x)
 
-def per_matrix_on_cpu(fn, a):
+def per_matrix_on_cpu(fn, a, unroll=True):
     """``fn(a)`` for a batched LAPACK ``fn``; on the CPU one single-matrix call per matrix.
 
     jaxlib's CPU kernels split a batch over the intra-op pool and wait inside a pool worker for
@@ -233,14 +237,16 @@ def per_matrix_on_cpu(fn, a):
     with one OpenBLAS thread: 8.7 ms, as fast as the batched call's 9.0 ms; compiling 64 calls
     takes 1.5 s, 256 take 7.5 s); larger batches run one matrix at a time in a ``lax.map``
     (12.2 ms for the same 24; a loop body runs its calls in sequence). Other platforms keep the
-    batched call.
+    batched call. ``unroll=False`` always loops: for a route that rarely runs (the SVD fallback of
+    :func:`~numerics.kernels.jax_damped_gram.gram_eigh`), whose unrolled calls would be compiled in
+    every program (both branches of a ``lax.cond`` are) for no speed gain on the common path.
     """
     if a.ndim == 2 or a.size == 0:  # an empty batch: the batched call returns empty results
         return fn(a)
 
     def single_calls(x):
         flat = x.reshape(-1, *x.shape[-2:])
-        if flat.shape[0] <= UNROLL_LIMIT:
+        if unroll and flat.shape[0] <= UNROLL_LIMIT:
             outs = [fn(flat[i]) for i in range(flat.shape[0])]
             out = jax.tree.map(lambda *ys: jnp.stack(ys), *outs)
         else:
@@ -311,7 +317,7 @@ def gram_eigh(w, damping, side):
         return jnp.sqrt(jnp.maximum(evals, 0)), evecs
 
     def by_svd(_):
-        sv, v = per_matrix_on_cpu(right_singular, lapack_guard(a)[0])
+        sv, v = per_matrix_on_cpu(right_singular, lapack_guard(a)[0], unroll=False)  # rare route: one call compiled
         return jnp.sqrt(sv * sv + lam[..., 0]), v
 
     r, v = jax.lax.cond(jnp.all(well), by_gram, by_svd, None)
@@ -514,15 +520,129 @@ def _newton_schulz_oriented(x, schedule, wide):
     x, _ = jax.lax.scan(step, x, rest, unroll=True if coeffs.shape[0] <= NS_UNROLL_STEPS else 1)
     return x.mT if flip else x
 
-def spectral_sign(a, method, schedule):
-    """``msign(A)`` by ``"newton_schulz"`` (with ``schedule``) or ``"svd"``."""
+def restart_flags(restarts, steps):
+    """Restart positions as a boolean array ``(steps,)``: flag ``s`` is set for a restart before step ``s``.
+
+    ``restarts``: a tuple or list of distinct integers in ``[1, steps − 1]`` (``ValueError`` otherwise,
+    naming the bad position), or already an array of ``steps`` flags (returned as booleans; a traced
+    array is taken as it is).
+    """
+    if hasattr(restarts, "shape"):
+        if tuple(restarts.shape) != (steps,):
+            raise ValueError(f"gram_newton_schulz: restarts as flags must have shape ({steps},) for a {steps}-step "
+                             f"schedule, got {tuple(restarts.shape)}")
+        return jnp.asarray(restarts).astype(bool)
+    if isinstance(restarts, (str, bytes)) or not isinstance(restarts, (tuple, list)):
+        raise TypeError(f"gram_newton_schulz: restarts must be a tuple of step indices or an array of {steps} "
+                        f"flags, got {type(restarts).__name__}")
+    for s in restarts:
+        if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= steps - 1:
+            raise ValueError(f"gram_newton_schulz: restart position {s!r} is outside the schedule: a restart "
+                             f"comes after iteration s with 1 <= s <= {steps - 1} for a {steps}-step schedule")
+    if len(set(restarts)) != len(restarts):
+        raise ValueError(f"gram_newton_schulz: restart positions {tuple(restarts)} repeat a position")
+    return jnp.asarray([t in restarts for t in range(steps)], dtype=bool)
+
+def gram_newton_schulz(x, schedule, restarts=()):
+    """msign by the Gram form of the odd-polynomial iteration of ``schedule`` (see the module docstring).
+
+    ``x``: ``(…, n, m)``; ``schedule``: a tuple of coefficient tuples or an array ``(steps, k+1)``
+    (data, like :func:`numerics.kernels.jax_msign.newton_schulz`); ``restarts``: step indices in
+    ``[1, steps − 1]`` or ``steps`` boolean flags. Returns ``msign(x)`` approximated to the schedule's
+    accuracy, in ``x``'s dtype.
+    """
+    return gram_newton_schulz_oriented(x, schedule, restarts, wide=x.shape[-2] <= x.shape[-1])
+
+def gram_newton_schulz_oriented(x, schedule, restarts, wide):
+    """:func:`gram_newton_schulz` with the Gram matrix ``XXᵀ`` (``wide``) or ``XᵀX``, whatever the shape."""
+    coeffs = schedule_array(schedule)
+    steps, degree = coeffs.shape
+    flags = restart_flags(restarts, steps)
+    xc = x.astype(compute_dtype(x.dtype))
+    xc = xc / max_abs(xc)
+    norm = jnp.sqrt(jnp.sum(xc * xc, axis=(-2, -1), keepdims=True))
+    x = (xc / jnp.where(norm > 0, norm, 1)).astype(x.dtype)
+    side = x.shape[-2] if wide else x.shape[-1]
+    eye = jnp.broadcast_to(jnp.eye(side, dtype=x.dtype), (*x.shape[:-2], side, side))
+
+    def gram(x):
+        return x @ x.mT if wide else x.mT @ x
+
+    def apply(q, x):
+        return q @ x if wide else x @ q
+
+    def accumulate(acc, z, c0):
+        """``q Q`` (wide) or ``Q q`` for ``q = c_0 I + z``."""
+        return (z @ acc if wide else acc @ z) + c0 * acc
+
+    def higher_terms(r, c):
+        """``z = c_1 R + … + c_k R^k`` by Horner's rule (``k − 1`` products)."""
+        z = c[degree - 1] * r
+        for j in range(degree - 2, 0, -1):
+            z = (z + c[j] * eye) @ r
+        return z
+
+    def step(carry, inputs):
+        x, r, q = carry
+        c, restart, fresh, last = inputs
+        c = c.astype(x.dtype)
+
+        def restarted():
+            xs = apply(q, x)
+            return xs, gram(xs)
+
+        x, r = jax.lax.cond(restart, restarted, lambda: (x, r))
+        z = jnp.zeros_like(r) if degree == 1 else higher_terms(r, c)
+        q = jax.lax.cond(fresh, lambda: z + c[0] * eye, lambda: accumulate(q, z, c[0]))
+
+        def updated():
+            rz = r @ z + c[0] * r  # R q(R)
+            return z @ rz + c[0] * rz  # q(R) R q(R)
+
+        r = jax.lax.cond(last, lambda: r, updated)
+        return (x, r, q), None
+
+    fresh = flags.at[0].set(True)
+    last = jnp.concatenate([flags[1:], jnp.ones((1,), dtype=bool)])
+    carry = (x, gram(x), eye)
+    (x, _, q), _ = jax.lax.scan(step, carry, (coeffs, flags, fresh, last),
+                                unroll=True if steps <= NS_UNROLL_STEPS else 1)
+    return apply(q, x)
+
+def default_restarts(steps):
+    """:data:`GRAM_RESTARTS` within a ``steps``-step schedule (positions ``<= steps − 1``)."""
+    return tuple(s for s in GRAM_RESTARTS if s <= steps - 1)
+
+def gram_chosen(shape, gram_aspect=None):
+    """``"auto"``'s static choice for a matrix of ``shape`` (``(…, n, m)``): long side > ``gram_aspect`` · short."""
+    short, long_ = sorted(shape[-2:])
+    return long_ > (GRAM_ASPECT if gram_aspect is None else gram_aspect) * short
+
+def gram_flags(method, schedule, restarts):
+    """The restart flags a Gram method runs with (``None`` for the other methods), as data for the jitted core."""
+    if method not in GRAM_METHODS:
+        return None
+    steps = schedule.shape[0] if hasattr(schedule, "shape") else len(schedule)
+    return restart_flags(default_restarts(steps) if restarts is None else restarts, steps)
+
+def spectral_sign(a, method, schedule, restarts=None, gram_aspect=None):
+    """``msign(A)`` by ``method`` (``"svd"``, ``"newton_schulz"``, ``"gram_newton_schulz"`` or ``"auto"``).
+
+    ``schedule``: the Newton–Schulz steps; ``restarts``: the Gram form's restart positions (a tuple, or
+    flags from :func:`gram_flags`; ``None``: :func:`default_restarts`); ``gram_aspect``: ``"auto"``'s
+    threshold (``None``: :data:`GRAM_ASPECT`).
+    """
     if method == "svd":
         return msign_svd(a)
-    return newton_schulz(a, schedule)
+    if method == "newton_schulz" or (method == "auto" and not gram_chosen(a.shape, gram_aspect)):
+        return newton_schulz(a, schedule)
+    if restarts is None:
+        restarts = default_restarts(schedule_array(schedule).shape[0])
+    return gram_newton_schulz(a, schedule, restarts)
 
-def spectral_sign_stacked(arrays, method, schedule):
+def spectral_sign_stacked(arrays, method, schedule, restarts=None, gram_aspect=None):
     """:func:`spectral_sign` of several same-shape matrices in one batched call."""
-    out = spectral_sign(jnp.stack(arrays), method, schedule)
+    out = spectral_sign(jnp.stack(arrays), method, schedule, restarts, gram_aspect)
     return tuple(out[i] for i in range(len(arrays)))
 
 def output_status(arrays, underflow=False, flagged=()):
@@ -678,7 +798,30 @@ def check_schedule(function, schedule):
             raise ValueError(f"{function}: each schedule step must be a tuple of finite floats "
                              f"(c_0, c_1, ...), got {step!r}")
 
-def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
+def check_restarts(function, method, schedule, restarts, gram_aspect):
+    """``restarts`` (``None`` or distinct step positions in ``[1, steps − 1]``) and ``gram_aspect`` (``None`` or
+    a finite number ``>= 1``): given only with a Gram method (``"gram_newton_schulz"``, ``"auto"``)."""
+    if method not in GRAM_METHODS:
+        for name, value in (("restarts", restarts), ("gram_aspect", gram_aspect)):
+            if value is not None:
+                raise ValueError(f"{function}: {name} = {value!r} is used only by msign='gram_newton_schulz' or "
+                                 f"'auto', not msign={method!r}; leave it None or change msign")
+        return
+    steps = schedule.shape[0] if hasattr(schedule, "shape") else len(schedule)
+    if gram_aspect is not None and (isinstance(gram_aspect, bool) or not isinstance(gram_aspect, (int, float))
+                                    or not 1 <= gram_aspect < float("inf")):
+        raise ValueError(f"{function}: gram_aspect must be None or a finite number >= 1 (the long/short side "
+                         f"ratio above which msign='auto' runs Gram Newton–Schulz), got {gram_aspect!r}")
+    if restarts is None:
+        return
+    if not isinstance(restarts, (tuple, list)) or not all(
+            isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= steps - 1 for s in restarts) or len(
+            set(restarts)) != len(restarts):
+        raise ValueError(f"{function}: restarts must be None or a tuple of distinct step positions s with "
+                         f"1 <= s <= {steps - 1} (restart after iteration s of the {steps}-step schedule), "
+                         f"got {restarts!r}")
+
+def validate_inputs(function, shapes, arrays, eps, damping, method, schedule, restarts=None, gram_aspect=None):
     """Check arguments before tracing; raise ``ValueError``/``TypeError`` naming the argument.
 
     ``shapes`` maps each argument name to its two trailing dimension names, e.g.
@@ -716,10 +859,12 @@ def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
                                  f"in; use 0 or a value in that range, or a wider dtype")
     if not isinstance(method, str) or method not in MSIGN_METHODS:
         raise ValueError(f"{function}: msign must be one of {MSIGN_METHODS}, got {method!r}")
-    if method == "newton_schulz":
+    if method != "svd":
         check_schedule(function, schedule)
+        check_restarts(function, method, schedule, restarts, gram_aspect)
     else:  # the schedule is not used, but its length is capped whatever msign is
         check_schedule_length(function, schedule)
+        check_restarts(function, method, schedule, restarts, gram_aspect)
 
 def safe_ratio(num, den):
     """``num / den`` where ``den > 0``, else 0 (a direction with no extent and no damping)."""
@@ -883,22 +1028,22 @@ def check_dense_damping(function, solver, damping, w_q, w_k, resolution=100):
                          f"or a larger damping")
 
 
-@functools.partial(jax.jit, static_argnames=("msign",))
-def _mla_query_up(K_hat, W_DQ, G_UQ, eps, damping, msign, schedule):
+@functools.partial(jax.jit, static_argnames=("msign", "gram_aspect",))
+def _mla_query_up(K_hat, W_DQ, G_UQ, eps, damping, msign, schedule, restarts, gram_aspect):
     valid = (eps >= 0) & (damping >= 0)  # under an outer jit a bad scalar cannot be refused: NaN
     eps_m, e_eps = split_scalar(eps, K_hat.dtype)
     eig_K_hat = gram_eigh(K_hat, damping, 'left')
     C_K_hat_inv_m, e_C_K_hat_inv = psd_power_split(eig_K_hat, -0.5)
     eig_DQ = gram_eigh(W_DQ, damping, 'left')
     C_DQ_inv_m, e_C_DQ_inv = psd_power_split(eig_DQ, -0.5)
-    msign_1 = spectral_sign(C_K_hat_inv_m.astype(K_hat.dtype) @ unit_scale(G_UQ) @ C_DQ_inv_m.astype(W_DQ.dtype), msign, schedule)
+    msign_1 = spectral_sign(C_K_hat_inv_m.astype(K_hat.dtype) @ unit_scale(G_UQ) @ C_DQ_inv_m.astype(W_DQ.dtype), msign, schedule, restarts, gram_aspect)
     dW_UQ, lost_1 = pow2_unscale(-(eps_m / 4) * (C_K_hat_inv_m @ msign_1 @ C_DQ_inv_m), e_eps + e_C_K_hat_inv + e_C_DQ_inv, K_hat.dtype)
     dW_UQ = dW_UQ.astype(K_hat.dtype)
     status = jnp.where(valid, output_status((dW_UQ,), lost_1, flagged=(True,)), 1)  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_UQ,)), status
 
 
-def mla_query_up(K_hat, W_DQ, G_UQ, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, check_finite=True, _caller=None):
+def mla_query_up(K_hat, W_DQ, G_UQ, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
     """MLA query up-projection update, one head (content and RoPE rows).
 
     dW_UQ = (-epsilon/4)*C_K_hat^-1*msign(C_K_hat^-1*G_UQ*C_DQ^-1)*C_DQ^-1    (mla.query_up)
@@ -906,9 +1051,13 @@ def mla_query_up(K_hat, W_DQ, G_UQ, *, eps, damping=0.0, msign='newton_schulz', 
     K_hat (..., d_h + d_R, d) is the head's key map [W_UK W_DKV; W_KR], W_DQ = wq_a (..., c_q, d), G_UQ the head's rows of wq_b's gradient. ‖C_K̂ ΔÛ_Q C_DQ‖_op = ε/4, hence ‖K̂ᵀ ΔÛ_Q W_DQ‖_op ≤ ε/4 (equality at λ = 0) at RoPE position 0.
 
     Shapes: K_hat: (..., d_qk, d), W_DQ: (..., c_q, d), G_UQ: (..., d_qk, c_q); leading axes (layers, heads) are batched.
-    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"
-    or "svd"), schedule (Newton–Schulz steps: a tuple of coefficient tuples or an array
-    (steps, k+1), passed as data, so schedules of one shape share one compilation), check_finite
+    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz",
+    "svd", "gram_newton_schulz": the same schedule on the small Gram matrix, or "auto": the Gram
+    form where its flop model is lower, i.e. long side > gram_aspect * short side), schedule
+    (Newton–Schulz steps: a tuple of coefficient tuples or an array (steps, k+1), passed as data, so
+    schedules of one shape share one compilation), restarts (the Gram form's restart positions s,
+    1 <= s <= steps - 1, passed as data; None: GRAM_RESTARTS within the schedule; certify positions
+    with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
     (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
     passes its name and arguments, which errors then name). Returns the update(s) to add, in the
     input dtype.
@@ -926,29 +1075,29 @@ def mla_query_up(K_hat, W_DQ, G_UQ, *, eps, damping=0.0, msign='newton_schulz', 
     """
     validate_inputs('mla_query_up' if _caller is None else _caller[0], {'K_hat': ('d_qk', 'd'), 'W_DQ': ('c_q', 'd'), 'G_UQ': ('d_qk', 'c_q')},
                     {'K_hat': K_hat, 'W_DQ': W_DQ, 'G_UQ': G_UQ},
-                    eps, damping, msign, schedule)
-    outputs, status = _mla_query_up(K_hat, W_DQ, G_UQ, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign == 'newton_schulz' else None)
+                    eps, damping, msign, schedule, restarts, gram_aspect)
+    outputs, status = _mla_query_up(K_hat, W_DQ, G_UQ, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
         raise_if_not_finite('mla_query_up', status, {'K_hat': K_hat, 'W_DQ': W_DQ, 'G_UQ': G_UQ}, _caller)
     return outputs[0]
 
 
-@functools.partial(jax.jit, static_argnames=("msign",))
-def _mla_key_up(E_Q, W_DKV, G_UK, eps, damping, msign, schedule):
+@functools.partial(jax.jit, static_argnames=("msign", "gram_aspect",))
+def _mla_key_up(E_Q, W_DKV, G_UK, eps, damping, msign, schedule, restarts, gram_aspect):
     valid = (eps >= 0) & (damping >= 0)  # under an outer jit a bad scalar cannot be refused: NaN
     eps_m, e_eps = split_scalar(eps, E_Q.dtype)
     eig_E_Q = gram_eigh(E_Q, damping, 'left')
     C_E_Q_inv_m, e_C_E_Q_inv = psd_power_split(eig_E_Q, -0.5)
     eig_DKV = gram_eigh(W_DKV, damping, 'left')
     C_DKV_inv_m, e_C_DKV_inv = psd_power_split(eig_DKV, -0.5)
-    msign_1 = spectral_sign(C_E_Q_inv_m.astype(E_Q.dtype) @ unit_scale(G_UK) @ C_DKV_inv_m.astype(W_DKV.dtype), msign, schedule)
+    msign_1 = spectral_sign(C_E_Q_inv_m.astype(E_Q.dtype) @ unit_scale(G_UK) @ C_DKV_inv_m.astype(W_DKV.dtype), msign, schedule, restarts, gram_aspect)
     dW_UK, lost_1 = pow2_unscale(-(eps_m / 4) * (C_E_Q_inv_m @ msign_1 @ C_DKV_inv_m), e_eps + e_C_E_Q_inv + e_C_DKV_inv, E_Q.dtype)
     dW_UK = dW_UK.astype(E_Q.dtype)
     status = jnp.where(valid, output_status((dW_UK,), lost_1, flagged=(True,)), 1)  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_UK,)), status
 
 
-def mla_key_up(E_Q, W_DKV, G_UK, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, check_finite=True, _caller=None):
+def mla_key_up(E_Q, W_DKV, G_UK, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
     """MLA key up-projection update, one head.
 
     dW_UK = (-epsilon/4)*C_E_Q^-1*msign(C_E_Q^-1*G_UK*C_DKV^-1)*C_DKV^-1    (mla.key_up)
@@ -956,9 +1105,13 @@ def mla_key_up(E_Q, W_DKV, G_UK, *, eps, damping=0.0, msign='newton_schulz', sch
     E_Q (..., d_h, d) is the head's content query map W_UQ W_DQ, W_DKV the KV-latent rows of wkv_a (..., c_kv, d). ‖E_Qᵀ ΔW_UK W_DKV‖_op ≤ ε/4.
 
     Shapes: E_Q: (..., d_h, d), W_DKV: (..., c_kv, d), G_UK: (..., d_h, c_kv); leading axes (layers, heads) are batched.
-    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"
-    or "svd"), schedule (Newton–Schulz steps: a tuple of coefficient tuples or an array
-    (steps, k+1), passed as data, so schedules of one shape share one compilation), check_finite
+    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz",
+    "svd", "gram_newton_schulz": the same schedule on the small Gram matrix, or "auto": the Gram
+    form where its flop model is lower, i.e. long side > gram_aspect * short side), schedule
+    (Newton–Schulz steps: a tuple of coefficient tuples or an array (steps, k+1), passed as data, so
+    schedules of one shape share one compilation), restarts (the Gram form's restart positions s,
+    1 <= s <= steps - 1, passed as data; None: GRAM_RESTARTS within the schedule; certify positions
+    with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
     (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
     passes its name and arguments, which errors then name). Returns the update(s) to add, in the
     input dtype.
@@ -976,29 +1129,29 @@ def mla_key_up(E_Q, W_DKV, G_UK, *, eps, damping=0.0, msign='newton_schulz', sch
     """
     validate_inputs('mla_key_up' if _caller is None else _caller[0], {'E_Q': ('d_h', 'd'), 'W_DKV': ('c_kv', 'd'), 'G_UK': ('d_h', 'c_kv')},
                     {'E_Q': E_Q, 'W_DKV': W_DKV, 'G_UK': G_UK},
-                    eps, damping, msign, schedule)
-    outputs, status = _mla_key_up(E_Q, W_DKV, G_UK, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign == 'newton_schulz' else None)
+                    eps, damping, msign, schedule, restarts, gram_aspect)
+    outputs, status = _mla_key_up(E_Q, W_DKV, G_UK, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
         raise_if_not_finite('mla_key_up', status, {'E_Q': E_Q, 'W_DKV': W_DKV, 'G_UK': G_UK}, _caller)
     return outputs[0]
 
 
-@functools.partial(jax.jit, static_argnames=("msign",))
-def _mla_value_up(W_O, W_DKV, G_UV, eps, damping, msign, schedule):
+@functools.partial(jax.jit, static_argnames=("msign", "gram_aspect",))
+def _mla_value_up(W_O, W_DKV, G_UV, eps, damping, msign, schedule, restarts, gram_aspect):
     valid = (eps >= 0) & (damping >= 0)  # under an outer jit a bad scalar cannot be refused: NaN
     eps_m, e_eps = split_scalar(eps, W_O.dtype)
     eig_O = gram_eigh(W_O, damping, 'right')
     C_O_inv_m, e_C_O_inv = psd_power_split(eig_O, -0.5)
     eig_DKV = gram_eigh(W_DKV, damping, 'left')
     C_DKV_inv_m, e_C_DKV_inv = psd_power_split(eig_DKV, -0.5)
-    msign_1 = spectral_sign(C_O_inv_m.astype(W_O.dtype) @ unit_scale(G_UV) @ C_DKV_inv_m.astype(W_DKV.dtype), msign, schedule)
+    msign_1 = spectral_sign(C_O_inv_m.astype(W_O.dtype) @ unit_scale(G_UV) @ C_DKV_inv_m.astype(W_DKV.dtype), msign, schedule, restarts, gram_aspect)
     dW_UV, lost_1 = pow2_unscale(-(eps_m / 3) * (C_O_inv_m @ msign_1 @ C_DKV_inv_m), e_eps + e_C_O_inv + e_C_DKV_inv, W_O.dtype)
     dW_UV = dW_UV.astype(W_O.dtype)
     status = jnp.where(valid, output_status((dW_UV,), lost_1, flagged=(True,)), 1)  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_UV,)), status
 
 
-def mla_value_up(W_O, W_DKV, G_UV, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, check_finite=True, _caller=None):
+def mla_value_up(W_O, W_DKV, G_UV, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
     """MLA value up-projection update, one head.
 
     dW_UV = (-epsilon/3)*C_O^-1*msign(C_O^-1*G_UV*C_DKV^-1)*C_DKV^-1    (mla.value_up)
@@ -1006,9 +1159,13 @@ def mla_value_up(W_O, W_DKV, G_UV, *, eps, damping=0.0, msign='newton_schulz', s
     W_O (..., d, d_v) is the head's block of wo. ‖W_O ΔW_UV W_DKV‖_op ≤ ε/3.
 
     Shapes: W_O: (..., d, d_v), W_DKV: (..., c_kv, d), G_UV: (..., d_v, c_kv); leading axes (layers, heads) are batched.
-    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"
-    or "svd"), schedule (Newton–Schulz steps: a tuple of coefficient tuples or an array
-    (steps, k+1), passed as data, so schedules of one shape share one compilation), check_finite
+    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz",
+    "svd", "gram_newton_schulz": the same schedule on the small Gram matrix, or "auto": the Gram
+    form where its flop model is lower, i.e. long side > gram_aspect * short side), schedule
+    (Newton–Schulz steps: a tuple of coefficient tuples or an array (steps, k+1), passed as data, so
+    schedules of one shape share one compilation), restarts (the Gram form's restart positions s,
+    1 <= s <= steps - 1, passed as data; None: GRAM_RESTARTS within the schedule; certify positions
+    with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
     (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
     passes its name and arguments, which errors then name). Returns the update(s) to add, in the
     input dtype.
@@ -1026,27 +1183,27 @@ def mla_value_up(W_O, W_DKV, G_UV, *, eps, damping=0.0, msign='newton_schulz', s
     """
     validate_inputs('mla_value_up' if _caller is None else _caller[0], {'W_O': ('d', 'd_v'), 'W_DKV': ('c_kv', 'd'), 'G_UV': ('d_v', 'c_kv')},
                     {'W_O': W_O, 'W_DKV': W_DKV, 'G_UV': G_UV},
-                    eps, damping, msign, schedule)
-    outputs, status = _mla_value_up(W_O, W_DKV, G_UV, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign == 'newton_schulz' else None)
+                    eps, damping, msign, schedule, restarts, gram_aspect)
+    outputs, status = _mla_value_up(W_O, W_DKV, G_UV, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
         raise_if_not_finite('mla_value_up', status, {'W_O': W_O, 'W_DKV': W_DKV, 'G_UV': G_UV}, _caller)
     return outputs[0]
 
 
-@functools.partial(jax.jit, static_argnames=("msign",))
-def _mla_output(E_V, G_O, eps, damping, msign, schedule):
+@functools.partial(jax.jit, static_argnames=("msign", "gram_aspect",))
+def _mla_output(E_V, G_O, eps, damping, msign, schedule, restarts, gram_aspect):
     valid = (eps >= 0) & (damping >= 0)  # under an outer jit a bad scalar cannot be refused: NaN
     eps_m, e_eps = split_scalar(eps, E_V.dtype)
     eig_E_V = gram_eigh(E_V, damping, 'left')
     C_E_V_inv_m, e_C_E_V_inv = psd_power_split(eig_E_V, -0.5)
-    msign_1 = spectral_sign(unit_scale(G_O) @ C_E_V_inv_m.astype(E_V.dtype), msign, schedule)
+    msign_1 = spectral_sign(unit_scale(G_O) @ C_E_V_inv_m.astype(E_V.dtype), msign, schedule, restarts, gram_aspect)
     dW_O, lost_1 = pow2_unscale(-(eps_m / 3) * (msign_1 @ C_E_V_inv_m), e_eps + e_C_E_V_inv, E_V.dtype)
     dW_O = dW_O.astype(E_V.dtype)
     status = jnp.where(valid, output_status((dW_O,), lost_1, flagged=(True,)), 1)  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_O,)), status
 
 
-def mla_output(E_V, G_O, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, check_finite=True, _caller=None):
+def mla_output(E_V, G_O, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
     """MLA output-projection update, one head.
 
     dW_O = (-epsilon/3)*msign(G_O*C_E_V^-1)*C_E_V^-1    (mla.output)
@@ -1054,9 +1211,13 @@ def mla_output(E_V, G_O, *, eps, damping=0.0, msign='newton_schulz', schedule=NS
     E_V (..., d_v, d) is the head's value map W_UV W_DKV. ‖ΔW_O E_V‖_op ≤ ε/3.
 
     Shapes: E_V: (..., d_v, d), G_O: (..., d, d_v); leading axes (layers, heads) are batched.
-    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"
-    or "svd"), schedule (Newton–Schulz steps: a tuple of coefficient tuples or an array
-    (steps, k+1), passed as data, so schedules of one shape share one compilation), check_finite
+    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz",
+    "svd", "gram_newton_schulz": the same schedule on the small Gram matrix, or "auto": the Gram
+    form where its flop model is lower, i.e. long side > gram_aspect * short side), schedule
+    (Newton–Schulz steps: a tuple of coefficient tuples or an array (steps, k+1), passed as data, so
+    schedules of one shape share one compilation), restarts (the Gram form's restart positions s,
+    1 <= s <= steps - 1, passed as data; None: GRAM_RESTARTS within the schedule; certify positions
+    with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
     (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
     passes its name and arguments, which errors then name). Returns the update(s) to add, in the
     input dtype.
@@ -1074,27 +1235,27 @@ def mla_output(E_V, G_O, *, eps, damping=0.0, msign='newton_schulz', schedule=NS
     """
     validate_inputs('mla_output' if _caller is None else _caller[0], {'E_V': ('d_v', 'd'), 'G_O': ('d', 'd_v')},
                     {'E_V': E_V, 'G_O': G_O},
-                    eps, damping, msign, schedule)
-    outputs, status = _mla_output(E_V, G_O, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign == 'newton_schulz' else None)
+                    eps, damping, msign, schedule, restarts, gram_aspect)
+    outputs, status = _mla_output(E_V, G_O, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
         raise_if_not_finite('mla_output', status, {'E_V': E_V, 'G_O': G_O}, _caller)
     return outputs[0]
 
 
-@functools.partial(jax.jit, static_argnames=("msign",))
-def _mla_query_down(P_Q, G_DQ, eps, damping, msign, schedule):
+@functools.partial(jax.jit, static_argnames=("msign", "gram_aspect",))
+def _mla_query_down(P_Q, G_DQ, eps, damping, msign, schedule, restarts, gram_aspect):
     valid = (eps >= 0) & (damping >= 0)  # under an outer jit a bad scalar cannot be refused: NaN
     eps_m, e_eps = split_scalar(eps, P_Q.dtype)
     eig_P_Q = gram_eigh(P_Q, damping, 'right')
     C_P_Q_inv_m, e_C_P_Q_inv = psd_power_split(eig_P_Q, -0.5)
-    msign_1 = spectral_sign(C_P_Q_inv_m.astype(P_Q.dtype) @ unit_scale(G_DQ), msign, schedule)
+    msign_1 = spectral_sign(C_P_Q_inv_m.astype(P_Q.dtype) @ unit_scale(G_DQ), msign, schedule, restarts, gram_aspect)
     dW_DQ, lost_1 = pow2_unscale(-(eps_m / 4) * (C_P_Q_inv_m @ msign_1), e_eps + e_C_P_Q_inv, P_Q.dtype)
     dW_DQ = dW_DQ.astype(P_Q.dtype)
     status = jnp.where(valid, output_status((dW_DQ,), lost_1, flagged=(True,)), 1)  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_DQ,)), status
 
 
-def mla_query_down(P_Q, G_DQ, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, check_finite=True, _caller=None):
+def mla_query_down(P_Q, G_DQ, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
     """MLA shared query down-projection (wq_a) update.
 
     dW_DQ = (-epsilon/4)*C_P_Q^-1*msign(C_P_Q^-1*G_DQ)    (mla.query_down)
@@ -1102,9 +1263,13 @@ def mla_query_down(P_Q, G_DQ, *, eps, damping=0.0, msign='newton_schulz', schedu
     P_Q (..., n, c_q) stacks every head's partner rows K̂_hᵀ Û_{Q,h}, or any matrix with the same Gram (the compact [C_K̂_h Û_{Q,h}]_h). Every head's term ‖K̂_hᵀ Û_{Q,h} ΔW_DQ‖_op ≤ ε/4.
 
     Shapes: P_Q: (..., n, c_q), G_DQ: (..., c_q, d); leading axes (layers, heads) are batched.
-    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"
-    or "svd"), schedule (Newton–Schulz steps: a tuple of coefficient tuples or an array
-    (steps, k+1), passed as data, so schedules of one shape share one compilation), check_finite
+    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz",
+    "svd", "gram_newton_schulz": the same schedule on the small Gram matrix, or "auto": the Gram
+    form where its flop model is lower, i.e. long side > gram_aspect * short side), schedule
+    (Newton–Schulz steps: a tuple of coefficient tuples or an array (steps, k+1), passed as data, so
+    schedules of one shape share one compilation), restarts (the Gram form's restart positions s,
+    1 <= s <= steps - 1, passed as data; None: GRAM_RESTARTS within the schedule; certify positions
+    with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
     (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
     passes its name and arguments, which errors then name). Returns the update(s) to add, in the
     input dtype.
@@ -1122,27 +1287,27 @@ def mla_query_down(P_Q, G_DQ, *, eps, damping=0.0, msign='newton_schulz', schedu
     """
     validate_inputs('mla_query_down' if _caller is None else _caller[0], {'P_Q': ('n', 'c_q'), 'G_DQ': ('c_q', 'd')},
                     {'P_Q': P_Q, 'G_DQ': G_DQ},
-                    eps, damping, msign, schedule)
-    outputs, status = _mla_query_down(P_Q, G_DQ, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign == 'newton_schulz' else None)
+                    eps, damping, msign, schedule, restarts, gram_aspect)
+    outputs, status = _mla_query_down(P_Q, G_DQ, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
         raise_if_not_finite('mla_query_down', status, {'P_Q': P_Q, 'G_DQ': G_DQ}, _caller)
     return outputs[0]
 
 
-@functools.partial(jax.jit, static_argnames=("msign",))
-def _mla_kv_down(P_KV, G_DKV, eps, damping, msign, schedule):
+@functools.partial(jax.jit, static_argnames=("msign", "gram_aspect",))
+def _mla_kv_down(P_KV, G_DKV, eps, damping, msign, schedule, restarts, gram_aspect):
     valid = (eps >= 0) & (damping >= 0)  # under an outer jit a bad scalar cannot be refused: NaN
     eps_m, e_eps = split_scalar(eps, P_KV.dtype)
     eig_P_KV = gram_eigh(P_KV, damping, 'right')
     C_P_KV_inv_m, e_C_P_KV_inv = psd_power_split(eig_P_KV, -0.5)
-    msign_1 = spectral_sign(C_P_KV_inv_m.astype(P_KV.dtype) @ unit_scale(G_DKV), msign, schedule)
+    msign_1 = spectral_sign(C_P_KV_inv_m.astype(P_KV.dtype) @ unit_scale(G_DKV), msign, schedule, restarts, gram_aspect)
     dW_DKV, lost_1 = pow2_unscale(-(eps_m / 4) * (C_P_KV_inv_m @ msign_1), e_eps + e_C_P_KV_inv, P_KV.dtype)
     dW_DKV = dW_DKV.astype(P_KV.dtype)
     status = jnp.where(valid, output_status((dW_DKV,), lost_1, flagged=(True,)), 1)  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_DKV,)), status
 
 
-def mla_kv_down(P_KV, G_DKV, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, check_finite=True, _caller=None):
+def mla_kv_down(P_KV, G_DKV, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
     """MLA shared KV down-projection (wkv_a, RoPE key rows included) update.
 
     dW_DKV = (-epsilon/4)*C_P_KV^-1*msign(C_P_KV^-1*G_DKV)    (mla.kv_down)
@@ -1150,9 +1315,13 @@ def mla_kv_down(P_KV, G_DKV, *, eps, damping=0.0, msign='newton_schulz', schedul
     P_KV (..., n, c_kv + d_R) stacks every head's score rows Q̂_hᵀ blockdiag(W_UK,h, I) and value rows W_O,h [W_UV,h 0] (or any matrix with the same Gram). Every head's terms ≤ ε/4.
 
     Shapes: P_KV: (..., n, c_kvr), G_DKV: (..., c_kvr, d); leading axes (layers, heads) are batched.
-    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"
-    or "svd"), schedule (Newton–Schulz steps: a tuple of coefficient tuples or an array
-    (steps, k+1), passed as data, so schedules of one shape share one compilation), check_finite
+    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz",
+    "svd", "gram_newton_schulz": the same schedule on the small Gram matrix, or "auto": the Gram
+    form where its flop model is lower, i.e. long side > gram_aspect * short side), schedule
+    (Newton–Schulz steps: a tuple of coefficient tuples or an array (steps, k+1), passed as data, so
+    schedules of one shape share one compilation), restarts (the Gram form's restart positions s,
+    1 <= s <= steps - 1, passed as data; None: GRAM_RESTARTS within the schedule; certify positions
+    with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
     (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
     passes its name and arguments, which errors then name). Returns the update(s) to add, in the
     input dtype.
@@ -1170,8 +1339,8 @@ def mla_kv_down(P_KV, G_DKV, *, eps, damping=0.0, msign='newton_schulz', schedul
     """
     validate_inputs('mla_kv_down' if _caller is None else _caller[0], {'P_KV': ('n', 'c_kvr'), 'G_DKV': ('c_kvr', 'd')},
                     {'P_KV': P_KV, 'G_DKV': G_DKV},
-                    eps, damping, msign, schedule)
-    outputs, status = _mla_kv_down(P_KV, G_DKV, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign == 'newton_schulz' else None)
+                    eps, damping, msign, schedule, restarts, gram_aspect)
+    outputs, status = _mla_kv_down(P_KV, G_DKV, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
         raise_if_not_finite('mla_kv_down', status, {'P_KV': P_KV, 'G_DKV': G_DKV}, _caller)
     return outputs[0]

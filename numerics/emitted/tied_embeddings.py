@@ -34,7 +34,11 @@ import jax.numpy as jnp
 
 __all__ = ['tied_embedding']
 
-MSIGN_METHODS = ('newton_schulz', 'svd')
+MSIGN_METHODS = ('newton_schulz', 'svd', 'gram_newton_schulz', 'auto')
+
+GRAM_METHODS = ('gram_newton_schulz', 'auto')
+GRAM_ASPECT = 1.5  # msign='auto': Gram Newton–Schulz when long side > this * short side
+GRAM_RESTARTS = (2,)  # default restart positions of Gram Newton–Schulz
 
 UNROLL_LIMIT = 64  # matrices per batched LAPACK call unrolled on the CPU
 
@@ -207,7 +211,7 @@ def real_scalar(x):
     """
     return x if isinstance(x, jax.core.Tracer) or hasattr(x, "dtype") else float(x)
 
-def per_matrix_on_cpu(fn, a):
+def per_matrix_on_cpu(fn, a, unroll=True):
     """``fn(a)`` for a batched LAPACK ``fn``; on the CPU one single-matrix call per matrix.
 
     jaxlib's CPU kernels split a batch over the intra-op pool and wait inside a pool worker for
@@ -217,14 +221,16 @@ def per_matrix_on_cpu(fn, a):
     with one OpenBLAS thread: 8.7 ms, as fast as the batched call's 9.0 ms; compiling 64 calls
     takes 1.5 s, 256 take 7.5 s); larger batches run one matrix at a time in a ``lax.map``
     (12.2 ms for the same 24; a loop body runs its calls in sequence). Other platforms keep the
-    batched call.
+    batched call. ``unroll=False`` always loops: for a route that rarely runs (the SVD fallback of
+    :func:`~numerics.kernels.jax_damped_gram.gram_eigh`), whose unrolled calls would be compiled in
+    every program (both branches of a ``lax.cond`` are) for no speed gain on the common path.
     """
     if a.ndim == 2 or a.size == 0:  # an empty batch: the batched call returns empty results
         return fn(a)
 
     def single_calls(x):
         flat = x.reshape(-1, *x.shape[-2:])
-        if flat.shape[0] <= UNROLL_LIMIT:
+        if unroll and flat.shape[0] <= UNROLL_LIMIT:
             outs = [fn(flat[i]) for i in range(flat.shape[0])]
             out = jax.tree.map(lambda *ys: jnp.stack(ys), *outs)
         else:
@@ -295,7 +301,7 @@ def gram_eigh(w, damping, side):
         return jnp.sqrt(jnp.maximum(evals, 0)), evecs
 
     def by_svd(_):
-        sv, v = per_matrix_on_cpu(right_singular, lapack_guard(a)[0])
+        sv, v = per_matrix_on_cpu(right_singular, lapack_guard(a)[0], unroll=False)  # rare route: one call compiled
         return jnp.sqrt(sv * sv + lam[..., 0]), v
 
     r, v = jax.lax.cond(jnp.all(well), by_gram, by_svd, None)
@@ -498,15 +504,129 @@ def _newton_schulz_oriented(x, schedule, wide):
     x, _ = jax.lax.scan(step, x, rest, unroll=True if coeffs.shape[0] <= NS_UNROLL_STEPS else 1)
     return x.mT if flip else x
 
-def spectral_sign(a, method, schedule):
-    """``msign(A)`` by ``"newton_schulz"`` (with ``schedule``) or ``"svd"``."""
+def restart_flags(restarts, steps):
+    """Restart positions as a boolean array ``(steps,)``: flag ``s`` is set for a restart before step ``s``.
+
+    ``restarts``: a tuple or list of distinct integers in ``[1, steps − 1]`` (``ValueError`` otherwise,
+    naming the bad position), or already an array of ``steps`` flags (returned as booleans; a traced
+    array is taken as it is).
+    """
+    if hasattr(restarts, "shape"):
+        if tuple(restarts.shape) != (steps,):
+            raise ValueError(f"gram_newton_schulz: restarts as flags must have shape ({steps},) for a {steps}-step "
+                             f"schedule, got {tuple(restarts.shape)}")
+        return jnp.asarray(restarts).astype(bool)
+    if isinstance(restarts, (str, bytes)) or not isinstance(restarts, (tuple, list)):
+        raise TypeError(f"gram_newton_schulz: restarts must be a tuple of step indices or an array of {steps} "
+                        f"flags, got {type(restarts).__name__}")
+    for s in restarts:
+        if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= steps - 1:
+            raise ValueError(f"gram_newton_schulz: restart position {s!r} is outside the schedule: a restart "
+                             f"comes after iteration s with 1 <= s <= {steps - 1} for a {steps}-step schedule")
+    if len(set(restarts)) != len(restarts):
+        raise ValueError(f"gram_newton_schulz: restart positions {tuple(restarts)} repeat a position")
+    return jnp.asarray([t in restarts for t in range(steps)], dtype=bool)
+
+def gram_newton_schulz(x, schedule, restarts=()):
+    """msign by the Gram form of the odd-polynomial iteration of ``schedule`` (see the module docstring).
+
+    ``x``: ``(…, n, m)``; ``schedule``: a tuple of coefficient tuples or an array ``(steps, k+1)``
+    (data, like :func:`numerics.kernels.jax_msign.newton_schulz`); ``restarts``: step indices in
+    ``[1, steps − 1]`` or ``steps`` boolean flags. Returns ``msign(x)`` approximated to the schedule's
+    accuracy, in ``x``'s dtype.
+    """
+    return gram_newton_schulz_oriented(x, schedule, restarts, wide=x.shape[-2] <= x.shape[-1])
+
+def gram_newton_schulz_oriented(x, schedule, restarts, wide):
+    """:func:`gram_newton_schulz` with the Gram matrix ``XXᵀ`` (``wide``) or ``XᵀX``, whatever the shape."""
+    coeffs = schedule_array(schedule)
+    steps, degree = coeffs.shape
+    flags = restart_flags(restarts, steps)
+    xc = x.astype(compute_dtype(x.dtype))
+    xc = xc / max_abs(xc)
+    norm = jnp.sqrt(jnp.sum(xc * xc, axis=(-2, -1), keepdims=True))
+    x = (xc / jnp.where(norm > 0, norm, 1)).astype(x.dtype)
+    side = x.shape[-2] if wide else x.shape[-1]
+    eye = jnp.broadcast_to(jnp.eye(side, dtype=x.dtype), (*x.shape[:-2], side, side))
+
+    def gram(x):
+        return x @ x.mT if wide else x.mT @ x
+
+    def apply(q, x):
+        return q @ x if wide else x @ q
+
+    def accumulate(acc, z, c0):
+        """``q Q`` (wide) or ``Q q`` for ``q = c_0 I + z``."""
+        return (z @ acc if wide else acc @ z) + c0 * acc
+
+    def higher_terms(r, c):
+        """``z = c_1 R + … + c_k R^k`` by Horner's rule (``k − 1`` products)."""
+        z = c[degree - 1] * r
+        for j in range(degree - 2, 0, -1):
+            z = (z + c[j] * eye) @ r
+        return z
+
+    def step(carry, inputs):
+        x, r, q = carry
+        c, restart, fresh, last = inputs
+        c = c.astype(x.dtype)
+
+        def restarted():
+            xs = apply(q, x)
+            return xs, gram(xs)
+
+        x, r = jax.lax.cond(restart, restarted, lambda: (x, r))
+        z = jnp.zeros_like(r) if degree == 1 else higher_terms(r, c)
+        q = jax.lax.cond(fresh, lambda: z + c[0] * eye, lambda: accumulate(q, z, c[0]))
+
+        def updated():
+            rz = r @ z + c[0] * r  # R q(R)
+            return z @ rz + c[0] * rz  # q(R) R q(R)
+
+        r = jax.lax.cond(last, lambda: r, updated)
+        return (x, r, q), None
+
+    fresh = flags.at[0].set(True)
+    last = jnp.concatenate([flags[1:], jnp.ones((1,), dtype=bool)])
+    carry = (x, gram(x), eye)
+    (x, _, q), _ = jax.lax.scan(step, carry, (coeffs, flags, fresh, last),
+                                unroll=True if steps <= NS_UNROLL_STEPS else 1)
+    return apply(q, x)
+
+def default_restarts(steps):
+    """:data:`GRAM_RESTARTS` within a ``steps``-step schedule (positions ``<= steps − 1``)."""
+    return tuple(s for s in GRAM_RESTARTS if s <= steps - 1)
+
+def gram_chosen(shape, gram_aspect=None):
+    """``"auto"``'s static choice for a matrix of ``shape`` (``(…, n, m)``): long side > ``gram_aspect`` · short."""
+    short, long_ = sorted(shape[-2:])
+    return long_ > (GRAM_ASPECT if gram_aspect is None else gram_aspect) * short
+
+def gram_flags(method, schedule, restarts):
+    """The restart flags a Gram method runs with (``None`` for the other methods), as data for the jitted core."""
+    if method not in GRAM_METHODS:
+        return None
+    steps = schedule.shape[0] if hasattr(schedule, "shape") else len(schedule)
+    return restart_flags(default_restarts(steps) if restarts is None else restarts, steps)
+
+def spectral_sign(a, method, schedule, restarts=None, gram_aspect=None):
+    """``msign(A)`` by ``method`` (``"svd"``, ``"newton_schulz"``, ``"gram_newton_schulz"`` or ``"auto"``).
+
+    ``schedule``: the Newton–Schulz steps; ``restarts``: the Gram form's restart positions (a tuple, or
+    flags from :func:`gram_flags`; ``None``: :func:`default_restarts`); ``gram_aspect``: ``"auto"``'s
+    threshold (``None``: :data:`GRAM_ASPECT`).
+    """
     if method == "svd":
         return msign_svd(a)
-    return newton_schulz(a, schedule)
+    if method == "newton_schulz" or (method == "auto" and not gram_chosen(a.shape, gram_aspect)):
+        return newton_schulz(a, schedule)
+    if restarts is None:
+        restarts = default_restarts(schedule_array(schedule).shape[0])
+    return gram_newton_schulz(a, schedule, restarts)
 
-def spectral_sign_stacked(arrays, method, schedule):
+def spectral_sign_stacked(arrays, method, schedule, restarts=None, gram_aspect=None):
     """:func:`spectral_sign` of several same-shape matrices in one batched call."""
-    out = spectral_sign(jnp.stack(arrays), method, schedule)
+    out = spectral_sign(jnp.stack(arrays), method, schedule, restarts, gram_aspect)
     return tuple(out[i] for i in range(len(arrays)))
 
 def output_status(arrays, underflow=False, flagged=()):
@@ -662,7 +782,30 @@ def check_schedule(function, schedule):
             raise ValueError(f"{function}: each schedule step must be a tuple of finite floats "
                              f"(c_0, c_1, ...), got {step!r}")
 
-def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
+def check_restarts(function, method, schedule, restarts, gram_aspect):
+    """``restarts`` (``None`` or distinct step positions in ``[1, steps − 1]``) and ``gram_aspect`` (``None`` or
+    a finite number ``>= 1``): given only with a Gram method (``"gram_newton_schulz"``, ``"auto"``)."""
+    if method not in GRAM_METHODS:
+        for name, value in (("restarts", restarts), ("gram_aspect", gram_aspect)):
+            if value is not None:
+                raise ValueError(f"{function}: {name} = {value!r} is used only by msign='gram_newton_schulz' or "
+                                 f"'auto', not msign={method!r}; leave it None or change msign")
+        return
+    steps = schedule.shape[0] if hasattr(schedule, "shape") else len(schedule)
+    if gram_aspect is not None and (isinstance(gram_aspect, bool) or not isinstance(gram_aspect, (int, float))
+                                    or not 1 <= gram_aspect < float("inf")):
+        raise ValueError(f"{function}: gram_aspect must be None or a finite number >= 1 (the long/short side "
+                         f"ratio above which msign='auto' runs Gram Newton–Schulz), got {gram_aspect!r}")
+    if restarts is None:
+        return
+    if not isinstance(restarts, (tuple, list)) or not all(
+            isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= steps - 1 for s in restarts) or len(
+            set(restarts)) != len(restarts):
+        raise ValueError(f"{function}: restarts must be None or a tuple of distinct step positions s with "
+                         f"1 <= s <= {steps - 1} (restart after iteration s of the {steps}-step schedule), "
+                         f"got {restarts!r}")
+
+def validate_inputs(function, shapes, arrays, eps, damping, method, schedule, restarts=None, gram_aspect=None):
     """Check arguments before tracing; raise ``ValueError``/``TypeError`` naming the argument.
 
     ``shapes`` maps each argument name to its two trailing dimension names, e.g.
@@ -700,10 +843,12 @@ def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
                                  f"in; use 0 or a value in that range, or a wider dtype")
     if not isinstance(method, str) or method not in MSIGN_METHODS:
         raise ValueError(f"{function}: msign must be one of {MSIGN_METHODS}, got {method!r}")
-    if method == "newton_schulz":
+    if method != "svd":
         check_schedule(function, schedule)
+        check_restarts(function, method, schedule, restarts, gram_aspect)
     else:  # the schedule is not used, but its length is capped whatever msign is
         check_schedule_length(function, schedule)
+        check_restarts(function, method, schedule, restarts, gram_aspect)
 
 def safe_ratio(num, den):
     """``num / den`` where ``den > 0``, else 0 (a direction with no extent and no damping)."""
@@ -867,17 +1012,17 @@ def check_dense_damping(function, solver, damping, w_q, w_k, resolution=100):
                          f"or a larger damping")
 
 
-@functools.partial(jax.jit, static_argnames=("msign",))
-def _tied_embedding(G_E, eps, damping, msign, schedule):
+@functools.partial(jax.jit, static_argnames=("msign", "gram_aspect",))
+def _tied_embedding(G_E, eps, damping, msign, schedule, restarts, gram_aspect):
     valid = (eps >= 0) & (damping >= 0)  # under an outer jit a bad scalar cannot be refused: NaN
-    msign_1 = spectral_sign(unit_scale(G_E), msign, schedule)
+    msign_1 = spectral_sign(unit_scale(G_E), msign, schedule, restarts, gram_aspect)
     dE = -(eps * (G_E.shape[-2] / G_E.shape[-1]) ** 0.5) * msign_1
     dE = dE.astype(G_E.dtype)
     status = jnp.where(valid, output_status((dE,)), 1)  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dE,)), status
 
 
-def tied_embedding(G_E, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, check_finite=True, _caller=None):
+def tied_embedding(G_E, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
     """Tied-embedding update: steepest descent under the head's RMS→RMS norm.
 
     dE = (-epsilon*sqrt(V/d))*msign(G_E)    (tied_embeddings.update)
@@ -885,9 +1030,13 @@ def tied_embedding(G_E, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_
     G_E (..., V, d) is the tied table's gradient (lookup rows plus head). ‖ΔE‖_{RMS→RMS} = √(d/V)‖ΔE‖_op = ε, and every row moves by at most ε√V/d in RMS; this is the steepest descent under max(N_in, N_out) when √V ≤ d.
 
     Shapes: G_E: (..., V, d); leading axes (layers, heads) are batched.
-    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz"
-    or "svd"), schedule (Newton–Schulz steps: a tuple of coefficient tuples or an array
-    (steps, k+1), passed as data, so schedules of one shape share one compilation), check_finite
+    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz",
+    "svd", "gram_newton_schulz": the same schedule on the small Gram matrix, or "auto": the Gram
+    form where its flop model is lower, i.e. long side > gram_aspect * short side), schedule
+    (Newton–Schulz steps: a tuple of coefficient tuples or an array (steps, k+1), passed as data, so
+    schedules of one shape share one compilation), restarts (the Gram form's restart positions s,
+    1 <= s <= steps - 1, passed as data; None: GRAM_RESTARTS within the schedule; certify positions
+    with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
     (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
     passes its name and arguments, which errors then name). Returns the update(s) to add, in the
     input dtype.
@@ -905,8 +1054,8 @@ def tied_embedding(G_E, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_
     """
     validate_inputs('tied_embedding' if _caller is None else _caller[0], {'G_E': ('V', 'd')},
                     {'G_E': G_E},
-                    eps, damping, msign, schedule)
-    outputs, status = _tied_embedding(G_E, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign == 'newton_schulz' else None)
+                    eps, damping, msign, schedule, restarts, gram_aspect)
+    outputs, status = _tied_embedding(G_E, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
         raise_if_not_finite('tied_embedding', status, {'G_E': G_E}, _caller)
     return outputs[0]

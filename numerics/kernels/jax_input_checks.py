@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from numerics.kernels.argcheck import check_scalar, check_shapes
 from numerics.kernels.jax_exact_scaling import compute_dtype
 from numerics.kernels.jax_msign import MAX_SCHEDULE_STEPS, MSIGN_METHODS
+from numerics.kernels.jax_spectral_sign import GRAM_METHODS
 
 
 def real_scalar(x):
@@ -60,7 +61,31 @@ def check_schedule(function, schedule):
                              f"(c_0, c_1, ...), got {step!r}")
 
 
-def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
+def check_restarts(function, method, schedule, restarts, gram_aspect):
+    """``restarts`` (``None`` or distinct step positions in ``[1, steps − 1]``) and ``gram_aspect`` (``None`` or
+    a finite number ``>= 1``): given only with a Gram method (``"gram_newton_schulz"``, ``"auto"``)."""
+    if method not in GRAM_METHODS:
+        for name, value in (("restarts", restarts), ("gram_aspect", gram_aspect)):
+            if value is not None:
+                raise ValueError(f"{function}: {name} = {value!r} is used only by msign='gram_newton_schulz' or "
+                                 f"'auto', not msign={method!r}; leave it None or change msign")
+        return
+    steps = schedule.shape[0] if hasattr(schedule, "shape") else len(schedule)
+    if gram_aspect is not None and (isinstance(gram_aspect, bool) or not isinstance(gram_aspect, (int, float))
+                                    or not 1 <= gram_aspect < float("inf")):
+        raise ValueError(f"{function}: gram_aspect must be None or a finite number >= 1 (the long/short side "
+                         f"ratio above which msign='auto' runs Gram Newton–Schulz), got {gram_aspect!r}")
+    if restarts is None:
+        return
+    if not isinstance(restarts, (tuple, list)) or not all(
+            isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= steps - 1 for s in restarts) or len(
+            set(restarts)) != len(restarts):
+        raise ValueError(f"{function}: restarts must be None or a tuple of distinct step positions s with "
+                         f"1 <= s <= {steps - 1} (restart after iteration s of the {steps}-step schedule), "
+                         f"got {restarts!r}")
+
+
+def validate_inputs(function, shapes, arrays, eps, damping, method, schedule, restarts=None, gram_aspect=None):
     """Check arguments before tracing; raise ``ValueError``/``TypeError`` naming the argument.
 
     ``shapes`` maps each argument name to its two trailing dimension names, e.g.
@@ -98,10 +123,12 @@ def validate_inputs(function, shapes, arrays, eps, damping, method, schedule):
                                  f"in; use 0 or a value in that range, or a wider dtype")
     if not isinstance(method, str) or method not in MSIGN_METHODS:
         raise ValueError(f"{function}: msign must be one of {MSIGN_METHODS}, got {method!r}")
-    if method == "newton_schulz":
+    if method != "svd":
         check_schedule(function, schedule)
+        check_restarts(function, method, schedule, restarts, gram_aspect)
     else:  # the schedule is not used, but its length is capped whatever msign is
         check_schedule_length(function, schedule)
+        check_restarts(function, method, schedule, restarts, gram_aspect)
 
 
 def require_arrays(function, arrays):

@@ -25,7 +25,7 @@ def lapack_guard(a):
 UNROLL_LIMIT = 64  # matrices per batched LAPACK call that the CPU path unrolls into single calls
 
 
-def per_matrix_on_cpu(fn, a):
+def per_matrix_on_cpu(fn, a, unroll=True):
     """``fn(a)`` for a batched LAPACK ``fn``; on the CPU one single-matrix call per matrix.
 
     jaxlib's CPU kernels split a batch over the intra-op pool and wait inside a pool worker for
@@ -35,14 +35,16 @@ def per_matrix_on_cpu(fn, a):
     with one OpenBLAS thread: 8.7 ms, as fast as the batched call's 9.0 ms; compiling 64 calls
     takes 1.5 s, 256 take 7.5 s); larger batches run one matrix at a time in a ``lax.map``
     (12.2 ms for the same 24; a loop body runs its calls in sequence). Other platforms keep the
-    batched call.
+    batched call. ``unroll=False`` always loops: for a route that rarely runs (the SVD fallback of
+    :func:`~numerics.kernels.jax_damped_gram.gram_eigh`), whose unrolled calls would be compiled in
+    every program (both branches of a ``lax.cond`` are) for no speed gain on the common path.
     """
     if a.ndim == 2 or a.size == 0:  # an empty batch: the batched call returns empty results
         return fn(a)
 
     def single_calls(x):
         flat = x.reshape(-1, *x.shape[-2:])
-        if flat.shape[0] <= UNROLL_LIMIT:
+        if unroll and flat.shape[0] <= UNROLL_LIMIT:
             outs = [fn(flat[i]) for i in range(flat.shape[0])]
             out = jax.tree.map(lambda *ys: jnp.stack(ys), *outs)
         else:

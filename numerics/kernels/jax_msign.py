@@ -1,8 +1,9 @@
 """The matrix sign ``msign(A) = U Vᵀ`` (``A = U Σ Vᵀ``, zero singular values dropped) in JAX.
 
-Two methods (:data:`MSIGN_METHODS`): the SVD (:func:`msign_svd`, singular values at or below
-``max(m, n)·eps·σ_max`` count as zero), and the one Newton–Schulz iteration of the project
-(:func:`newton_schulz`): each step of a schedule applies an odd polynomial
+Two kernels: the SVD (:func:`msign_svd`, singular values at or below ``max(m, n)·eps·σ_max`` count
+as zero), and the one Newton–Schulz iteration of the project (:func:`newton_schulz`).
+:data:`MSIGN_METHODS` also names its Gram form and the automatic choice between the two, dispatched by
+:mod:`numerics.kernels.jax_spectral_sign`. The iteration: each step of a schedule applies an odd polynomial
 ``p(σ) = c_0 σ + c_1 σ³ + … + c_k σ^{2k+1}`` to every singular value of ``X / ‖X‖_F``, so a schedule
 that maps ``[l, 1]`` into ``[1 − δ, 1 + δ]`` (what :mod:`coeffsearch` certifies) approximates ``msign``
 to ``δ`` on singular values down to ``l·‖X‖_F``. Schedules are data (an array scanned by
@@ -16,7 +17,7 @@ import jax.numpy as jnp
 from numerics.kernels.jax_exact_scaling import compute_dtype, max_abs
 from numerics.kernels.jax_lapack_calls import lapack_guard, per_matrix_on_cpu
 
-MSIGN_METHODS = ("newton_schulz", "svd")
+MSIGN_METHODS = ("newton_schulz", "svd", "gram_newton_schulz", "auto")
 
 
 def msign_svd(a):
@@ -116,16 +117,3 @@ def _newton_schulz_oriented(x, schedule, wide):
         rest = coeffs[1:]
     x, _ = jax.lax.scan(step, x, rest, unroll=True if coeffs.shape[0] <= NS_UNROLL_STEPS else 1)
     return x.mT if flip else x
-
-
-def spectral_sign(a, method, schedule):
-    """``msign(A)`` by ``"newton_schulz"`` (with ``schedule``) or ``"svd"``."""
-    if method == "svd":
-        return msign_svd(a)
-    return newton_schulz(a, schedule)
-
-
-def spectral_sign_stacked(arrays, method, schedule):
-    """:func:`spectral_sign` of several same-shape matrices in one batched call."""
-    out = spectral_sign(jnp.stack(arrays), method, schedule)
-    return tuple(out[i] for i in range(len(arrays)))

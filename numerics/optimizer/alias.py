@@ -114,7 +114,7 @@ def compositional_muon(
     lora_rule: Literal["half_split", "joint"] = "half_split",
     damping: float = 1e-2,
     gauge: Literal["none", "horizontal_projection", "rebalance"] = "none",
-    msign: Literal["newton_schulz", "svd"] = "newton_schulz",
+    msign: Literal["newton_schulz", "svd", "gram_newton_schulz", "auto"] = "newton_schulz",
     gram_roots: Literal["eigh"] = "eigh",
     adam_b1: float = 0.9,
     adam_b2: float = 0.999,
@@ -162,7 +162,9 @@ def compositional_muon(
         derived in :mod:`derivations.balance`). A shared kv head is projected and balanced with its
         group's query (output) heads stacked row-wise. Both act on Q/K and O/V pairs only: LoRA pairs
         (whose ``B = 0`` start no ``GL(r)`` gauge balances) and MLA blocks are not gauged.
-      msign: ``"newton_schulz"`` or ``"svd"``. A Newton–Schulz ``ns_coeffs`` whose scalar iteration
+      msign: ``"newton_schulz"``, ``"svd"``, ``"gram_newton_schulz"`` (the same schedule on the Gram
+        matrix, default restarts) or ``"auto"`` (Gram where the flop model is lower). A Newton–Schulz
+        ``ns_coeffs`` whose scalar iteration
         leaves ``[−100, 100]`` on ``[0, 1]`` (it diverges) is refused here.
       gram_roots: ``"eigh"`` (the emitted code's Gram roots).
       adamw_params: ``(path, array) -> bool`` selecting matrices for AdamW (embeddings, heads), or as

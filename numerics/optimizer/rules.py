@@ -7,7 +7,8 @@ on ``(..., H, d, d_h)`` factors: ``"half_split"`` ``ΔW_Q = −(ε/2) msign(G_Q 
 ``"joint"`` one sign over ``[G_Q C_K⁻¹ | G_K C_Q⁻¹]``, ``"isotropic"`` ``ΔW_Q = −(ε/2) c_K⁻¹ msign(G_Q)``,
 ``"sylvester"`` the minimum-norm factor step towards ``D = −(ε/2) msign(Ĝ_M)`` on the product
 (:func:`product_gradient` gives ``Ĝ_M``). With ``kv_heads < heads`` only the rules in
-:data:`GROUPED_QK_DIRECTIONS` apply (half-split's grouped-query form, shared key budget ``ε/(2G)``).
+:data:`GROUPED_QK_DIRECTIONS` apply (half-split's and isotropic's grouped-query forms, shared key budget
+``ε/(2G)``; :data:`UNGROUPED_REASONS` says why joint and sylvester have none).
 Output/value rules (:data:`OV_DIRECTIONS`): ``"hybrid"``, head-local V side and one global sign on O.
 LoRA rules (:data:`LORA_DIRECTIONS`, ``W = W₀ + B A``): ``"half_split"``
 ``ΔB = −(ε/2) msign(G_B C_A⁻¹) C_A⁻¹``, ``ΔA = −(ε/2) C_B⁻¹ msign(C_B⁻¹ G_A)``, and ``"joint"`` for square
@@ -118,6 +119,15 @@ def grouped_half_split(w_q: jax.Array, w_k: jax.Array, m_q: jax.Array, m_k: jax.
                            options.kwargs(_gqa))
 
 
+def grouped_isotropic(w_q: jax.Array, w_k: jax.Array, m_q: jax.Array, m_k: jax.Array, pair: PairPlan,
+                      options: DirectionOptions) -> Factors:
+    """Isotropic with shared key heads: ``ΔW_{Q,h} = −(ε/2) c_{K,g}⁻¹ msign(G_{Q,h})`` and
+    ``ΔW_{K,g} = −(ε/2G) c̄_g⁻¹ msign(G_{K,g})``, ``c̄_g² = Σ_{h∈g} ‖W_{Q,h}‖_F²/d_h + λ`` (``derivations.gqa``:
+    the isotropic corollary of the shared key update)."""
+    return _gqa.gqa_layout(_gqa.gqa_isotropic_query, _gqa.gqa_isotropic_key, w_q, w_k, m_q, m_k, pair.head_dim,
+                           options.kwargs(_gqa))
+
+
 #: query/key rules on stored layouts, by ``qk_rule`` name (the order of :data:`QK_RULES`)
 QK_DIRECTIONS: dict[str, PairRule] = {
     "half_split": _per_head(half_split_heads),
@@ -126,7 +136,19 @@ QK_DIRECTIONS: dict[str, PairRule] = {
     "sylvester": _per_head(sylvester_heads),
 }
 #: the query/key rules that have a grouped-query form, used when ``kv_heads < heads``
-GROUPED_QK_DIRECTIONS: dict[str, PairRule] = {"half_split": grouped_half_split}
+GROUPED_QK_DIRECTIONS: dict[str, PairRule] = {"half_split": grouped_half_split, "isotropic": grouped_isotropic}
+#: why each other query/key rule has no grouped-query form (a shared key head ``K_g`` of ``G`` query heads)
+UNGROUPED_REASONS: dict[str, str] = {
+    "joint": "its budget bounds the two halves side by side, ||[dW_Q,h K_g^T | dK_g W_Q,h^T]||_op, and with a shared "
+             "key head the G heads' constraints all hold the one dK_g: an intersection of G spectral-norm balls, whose "
+             "linear minimization has no single-msign solution; stacking the group instead (as the grouped half-split "
+             "rule does) gives halves of G*d and d rows, which cannot sit side by side (as for a non-square LoRA "
+             "adapter)",
+    "sylvester": "with a shared key head the minimum-norm factor step towards the group's targets is the Sylvester "
+                 "step of the stacked pair (W_Qbar_g, K_g), whose one target -(eps/2) msign(G_Mbar) bounds the G "
+                 "products W_Q,h K_g^T together rather than each by eps/2; which budget that target takes is not "
+                 "derived yet",
+}
 
 
 # ---- output/value rules ---------------------------------------------------------------------
@@ -159,8 +181,9 @@ def qk_direction(rule: str, w_q: jax.Array, w_k: jax.Array, m_q: jax.Array, m_k:
     if pair.kv_heads != pair.heads:
         if rule not in GROUPED_QK_DIRECTIONS:
             use = " or ".join(f"qk_rule={name!r}" for name in GROUPED_QK_DIRECTIONS)
+            why = f": {UNGROUPED_REASONS[rule]}" if rule in UNGROUPED_REASONS else ""
             raise ValueError(f"compositional_muon: qk_rule={rule!r} has no grouped-query form (kv_heads = "
-                             f"{pair.kv_heads} < heads = {pair.heads}); use {use}")
+                             f"{pair.kv_heads} < heads = {pair.heads}){why}; use {use}")
         return GROUPED_QK_DIRECTIONS[rule](w_q, w_k, m_q, m_k, pair, options)
     return QK_DIRECTIONS[rule](w_q, w_k, m_q, m_k, pair, options)
 

@@ -274,7 +274,7 @@ def scale_by_compositional_muon(
     ov_rule: Literal["hybrid"] = "hybrid",
     damping: float = 1e-2,
     gauge: Literal["none", "horizontal_projection", "rebalance"] = "none",
-    msign: Literal["newton_schulz", "svd"] = "newton_schulz",
+    msign: Literal["newton_schulz", "svd", "gram_newton_schulz", "auto"] = "newton_schulz",
     gram_roots: Literal["eigh"] = "eigh",
     adaptive: bool = False,
     consistent_rms: Any = None,

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from docutils import nodes
 from docutils.parsers.rst import directives as rst_directives
+from sphinx.errors import ExtensionError
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.fileutil import copy_asset
 
@@ -40,7 +41,6 @@ _STATIC = Path(__file__).parent / "static"
 def mathjax_source() -> Path:
     spec = importlib.util.find_spec("sphinx-mathjax-offline")
     if spec is None or not spec.submodule_search_locations:
-        from sphinx.errors import ExtensionError
         raise ExtensionError("the MathJax files come from the sphinx-mathjax-offline package: "
                              "pip install -e '.[docs]'")
     return Path(next(iter(spec.submodule_search_locations))) / "static" / "mathjax"

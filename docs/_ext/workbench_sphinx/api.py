@@ -1,7 +1,7 @@
 """``.. api-reference:: PACKAGE`` — an autodoc entry for every public name of a package.
 
 The names are read from the package when the docs build (its ``__all__``; without one, each public
-module's ``__all__`` or the functions and classes it defines, see :func:`checks.public_api`), so a
+module's ``__all__`` or the functions and classes it defines, see :func:`public_api`), so a
 new public name gets its entry, and the coverage check holds it to a docstring, without editing
 pages. Lazily exported names (a module ``__getattr__``) are resolved like any other.
 """
@@ -10,11 +10,34 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pkgutil
 
 from sphinx.util.docutils import SphinxDirective
 
 from . import rst
-from .checks import public_api
+
+
+def _defined_public(module) -> list[str]:
+    names = getattr(module, "__all__", None)
+    if names is not None:
+        return list(names)
+    return [n for n, v in vars(module).items()
+            if not n.startswith("_") and (inspect.isfunction(v) or inspect.isclass(v))
+            and getattr(v, "__module__", None) == module.__name__]
+
+
+def public_api(package_name: str) -> list[str]:
+    """Dotted public names of a package (see the module docstring for the rule)."""
+    package = importlib.import_module(package_name)
+    if hasattr(package, "__all__"):
+        return [f"{package_name}.{n}" for n in package.__all__]
+    out = []
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("_") or info.ispkg:
+            continue
+        module = importlib.import_module(f"{package_name}.{info.name}")
+        out += [f"{module.__name__}.{n}" for n in _defined_public(module)]
+    return out
 
 
 def resolve(dotted: str):

@@ -12,15 +12,17 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import pkgutil
 import re
 from html.parser import HTMLParser
 from pathlib import Path
 
 from sphinx.errors import ExtensionError
 
+import coeffsearch
+
+from .api import public_api, resolve
+from .classics import classics
 from .objects import catalogue
 
 
@@ -55,7 +57,6 @@ def merge(app, env, docnames, other):
 
 
 def missing_objects(app, env) -> list[str]:
-    import coeffsearch
     done = rendered(env)
     cat = catalogue(app.config)
     missing = []
@@ -73,7 +74,6 @@ def missing_objects(app, env) -> list[str]:
     for name in coeffsearch.names():
         if ("schedule", name) not in done:
             missing.append(f"schedule {name}")
-    from .classics import classics
     for classic in classics():
         if ("classic", classic.name) not in done:
             missing.append(f"classic {classic.name} (no page has '.. classics::')")
@@ -81,29 +81,6 @@ def missing_objects(app, env) -> list[str]:
 
 
 # ---- API coverage --------------------------------------------------------------------------
-
-
-def _defined_public(module) -> list[str]:
-    names = getattr(module, "__all__", None)
-    if names is not None:
-        return list(names)
-    return [n for n, v in vars(module).items()
-            if not n.startswith("_") and (inspect.isfunction(v) or inspect.isclass(v))
-            and getattr(v, "__module__", None) == module.__name__]
-
-
-def public_api(package_name: str) -> list[str]:
-    """Dotted public names of a package (see the module docstring for the rule)."""
-    package = importlib.import_module(package_name)
-    if hasattr(package, "__all__"):
-        return [f"{package_name}.{n}" for n in package.__all__]
-    out = []
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.name.startswith("_") or info.ispkg:
-            continue
-        module = importlib.import_module(f"{package_name}.{info.name}")
-        out += [f"{module.__name__}.{n}" for n in _defined_public(module)]
-    return out
 
 
 def has_docstring(obj) -> bool:
@@ -117,7 +94,6 @@ def has_docstring(obj) -> bool:
 
 def undocumented(app, env) -> list[str]:
     """Public names without an API entry, or functions and classes without a docstring."""
-    from .api import resolve
     documented = set(env.get_domain("py").objects)
     return [name for package in app.config.workbench_api_packages for name in public_api(package)
             if name not in documented or not has_docstring(resolve(name))]

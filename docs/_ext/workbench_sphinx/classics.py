@@ -12,18 +12,20 @@ from __future__ import annotations
 
 from sphinx.util.docutils import SphinxDirective
 
+from derivations import classics as classic_results
+from derivations.printing.latex import latex
+
 from . import rst
-from .notation import condition_rst
+from .notation import condition_rst, tidy_latex
 from .objects import FailedDerivation, catalogue
+from .proofs import check_details, evidence_line, legend, lemma_ref, mark_rendered
 
 
 def classics() -> tuple:
-    from derivations import classics as module
-    return tuple(module.CLASSICS)
+    return tuple(classic_results.CLASSICS)
 
 
 def _lemma(lemma, documented) -> str:
-    from .proofs import lemma_ref
     if lemma.key in documented:
         return lemma_ref(lemma)
     return rst.text(f"Lemma {lemma.number}: {lemma.title}")
@@ -31,10 +33,6 @@ def _lemma(lemma, documented) -> str:
 
 def classic_derivation_rst(der, documented, classic_title: str = "") -> list[str]:
     """One classic derivation: start, steps (lemma, side conditions, check) and result."""
-    from derivations.printing.latex import latex
-
-    from .notation import tidy_latex
-    from .proofs import check_details, evidence_line
     out = [] if der.title == classic_title else [rst.text(der.title), "~" * (len(rst.text(der.title)) + 4), ""]
     out += [f"{rst.literal(der.name)} — {condition_rst(der.statement)}.", "", "**Starting from**", "",
             *rst.math_block(tidy_latex(latex(der.start.expr)))]
@@ -63,9 +61,7 @@ class ClassicsDirective(SphinxDirective):
     has_content = False
 
     def run(self):
-        from .proofs import mark_rendered
         documented = {lem.key for lem in catalogue(self.config).lemmas()}
-        from .proofs import legend
         lines = legend()
         for classic in classics():
             holds, evidence = classic.check()

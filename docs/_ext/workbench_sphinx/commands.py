@@ -29,6 +29,8 @@ from docutils.parsers.rst import directives
 from sphinx.errors import ExtensionError
 from sphinx.util.docutils import SphinxDirective
 
+from derivations import cli as rule_cli
+
 from . import rst
 from .notation import docstring_rst
 
@@ -66,8 +68,7 @@ def _entry(module_name: str):
     except ModuleNotFoundError:
         module = importlib.import_module(module_name)
     if hasattr(module, "rule_module"):
-        from derivations.cli import main
-        return lambda argv: main(module.rule_module(), argv)
+        return lambda argv: rule_cli.main(module.rule_module(), argv)
     main = getattr(module, "main", None)
     if main is None or not inspect.signature(main).parameters:
         raise CommandFailed(f"python -m {module_name}: no main(argv) to run from the docs")

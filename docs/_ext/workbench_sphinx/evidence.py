@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from derivations.engine import derivation as engine
+
 from .objects import catalogue
 from .proofs import EVIDENCE_DIR
 
@@ -25,7 +27,6 @@ def step_record(step) -> dict:
 
 
 def rule_record(entry) -> dict:
-    from derivations.engine import derivation as engine
     return {"rule": entry.name, "mpmath_digits": getattr(engine, "MPMATH_DPS", 50),
             "derivations": [{"name": der.name, "title": der.title, "fingerprint": der.fingerprint(),
                              "steps": [step_record(s) for s in der.steps]} for der in entry.derivations]}

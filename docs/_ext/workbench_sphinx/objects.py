@@ -15,6 +15,9 @@ from functools import cache
 
 from sphinx.errors import ExtensionError
 
+from derivations import Derivation, registry
+from derivations import lemmas as lemma_module
+
 RULE_PACKAGE = "derivations"
 
 
@@ -46,13 +49,11 @@ class RuleEntry:
 
 def _rule_module_names() -> list[str]:
     """The registered rule modules (:func:`derivations.registry.rule_names`, sorted)."""
-    from derivations import registry
     return list(registry.rule_names())
 
 
 def _failing_derivation_name(tb) -> str | None:
     """The name of the derivation whose method raised (read off the traceback's frames)."""
-    from derivations import Derivation
     name = None
     for frame, _ in traceback.walk_tb(tb):
         candidate = frame.f_locals.get("self")
@@ -161,7 +162,6 @@ class Catalogue:
 
     def lemmas(self) -> list:
         """Every lemma: the lemma module's list, then any other lemma a derivation applies."""
-        from derivations import lemmas as lemma_module
         seen = {}
         for lem in getattr(lemma_module, "ALL_LEMMAS", ()):
             seen.setdefault(lem.key, lem)

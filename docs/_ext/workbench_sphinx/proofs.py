@@ -23,11 +23,14 @@ import numpy as np
 from docutils.parsers.rst import directives
 from sphinx.util.docutils import SphinxDirective
 
+from derivations.cli import render
 from derivations.engine import derivation as engine
+from derivations.engine.derivation import Solution
+from derivations.printing.latex import latex, state_latex
 
 from . import rst
 from .notation import condition_rst, docstring_rst, symbol_lines, symbols_in, tidy_latex
-from .objects import catalogue
+from .objects import FailedDerivation, catalogue
 
 #: the folder of the built site that holds each rule module's evidence at full precision
 EVIDENCE_DIR = "evidence"
@@ -61,19 +64,12 @@ def mark_rendered(env, kind: str, name: str):
 # ---- states and checks ---------------------------------------------------------------------
 
 
-def _latex():
-    from derivations.printing.latex import latex, state_latex
-    return latex, state_latex
-
-
 def _sizes(dims: dict) -> str:
     return ", ".join(f"{k} = {v}" for k, v in dims.items())
 
 
 def theorem_result(der) -> str:
     """The derived statement in LaTeX: the minimizer and value, or the identity ``start = end``."""
-    latex, state_latex = _latex()
-    from derivations.engine.derivation import Solution
     if isinstance(der.state, Solution):
         return state_latex(der.state)
     return rf"{latex(der.start.expr)} = {latex(der.formula)}"
@@ -192,7 +188,6 @@ def tex(text: str) -> str:
 
 def derivation_rst(der, rule_name: str, heading: str = "-") -> list[str]:
     """Theorem and proof of one derivation (the page's legend explains the evidence lines)."""
-    _, state_latex = _latex()
     title = der.title
     conds = side_conditions(der)
     out = [f".. _{derivation_label(der.name)}:", "", rst.text(title), heading * (len(rst.text(title)) + 4), ""]
@@ -224,7 +219,6 @@ def derivation_rst(der, rule_name: str, heading: str = "-") -> list[str]:
 
 def rule_symbols(entry) -> list[str]:
     """The "Symbols on this page" legend: every symbol of :data:`notation.SYMBOLS` the page shows."""
-    _, state_latex = _latex()
     texts = []
     for der in entry.derivations:
         texts.append(tex(state_latex(der.start)))
@@ -281,7 +275,6 @@ class RuleDerivationsDirective(SphinxDirective):
 
 
 def emitted_source(entry, target: str = "jax") -> str:
-    from derivations.cli import render
     return render(entry.rule, target)
 
 
@@ -296,7 +289,6 @@ def public_functions(entry, source: str) -> list:
     for name in wanted:
         node = found.get(name)
         if node is None:
-            from .objects import FailedDerivation
             raise FailedDerivation(f"emitted module of {entry.name} has no function {name!r}")
         out.append((name, f"def {name}({ast.unparse(node.args)})", ast.get_docstring(node) or ""))
     return out
@@ -385,7 +377,6 @@ def _cases(lemma):
 
 def self_check_description(lemma) -> list[str]:
     """What the lemma's self-check evaluates, read off the lemma object and its code."""
-    latex, _ = _latex()
     check = getattr(lemma, "check", None)
     if check is not None:
         doc = _doc_paragraphs(check)
@@ -408,7 +399,6 @@ def self_check_description(lemma) -> list[str]:
 
 def self_check_result(lemma, rng) -> list[str]:
     """Run the self-check once more; a failure stops the build, the errors are shown."""
-    from .objects import FailedDerivation
     try:
         result = lemma.self_check(rng)
     except Exception as exc:

@@ -23,18 +23,25 @@ from pathlib import Path
 from typing import ClassVar
 
 from docutils.parsers.rst import directives
+from sphinx.errors import ExtensionError
 from sphinx.util.docutils import SphinxDirective
+
+import coeffsearch
+import coeffsearch.band
+import coeffsearch.certify
+import coeffsearch.polynomial
+from coeffsearch.compare import plot
 
 from . import rst
 from .objects import unknown
+from .proofs import mark_rendered
 
 DEFAULT_LOWER = "1e-3"  # the command line's default design interval start, for schedules without one
 
 
 def certificate(steps, lower, upper="1", name: str = "") -> dict:
     """A certificate as a plain dictionary (whether ``certify`` returns a dict or a typed object)."""
-    from coeffsearch.certify import certify
-    cert = certify(steps, lower, upper, name)
+    cert = coeffsearch.certify.certify(steps, lower, upper, name)
     if isinstance(cert, dict):
         return cert
     data = cert.to_json() if hasattr(cert, "to_json") else cert
@@ -42,7 +49,6 @@ def certificate(steps, lower, upper="1", name: str = "") -> dict:
 
 
 def schedule(name: str):
-    import coeffsearch
     try:
         return coeffsearch.get(name)
     except KeyError:
@@ -70,7 +76,6 @@ def image_uri(directive, path: Path) -> str:
 
 
 def plot_schedules(named, path: Path, lower: float):
-    from coeffsearch.compare import plot
     plot(named, str(path), lower=lower)
 
 
@@ -85,7 +90,6 @@ class ScheduleDirective(SphinxDirective):
     has_content = False
 
     def run(self):
-        from .proofs import mark_rendered
         sched = schedule(self.arguments[0])
         mark_rendered(self.env, "schedule", sched.name)
         lower = design_lower(sched)
@@ -132,7 +136,6 @@ class ScheduleComparisonDirective(SphinxDirective):
     option_spec: ClassVar[dict] = {"lower": directives.unchanged}
 
     def run(self):
-        import coeffsearch
         lower = self.options.get("lower", DEFAULT_LOWER)
         named = [(n, coeffsearch.get(n).steps) for n in coeffsearch.names()]
         lines = [f".. list-table:: Every registered schedule certified on :math:`[{lower}, 1]`", "   :header-rows: 1",
@@ -157,8 +160,7 @@ class ScheduleComparisonDirective(SphinxDirective):
 
 def band_result(lower: str, upper: str, steps: int, band: tuple, seed: int = 0) -> dict:
     """``max a`` for one fixed quintic into ``band`` (JSON-ready); runs in a worker process."""
-    from coeffsearch.band import image, max_slope
-    res = max_slope(lower, upper, steps, tuple(band), seed=seed)
+    res = coeffsearch.band.max_slope(lower, upper, steps, tuple(band), seed=seed)
     muon = (3.4445, -4.7750, 2.0315)
     cert = res.certificate
     if cert is not None and not isinstance(cert, dict):
@@ -168,13 +170,10 @@ def band_result(lower: str, upper: str, steps: int, band: tuple, seed: int = 0) 
             "image": list(res.band) if res.band else None, "violation": float(res.violation),
             "feasible_from_lower": res.feasible_from_lower, "notes": list(res.notes),
             "certified_band": cert["band"] if cert else None,
-            "muon_image": list(image(muon, float(lower), float(upper), steps))}
+            "muon_image": list(coeffsearch.band.image(muon, float(lower), float(upper), steps))}
 
 
 def _sources_hash() -> str:
-    import coeffsearch.band
-    import coeffsearch.certify
-    import coeffsearch.polynomial
     h = hashlib.sha256()
     for module in (coeffsearch.band, coeffsearch.certify, coeffsearch.polynomial):
         h.update(Path(module.__file__).read_bytes())
@@ -247,7 +246,6 @@ class BandChallengeDirective(SphinxDirective):
     def run(self):
         band = _BUILD.get("band")
         if band is None:
-            from sphinx.errors import ExtensionError
             raise ExtensionError("band-challenge: set workbench_band_challenge in conf.py "
                                  "(steps, band, lowers, upper)")
         cfg = band.config
