@@ -24,7 +24,8 @@ the rule modules (:mod:`~derivations.crosscheck.rule_lookup`) and cached
 (:mod:`~derivations.crosscheck.evaluation`); the symbolic proofs under a time limit
 (:mod:`~derivations.crosscheck.symbolic_proofs`); the verdict, its counterexample and its text
 (:mod:`~derivations.crosscheck.verdict`, which also describes ``--json``); the diagnosis of a difference
-(:mod:`~derivations.crosscheck.diagnosis`) by near variants (:mod:`~derivations.crosscheck.mutations`);
+(:mod:`~derivations.crosscheck.diagnosis`) by near variants (:mod:`~derivations.crosscheck.mutations`) or, failing
+those, the first differing subexpression (:mod:`~derivations.crosscheck.localise`);
 identities with assumptions (:mod:`~derivations.crosscheck.identities`).
 
 Exit status: 0 equal, 1 different, 2 bad input (one line on stderr).
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import re
 
-from sympy import Basic, Mul, cancel, factor, sstr
+from sympy import Basic, Mul, S, cancel, factor, sstr
 
 from derivations.crosscheck.diagnosis import _diagnose
 from derivations.crosscheck.evaluation import EQUAL_TOL, NotConverged, _agree, _agree_rechecked, _instances, _value
@@ -130,7 +131,7 @@ def _compare_in_dimensions(target: Target, ref, candidate) -> Verdict:
         out.scale = out.diagnosis[0].removeprefix("the candidate is ").split(" × ")[0]
     dims = sorted(ref.free_symbols | candidate.free_symbols, key=str)
     for sizes in [*target.sizes, *({s: k for s in dims} for k in range(2, 9))]:
-        a, b = ref.xreplace(sizes), candidate.xreplace(sizes)
+        a, b = S(ref.xreplace(sizes)), S(candidate.xreplace(sizes))  # a bare symbol becomes a Python int
         if a.is_number and b.is_number and a != b:
             out.counterexample = {"sizes": {str(k): int(v) for k, v in sizes.items() if k in dims}, "inputs": {},
                                   "defined": {}, "derived": float(a), "candidate": float(b)}

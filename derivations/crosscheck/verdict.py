@@ -110,10 +110,10 @@ class _Printer(StrPrinter):
     def _named(self, node) -> bool:
         if not hasattr(node.base, "name"):
             return False  # C_[A*B] names nothing
-        if node.side == "right" and node.damping == 0:
-            return True  # C_W, C_W^-1 and U_W are (WᵀW)^{±1/2} and W (WᵀW)^{-1/2} everywhere
         label = ("U_" if isinstance(node, PolarFactor) else "C_") + short_name(node.base)
         named = self.namespace.get(label)
+        if node.side == "right" and node.damping == 0 and named is None:
+            return True  # C_W, C_W^-1 and U_W are (WᵀW)^{±1/2} and W (WᵀW)^{-1/2} unless C_W names another root
         return named is not None and named.args[:3] == node.args[:3]
 
     def _explicit(self, node) -> str:
