@@ -42,11 +42,13 @@ def test_jax_specs_say_what_the_functions_take_and_check(sylvester_rule):
     (fn,) = sylvester_rule.functions()
     core, public = jax_printer.function_specs(fn, sylvester_rule.scalars, "svd")
     assert core.name == "_sylvester_qk" and core.keyword_only == () and core.checks == ()
-    assert [p.name for p in core.positional][-4:] == ["damping", "msign", "schedule", "solver"]
-    assert core.decorators == ('functools.partial(jax.jit, static_argnames=("msign", "solver",))',)
+    assert [p.name for p in core.positional][-6:] == ["damping", "msign", "schedule", "restarts", "gram_aspect",
+                                                      "solver"]
+    assert core.decorators == ('functools.partial(jax.jit, static_argnames=("msign", "gram_aspect", "solver",))',)
     assert core.body[-1] == "return nan_unless(status == 0, (dW_Q, dW_K)), status"
     keywords = {p.name: p.default for p in public.keyword_only}
     assert keywords == {"eps": None, "damping": None, "msign": "'svd'", "schedule": "NS_SCHEDULE",
+                        "restarts": "None", "gram_aspect": "None",
                         "solver": "'structured'", "check_finite": "True", "_caller": "None"}
     assert public.checks[0].startswith("validate_inputs('sylvester_qk' if _caller is None else _caller[0]")
     assert "if solver not in ('structured', 'dense'):" in public.checks
@@ -59,7 +61,8 @@ def test_a_rule_without_msign_has_no_schedule_parameter(gauge_rule):
     core, public = jax_printer.function_specs(fn, gauge_rule.scalars, "newton_schulz")
     keywords = [p.render() for p in public.keyword_only]
     assert keywords == ["damping=0.0", "check_finite=True", "_caller=None"]  # no eps, msign or schedule
-    assert core.decorators == ('functools.partial(jax.jit, static_argnames=("msign",))',)
+    # the core keeps the one signature of every rule; the public function passes 'svd' and no schedule
+    assert core.decorators == ('functools.partial(jax.jit, static_argnames=("msign", "gram_aspect",))',)
 
 
 def test_the_emitted_modules_are_their_rendered_specs(sylvester_rule, gauge_rule):
