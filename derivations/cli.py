@@ -83,7 +83,7 @@ def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
     if target == "numpy":
         return emit_numpy(rule.title, command, functions, rule.scalars)
     ders = rule.derivations()
-    lemmas = lemmas_used(functions) or list(dict.fromkeys(lem for d in ders for lem in d.lemmas_used()))
+    lemmas = lemmas_used(functions) or cited_lemmas(ders)
     if target == "latex":
         return document_latex(rule.title, ders, lemmas)
     return "\n".join(derivation_text(d) for d in ders) + "\n" + lemma_text(lemmas)
@@ -96,10 +96,10 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
     step, the failure (derivation, step, kind, lemma, sub-check, counterexample). ``ok`` is False
     when any step or lemma self-check failed.
     """
-    rows, used = [], []
-    for der in rule.derivations():
+    rows = []
+    ders = rule.derivations()
+    for der in ders:
         der.check(trials=trials, seed=seed, strict=False)
-        used += der.lemmas_used()
         for s in der.steps:
             rows.append({"derivation": der.name, "step": s.index, "lemma": s.lemma.number,
                          "rule": s.lemma.title, "kind": s.kind,
@@ -108,16 +108,21 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
                          "subchecks": s.check.subchecks, "status": "ok" if s.check.passed else "FAIL",
                          "failure": s.check.failure})
     rng = np.random.default_rng(seed)
-    lemmas = self_check_rows(used, rng)
+    lemmas = self_check_rows(cited_lemmas(ders), rng)
     measurements = measurement_rows(rule.measurements(rng) if rule.measurements else [])
     ok = all(r["status"] == "ok" for r in rows + lemmas) and all(m["status"] != "FAIL" for m in measurements)
     return {"ok": ok, "steps": rows, "lemmas": lemmas, "measurements": measurements}
 
 
+def cited_lemmas(ders: list) -> list:
+    """Every lemma the derivations cite, once each, in the order first cited."""
+    return list(dict.fromkeys(lem for der in ders for lem in der.lemmas_used()))
+
+
 def self_check_rows(lemmas: list, rng: np.random.Generator) -> list[dict]:
-    """One row per distinct lemma: its self-check (statement and rewrite code on random instances)."""
+    """One row per lemma: its self-check (statement and rewrite code on random instances)."""
     rows = []
-    for lem in dict.fromkeys(lemmas):
+    for lem in lemmas:
         result = lem.self_check(rng)
         rows.append({"lemma": lem.number, "rule": lem.title, "self_check_error": result.error,
                      "subchecks": result.errors, "status": "ok" if result.passed else "FAIL",
@@ -128,8 +133,8 @@ def self_check_rows(lemmas: list, rng: np.random.Generator) -> list[dict]:
 def emit_gate(rule: RuleModule, seed: int = 0) -> list[str]:
     """Why ``--emit`` must refuse: the failing self-checks of the lemmas the rule's derivations cite
     (empty when every one passes). Code is emitted only from steps whose lemmas hold."""
-    used = [lem for der in rule.derivations() for lem in der.lemmas_used()]
-    return [f for row in self_check_rows(used, np.random.default_rng(seed)) for f in row["failures"]]
+    rows = self_check_rows(cited_lemmas(rule.derivations()), np.random.default_rng(seed))
+    return [f for row in rows for f in row["failures"]]
 
 
 def measurement_rows(measured: list[tuple]) -> list[dict]:

@@ -28,6 +28,7 @@ from workbench_sphinx import commands, notation, objects, rst  # noqa: E402 (fou
 from workbench_sphinx.checks import external_assets  # noqa: E402 (as above)
 
 from tests.test_docs import _plain, build  # noqa: E402 (the small-project builder of the docs tests)
+from tests.tex_checks import balanced  # noqa: E402 (as above)
 
 #: side conditions as the engine records them (from halfsplit, gqa, hybrid_ov, joint, the classics)
 CONDITIONS = [
@@ -50,15 +51,6 @@ ASCII_MATH = re.compile(r"\.T\b|\*|\^\d|\^\(|[A-Z]_[A-Za-z]|bar\b")
 
 def prose_outside_math(rst_text: str) -> str:
     return re.sub(r"\\(.)", r"\1", re.sub(r":math:`[^`]*`", " ", rst_text))   # reST escapes removed
-
-
-def balanced(tex: str) -> bool:
-    depth = 0
-    for ch in tex.replace(r"\{", "").replace(r"\}", ""):
-        depth += (ch == "{") - (ch == "}")
-        if depth < 0:
-            return False
-    return depth == 0
 
 
 @pytest.mark.parametrize("condition", CONDITIONS)

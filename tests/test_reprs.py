@@ -26,6 +26,7 @@ from derivations.engine import norms as N
 from derivations.engine.derivation import CheckResult
 from derivations.lemmas.base import markdown_text
 from derivations.printing.latex import latex, state_latex
+from tests.tex_checks import balanced
 
 #: what a Python repr looks like when it leaks into a repr meant for a reader
 PYTHON_REPR = re.compile(r"object at 0x|\b(?:MatrixSymbol|Symbol|Problem|Solution|Claim|CheckResult|Lemma|Step|"
@@ -42,15 +43,6 @@ def _math(text: str) -> list[str]:
     display = re.findall(r"\$\$(.+?)\$\$", text, re.DOTALL)
     inline = re.findall(r"(?<![$\\])\$(?!\$)(.+?)(?<!\\)\$", re.sub(r"\$\$.+?\$\$", " ", text, flags=re.DOTALL))
     return display + inline
-
-
-def _balanced(tex: str) -> bool:
-    depth = 0
-    for ch in tex.replace(r"\{", "").replace(r"\}", ""):
-        depth += (ch == "{") - (ch == "}")
-        if depth < 0:
-            return False
-    return depth == 0
 
 
 def _prose(markdown: str) -> str:
@@ -73,7 +65,7 @@ def test_derivation_reprs_show_every_step_and_the_result(query):
     assert md.rstrip().endswith(f"$${state_latex(query.state)}$$")
     for text in (tex, md):
         assert not PYTHON_REPR.search(_prose(text)), PYTHON_REPR.search(_prose(text))
-        assert all(_balanced(m) for m in _math(text))
+        assert all(balanced(m) for m in _math(text))
 
 
 def test_problem_reprs_are_the_printers_statement(query):
