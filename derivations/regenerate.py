@@ -58,15 +58,19 @@ def regenerate(rules: tuple[str, ...] | None = None, directory: Path | None = No
 
     Nothing is written when a lemma cited by any of them fails its self-check (:class:`Refused`)."""
     rules = registry.rule_names() if rules is None else rules
+    fresh = {}
     for rule in rules:
         module = registry.rule_module(rule)
-        refused = emit_gate(module) if module.functions() else []
+        if not module.functions():
+            continue
+        refused = emit_gate(module)
         if refused:
             raise Refused(f"{rule}: {refused[0]}")
+        fresh[rule] = render(module, "jax")
     changed = []
-    for rule in rules:
-        text, path = emit(rule), path_of(rule, directory)
-        if text is not None and (not path.exists() or path.read_text(encoding="utf-8") != text):
+    for rule, text in fresh.items():
+        path = path_of(rule, directory)
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
             path.write_text(text, encoding="utf-8")
             changed.append(rule)
     return changed
