@@ -3,10 +3,11 @@
 Llama-3 and Mistral, GPT-2, Qwen2, mixtures of experts (Mixtral, DeepSeekMoE: routed and shared experts, router;
 the active parameters per token too) and DeepSeek-V2/V3's multi-head latent attention
 (:mod:`derivations.crosscheck.params_families` lists each family's tensors). The shape comes from the options
-(a Llama-3-style decoder: ``W_Q ∈ R^{d×H d_h}``, ``W_K, W_V ∈ R^{d×H_kv d_h}``, ``W_O``, a SwiGLU MLP, RMSNorm
-gains, an embedding, a final gain and an untied head; Dubey et al. 2024, *The Llama 3 Herd of Models*, Table 3)
-or from a local Hugging Face style ``config.json`` (``--config``, :mod:`derivations.crosscheck.params_config`),
-which says which keys it used and which it ignored.
+(:mod:`derivations.crosscheck.params_flags`: ``--family`` and the sizes; without ``--family`` a Llama-3-style
+decoder: ``W_Q ∈ R^{d×H d_h}``, ``W_K, W_V ∈ R^{d×H_kv d_h}``, ``W_O``, a SwiGLU MLP, RMSNorm gains, an
+embedding, a final gain and an untied head; Dubey et al. 2024, *The Llama 3 Herd of Models*, Table 3) or from a
+local Hugging Face style ``config.json`` (``--config``, :mod:`derivations.crosscheck.params_config`), which says
+which keys it used and which it ignored; either way the same model gives the same count.
 
 ``--compare N`` explains a hand or published total that differs (exit status 1; 0 when it agrees): it searches
 sets of named variants (biases on the attention or MLP projections or the Q, K, V biases left out, LayerNorm
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 
 from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
-from derivations.crosscheck.params_config import MAX_LAYERS, MAX_SIZE, ConfigError, ConfigShape, read_config
+from derivations.crosscheck.params_config import ConfigError, ConfigShape, read_config
 from derivations.crosscheck.params_families import (
     MLA,
     Conventions,
@@ -40,6 +41,7 @@ from derivations.crosscheck.params_families import (
     mla_tensors,
     tensors,
 )
+from derivations.crosscheck.params_flags import FlagShape, add_shape_options, given, shape_from_options
 
 __all__ = ["MLA", "VARIANTS", "Conventions", "MoE", "Shape", "Tensor", "active_count", "count", "explain",
            "main", "mla_tensors", "run", "tensors"]
@@ -151,69 +153,31 @@ def explain(shape: Shape, total_text: str, max_size: int = 4, quantity: str = "t
 
 
 # ---- command line -----------------------------------------------------------------------------
-def _positive(name, limit):
-    def parse(text):
-        try:
-            value = int(text.replace(",", "").replace("_", ""))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-        if not 1 <= value <= limit:
-            raise argparse.ArgumentTypeError(f"must be between 1 and {limit:,}, got {value:,}")
-        return value
-    parse.__name__ = name
-    return parse
-
-
-SHAPE_OPTIONS = ("hidden", "layers", "vocab", "ffn", "heads", "kv_heads")
-
-
 def _parser() -> OneLineParser:
     p = OneLineParser(prog="python -m derivations.crosscheck.params",
                       description="Parameter count of a decoder from the shapes of its tensors (exact integers): "
-                                  "a Llama-3-style one from the options, or GPT-2, Llama, Mistral, Qwen2, Mixtral "
-                                  "and DeepSeek-V2/V3 (experts, multi-head latent attention) from a config.json.",
-                      epilog="example (Llama-3-8B): python -m derivations.crosscheck.params --hidden 4096 --layers 32 "
-                             "--vocab 128256 --ffn 14336 --heads 32 --kv-heads 8 --compare 8.59e9; "
+                                  "GPT-2, Llama, Mistral, Qwen2, Mixtral and DeepSeek-V2/V3 (experts, multi-head "
+                                  "latent attention), from the shape options or from a config.json.",
+                      epilog="examples: Llama-3-8B: python -m derivations.crosscheck.params --hidden 4096 --layers 32 "
+                             "--vocab 128256 --ffn 14336 --heads 32 --kv-heads 8 --compare 8.59e9; GPT-2 small: "
+                             "--family gpt2 --hidden 768 --layers 12 --vocab 50257 --heads 12 --positions 1024; "
                              "from a file: python -m derivations.crosscheck.params --config config.json. "
                              "Exit status: 0, 1 when a --compare number differs, 2 for bad input.")
-    dim = _positive("size", MAX_SIZE)
     p.add_argument("--config", metavar="FILE",
                    help="a local Hugging Face style config.json (model_type gpt2, llama, mistral, qwen2, mixtral, "
                         "deepseek_v2 or deepseek_v3) instead of the shape options")
-    p.add_argument("--hidden", type=dim, help="model width d")
-    p.add_argument("--layers", type=_positive("layers", MAX_LAYERS), help="number of blocks L")
-    p.add_argument("--vocab", type=dim, help="vocabulary size V")
-    p.add_argument("--ffn", type=dim, help="MLP width d_ff")
-    p.add_argument("--heads", type=dim, help="query heads H")
-    p.add_argument("--kv-heads", type=dim, help="key/value heads H_kv (GQA)")
-    p.add_argument("--head-dim", type=dim, help="head width d_h (default d / H)")
-    p.add_argument("--tied-embeddings", action="store_true", help="the output head is the embedding")
     p.add_argument("--compare", metavar="N", help="a hand or published total to explain")
     p.add_argument("--compare-active", metavar="N",
                    help="a hand or published count of the active parameters per token (experts) to explain")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_shape_options(p)
     return p
 
 
-def _shape_from_options(a: argparse.Namespace) -> Shape:
-    missing = [f"--{o.replace('_', '-')}" for o in SHAPE_OPTIONS if getattr(a, o) is None]
-    if missing:
-        raise UsageError(f"give --config FILE, or the shape: {', '.join(missing)} missing")
-    head_dim = a.head_dim
-    if head_dim is None:
-        if a.hidden % a.heads:
-            raise UsageError(f"--hidden {a.hidden} is not a multiple of --heads {a.heads}; give --head-dim")
-        head_dim = a.hidden // a.heads
-    if a.heads % a.kv_heads:
-        raise UsageError(f"--heads {a.heads} is not a multiple of --kv-heads {a.kv_heads}")
-    return Shape(a.hidden, a.layers, a.vocab, a.ffn, a.heads, a.kv_heads, head_dim, a.tied_embeddings)
-
-
 def _config_shape(a: argparse.Namespace) -> ConfigShape:
-    given = [f"--{o.replace('_', '-')}" for o in (*SHAPE_OPTIONS, "head_dim") if getattr(a, o) is not None]
-    given += ["--tied-embeddings"] if a.tied_embeddings else []
-    if given:
-        raise UsageError(f"--config {a.config!a} gives the shape: leave out {', '.join(given)}")
+    options = given(a)
+    if options:
+        raise UsageError(f"--config {a.config!a} gives the shape: leave out {', '.join(options)}")
     try:
         return read_config(a.config)
     except ConfigError as exc:
@@ -232,24 +196,24 @@ def _comparisons(shape: Shape, a: argparse.Namespace) -> dict:
     return out
 
 
-def _config_json(cfg: ConfigShape | None) -> dict | None:
-    if cfg is None:
-        return None
-    return {"model_type": cfg.model_type, "used": list(cfg.used), "defaults": list(cfg.defaults),
-            "ignored": list(cfg.ignored)}
+def _source_json(source: ConfigShape | FlagShape) -> dict:
+    """What the shape was read from: ``config`` (the keys used, defaulted and ignored) or ``options``."""
+    if isinstance(source, FlagShape):
+        return {"config": None, "options": {"family": source.family, "defaults": list(source.defaults)}}
+    return {"config": {"model_type": source.model_type, "used": list(source.used), "defaults": list(source.defaults),
+                       "ignored": list(source.ignored)}, "options": None}
 
 
 def evaluate(argv: list[str] | None = None) -> tuple[str, int]:
     """The text (or with ``--json`` the JSON) of one parameter count and the exit status (1: a ``--compare``
     number differs); raises :class:`UsageError`."""
     a = _parser().parse_args(argv)
-    cfg = _config_shape(a) if a.config is not None else None
-    shape = cfg.shape if cfg is not None else _shape_from_options(a)
-    comparisons = _comparisons(shape, a)
+    source = _config_shape(a) if a.config is not None else shape_from_options(a)
+    comparisons = _comparisons(source.shape, a)
     status = 0 if all(c["agrees"] for c in comparisons.values()) else 1
     if a.json:
-        return _json(shape, cfg, comparisons), status
-    return _text(shape, cfg, comparisons), status
+        return _json(source, comparisons), status
+    return _text(source, comparisons), status
 
 
 def run(argv: list[str] | None = None) -> str:
@@ -257,14 +221,15 @@ def run(argv: list[str] | None = None) -> str:
     return evaluate(argv)[0]
 
 
-def _json(shape: Shape, cfg: ConfigShape | None, comparisons: dict) -> str:
+def _json(source: ConfigShape | FlagShape, comparisons: dict) -> str:
+    shape = source.shape
     ts, layers = tensors(shape), shape.layers
     obj = {"family": shape.family, "total": count(shape), "active": active_count(shape),
            "per_layer": sum(t.size for t in ts if t.per_layer and t.blocks is None), "layers": layers,
            "tensors": [{"name": t.name, "shape": list(t.shape), "size": t.size, "per_layer": t.per_layer,
                         "blocks": t.copies(layers), "total": t.size * t.copies(layers),
                         "active": t.active_size * t.copies(layers)} for t in ts],
-           "config": _config_json(cfg), "compare": comparisons.get("compare"),
+           **_source_json(source), "compare": comparisons.get("compare"),
            "compare_active": comparisons.get("compare_active")}
     return json.dumps(obj, indent=2) + "\n"
 
@@ -282,11 +247,13 @@ def _moe_summary(shape: Shape) -> str:
     return f" (top {moe.top_k} of {moe.experts} routed experts{shared}, and everything outside the experts)"
 
 
-def _text(shape: Shape, cfg: ConfigShape | None, comparisons: dict) -> str:
-    lines = []
-    if cfg is not None:
-        lines += [f"model_type: {cfg.model_type}", *_wrapped("used", cfg.used)]
-        lines += [*_wrapped("defaults", cfg.defaults), *_wrapped("ignored", cfg.ignored), ""]
+def _text(source: ConfigShape | FlagShape, comparisons: dict) -> str:
+    lines, shape = [], source.shape
+    if isinstance(source, FlagShape):
+        lines += [f"family: {source.family}", *_wrapped("defaults", source.defaults), ""]
+    else:
+        lines += [f"model_type: {source.model_type}", *_wrapped("used", source.used)]
+        lines += [*_wrapped("defaults", source.defaults), *_wrapped("ignored", source.ignored), ""]
     ts, layers = tensors(shape), shape.layers
     experts = shape.moe is not None
     lines.append(f"{'tensor':<24} {'shape':>20} {'count':>18} {'x layers':>9} {'total':>20}"

@@ -9,7 +9,8 @@
   the exit status expected, 0 by default). Another status stops the build, naming the command.
 
 Commands run in this process (their ``main(argv)``; a rule module through :func:`derivations.cli.main`),
-so the derivations already built for the proof pages are reused and nothing is imported twice.
+so the derivations already built for the proof pages are reused and nothing is imported twice. They run
+in the repository root, so a page names its input files from there (``docs/examples/config.json``).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def run(module_name: str, args: list[str]) -> tuple[int, str]:
     old_argv, old_columns = sys.argv, os.environ.get("COLUMNS")
     sys.argv, os.environ["COLUMNS"] = [f"python -m {module_name}", *args], "100"
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), contextlib.chdir(_ROOT):
             status = _entry(module_name)(list(args))
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
