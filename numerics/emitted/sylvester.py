@@ -420,11 +420,12 @@ def split_scalar(x, dtype):
 def msign_svd(a):
     """``U Vᵀ`` over the singular values above ``max(m, n)·eps·σ_max`` (zero ones map to 0).
 
-    ``A`` is divided by ``max|a_ij|`` first (msign ignores positive scale); a matrix with NaN/Inf
-    gives NaN.
+    ``A`` is scaled by an exact power of two to ``max|a_ij|`` in ``[1, 2)`` first (msign ignores positive
+    scale; dividing by ``max|a_ij|`` would flush for entries above ``2**126`` in float32, where XLA's
+    reciprocal is subnormal); a matrix with NaN/Inf gives NaN.
     """
     ac = a.astype(compute_dtype(a.dtype))
-    ac, ok = lapack_guard(ac / max_abs(ac))
+    ac, ok = lapack_guard(pow2_normalize(ac)[0])
     u, s, vt = per_matrix_on_cpu(lambda x: jnp.linalg.svd(x, full_matrices=False), ac)
     tol = max(a.shape[-2:]) * jnp.finfo(ac.dtype).eps * s[..., :1]
     keep = (s > tol).astype(ac.dtype)
@@ -473,8 +474,7 @@ def _newton_schulz_oriented(x, schedule, wide):
     flip = x.shape[-2] > x.shape[-1] if wide else x.shape[-2] < x.shape[-1]
     if flip:
         x = x.mT
-    xc = x.astype(compute_dtype(x.dtype))
-    xc = xc / max_abs(xc)
+    xc = pow2_normalize(x)[0]  # max|x| in [1, 2), exact (no reciprocal that could flush to 0)
     short = x.shape[-2] if wide else x.shape[-1]
     eye = jnp.eye(short, dtype=x.dtype)
     degree = coeffs.shape[-1]
@@ -500,7 +500,7 @@ def _newton_schulz_oriented(x, schedule, wide):
         rest = coeffs
     else:  # first step on X/ν with ν = ‖X‖_F: c_0 X/ν + B(A/ν²) X/ν
         a = gram(xc)
-        sq = jnp.trace(a, axis1=-2, axis2=-1)[..., None, None]  # ‖X‖_F² ∈ [1, mn], or 0
+        sq = jnp.trace(a, axis1=-2, axis2=-1)[..., None, None]  # ‖X‖_F² ∈ [1, 4mn), or 0
         nu = jnp.sqrt(jnp.where(sq > 0, sq, 1))
         c = coeffs[0].astype(x.dtype)
         x = (c[0] / nu) * xc + times(gram_polynomial(a / (nu * nu), c) / nu, xc)
@@ -546,8 +546,7 @@ def gram_newton_schulz_oriented(x, schedule, restarts, wide):
     coeffs = schedule_array(schedule)
     steps, degree = coeffs.shape
     flags = restart_flags(restarts, steps)
-    xc = x.astype(compute_dtype(x.dtype))
-    xc = xc / max_abs(xc)
+    xc = pow2_normalize(x)[0]  # max|x| in [1, 2), exact (no reciprocal that could flush to 0)
     norm = jnp.sqrt(jnp.sum(xc * xc, axis=(-2, -1), keepdims=True))
     x = (xc / jnp.where(norm > 0, norm, 1)).astype(x.dtype)
     side = x.shape[-2] if wide else x.shape[-1]

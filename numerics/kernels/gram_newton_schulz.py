@@ -30,7 +30,7 @@ runs in the input dtype; a zero matrix stays zero. It batches over leading axes 
 import jax
 import jax.numpy as jnp
 
-from numerics.kernels.jax_exact_scaling import compute_dtype, max_abs
+from numerics.kernels.jax_exact_scaling import pow2_normalize
 from numerics.kernels.jax_msign import NS_UNROLL_STEPS, schedule_array
 
 
@@ -74,8 +74,7 @@ def gram_newton_schulz_oriented(x, schedule, restarts, wide):
     coeffs = schedule_array(schedule)
     steps, degree = coeffs.shape
     flags = restart_flags(restarts, steps)
-    xc = x.astype(compute_dtype(x.dtype))
-    xc = xc / max_abs(xc)
+    xc = pow2_normalize(x)[0]  # max|x| in [1, 2), exact (no reciprocal that could flush to 0)
     norm = jnp.sqrt(jnp.sum(xc * xc, axis=(-2, -1), keepdims=True))
     x = (xc / jnp.where(norm > 0, norm, 1)).astype(x.dtype)
     side = x.shape[-2] if wide else x.shape[-1]

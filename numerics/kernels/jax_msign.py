@@ -14,7 +14,7 @@ to ``δ`` on singular values down to ``l·‖X‖_F``. Schedules are data (an ar
 import jax
 import jax.numpy as jnp
 
-from numerics.kernels.jax_exact_scaling import compute_dtype, max_abs
+from numerics.kernels.jax_exact_scaling import compute_dtype, pow2_normalize
 from numerics.kernels.jax_lapack_calls import lapack_guard, per_matrix_on_cpu
 
 MSIGN_METHODS = ("newton_schulz", "svd", "gram_newton_schulz", "auto")
@@ -23,11 +23,12 @@ MSIGN_METHODS = ("newton_schulz", "svd", "gram_newton_schulz", "auto")
 def msign_svd(a):
     """``U Vᵀ`` over the singular values above ``max(m, n)·eps·σ_max`` (zero ones map to 0).
 
-    ``A`` is divided by ``max|a_ij|`` first (msign ignores positive scale); a matrix with NaN/Inf
-    gives NaN.
+    ``A`` is scaled by an exact power of two to ``max|a_ij|`` in ``[1, 2)`` first (msign ignores positive
+    scale; dividing by ``max|a_ij|`` would flush for entries above ``2**126`` in float32, where XLA's
+    reciprocal is subnormal); a matrix with NaN/Inf gives NaN.
     """
     ac = a.astype(compute_dtype(a.dtype))
-    ac, ok = lapack_guard(ac / max_abs(ac))
+    ac, ok = lapack_guard(pow2_normalize(ac)[0])
     u, s, vt = per_matrix_on_cpu(lambda x: jnp.linalg.svd(x, full_matrices=False), ac)
     tol = max(a.shape[-2:]) * jnp.finfo(ac.dtype).eps * s[..., :1]
     keep = (s > tol).astype(ac.dtype)
@@ -83,8 +84,7 @@ def _newton_schulz_oriented(x, schedule, wide):
     flip = x.shape[-2] > x.shape[-1] if wide else x.shape[-2] < x.shape[-1]
     if flip:
         x = x.mT
-    xc = x.astype(compute_dtype(x.dtype))
-    xc = xc / max_abs(xc)
+    xc = pow2_normalize(x)[0]  # max|x| in [1, 2), exact (no reciprocal that could flush to 0)
     short = x.shape[-2] if wide else x.shape[-1]
     eye = jnp.eye(short, dtype=x.dtype)
     degree = coeffs.shape[-1]
@@ -110,7 +110,7 @@ def _newton_schulz_oriented(x, schedule, wide):
         rest = coeffs
     else:  # first step on X/ν with ν = ‖X‖_F: c_0 X/ν + B(A/ν²) X/ν
         a = gram(xc)
-        sq = jnp.trace(a, axis1=-2, axis2=-1)[..., None, None]  # ‖X‖_F² ∈ [1, mn], or 0
+        sq = jnp.trace(a, axis1=-2, axis2=-1)[..., None, None]  # ‖X‖_F² ∈ [1, 4mn), or 0
         nu = jnp.sqrt(jnp.where(sq > 0, sq, 1))
         c = coeffs[0].astype(x.dtype)
         x = (c[0] / nu) * xc + times(gram_polynomial(a / (nu * nu), c) / nu, xc)
