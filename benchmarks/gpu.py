@@ -7,8 +7,11 @@ Measures, in one process, on ``jax.devices()[0]``:
 1. the device's bfloat16 matmul rate (``n × n`` products), and bfloat16 Newton–Schulz throughput
    (5-step Polar Express on a batch of ``d × d`` matrices) as a fraction of that rate (flops per
    step counted as ``2·(2m²n + m³)`` for ``m ≤ n``, i.e. ``XXᵀ``, ``A²`` and the product with ``X``);
-2. one Compositional Muon update against ``optax.contrib.muon`` at Llama-3-8B attention shapes
-   (``python -m benchmarks.step``'s measurement);
+2. one Compositional Muon update against ``optax.contrib.muon`` at GPT-2-small and Llama-3-8B attention
+   shapes, then on full layers (attention and gated MLP) Compositional Muon and the project's Muon path
+   against ``optax.contrib.muon``, msign ``auto`` (Gram Newton–Schulz where the flop model says it is
+   cheaper), each with its flop-model ratio (``python -m benchmarks.step``'s measurements; with
+   ``--small``: the full GPT-2-small layer only, widths divided by ``benchmarks.step.SMALL_FACTOR``);
 3. Gram inverse roots by ``eigh`` against the matmul-only coupled Newton–Schulz iteration
    (error against float64 and time);
 4. the optimizer update sharded over all local devices against the unsharded one.
@@ -57,6 +60,30 @@ def ns_throughput(batch, m, n, dtype):
     return flops / timed(f, x)
 
 
+def layer_comparison(small: bool) -> list:
+    """Part [2]: attention rows (not ``small``), then full-layer rows; the cm/optax ratios."""
+    dtype = jnp.float32 if small else jnp.bfloat16
+    schedule = resolve_schedule("polar-express-5", 5)
+    steps, degree = len(schedule), max(len(c) for c in schedule)
+    ratios = []
+    for name in () if small else ("gpt2", "llama3"):
+        t_cm, t_muon, ratio = step.measure(name, 3, dtype, "auto")
+        ratios.append(ratio)
+        d, h, kv, hd, _ = step.dims(name)
+        f_cm, f_muon = step.flop_model(d, h, kv, hd, steps, degree, "auto")
+        print(f"[2] {name} attention: cm {1e3 * t_cm:.1f} ms, muon {1e3 * t_muon:.1f} ms, ratio {ratio:.3f} "
+              f"(flop model {f_cm / f_muon:.3f})", flush=True)
+    for name in ("gpt2",) if small else ("gpt2", "llama3"):
+        found = step.measure_full(name, 2 if small else 3, dtype, "auto", small)
+        d, h, kv, hd, f = step.dims(name, small)
+        flops = step.layer_flop_model(d, h, kv, hd, f, steps, degree, "auto")
+        ratios.append(found["cm"][2])
+        rows = ", ".join(f"{k} {1e3 * found[k][1]:.1f} ms, ratio {found[k][2]:.3f} (flop model "
+                         f"{flops[k] / flops['optax']:.3f})" for k in ("cm", "muon-path"))
+        print(f"[2] {name} full layer (d={d}, f={f}): optax {1e3 * found['optax'][1]:.1f} ms; {rows}", flush=True)
+    return ratios
+
+
 def main(argv=None) -> int:
     if stdout_closed("benchmarks.gpu"):
         return 2
@@ -81,12 +108,7 @@ def main(argv=None) -> int:
         print(f"    bf16 Newton-Schulz {batch} x ({m}, {d}): {thr / 1e12:.3f} TFLOP/s = {thr / rate:.2f} of matmul",
               flush=True)
 
-    shapes = ("gpt2",) if small else ("gpt2", "llama3")
-    ratios = []
-    for name in shapes:
-        t_cm, t_muon, ratio = step.measure(name, 3, jnp.float32 if small else jnp.bfloat16)
-        ratios.append(ratio)
-        print(f"[2] {name}: cm {1e3 * t_cm:.1f} ms, muon {1e3 * t_muon:.1f} ms, ratio {ratios[-1]:.3f}", flush=True)
+    ratios = layer_comparison(small)
 
     sched = tuple(coeffsearch.resolve(DEFAULT_SCHEDULE).as_floats())
     h, d, dh = (4, 256, 32) if small else gr.SHAPES["llama3"]

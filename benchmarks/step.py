@@ -1,16 +1,25 @@
 """Benchmark: one full optimizer update, Compositional Muon against ``optax.contrib.muon``.
 
     python -m benchmarks.step [--repeats N] [--shapes gpt2,llama3] [--dtype float32|bfloat16]
+                              [--rows attention,full] [--msign auto|newton_schulz|gram_newton_schulz] [--small]
 
-Times the first step's compilation, then ``jit(update)`` (momentum included) of both optimizers on the
-four attention matrices of one layer: GPT-2-small (``d = 768``, 12 heads of 64) and Llama-3-8B
-(``d = 4096``, 32 heads, 8 kv heads of 128; ``W_K, W_V`` are ``4096 × 1024``). Compositional Muon uses
-half-split QK (grouped-query when ``H_kv < H``) and the hybrid OV rule, damping ``1e-2``; Muon orthogonalizes
-each matrix whole. Both use the same 5-step Polar Express schedule. The two are timed interleaved in one run; the last
-line is ``cm/muon median step time ratio: R``, the largest ratio over the shapes; each ratio is the
-median over rounds of the two updates' times within a round (see :mod:`benchmarks.interleave`).
-Each row also prints the flop model of both updates (:func:`flop_model`), the floor the measured
-ratio would reach if every flop ran at the same rate.
+Times the first step's compilation, then ``jit(update)`` (momentum included) of the optimizers, interleaved
+in one run. Attention rows: the four attention matrices of one layer, GPT-2-small (``d = 768``, 12 heads
+of 64) and Llama-3-8B (``d = 4096``, 32 heads, 8 kv heads of 128; ``W_K, W_V`` are ``4096 × 1024``).
+Full-layer rows: the attention matrices plus a gated MLP (``W_gate, W_up: d × f``, ``W_down: f × d``;
+``f = 14336`` for Llama-3-8B, and for GPT-2-small its MLP width ``4d = 3072`` in the gated form), with
+two optimizers each against ``optax.contrib.muon``: Compositional Muon (attention pairs by the derived
+rules, the MLP by its Muon path) and the project's Muon path alone (``compositional_muon`` with no
+pairs: every matrix ``√max(1, fan_out/fan_in) msign(m)``). Compositional Muon uses half-split QK
+(grouped-query when ``H_kv < H``) and the hybrid OV rule, damping ``1e-2``; Muon orthogonalizes each
+matrix whole. All use the same 5-step Polar Express schedule; the project's optimizers compute msign by
+``--msign`` (default ``auto``: Gram Newton–Schulz with its default restart after iteration 2 where the
+flop model says it is cheaper, the standard iteration elsewhere). ``--small`` divides ``d``, ``d_h``
+and ``f`` by :data:`SMALL_FACTOR` (head counts kept), for a CPU. Each ratio is the median over rounds of
+the two updates' times within a round (see :mod:`benchmarks.interleave`); each row also prints the flop
+model of both updates (:func:`flop_model`, :func:`layer_flop_model`), the floor the measured ratio would
+reach if every flop ran at the same rate. The last line is ``cm/muon median step time ratio: R``, the
+largest Compositional Muon / ``optax.contrib.muon`` ratio over every row printed.
 """
 
 from __future__ import annotations
@@ -27,16 +36,42 @@ from threadpoolctl import threadpool_info
 
 from benchmarks.interleave import interleaved, paired_ratio
 from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error
+from numerics.kernels.jax_spectral_sign import default_restarts, gram_chosen
 from numerics.kernels.lapack_threads import lapack_threads
-from numerics.optimizer import OVPair, QKPair, compositional_muon, resolve_schedule
+from numerics.optimizer import MSIGN_METHODS, OVPair, QKPair, compositional_muon, resolve_schedule
 
 SHAPES = {"gpt2": (768, 12, 12, 64), "llama3": (4096, 32, 8, 128)}
+#: the gated MLP's width f per shape: Llama-3-8B's 14336; GPT-2-small's (ungated) MLP width 4d = 3072
+MLP_WIDTH = {"gpt2": 3072, "llama3": 14336}
+SMALL_FACTOR = 8  # --small: d, d_h and f divided by this, head counts kept
+ROWS = ("attention", "full")
+GRAM_CHOICES = tuple(m for m in MSIGN_METHODS if m != "svd")  # the methods the flop model counts
+
+
+def dims(name, small=False):
+    """``(d, heads, kv_heads, head_dim, f)`` of a shape, scaled down by :data:`SMALL_FACTOR` when ``small``."""
+    d, heads, kv, hd = SHAPES[name]
+    f = MLP_WIDTH[name]
+    k = SMALL_FACTOR if small else 1
+    return d // k, heads, kv, hd // k, f // k
 
 
 def layer(rng, d, heads, kv_heads, head_dim, dtype):
     shapes = {"wq": (d, heads * head_dim), "wk": (d, kv_heads * head_dim), "wo": (d, heads * head_dim),
               "wv": (kv_heads * head_dim, d)}
     return {k: jnp.asarray(rng.standard_normal(s) / np.sqrt(d), dtype) for k, s in shapes.items()}
+
+
+def mlp_shapes(d, f):
+    """The gated MLP's matrices: ``W_gate, W_up`` (``d × f``) and ``W_down`` (``f × d``)."""
+    return {"w_gate": (d, f), "w_up": (d, f), "w_down": (f, d)}
+
+
+def full_layer(rng, d, heads, kv_heads, head_dim, f, dtype):
+    """:func:`layer` plus the gated MLP of width ``f``."""
+    params = layer(rng, d, heads, kv_heads, head_dim, dtype)
+    params.update({k: jnp.asarray(rng.standard_normal(s) / np.sqrt(s[0]), dtype) for k, s in mlp_shapes(d, f).items()})
+    return params
 
 
 def ns_flops(m, n, steps, degree):
@@ -49,60 +84,161 @@ def ns_flops(m, n, steps, degree):
     return steps * (4 * a * a * b + max(degree - 2, 0) * 2 * a ** 3)
 
 
+def gram_flops(m, n, steps, restarts):
+    """Flops of Gram Newton–Schulz (quintic steps) on an ``m × n`` matrix (short side ``a``, long ``b``) with
+    ``restarts`` restarts: ``4(K + 1) a²b + 2a³ (4T − 3K − 3)`` (``python -m derivations.gram_ns``, Lemma GK;
+    ``tests/test_benchmarks.py`` checks it against the products the kernel executes)."""
+    a, b = min(m, n), max(m, n)
+    return 4 * (restarts + 1) * a * a * b + 2 * a ** 3 * (4 * steps - 3 * restarts - 3)
+
+
+def sign_flops(m, n, steps, degree, msign="newton_schulz"):
+    """Flops of one msign of an ``m × n`` matrix as the project computes it with ``msign``: the Gram form
+    (quintic steps, the default restarts) for ``"gram_newton_schulz"``, and for ``"auto"`` where
+    :func:`numerics.kernels.jax_spectral_sign.gram_chosen` picks it; else :func:`ns_flops`."""
+    if degree == 3 and (msign == "gram_newton_schulz" or (msign == "auto" and gram_chosen((m, n)))):
+        return gram_flops(m, n, steps, len(default_restarts(steps)))
+    return ns_flops(m, n, steps, degree)
+
+
 def eigh_flops(n):
     """``≈ 9 n³`` for a symmetric eigendecomposition with eigenvectors (tridiagonal reduction plus
     back-transformation; Golub & Van Loan's count)."""
     return 9 * n ** 3
 
 
-def flop_model(d, heads, kv_heads, head_dim, steps, degree):
+def flop_model(d, heads, kv_heads, head_dim, steps, degree, msign="newton_schulz"):
     """``(cm, muon)`` flops of one update on a layer's four attention matrices (Gram roots by eigh).
 
     CM: half-split QK (per query head: its key head's Gram root, whitened sign of ``d_h × d``; per key
     head: the stacked group's Gram root) and hybrid OV (per value head: Gram root; one global sign of
     ``d × H·d_h`` on the O side; per value head: the stacked output heads' Gram root and a
-    ``d_h × d`` sign). Muon: one sign per matrix. Elementwise work and momentum are left out.
+    ``d_h × d`` sign), each sign as ``msign`` computes it (:func:`sign_flops`). Muon
+    (``optax.contrib.muon``): one standard sign per matrix. Elementwise work and momentum are left out.
     """
     g, dh = heads // kv_heads, head_dim
     def root(rows):
         return 2 * rows * dh * dh + eigh_flops(dh) + 2 * dh ** 3  # Gram, eigh, V f(Λ) Vᵀ
     whiten = 2 * d * dh * dh  # G C⁻¹ or C⁻¹ G for one head
-    head_sign = ns_flops(d, dh, steps, degree)
+    head_sign = sign_flops(d, dh, steps, degree, msign)
     qk = heads * (root(d) + 2 * whiten + head_sign) + kv_heads * (root(g * d) + 2 * whiten + head_sign)
-    ov = (kv_heads * root(d) + heads * 2 * whiten + ns_flops(d, heads * dh, steps, degree)
+    ov = (kv_heads * root(d) + heads * 2 * whiten + sign_flops(d, heads * dh, steps, degree, msign)
           + kv_heads * (root(g * d) + 2 * whiten + head_sign))
     muon = (2 * ns_flops(d, heads * dh, steps, degree) + 2 * ns_flops(d, kv_heads * dh, steps, degree))
     return qk + ov, muon
 
 
-def measure(name, repeats, dtype):
+def layer_flop_model(d, heads, kv_heads, head_dim, f, steps, degree, msign="auto"):
+    """``{"cm", "muon-path", "optax"}`` flops of one update of a full layer: the attention matrices of
+    :func:`flop_model` plus the gated MLP (:func:`mlp_shapes`). ``"optax"`` (``optax.contrib.muon``): one
+    standard sign per matrix; ``"muon-path"``: one sign per matrix as ``msign`` computes it
+    (:func:`sign_flops`); ``"cm"``: the attention rules of :func:`flop_model` and the MLP by the Muon path."""
+    attention = [(d, heads * head_dim), (d, kv_heads * head_dim), (d, heads * head_dim), (kv_heads * head_dim, d)]
+    mlp = list(mlp_shapes(d, f).values())
+    return {"cm": flop_model(d, heads, kv_heads, head_dim, steps, degree, msign)[0]
+            + sum(sign_flops(m, n, steps, degree, msign) for m, n in mlp),
+            "muon-path": sum(sign_flops(m, n, steps, degree, msign) for m, n in attention + mlp),
+            "optax": sum(ns_flops(m, n, steps, degree) for m, n in attention + mlp)}
+
+
+def measure(name, repeats, dtype, msign="newton_schulz", small=False):
     """``(median cm seconds, median muon seconds, paired cm/muon ratio)`` over interleaved rounds."""
-    return measure_with_compile(name, repeats, dtype)[2:]
+    return measure_with_compile(name, repeats, dtype, msign, small)[2:]
 
 
-def measure_with_compile(name, repeats, dtype):
-    """``(cm compile s, muon compile s, median cm s, median muon s, paired cm/muon ratio)``.
-
-    Compile time: ``jit(update).lower(...).compile()`` of the first step (tracing included), wall clock;
-    the steady state: interleaved rounds of the compiled updates.
-    """
-    d, heads, kv, hd = SHAPES[name]
-    rng = np.random.default_rng(0)
-    params = layer(rng, d, heads, kv, hd, dtype)
-    grads = jax.tree.map(lambda x: jnp.asarray(rng.standard_normal(x.shape), dtype), params)
-    schedule = resolve_schedule("polar-express-5", 5)
-    cm = compositional_muon(0.02, pairs=lambda p: [QKPair("wq", "wk", heads, kv), OVPair("wo", "wv", heads, kv)])
-    muon = optax.contrib.muon(0.02, ns_coeffs=schedule)
+def run_compiled(optimizers, params, grads, repeats):
+    """``(compile seconds, [seconds per round])`` per optimizer label: ``jit(update).lower(...).compile()`` of
+    the first step (tracing included, wall clock), then interleaved rounds of the compiled updates."""
     runs, compile_s = {}, {}
-    for label, opt in (("cm", cm), ("muon", muon)):
+    for label, opt in optimizers.items():
         state = opt.init(params)
         start = time.perf_counter()
         fn = jax.jit(opt.update).lower(grads, state, params).compile()
         compile_s[label] = time.perf_counter() - start
         runs[label] = lambda fn=fn, state=state: fn(grads, state, params)
-    times = interleaved(runs, repeats, warmup=1)
+    return compile_s, interleaved(runs, repeats, warmup=1)
+
+
+def measure_with_compile(name, repeats, dtype, msign="newton_schulz", small=False):
+    """``(cm compile s, muon compile s, median cm s, median muon s, paired cm/muon ratio)`` on the attention
+    matrices (``muon``: ``optax.contrib.muon``)."""
+    d, heads, kv, hd, _ = dims(name, small)
+    rng = np.random.default_rng(0)
+    params = layer(rng, d, heads, kv, hd, dtype)
+    grads = jax.tree.map(lambda x: jnp.asarray(rng.standard_normal(x.shape), dtype), params)
+    schedule = resolve_schedule("polar-express-5", 5)
+    cm = compositional_muon(0.02, pairs=lambda p: [QKPair("wq", "wk", heads, kv), OVPair("wo", "wv", heads, kv)],
+                            msign=msign)
+    muon = optax.contrib.muon(0.02, ns_coeffs=schedule)
+    compile_s, times = run_compiled({"cm": cm, "muon": muon}, params, grads, repeats)
     return (compile_s["cm"], compile_s["muon"], statistics.median(times["cm"]), statistics.median(times["muon"]),
             paired_ratio(times["cm"], times["muon"]))
+
+
+def measure_full(name, repeats, dtype, msign="auto", small=False):
+    """A full layer (attention and gated MLP): ``{label: (compile s, median s, paired ratio to optax)}`` for
+    ``"cm"``, ``"muon-path"`` (``compositional_muon`` without pairs) and ``"optax"`` (ratio 1)."""
+    d, heads, kv, hd, f = dims(name, small)
+    rng = np.random.default_rng(0)
+    params = full_layer(rng, d, heads, kv, hd, f, dtype)
+    grads = jax.tree.map(lambda x: jnp.asarray(rng.standard_normal(x.shape), dtype), params)
+    schedule = resolve_schedule("polar-express-5", 5)
+    optimizers = {
+        "cm": compositional_muon(0.02, pairs=lambda p: [QKPair("wq", "wk", heads, kv), OVPair("wo", "wv", heads, kv)],
+                                 msign=msign),
+        "muon-path": compositional_muon(0.02, pairs=None, msign=msign),
+        "optax": optax.contrib.muon(0.02, ns_coeffs=schedule)}
+    compile_s, times = run_compiled(optimizers, params, grads, repeats)
+    return {k: (compile_s[k], statistics.median(times[k]), paired_ratio(times[k], times["optax"])) for k in optimizers}
+
+
+def _names(text, known, what):
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in names if s not in known]
+    if bad or not names:
+        raise UsageError(f"argument {what}: unknown {bad or names}; choose from {', '.join(known)}")
+    return names
+
+
+def attention_rows(names, args, dtype, steps, degree) -> list:
+    """Print the attention rows; their cm/optax ratios."""
+    print(f"attention (four matrices); msign={args.msign}{SMALL_NOTE if args.small else ''}")
+    print(f"{'shape':<8} {'d':>5} {'H':>3} {'H_kv':>4} {'d_h':>4} {'cm comp s':>9} {'muon comp s':>11} "
+          f"{'cm ms':>10} {'muon ms':>10} {'ratio':>6} "
+          f"{'cm GF':>7} {'muon GF':>8} {'flop ratio':>10}")
+    ratios = []
+    for name in names:
+        d, h, kv, hd, _ = dims(name, args.small)
+        c_cm, c_muon, t_cm, t_muon, ratio = measure_with_compile(name, args.repeats, dtype, args.msign, args.small)
+        ratios.append(ratio)
+        f_cm, f_muon = flop_model(d, h, kv, hd, steps, degree, args.msign)
+        print(f"{name:<8} {d:>5} {h:>3} {kv:>4} {hd:>4} {c_cm:>9.2f} {c_muon:>11.2f} {1e3 * t_cm:>10.1f} "
+              f"{1e3 * t_muon:>10.1f} {ratios[-1]:>6.3f} "
+              f"{f_cm / 1e9:>7.2f} {f_muon / 1e9:>8.2f} {f_cm / f_muon:>10.3f}", flush=True)
+    return ratios
+
+
+SMALL_NOTE = f"; --small: d, d_h and f divided by {SMALL_FACTOR}"
+
+
+def full_rows(names, args, dtype, steps, degree) -> dict:
+    """Print the full-layer rows; ``{"cm": [ratios], "muon-path": [ratios]}`` against ``optax.contrib.muon``."""
+    print(f"full layer (attention + gated MLP), each against optax.contrib.muon; msign={args.msign}"
+          f"{SMALL_NOTE if args.small else ''}")
+    print(f"{'shape':<8} {'d':>5} {'H':>3} {'H_kv':>4} {'d_h':>4} {'f':>6} {'optimizer':<10} {'comp s':>7} "
+          f"{'ms':>10} {'optax ms':>10} {'ratio':>6} {'GF':>8} {'optax GF':>8} {'flop ratio':>10}")
+    ratios: dict = {"cm": [], "muon-path": []}
+    for name in names:
+        d, h, kv, hd, f = dims(name, args.small)
+        found = measure_full(name, args.repeats, dtype, args.msign, args.small)
+        flops = layer_flop_model(d, h, kv, hd, f, steps, degree, args.msign)
+        for label in ratios:
+            comp, t, ratio = found[label]
+            ratios[label].append(ratio)
+            print(f"{name:<8} {d:>5} {h:>3} {kv:>4} {hd:>4} {f:>6} {label:<10} {comp:>7.2f} {1e3 * t:>10.1f} "
+                  f"{1e3 * found['optax'][1]:>10.1f} {ratio:>6.3f} {flops[label] / 1e9:>8.2f} "
+                  f"{flops['optax'] / 1e9:>8.2f} {flops[label] / flops['optax']:>10.3f}", flush=True)
+    return ratios
 
 
 def main(argv=None) -> int:
@@ -111,16 +247,21 @@ def main(argv=None) -> int:
     p = OneLineParser(prog="python -m benchmarks.step", description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=9, help="timed updates per optimizer and shape (default 9)")
     p.add_argument("--shapes", default="gpt2,llama3", help="comma-separated: gpt2, llama3 (default both)")
+    p.add_argument("--rows", default="attention,full",
+                   help="comma-separated: attention (the four attention matrices), full (attention + gated MLP, "
+                        "CM and the project's Muon path); default both")
+    p.add_argument("--msign", choices=GRAM_CHOICES, default="auto",
+                   help="how the project's optimizers compute msign (default auto: Gram Newton-Schulz where the "
+                        "flop model says it is cheaper)")
+    p.add_argument("--small", action="store_true", help=f"divide d, d_h and f by {SMALL_FACTOR} (for a CPU)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--lapack-threads", type=int, default=1,
                    help="OpenBLAS threads for jaxlib's CPU eigh (default 1; 0 leaves the library default; "
                         "see numerics.kernels.lapack_threads)")
     try:
         args = p.parse_args(argv)
-        names = [s.strip() for s in args.shapes.split(",") if s.strip()]
-        bad = [s for s in names if s not in SHAPES]
-        if bad or not names:
-            p.error(f"argument --shapes: unknown {bad or names}; choose from {', '.join(SHAPES)}")
+        names = _names(args.shapes, SHAPES, "--shapes")
+        rows = _names(args.rows, ROWS, "--rows")
         if args.repeats < 1:
             p.error(f"argument --repeats: must be >= 1, got {args.repeats}")
         if args.lapack_threads < 0:
@@ -132,22 +273,16 @@ def main(argv=None) -> int:
     dtype = jnp.dtype(args.dtype)
     schedule = resolve_schedule("polar-express-5", 5)
     steps, degree = len(schedule), max(len(c) for c in schedule)
-    print(f"{'shape':<8} {'d':>5} {'H':>3} {'H_kv':>4} {'d_h':>4} {'cm comp s':>9} {'muon comp s':>11} "
-          f"{'cm ms':>10} {'muon ms':>10} {'ratio':>6} "
-          f"{'cm GF':>7} {'muon GF':>8} {'flop ratio':>10}")
-    ratios = []
-    for name in names:
-        d, h, kv, hd = SHAPES[name]
-        c_cm, c_muon, t_cm, t_muon, ratio = measure_with_compile(name, args.repeats, dtype)
-        ratios.append(ratio)
-        f_cm, f_muon = flop_model(d, h, kv, hd, steps, degree)
-        print(f"{name:<8} {d:>5} {h:>3} {kv:>4} {hd:>4} {c_cm:>9.2f} {c_muon:>11.2f} {1e3 * t_cm:>10.1f} "
-              f"{1e3 * t_muon:>10.1f} {ratios[-1]:>6.3f} "
-              f"{f_cm / 1e9:>7.2f} {f_muon / 1e9:>8.2f} {f_cm / f_muon:>10.3f}", flush=True)
+    cm_ratios = attention_rows(names, args, dtype, steps, degree) if "attention" in rows else []
+    if "full" in rows:
+        full = full_rows(names, args, dtype, steps, degree)
+        cm_ratios += full["cm"]
+        print(f"full layer, largest over the shapes: cm/optax {max(full['cm']):.3f}, muon-path/optax "
+              f"{max(full['muon-path']):.3f}")
     blas = ", ".join(f"{i['prefix']} {i['num_threads']}" for i in threadpool_info() if i["user_api"] == "blas")
     print(f"device: {jax.devices()[0].device_kind}, dtype {args.dtype}, {args.repeats} interleaved repeats; "
           f"BLAS/LAPACK threads: {blas or 'none loaded'}")
-    print(f"cm/muon median step time ratio: {max(ratios):.3f}")
+    print(f"cm/muon median step time ratio: {max(cm_ratios):.3f}")
     return 0
 
 

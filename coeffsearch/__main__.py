@@ -12,7 +12,7 @@ import sys
 import mpmath
 from tqdm import tqdm
 
-from coeffsearch import registry, restart_certificate, restart_model, restarts
+from coeffsearch import registry, restart_certificate, restart_model, restarts, validate_gram
 from coeffsearch.band import image, max_slope, narrowest_band
 from coeffsearch.certify import Certificate, CertificateError, CertificateFormatError, certify, recheck
 from coeffsearch.compare import compare_rows, format_compare, plot
@@ -154,15 +154,28 @@ def parser() -> OneLineParser:
     c.add_argument("--upper", type=_positive, default=None, help="default 1")
     c.add_argument("--json", metavar="FILE", help="write the certificate")
 
-    v = sub.add_parser("validate", help="run the schedule (JAX Newton–Schulz) on matrices with prescribed spectra")
-    v.add_argument("schedule")
-    v.add_argument("--dtype", choices=("float64", "float32", "bfloat16", "all"), default="all")
+    v = sub.add_parser("validate", help="run the schedule (JAX Newton–Schulz) on matrices with prescribed spectra; "
+                                        "--gram: Gram Newton–Schulz on hostile spectra against certified bounds")
+    v.add_argument("schedule", help="a registered name, a schedule JSON, or (with --gram) a restart certificate")
+    v.add_argument("--dtype", choices=("float64", "float32", "bfloat16", "float16", "all"), default="all",
+                   help="default all: float64, float32, bfloat16 (with --gram: float32, bfloat16, float16)")
     v.add_argument("--shape", default="256x512",
                    help="MxN (default 256x512); refused when --batch·M·N·min(M, N) > 2**36 or the memory it needs "
                         "(about 128 bytes per entry per matrix) exceeds what is available")
-    v.add_argument("--lower", type=_positive, default="1e-3")
+    v.add_argument("--lower", type=_positive, help="default 1e-3 (with --gram: the certificate's l, else the "
+                                                    "schedule's design l, else 1e-3)")
     v.add_argument("--batch", type=_count(MAX_BATCH), default=3,
-                   help=f"test matrices (condition numbers 1 … max), 1 to {MAX_BATCH} (default 3)")
+                   help=f"test matrices (condition numbers 1 … max; with --gram: per hostile spectrum), 1 to "
+                        f"{MAX_BATCH} (default 3)")
+    v.add_argument("--gram", action="store_true",
+                   help="validate Gram Newton–Schulz with restarts against SVD on hostile spectra; exit 1 when a "
+                        "measured error exceeds its certified bound")
+    v.add_argument("--certificate", action="append", metavar="FILE",
+                   help="--gram: a restart certificate (python -m coeffsearch restarts ... --json FILE) giving one "
+                        "dtype its positions and bounds; repeat for more dtypes")
+    v.add_argument("--at", metavar="S[,S...]", help="--gram: restart after these iterations where no certificate "
+                                                    "gives them ('' for none; default: the certificates', else the "
+                                                    "published choice, else none)")
     v.add_argument("--json", metavar="FILE")
 
     r = sub.add_parser("restarts", help="certified restart positions for Gram Newton–Schulz (interval arithmetic over "
@@ -401,12 +414,19 @@ def cmd_restarts(a: argparse.Namespace) -> int:
 def cmd_validate(a: argparse.Namespace) -> int:
     try:
         shape = parse_shape(a.shape)
-        check_size(shape, a.batch)
+        check_size(shape, a.batch * (len(validate_gram.SPECTRA) if a.gram else 1))
     except ValueError as exc:
         raise UsageError(f"argument --shape: {exc}") from None
+    if a.gram:
+        text, rows, bounds = validate_gram.command(a, shape, resolve)
+        sys.stdout.write(text)
+        _write_json(a.json, validate_gram.to_json(rows, bounds))
+        return 1 if any(r.exceeds for r in rows) else 0
+    if a.certificate or a.at is not None:
+        raise UsageError(f"argument {'--certificate' if a.certificate else '--at'}: only with --gram")
     name, steps, _, _ = resolve(a.schedule)
     dtypes = DTYPES if a.dtype == "all" else (a.dtype,)
-    rows = validate(steps, dtypes, shape, float(a.lower), a.batch)
+    rows = validate(steps, dtypes, shape, float(a.lower or "1e-3"), a.batch)
     sys.stdout.write(format_rows(name, rows))
     print("slack = 8 eps(dtype) for rounding; 'inside' means observed within certified ± slack")
     _write_json(a.json, [r.__dict__ | {"inside": r.inside} for r in rows])

@@ -117,14 +117,21 @@ def test_matrices(rng, shape, lower, count: int = 3):
     return out
 
 
-def validate(steps, dtypes=DTYPES, shape=(256, 512), lower: float = 1e-3, batch: int = 3, seed: int = 0):
-    """Observed vs certified bands per dtype (float steps are run; the certificate uses the decimals)."""
+def jax_kernels():
+    """``(jax, newton_schulz, gram_newton_schulz)`` with float64 enabled, imported on first use: the
+    coeffsearch command line imports without JAX, and only validation runs the kernels."""
     import jax  # lazy: coeffsearch imports without JAX; only validation runs the kernels
 
-    from numerics.kernels.jax_msign import newton_schulz  # lazy: imports JAX (as above)
+    from numerics.kernels import gram_newton_schulz, jax_msign  # lazy: imports JAX (as above)
 
-    jnp = jax.numpy
     jax.config.update("jax_enable_x64", True)
+    return jax, jax_msign.newton_schulz, gram_newton_schulz.gram_newton_schulz
+
+
+def validate(steps, dtypes=DTYPES, shape=(256, 512), lower: float = 1e-3, batch: int = 3, seed: int = 0):
+    """Observed vs certified bands per dtype (float steps are run; the certificate uses the decimals)."""
+    jax, newton_schulz, _ = jax_kernels()
+    jnp = jax.numpy
     rng = np.random.default_rng(seed)
     mats = test_matrices(rng, shape, lower, batch)
     lows = [np.linalg.svd(x, compute_uv=False).min() / np.linalg.norm(x) for x in mats]
@@ -135,7 +142,7 @@ def validate(steps, dtypes=DTYPES, shape=(256, 512), lower: float = 1e-3, batch:
     float_steps = tuple(tuple(float(c) for c in s) for s in steps)
     rows = []
     for name in dtypes:
-        dt = {"float64": jnp.float64, "float32": jnp.float32, "bfloat16": jnp.bfloat16}[name]
+        dt = {"float64": jnp.float64, "float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}[name]
         x = jnp.asarray(np.stack(mats), dt)  # a batch, run as given and transposed (tall and wide)
         svs = []
         for stack in (x, x.mT):

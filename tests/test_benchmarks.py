@@ -1,11 +1,10 @@
 """The benchmark commands' models and argument handling (their timings are never asserted)."""
 
-import subprocess
-import sys
-
 import pytest
 
-from benchmarks.step import flop_model, ns_flops
+from benchmarks import step
+from benchmarks.step import flop_model, gram_flops, layer_flop_model, ns_flops, sign_flops
+from numerics.kernels.flop_count import kernel_flops
 
 
 def test_newton_schulz_flops_count_every_product():
@@ -23,12 +22,6 @@ def test_flop_model_reproduces_the_published_estimate_at_gpt2_small():
     assert 0.5 < cm / muon < 0.52
 
 
-@pytest.mark.parametrize("args", [["--shapes", "gpt3"], ["--repeats", "0"], ["--dtype", "int8"]])
-def test_step_benchmark_rejects_bad_arguments_with_one_line(args):
-    out = subprocess.run([sys.executable, "-m", "benchmarks.step", *args], check=False, capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 2
-    assert out.stderr.count("\n") == 1 and "error" in out.stderr
 
 
 def test_lapack_threads_limits_the_library_jaxlib_calls_and_restores_it():
@@ -55,12 +48,16 @@ def test_step_measure_returns_times_and_the_paired_ratio(monkeypatch):
 
     from benchmarks import step
     monkeypatch.setitem(step.SHAPES, "tiny", (32, 2, 1, 16))
-    monkeypatch.setattr(step, "compositional_muon", lambda lr, pairs: optax.sgd(lr))
+    monkeypatch.setitem(step.MLP_WIDTH, "tiny", 64)
+    monkeypatch.setattr(step, "compositional_muon", lambda lr, pairs, **kw: optax.sgd(lr))
     monkeypatch.setattr(step.optax.contrib, "muon", lambda lr, ns_coeffs: optax.sgd(lr))
     t_cm, t_muon, ratio = step.measure("tiny", 3, jnp.float32)
     assert t_cm > 0 and t_muon > 0 and ratio > 0
     c_cm, c_muon, *rest = step.measure_with_compile("tiny", 3, jnp.float32)  # the first step's compile times first
     assert c_cm > 0 and c_muon > 0 and len(rest) == 3 and all(x > 0 for x in rest)
+    full = step.measure_full("tiny", 2, jnp.float32)  # attention and gated MLP: three optimizers, ratios to optax
+    assert set(full) == {"cm", "muon-path", "optax"} and full["optax"][2] == 1.0
+    assert all(c > 0 and t > 0 and r > 0 for c, t, r in full.values())
 
 
 def test_paired_ratio_is_the_median_of_per_round_ratios():
@@ -68,3 +65,40 @@ def test_paired_ratio_is_the_median_of_per_round_ratios():
     assert paired_ratio([1.0, 4.0, 3.0], [2.0, 2.0, 1.0]) == 2.0  # ratios 0.5, 2, 3
     with pytest.raises(ValueError):
         paired_ratio([1.0], [1.0, 2.0])
+
+
+def test_the_gram_flop_model_counts_what_the_kernel_executes():
+    # 5 quintic steps, 2 restarts, on 4 x 12: every product the Gram kernel runs (cond branches taken only)
+    assert gram_flops(4, 12, 5, 2) == gram_flops(12, 4, 5, 2) == kernel_flops("gram", "left", 4, 12, 5, 2)
+
+
+def test_auto_counts_the_gram_form_exactly_where_it_is_chosen():
+    assert sign_flops(768, 3072, 5, 3, "auto") == gram_flops(768, 3072, 5, 1) < ns_flops(768, 3072, 5, 3)
+    assert sign_flops(768, 1024, 5, 3, "auto") == ns_flops(768, 1024, 5, 3)  # aspect 1.33 <= 1.5: standard
+    assert sign_flops(768, 1024, 5, 3, "gram_newton_schulz") == gram_flops(768, 1024, 5, 1)
+    assert sign_flops(768, 3072, 5, 3, "newton_schulz") == ns_flops(768, 3072, 5, 3)
+
+
+def test_full_layer_flop_model_adds_the_gated_mlp():
+    d, h, kv, hd, f = step.dims("gpt2")
+    assert (d, f) == (768, 3072) and step.dims("llama3", small=True) == (512, 32, 8, 16, 1792)
+    standard = layer_flop_model(d, h, kv, hd, f, 5, 3, "newton_schulz")
+    mlp = 3 * ns_flops(d, f, 5, 3)
+    assert standard["muon-path"] == standard["optax"] == flop_model(d, h, kv, hd, 5, 3)[1] + mlp
+    assert standard["cm"] == flop_model(d, h, kv, hd, 5, 3)[0] + mlp
+    auto = layer_flop_model(d, h, kv, hd, f, 5, 3, "auto")
+    assert auto["optax"] == standard["optax"]  # optax.contrib.muon runs the standard iteration
+    assert auto["muon-path"] == standard["muon-path"] - mlp + 3 * gram_flops(d, f, 5, 1)  # attention is square
+    assert auto["cm"] < standard["cm"]  # the 768 x 64 head signs and the MLP in the Gram form
+
+
+@pytest.mark.parametrize("args,needle", [(["--shapes", "gpt3"], "argument --shapes: unknown ['gpt3']"),
+                                         (["--repeats", "0"], "argument --repeats: must be >= 1"),
+                                         (["--dtype", "int8"], "argument --dtype: invalid choice"),
+                                         (["--rows", "mlp"], "argument --rows: unknown ['mlp']"),
+                                         (["--msign", "svd"], "argument --msign: invalid choice")])
+def test_step_benchmark_rejects_bad_arguments_with_one_line(args, needle, capsys):
+    """In-process (``main`` returns the exit status): one ``benchmarks.step: error:`` line, exit 2."""
+    assert step.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("benchmarks.step: error: ") and needle in err, err
