@@ -11,6 +11,7 @@ Public surface:
 * norm families — :data:`FAMILIES` (operator, Frobenius, nuclear, max-abs, RMS→RMS), each solved
   through its dual norm (:mod:`derivations.engine.norms`);
 * lemma objects — :class:`Lemma` (statement, side conditions, rewrite, self-check), :class:`NotApplicable`;
+  where ``derive`` tries a lemma — :class:`Applies` (its :class:`Offer` list, read off a :class:`SearchView`);
 * extension points — :class:`MatrixFunction` and :class:`MatrixScalar` (the bases of a new vocabulary
   node), :class:`InstanceSampler` (random instances for a lemma's self-check), :func:`evaluate_on`
   (an expression on concrete arrays);
@@ -35,7 +36,7 @@ _PUBLIC = {
     **dict.fromkeys(("product", "total", "transpose"), "engine.algebra"),
     **dict.fromkeys(("FAMILIES", "NormFamily"), "engine.norms"),
     **dict.fromkeys(("SearchFailed", "derive"), "engine.search"),
-    **dict.fromkeys(("Lemma", "NotApplicable"), "lemmas"),
+    **dict.fromkeys(("Applies", "Lemma", "NotApplicable", "Offer", "SearchView"), "lemmas"),
     **dict.fromkeys(("RuleModule", "render"), "cli"),  # the emission API imports JAX
     "EmittedFunction": "printing.codegen",
 }

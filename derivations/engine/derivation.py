@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from typing import Any
+from functools import lru_cache
+from typing import Any, cast
 
 import mpmath
 import numpy as np
@@ -44,7 +45,7 @@ from derivations import lemmas as L
 from derivations.engine.algebra import product, replace_free, tidy
 from derivations.engine.duality import duality_certificate_errors
 from derivations.engine.evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
-from derivations.engine.norms import family_of, solve_lemma
+from derivations.engine.norms import family_of, solve_lemma, unscaled
 from derivations.engine.symbolic import size_label, verify_equal
 from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, Inner
 from derivations.lemmas.base import markdown_text
@@ -180,6 +181,12 @@ class _Failure(Exception):
         self.subcheck = subcheck
 
 
+@lru_cache(maxsize=4096)
+def _state_text(state) -> str:
+    """A state as text, printed once (SymPy's printer is slow; a search restates each state it fails to rewrite)."""
+    return "; ".join(str(p) for p in state.parts())
+
+
 class Derivation:
     """A chain of checked steps from a problem (or an expression) to a result."""
 
@@ -280,11 +287,14 @@ class Derivation:
     def solve(self, note: str = "", lemma: L.Lemma | None = None) -> Derivation:
         """Steepest descent in a norm ball: ``min ⟨A, Z⟩ s.t. ‖Z‖ ≤ β`` for a norm of
         :data:`derivations.engine.norms.FAMILIES` (Lemma 1 for the operator norm; ``lemma`` may override,
-        with a ``solution`` function), through the family's dual norm."""
-        family = family_of(self.state.constraint) if isinstance(self.state, Problem) else None
+        with a ``solution`` function), through the family's dual norm. A constraint ``c ‖Z‖ ≤ β`` with a
+        scalar ``c > 0`` free of ``Z`` is the ball ``‖Z‖ ≤ β/c`` (:func:`unscaled`)."""
+        ball = unscaled(self.state) if isinstance(self.state, Problem) else self.state
+        family = family_of(ball.constraint) if isinstance(ball, Problem) else None
         lemma = lemma or (solve_lemma(family) if family is not None else L.LINEAR_STEEPEST_DESCENT)
         where = self._where("solve", lemma)
-        problem = self._need(Problem, "solve", where)
+        state = self._need(Problem, "solve", where)
+        problem = cast(Problem, ball)
         z = problem.variable
         obj, con = problem.objective, problem.constraint
         if family is None or con.args[0] != z:
@@ -298,7 +308,8 @@ class Derivation:
         a = obj.args[0] if obj.args[1] == z else obj.args[1]
         beta = problem.budget
         argmin, value = lemma.solution(a, beta)
-        return self._record("solve", lemma, Solution(z, argmin, value), [f"β = {beta} > 0"], note)
+        scaled = [] if problem is state else [f"{state.budget / beta} > 0: the constraint's scale"]
+        return self._record("solve", lemma, Solution(z, argmin, value), [f"β = {beta} > 0", *scaled], note)
 
     def back_substitute(self, note: str = "") -> Derivation:
         """Undo every change of variables: the argmin in the original variable."""
@@ -350,9 +361,7 @@ class Derivation:
                 h.update(srepr(part).encode())
         return h.hexdigest()[:12]
 
-    @staticmethod
-    def _describe(state):
-        return "; ".join(str(p) for p in state.parts())
+    _describe = staticmethod(_state_text)
 
     # ---- notebook display ---------------------------------------------------------------------
     def _repr_latex_(self) -> str:
@@ -464,7 +473,7 @@ class Derivation:
         """``({sub-check: error}, env)`` of one random instance; evaluation failures are failures."""
         try:
             if step.kind == "solve":
-                return duality_certificate_errors(step.before, step.after, sampler, rng, backend)
+                return self._solve_errors(step, sampler, rng, backend)
             if step.kind == "back_substitute":
                 return self._certify(step, sampler, rng, backend)
             if step.kind == "restrict":
@@ -473,6 +482,18 @@ class Derivation:
         except (EvaluationError, np.linalg.LinAlgError, ZeroDivisionError, ValueError, L.NotApplicable) as exc:
             raise _Failure("evaluation", f"{self._header(step, 'evaluation')}: could not evaluate at sizes "
                                          f"{size_label(sampler.dims)}: {type(exc).__name__}: {exc}") from None
+
+    @staticmethod
+    def _solve_errors(step, sampler, rng, backend):
+        """The duality certificate of a solve step; for a scaled constraint ``c ‖Z‖ ≤ β``, that of the ball
+        ``‖Z‖ ≤ β/c``, and the stated constraint evaluated at the argmin: ``|c ‖Z*‖ − β| / β`` (sub-check)."""
+        ball = unscaled(step.before)
+        errs, env = duality_certificate_errors(ball, step.after, sampler, rng, backend)
+        if ball is step.before:
+            return errs, env
+        beta, met = (evaluate(e, env, backend, sampler.dims) for e in (step.before.budget, step.before.constraint))
+        errs["stated constraint tight"] = abs(float(met - beta)) / float(beta)
+        return errs, env
 
     def restricted_problem(self) -> Problem | Solution | Claim:
         """The problem the result solves: the start, or the state after the last reduction step (a
@@ -498,7 +519,7 @@ class Derivation:
                     if sym not in overridden:
                         env[sym] = evaluate(definition, env, backend, sampler.dims)
                 return env
-        errs, env = duality_certificate_errors(problem, step.after, sampler, rng, backend, prepare)
+        errs, env = duality_certificate_errors(unscaled(problem), step.after, sampler, rng, backend, prepare)
         if problem is not self.start:
             def ev(e):
                 return evaluate(e, env, backend, sampler.dims)

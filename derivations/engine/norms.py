@@ -27,11 +27,11 @@ and JAX printers): adding one touched this file only.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mpmath
 import numpy as np
-from sympy import Basic, Expr, Symbol
+from sympy import Basic, Expr, Mul, Symbol
 from sympy.matrices.expressions import MatrixExpr, MatrixSymbol
 
 from derivations import lemmas as L  # looked up when used: a planted lemma (tests) takes effect
@@ -50,7 +50,7 @@ from derivations.engine.norm_nodes import (
 from derivations.engine.numeric import NumericEvaluator, evaluate
 from derivations.engine.vocabulary import ORTHONORMAL_COLUMNS, Inner, Msign, NuclearNorm, OpNorm
 from derivations.lemmas import _SMALL, Lemma, _k, _lsd_rewrite, _n, _tall
-from derivations.lemmas.base import rewrite_nodes
+from derivations.lemmas.base import Applies, everywhere, rewrite_nodes
 from derivations.lemmas.descent import no_improving_direction
 from derivations.lemmas.isometry import drop_transpose, strip_isometries
 from numerics.kernels.reference import NumpyBackend
@@ -123,6 +123,21 @@ def ball_parts(problem):
         raise NotABall(f"the objective {obj} is not ⟨A, {z}⟩ with A free of {z}")
     a = obj.args[0] if obj.args[1] == z else obj.args[1]
     return family, a
+
+
+def unscaled(problem):
+    """``min ⟨A, Z⟩ s.t. c ‖Y‖ ≤ β`` (``‖·‖`` a family's norm, ``c`` a scalar known to be positive and free of
+    the variable) as ``… s.t. ‖Y‖ ≤ β/c``: the same feasible set. Any other problem comes back as it is."""
+    con = problem.constraint
+    if not isinstance(con, Mul):
+        return problem
+    found = [a for a in con.args if family_of(a) is not None]
+    if len(found) != 1:
+        return problem
+    scale = Mul(*[a for a in con.args if a is not found[0]])
+    if scale.has(problem.variable) or scale.is_positive is not True:
+        return problem
+    return replace(problem, constraint=found[0], budget=problem.budget / scale)
 
 
 def duality_errors(family: NormFamily, a_value, beta: float, backend=None, rng=None, trials: int = 20) -> dict:
@@ -233,12 +248,12 @@ def _lemmas():
         statement=(r"U^{\top}U = I \;\Rightarrow\; \|Z U^{\top}\| = \|Z\|,\ \|U Z\| = \|Z\|"
                    r"\quad (\|\cdot\| = \|\cdot\|_F, \|\cdot\|_*)"),
         conditions=(r"U \text{ has orthonormal columns}",), rewrite=_isometry_rewrite, identities=isometry_ids,
-        check=by_evaluator(isometry_ids))
+        check=by_evaluator(isometry_ids), applies=Applies(everywhere, order=32))
     transposition = Lemma(
         key="norm_transposition", number="Tn", title="Transposition leaves entrywise and Schatten norms",
         statement=r"\|A^{\top}\| = \|A\|\quad (\|\cdot\|_F, \|\cdot\|_*, \|\cdot\|_{\max}, \|\cdot\|_1)",
         rewrite=_transpose_rewrite, identities=transpose_ids,
-        check=by_evaluator(transpose_ids))
+        check=by_evaluator(transpose_ids), applies=Applies(everywhere, order=33))
     return isometry, transposition
 
 
@@ -294,4 +309,5 @@ __all__ = [
     "duality_errors",
     "family_of",
     "solve_lemma",
+    "unscaled",
 ]

@@ -36,9 +36,12 @@ from derivations.lemmas.base import (
     _NP,
     _SMALL,
     SELF_CHECK_TOL,
+    Applies,
     Case,
     Lemma,
     NotApplicable,
+    Offer,
+    SearchView,
     SelfCheck,
     _contexts,
     _fresh,
@@ -51,6 +54,7 @@ from derivations.lemmas.base import (
     _orthonormal_cols,
     _orthonormal_rows,
     _tall,
+    everywhere,
 )
 from derivations.lemmas.blocks import (  # noqa: F401
     BLOCK_DIAGONAL_ROOT,
@@ -82,6 +86,7 @@ from derivations.lemmas.descent import (
 )
 from derivations.lemmas.isometry import (
     ORTHONORMAL_INVARIANCE,
+    RMS_ISOMETRY,
     TRANSPOSITION,
     _ortho_norm_ids,
     _ortho_norm_rewrite,

@@ -8,7 +8,7 @@ from sympy.matrices.expressions import MatAdd, MatMul, Transpose
 from derivations.engine.algebra import product, transpose
 from derivations.engine.evaluate import InstanceSampler
 from derivations.engine.vocabulary import Inner
-from derivations.lemmas.base import _SMALL, Case, Lemma, _fresh, _k, _m, _n, rewrite_nodes
+from derivations.lemmas.base import _SMALL, Applies, Case, Lemma, Offer, _fresh, _k, _m, _n, rewrite_nodes
 
 
 # ---- Lemma 3: adjoint moves ---------------------------------------------------------------
@@ -51,6 +51,8 @@ ADJOINT_MOVE = Lemma(
                r"\langle G, B X\rangle = \langle B^{\top} G, X\rangle,\quad"
                r"\langle G, X^{\top}\rangle = \langle G^{\top}, X\rangle"),
     rewrite=_adjoint_rewrite, identities=_adjoint_ids, algebraic=True,
+    applies=Applies(lambda view: [Offer(f"Lemma 3 (adjoint onto {view.variable})", {"variable": view.variable})],
+                    order=40),
 )
 
 

@@ -20,6 +20,7 @@ from derivations.engine.vocabulary import (
     ORTHONORMAL_ROWS,
     FactMatrix,
     PolarFactor,
+    _Derived,
     dimension,
     facts_of,
     positive_symbol,
@@ -75,6 +76,100 @@ class SelfCheck:
 
 
 @dataclass(frozen=True)
+class Offer:
+    """One step that ``derive()``'s search may take with a lemma.
+
+    ``label`` names it in the search's reports (empty: ``Lemma <number> (<title>)``); ``params`` are the
+    step's keyword arguments; ``method`` is the :class:`~derivations.engine.derivation.Derivation` method
+    that takes it: ``apply`` (``der.apply(lemma, **params)``) or another method of the derivation called
+    with ``params`` alone (``change_variables`` for Lemma 4).
+    """
+
+    label: str = ""
+    params: dict = field(default_factory=dict)
+    method: str = "apply"
+
+
+@dataclass(frozen=True)
+class Applies:
+    """Where a lemma applies in ``derive()``'s search.
+
+    ``offers(view) -> [Offer]`` lists the steps worth trying from the search state ``view`` (a
+    :class:`SearchView`; an empty list where the lemma cannot apply); the search tries the lemmas in
+    increasing ``order`` (the registered lemmas use 10–60, a researcher's lemmas default to 100).
+    """
+
+    offers: Callable[[Any], list]
+    order: int = 100
+
+
+def everywhere(view: Any) -> list[Offer]:
+    """The offer of a lemma without parameters: try it on every state (it says itself, by raising
+    :class:`NotApplicable`, where it does not apply)."""
+    return [Offer()]
+
+
+@dataclass
+class SearchView:
+    """What a lemma's :class:`Applies` sees of one state of ``derive()``'s search.
+
+    ``derivation`` is the derivation so far (its ``state`` a problem), ``gradients`` the chain-rule
+    definitions the search may name, ``notes`` lines the search prints when it fails (a move not
+    offered, and why).
+    """
+
+    derivation: Any
+    gradients: dict = field(default_factory=dict)
+    notes: set = field(default_factory=set)
+
+    @property
+    def state(self) -> Any:
+        return self.derivation.state
+
+    @property
+    def variable(self) -> MatrixSymbol:
+        return self.derivation.state.variable
+
+    @property
+    def parts(self) -> list:
+        """The state's matrix-valued and scalar parts (the objective and the constraint of a problem)."""
+        return [p for p in self.derivation.state.parts() if hasattr(p, "atoms")]
+
+    def note(self, text: str) -> None:
+        self.notes.add(text)
+
+    @staticmethod
+    def free_matrices(expr: Basic) -> set:
+        """Matrix symbols outside derived nodes (what a substitution can reach)."""
+        out = set()
+
+        def walk(e):
+            if isinstance(e, _Derived):
+                return
+            if isinstance(e, MatrixSymbol):
+                out.add(e)
+                return
+            for a in e.args:
+                walk(a)
+
+        walk(expr)
+        return out
+
+    def fresh_variable(self) -> MatrixSymbol:
+        """A new variable of the current variable's shape, ``Z_<suffix>`` numbered past the names in use."""
+        der, variable = self.derivation, self.variable
+        used = {str(s) for p in der.start.parts() if hasattr(p, "atoms") for s in p.atoms(MatrixSymbol)}
+        used |= {str(old) for old, _ in der._substitutions} | {str(variable)}
+        suffix = str(variable.name).rsplit("_", 1)[-1]
+        k = 0
+        while True:
+            name = f"Z_{suffix}" + ("" if k == 0 else f"{k}")
+            if name not in used:
+                return MatrixSymbol(name, *variable.shape)
+            k += 1
+
+
+@dataclass(frozen=True)
 class Lemma:
     """A named rewrite rule with its statement, side conditions and self-check.
 
@@ -86,7 +181,9 @@ class Lemma:
     refutes a step; otherwise ``not_modelled`` says why the symbolic check does not apply.
     ``instance(env, rng, backend, dims, **params) -> (env, overridden)`` replaces sampled values
     where the lemma's facts are not identities of the sampled matrices (the chain rule: gradients
-    from automatic differentiation). ``solution(A, β) -> (argmin, value)`` for Lemma 1.
+    from automatic differentiation). ``solution(A, β) -> (argmin, value)`` for Lemma 1. ``applies`` says
+    where ``derive()``'s search tries the lemma (:class:`Applies`); a lemma without it is not a search move
+    unless a researcher passes it to ``derive(..., lemmas=[...])`` (then it is tried on every state).
     """
 
     key: str
@@ -102,6 +199,7 @@ class Lemma:
     not_modelled: str = "uses facts the explicit symbolic model does not encode"
     instance: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
     solution: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
+    applies: Applies | None = field(default=None, repr=False, compare=False)  # where derive() tries it
 
     def _statement_latex(self) -> str:
         """The statement with its side conditions, as one LaTeX formula (no delimiters)."""

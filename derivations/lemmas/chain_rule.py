@@ -7,12 +7,12 @@ from functools import cache
 import mpmath
 import numpy as np
 from sympy import S
-from sympy.matrices.expressions import MatMul, Transpose
+from sympy.matrices.expressions import MatMul, MatrixSymbol, Transpose
 
 from derivations.engine.algebra import product, replace_free, rewrite_adjacent, transpose
-from derivations.engine.evaluate import InstanceSampler, _size
+from derivations.engine.evaluate import InstanceSampler, _size, evaluate, free_symbols
 from derivations.engine.vocabulary import FULL_COLUMN_RANK, FULL_ROW_RANK, FactMatrix
-from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _k, _m, _n, _tall
+from derivations.lemmas.base import _SMALL, Applies, Case, Lemma, NotApplicable, Offer, _fresh, _k, _m, _n, _tall
 
 
 # ---- chain rule: factor gradients ---------------------------------------------------------
@@ -49,8 +49,9 @@ def _loss_gradient(gradients, loss_gradient=None):
     common = set.intersection(*factor_sets) if len(factor_sets) > 1 else set()
     if len(common) == 1:
         return common.pop()
-    plain = {m for m in factor_sets[0] if not isinstance(m, FactMatrix)}
-    if not common and len(factor_sets) == 1 and len(plain) == 1:
+    # the partners carry facts (FactMatrix); the loss gradient is the one plain matrix they all share
+    plain = {m for m in (common if len(factor_sets) > 1 else factor_sets[0]) if not isinstance(m, FactMatrix)}
+    if len(plain) == 1:
         return plain.pop()
     raise NotApplicable(f"cannot tell the loss gradient from the partners in {dict(gradients)}; "
                         f"pass loss_gradient=")
@@ -207,20 +208,23 @@ def _chain_instance(env, rng, backend, dims, *, gradients, loss_gradient=None, *
     middles = {name: _middle(definition, _loss_gradient(gradients, loss_gradient))
                for name, definition in gradients.items()}
     if any(v is not None for v in middles.values()):  # G_X = Lᵀ G_M Rᵀ: a middle factor of M = L X R
+        if len(set(middles.values())) != 1 or None in middles.values():  # several factors of a longer product
+            return _general_instance(env, rng, backend, dims, _loss_gradient(gradients, loss_gradient), gradients)
         return _middle_instance(env, rng, backend, dims, _loss_gradient(gradients, loss_gradient), middles)
-    s, left, right, slots = chain_rule_products(gradients, loss_gradient)
+    try:
+        s, left, right, slots = chain_rule_products(gradients, loss_gradient)
+    except NotApplicable:  # more than one partner on a side: the general chain M = F_1 ⋯ F_k
+        return _general_instance(env, rng, backend, dims, _loss_gradient(gradients, loss_gradient), gradients)
     m_shape = tuple(_size(x, dims) for x in s.shape)
     out = dict(env)
 
     def factor(side):
         spec = left if side == "left" else right
-        if spec is not None and spec[0] in env:
-            return env[spec[0]], spec[1]
-        name = next(g for g, (sd, _) in slots.items() if sd == side)
+        if spec is not None:  # a partner: its value in env, else sampled in its own shape
+            return _value_of(spec[0], out, rng, backend, dims), spec[1]
+        name = next(g for g, (sd, _) in slots.items() if sd == side)  # no partner: a slot is on this side
         value = backend.asarray(rng.standard_normal(tuple(_size(x, dims) for x in name.shape)))
-        if spec is not None:
-            out[spec[0]] = value
-        return value, slots[name][1] if spec is None else spec[1]
+        return value, slots[name][1]
 
     (lv, lt), (rv, rt) = factor("left"), factor("right")
     c, b = rng.uniform(0.5, 1.5, m_shape) * rng.choice([-1.0, 1.0], m_shape), rng.uniform(-1.0, 1.0, m_shape)
@@ -255,6 +259,138 @@ def _chain_instance(env, rng, backend, dims, *, gradients, loss_gradient=None, *
     return out, {s, *slots}
 
 
+# ---- any number of partners: M = F_1 ⋯ F_k ---------------------------------------------------
+def product_chain(definition, loss_gradient):
+    """``(factors, slot, transposed)`` of one definition read as a chain rule through ``M = F_1 ⋯ F_k``.
+
+    ``G = P_1 ⋯ P_a G_M Q_1 ⋯ Q_b`` is the gradient of ``L(L X R)`` in ``X`` with ``L = (P_1 ⋯ P_a)ᵀ``,
+    ``R = (Q_1 ⋯ Q_b)ᵀ``; ``G = P G_Mᵀ Q`` that of ``L(Q Xᵀ P)``. ``factors`` lists ``M``'s factors with
+    ``None`` at the variable's place ``slot``; ``transposed``: ``X`` enters ``M`` as ``Xᵀ``.
+    """
+    coeff, mats = definition.as_coeff_matrices() if isinstance(definition, MatMul) else (S.One, [definition])
+    hits = [i for i, m in enumerate(mats) if m in (loss_gradient, transpose(loss_gradient))]
+    if coeff != 1 or len(hits) != 1:
+        raise NotApplicable(f"{definition} is not a product of partners with the loss gradient {loss_gradient} "
+                            f"once")
+    i = hits[0]
+    before, after = list(mats[:i]), list(mats[i + 1:])
+    if mats[i] == loss_gradient:
+        left, right = [transpose(m) for m in reversed(before)], [transpose(m) for m in reversed(after)]
+        return [*left, None, *right], len(left), False
+    return [*after, None, *before], len(after), True
+
+
+def chain_factors(gradients, loss_gradient):
+    """``(factors, slots)``: ``M``'s factors in order (a partner, or ``None`` where only a variable stands) and,
+    per factor gradient, ``(index, transposed)`` of the factor it differentiates; every definition must read
+    as the same product (:func:`product_chain`)."""
+    chains = {name: product_chain(d, loss_gradient) for name, d in gradients.items()}
+    lengths = {len(c) for c, _, _ in chains.values()}
+    if len(lengths) != 1:
+        raise NotApplicable(f"the factor gradients do not come from one product: {dict(gradients)} name "
+                            f"products of {sorted(lengths)} factors")
+    factors: list = [None] * lengths.pop()
+    for name, (chain, _, _) in chains.items():
+        for j, f in enumerate(chain):
+            if f is not None and factors[j] is not None and factors[j] != f:
+                raise NotApplicable(f"the factor gradients do not come from one product: factor {j + 1} is both "
+                                    f"{factors[j]} and {f} ({name} = {gradients[name]})")
+            factors[j] = factors[j] if f is None else f
+    return factors, {name: (slot, t) for name, (_, slot, t) in chains.items()}
+
+
+@cache
+def _jax_chain_fn(k: int):
+    """Jitted ``(∂L/∂M, (∂L/∂F_1, …, ∂L/∂F_k))`` for the random loss of ``M = F_1 ⋯ F_k``."""
+    jax = _jax()
+    jnp = jax.numpy
+
+    def loss_of_m(m, c, b):
+        return jnp.sum(c * jnp.sin(m) + 0.5 * b * m * m)
+
+    def chain(fs):
+        m = fs[0]
+        for f in fs[1:]:
+            m = m @ f
+        return m
+
+    def grads(fs, c, b):
+        return jax.grad(loss_of_m)(chain(fs), c, b), jax.grad(lambda xs: loss_of_m(chain(xs), c, b))(fs)
+
+    return jax.jit(grads)
+
+
+def _general_instance(env, rng, backend, dims, s, gradients):
+    """The chain-rule instance of ``M = F_1 ⋯ F_k`` (:func:`chain_factors`): the partners from ``env`` (sampled
+    in their own shapes where missing), a factor only a variable stands for sampled in the variable's shape;
+    ``G_M`` and every factor gradient by differentiating the random loss (``jax.grad`` in float64, complex
+    steps in mpmath), never from the definitions."""
+    factors, slots = chain_factors(gradients, s)
+    out = dict(env)
+    values = []
+    for j, f in enumerate(factors):
+        if f is not None:
+            values.append(_factor_value(f, out, rng, backend, dims))
+            continue
+        name, t = next((g, t) for g, (slot, t) in slots.items() if slot == j)
+        shape = tuple(_size(x, dims) for x in name.shape)
+        values.append(backend.asarray(rng.standard_normal(shape[::-1] if t else shape)))
+    m_shape = tuple(_size(x, dims) for x in s.shape)
+    c, b = rng.uniform(0.5, 1.5, m_shape) * rng.choice([-1.0, 1.0], m_shape), rng.uniform(-1.0, 1.0, m_shape)
+    if backend.name == "float64":
+        with _jax().enable_x64(True):
+            grad_m, grad_fs = _jax_chain_fn(len(values))(tuple(values), c, b)
+        grad_m, grad_fs = np.asarray(grad_m), [np.asarray(g) for g in grad_fs]
+    else:
+        cm, bm = backend.asarray(c), backend.asarray(b)
+
+        def loss(fs):
+            m = fs[0]
+            for f in fs[1:]:
+                m = m * f
+            return mpmath.fsum(cm[i, j] * mpmath.sin(m[i, j]) + bm[i, j] * m[i, j] ** 2 / 2
+                               for i in range(m.rows) for j in range(m.cols))
+        m = values[0]
+        for f in values[1:]:
+            m = m * f
+        grad_m = _complex_step(lambda x: loss([x]), m)
+        grad_fs = [_complex_step(lambda x, j=j: loss([*values[:j], x, *values[j + 1:]]), values[j])
+                   if any(slot == j for slot, _ in slots.values()) else None for j in range(len(values))]
+    out[s] = grad_m
+    for name, (slot, t) in slots.items():
+        out[name] = grad_fs[slot].T if t else grad_fs[slot]
+    return out, {s, *slots}
+
+
+def _factor_value(f, out, rng, backend, dims):
+    """A partner's value: a (transposed) symbol from ``out`` or sampled (:func:`_value_of`); another expression
+    (a Gram root, say) evaluated on ``out`` with its missing symbols sampled."""
+    if isinstance(f.arg if isinstance(f, Transpose) else f, MatrixSymbol):
+        return _value_of(f, out, rng, backend, dims)
+    missing = free_symbols(f) - set(out)
+    out.update(InstanceSampler(dims).sample(rng, missing, backend))
+    return evaluate(f, out, backend, dims)
+
+
+def _complex_step(f, x):
+    """``∂f/∂x`` entrywise by complex steps ``Im f(x + i h E_ij) / h`` at the working precision (mpmath)."""
+    h = mpmath.mpf(10) ** (-(mpmath.mp.dps + 10))
+    g = mpmath.zeros(x.rows, x.cols)
+    for i in range(x.rows):
+        for j in range(x.cols):
+            shifted = mpmath.matrix(x)
+            shifted[i, j] += mpmath.mpc(0, h)
+            g[i, j] = mpmath.im(f(shifted)) / h
+    return g
+
+
+def _chain_offers(view):
+    """Search: name the factor gradients the search may use (none offered when it has no definitions)."""
+    if not view.gradients:
+        return []
+    return [Offer("Lemma CR (name the factor gradients)", {"gradients": view.gradients})]
+
+
 def _chain_ids():
     w_q, w_k = _tall("W_Q", FULL_COLUMN_RANK), _tall("W_K", FULL_COLUMN_RANK)
     g_m, g_q, g_k = _fresh("G_M", _m, _m), _fresh("G_Q", _m, _n), _fresh("G_K", _m, _n)
@@ -274,6 +410,11 @@ def _chain_ids():
              for grads in families for name, definition in grads.items()]
     cases += [Case(name, definition, {"gradients": grads, "reverse": True})
               for grads in families for name, definition in grads.items()]
+    # every factor of M = L X R at once (the general chain, any number of partners): the middle one's case
+    x, g_l, g_r = _fresh("X", _n, _n), _fresh("G_L", _m, _n), _fresh("G_R", _n, _k)
+    three = {g_l: product(g_w, transpose(w_r), transpose(x)), g_x: middle[g_x],
+             g_r: product(transpose(x), transpose(w_l), g_w)}
+    cases.append(Case(middle[g_x], g_x, {"gradients": three}))
     return cases, InstanceSampler(_SMALL)
 
 
@@ -284,4 +425,5 @@ CHAIN_RULE = Lemma(
                r"M = L X R:\ G_X = L^{\top} G_M R^{\top}"),
     rewrite=_chain_rule_rewrite, identities=_chain_ids, instance=_chain_instance,
     not_modelled="checked against automatic differentiation of a random loss, not against its own definitions",
+    applies=Applies(_chain_offers, order=60),
 )

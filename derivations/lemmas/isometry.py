@@ -1,14 +1,26 @@
-"""Isometries and transposition leave the operator norm (Lemma 2, Lemma T)."""
+"""Isometries and transposition leave the operator norm (Lemma 2, Lemma T); isometries scale the RMS→RMS norm
+by their aspect (Lemma 2r)."""
 
 from __future__ import annotations
 
+from sympy import Mul
 from sympy.matrices.expressions import MatMul, Transpose
 
-from derivations.engine.algebra import product
+from derivations.engine.algebra import product, transpose
 from derivations.engine.evaluate import InstanceSampler
-from derivations.engine.vocabulary import ORTHONORMAL_COLUMNS, ORTHONORMAL_ROWS, FactMatrix, Inner, OpNorm
+from derivations.engine.norm_nodes import AspectScale, RmsOpNorm
+from derivations.engine.vocabulary import (
+    FULL_COLUMN_RANK,
+    ORTHONORMAL_COLUMNS,
+    ORTHONORMAL_ROWS,
+    FactMatrix,
+    Inner,
+    OpNorm,
+    PolarFactor,
+)
 from derivations.lemmas.base import (
     _SMALL,
+    Applies,
     Case,
     Lemma,
     _fresh,
@@ -19,6 +31,7 @@ from derivations.lemmas.base import (
     _orthonormal_cols,
     _orthonormal_rows,
     _tall,
+    everywhere,
     rewrite_nodes,
 )
 
@@ -61,7 +74,67 @@ ORTHONORMAL_INVARIANCE = Lemma(
                r"\ \|U Z\|_{\mathrm{op}} = \|Z\|_{\mathrm{op}},"
                r"\ V V^{\top} = I \;\Rightarrow\; \|Z V\|_{\mathrm{op}} = \|Z\|_{\mathrm{op}}"),
     conditions=(r"U \text{ has orthonormal columns}", r"V \text{ has orthonormal rows}"),
-    rewrite=_ortho_norm_rewrite, identities=_ortho_norm_ids,
+    rewrite=_ortho_norm_rewrite, identities=_ortho_norm_ids, applies=Applies(everywhere, order=30),
+)
+
+
+# ---- Lemma 2r: isometries scale the RMS→RMS norm by their aspect ----------------------------
+def _shape_carrier(u):
+    """A matrix of ``u``'s shape that the emitted code holds: a polar factor's partner (same shape), else ``u``."""
+    if isinstance(u, PolarFactor):
+        return u.base
+    if isinstance(u, Transpose) and isinstance(u.arg, PolarFactor):
+        return transpose(u.arg.base)
+    return u
+
+
+def _strip_rms_isometries(e):
+    """``‖U Z V‖_rms → ‖Z‖_rms / (√(a/b) √(c/e))`` for ``U`` (``a × b``) with orthonormal columns and ``V``
+    (``c × e``) with orthonormal rows: the RMS→RMS norm is ``√(cols/rows) ‖·‖_op`` and the isometries keep
+    ``‖Z‖_op``, so only the aspect changes (:class:`AspectScale` of each isometry)."""
+    if not isinstance(e, RmsOpNorm) or not isinstance(e.args[0], MatMul):
+        return None
+    coeff, mats = e.args[0].as_coeff_matrices()
+    mats, conditions, scales = list(mats), [], []
+    while len(mats) > 1 and _orthonormal_rows(mats[-1]):
+        last = mats.pop()
+        conditions.append(_isometry_condition(last.arg if isinstance(last, Transpose) else last))
+        scales.append(AspectScale(_shape_carrier(last)))
+    while len(mats) > 1 and _orthonormal_cols(mats[0]):
+        first = mats.pop(0)
+        conditions.append(_isometry_condition(first))
+        scales.append(AspectScale(_shape_carrier(first)))
+    if not conditions:
+        return None
+    return RmsOpNorm(product(coeff, *mats)) / Mul(*scales), conditions
+
+
+def _rms_isometry_rewrite(expr, **_):
+    return rewrite_nodes(expr, _strip_rms_isometries,
+                         "no RMS→RMS norm with an outer factor known to have orthonormal columns or rows")
+
+
+def _rms_isometry_ids():
+    u, w = _tall("U", ORTHONORMAL_COLUMNS), _tall("W", FULL_COLUMN_RANK)
+    z1, z2 = _fresh("Z", _k, _n), _fresh("Y", _n, _k)
+    v = FactMatrix("V", _k, _m, [ORTHONORMAL_ROWS])  # wide, orthonormal rows (a left polar factor)
+    uw = PolarFactor(w)
+    return ([(RmsOpNorm(z1 * u.T), RmsOpNorm(z1) / AspectScale(u.T)),
+             (RmsOpNorm(u * z2), RmsOpNorm(z2) / AspectScale(u)),
+             (RmsOpNorm(z2 * v), RmsOpNorm(z2) / AspectScale(v)),
+             (RmsOpNorm(uw * z2 * v), RmsOpNorm(z2) / (AspectScale(w) * AspectScale(v))),
+             (RmsOpNorm(z1 * uw.T), RmsOpNorm(z1) / AspectScale(w.T))],
+            InstanceSampler(_SMALL))
+
+
+RMS_ISOMETRY = Lemma(
+    key="rms_isometry", number="2r", title="Isometries scale the RMS→RMS norm by their aspect",
+    statement=(r"U^{\top}U = I,\ V V^{\top} = I \;\Rightarrow\; \|U Z V\|_{\mathrm{RMS}\to\mathrm{RMS}}"
+               r" = \frac{\|Z\|_{\mathrm{RMS}\to\mathrm{RMS}}}{\sqrt{a/b}\,\sqrt{c/e}}"
+               r"\quad (U: a \times b,\ V: c \times e)"),
+    conditions=(r"U \text{ has orthonormal columns}", r"V \text{ has orthonormal rows}"),
+    rewrite=_rms_isometry_rewrite, identities=_rms_isometry_ids, applies=Applies(everywhere, order=34),
+    not_modelled="a spectral fact (isometries keep the singular values), with the RMS→RMS aspect scale",
 )
 
 
@@ -90,6 +163,6 @@ TRANSPOSITION = Lemma(
     key="transposition", number="T", title="Transposition invariance",
     statement=(r"\|A^{\top}\|_{\mathrm{op}} = \|A\|_{\mathrm{op}},\quad"
                r"\langle A^{\top}, B^{\top}\rangle = \langle A, B\rangle"),
-    rewrite=_transpose_rewrite, identities=_transpose_ids,
+    rewrite=_transpose_rewrite, identities=_transpose_ids, applies=Applies(everywhere, order=31),
     not_modelled="invariance of the operator norm under transposition (a spectral fact)",
 )

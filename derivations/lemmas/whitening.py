@@ -26,9 +26,11 @@ from derivations.engine.vocabulary import (
 )
 from derivations.lemmas.base import (
     _SMALL,
+    Applies,
     Case,
     Lemma,
     NotApplicable,
+    Offer,
     _fresh,
     _full_rank_known,
     _invertibility,
@@ -70,11 +72,23 @@ def _cov_ids():
             InstanceSampler(_SMALL))
 
 
+def _cov_offers(view):
+    """Search: every Gram root of the state absorbed into a new variable, either side."""
+    out = []
+    for g in sorted(set().union(*(p.atoms(GramSqrt) for p in view.parts)), key=str):
+        for side in ("right", "left"):
+            new = view.fresh_variable()
+            out.append(Offer(f"change of variables {new} = {g.label()} {view.variable} ({side})",
+                             {"new": new, "factor": g, "side": side}, method="change_variables"))
+    return out
+
+
 CHANGE_OF_VARIABLES = Lemma(
     key="change_of_variables", number="4", title="Change of variables",
     statement=(r"Z = X C \text{ (or } Z = C X\text{)},\ C \text{ invertible}:\ "
                r"X = Z C^{-1},\ C^{-1} C = I"),
     conditions=(r"C \text{ invertible}",), rewrite=_cov_rewrite, identities=_cov_ids, algebraic=True,
+    applies=Applies(_cov_offers, order=20),
 )
 
 
@@ -121,11 +135,34 @@ def _polar_inverse_ids():
     return cases, InstanceSampler(_SMALL)
 
 
+def _polar_sub_offers(view):
+    """Search: ``W = U C`` for every free matrix known to have full rank (or damped), either side."""
+    z, parts = view.variable, view.parts
+    atoms = set().union(*(p.atoms(GramSqrt, GramInvSqrt, PolarFactor) for p in parts))
+    out = []
+    for w in sorted(set().union(*(view.free_matrices(p) for p in parts)), key=str):
+        if w == z:
+            continue
+        facts = facts_of(w)
+        if not facts & {FULL_COLUMN_RANK, FULL_ROW_RANK} and w.is_Matrix and any(
+                p.has(product(z, transpose(w))) or p.has(product(w, z)) for p in parts):
+            view.note(f"{w} is not known to have full rank: no polar substitution, it cannot be whitened")
+        # W = U_λ C_λ for the dampings its Gram roots already carry (0 for the undamped problem)
+        for lam in sorted({S.Zero} | {g.damping for g in atoms if g.base == w}, key=str):
+            if any(g.base == w and g.damping == lam and isinstance(g, (PolarFactor, GramInvSqrt)) for g in atoms):
+                continue  # substituted already: W = U_W C_W again would only cycle
+            for side, fact in (("right", FULL_COLUMN_RANK), ("left", FULL_ROW_RANK)):
+                if fact in facts or (lam != 0 and lam.is_positive):
+                    out.append(Offer(f"Lemma 6a ({w}, {side}" + (f", λ = {lam})" if lam != 0 else ")"),
+                                     {"matrix": w, "side": side, "damping": lam}))
+    return out
+
+
 POLAR_SUBSTITUTION = Lemma(
     key="polar_substitution", number="6a", title="Polar substitution",
     statement=(r"W = U_W C_W,\ C_W = (W^{\top}W)^{1/2},\ U_W^{\top}U_W = I"),
     conditions=(r"W \text{ has full column rank}",),
-    rewrite=_polar_sub_rewrite, identities=_polar_ids, algebraic=True,
+    rewrite=_polar_sub_rewrite, identities=_polar_ids, algebraic=True, applies=Applies(_polar_sub_offers, order=10),
 )
 
 
@@ -149,11 +186,19 @@ def _polar_inverse_rewrite(expr, *, matrix, damping=S.Zero, side="right", revers
                  f"({'full column rank' if side == 'right' else 'full row rank'} or λ > 0)")]
 
 
+def _polar_inverse_offers(view):
+    """Search: every polar factor of the state written through its partner."""
+    return [Offer(f"Lemma 6b (U_{u.base} through {u.base})",
+                  {"matrix": u.base, "damping": u.damping, "side": u.side, "reverse": True})
+            for u in sorted({u for p in view.parts for u in p.atoms(PolarFactor)}, key=str)]
+
+
 POLAR_INVERSE = Lemma(
     key="polar_inverse", number="6b", title="Polar factor from the Gram root",
     statement=r"U_W = W C_W^{-1},\quad C_W^{-1} W^{\top} = U_W^{\top}",
     conditions=(r"C_W \text{ invertible}",),
     rewrite=_polar_inverse_rewrite, identities=_polar_inverse_ids, algebraic=True,
+    applies=Applies(_polar_inverse_offers, order=50),
 )
 
 
