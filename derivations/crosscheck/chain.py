@@ -14,6 +14,11 @@
   problem of the sequence has the form ``min ⟨A, Z⟩ s.t. ‖Z‖_op ≤ β`` (value ``−β‖A‖_*``, Hölder's
   inequality), to which every other problem was shown equivalent.
 
+* a block ``L := G G^\\top`` (``\\coloneqq``, ``\\triangleq``) is a definition, and so is each ``L = …;`` before a
+  block's formula and each ``\\text{where } L = …`` after it (a problem's ``where`` is its change of variables):
+  the name stands for its expression in every block of the file. After a solution ``X^\\star = S``, ``X^\\star``
+  (``Xstar``) in later blocks is ``S``.
+
 Names: a name is a matrix when it is declared one (``assume: m_Q: matrix``), used as one (transposed, the
 argument of ``msign``, ``inv``, …) or else when its part before the first underscore has a capital letter
 (``G_Q``, ``dW_Q``, ``\\Delta W_Q``); it is a positive scalar when declared one (``assume: G: scalar``), used as
@@ -33,7 +38,7 @@ from sympy import Symbol
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations.crosscheck.checker import compare
-from derivations.crosscheck.formula_syntax import FormulaError, parse_tree
+from derivations.crosscheck.formula_syntax import FormulaError, Node, parse_definition, parse_definitions, parse_tree
 from derivations.crosscheck.identities import (
     Assumptions,
     _sizes_for,
@@ -43,6 +48,7 @@ from derivations.crosscheck.identities import (
     scalar_names,
 )
 from derivations.crosscheck.inputs import CHAIN_MAX_BYTES, BadInput, read_input
+from derivations.crosscheck.notation import STAR, decorate
 from derivations.crosscheck.targets import Target
 from derivations.crosscheck.verdict import Verdict, format_verdict
 from derivations.engine.vocabulary import Inner, NuclearNorm, OpNorm
@@ -54,7 +60,10 @@ _BLOCKS = re.compile(
     r"(?P<c>.+?)\\end\{(?P=env)\}|^```math[ \t]*\n(?P<d>.+?)^```",
     re.DOTALL | re.MULTILINE)
 _ASSUME = re.compile(r"assume:\s*([A-Za-z][A-Za-z0-9_]*\s*:\s*[^\n>%]+)")
-_MIN = re.compile(r"\\min|\\operatorname\*?\{(?:arg)?min\}|\bminimize\b|\bmin_")
+_MIN = re.compile(r"(?:\\min|\\operatorname\*?\{(?:arg)?min\})\s*(?:\\limits\s*)?_|\bminimize\b|\bmin_")
+_DEFINITION = re.compile(r"^\s*[^=]*?(?::=|\\coloneqq|\\coloneq|\\triangleq)|^[^=]*=\s*(?:\\operatorname\{svd\}|"
+                         r"\\mathrm\{svd\}|svd)\s*(?:\\left)?\(")
+_WHERE = re.compile(r",?\s*(?:\\quad\s*)?(?:\\(?:text|mathrm|textrm)\{\s*(?:where|with)\s*\}|\b(?:where|with)\b)")
 
 
 @dataclass
@@ -119,7 +128,7 @@ def display_math(text: str) -> list[str]:
 
 def _clean(block: str) -> str:
     block = re.sub(r"\\(label|tag)\{[^}]*\}|\\nonumber|\\notag|\\begin\{aligned\}|\\end\{aligned\}", " ", block)
-    block = block.replace("&", " ").replace("\\\\", " ")
+    block = block.replace("&", " ").replace("\\\\", " ").replace("\\;", " ")
     return block.strip().rstrip(".,;").strip()
 
 
@@ -227,9 +236,10 @@ def check_blocks(blocks: list[str], assumptions: Assumptions) -> ChainReport:
                            f"or declared: assume: {name}: matrix)")
     texts = plan.texts
     try:
-        exprs, builder = build_with_inference(texts, assumptions, equal=plan.same_shape())
+        exprs, builder = build_with_inference(texts, assumptions, equal=plan.same_shape(),
+                                              definitions=plan.definition_nodes())
     except FormulaError as exc:
-        raise BadInput(f"in {texts[_failing_text(texts, assumptions)]!r}: {exc}") from None
+        raise BadInput(str(exc) if exc.text else f"in {texts[_failing_text(texts, assumptions)]!r}: {exc}") from None
     built = [e for e in exprs if hasattr(e, "atoms")]
     sizes = (_sizes_for(built), _symbolic_sizes(built))
     report = ChainReport(scalars=scalar_names(builder.namespace))
@@ -253,6 +263,17 @@ def _read_block(block: str, where: str) -> list[tuple]:
     with ``=`` and continues the previous block's last expression."""
     if _MIN.search(block):
         return [("problem", _problem(block, where))]
+    if _DEFINITION.match(block):
+        return [("define", block)]
+    *defs, block = _split_top(block, ";")  # L = G G^T; A = B
+    items = [("define", d.strip()) for d in defs if d.strip()]
+    if w := _WHERE.search(block):  # A = B \text{where } L = G G^T, R = …
+        block, tail = block[:w.start()], block[w.end():]
+        items.append(("define_clause", tail.strip()))
+    return items + _read_chain(block.strip(), where)
+
+
+def _read_chain(block: str, where: str) -> list[tuple]:
     terms = [t.strip() for t in _split_top(block, "=")]
     star = re.fullmatch(_STAR, terms[0])
     if star and len(terms) >= 2:
@@ -272,6 +293,8 @@ class _Plan:
     problems: list = field(default_factory=list)  # (_Problem, {part: build-index})
     prev_terms: list | None = None
     prev_problem: tuple | None = None
+    definitions: list = field(default_factory=list)  # texts of NAME := … (and ; / where) definitions
+    optima: list = field(default_factory=list)  # (Xstar, text of the solution S of X^\star = S)
 
     def add(self, text: str) -> int:
         self.texts.append(text)
@@ -282,6 +305,27 @@ class _Plan:
         its variable, a new variable and its expression."""
         pairs = [idx for kind, _, _, idx, _ in self.steps if kind in ("equality", "solution")]
         return pairs + [(i["sub_new"], i["sub_expr"]) for _, i in self.problems if "sub_new" in i]
+
+    def define(self, text: str):
+        """``L := G G^T``: a name for an expression in every block."""
+        self.definitions.append((parse_definition, text))
+
+    def define_clause(self, text: str):
+        """``\\text{where } L = G G^T, R = G^T G``: names for expressions in every block."""
+        self.definitions.append((parse_definitions, text))
+
+    def definition_nodes(self) -> list:
+        """The definitions as ``def`` nodes, and ``Xstar`` = ``S`` for every solution not defined otherwise."""
+        nodes = []
+        for parse, text in self.definitions:
+            out = parse(text)
+            nodes += out if isinstance(out, list) else [out]
+        named = {name for d in nodes for name in d.value}
+        for name, sol in self.optima:
+            if name not in named:
+                named.add(name)
+                nodes.append(Node("def", 1, (parse_tree(sol),), (name,)))
+        return nodes
 
     def chain(self, terms):
         """``A = B = C``: one equality step per ``=``."""
@@ -317,6 +361,7 @@ class _Plan:
         self.steps.append(("solution", _ptext(owner[0]), f"{name}* = {sol}", (self.add(name), self.add(sol)),
                            (owner, list(self.problems))))
         self.prev_terms = [sol]
+        self.optima.append((decorate(name, STAR), sol))
 
 
 def _equality_step(k, idx, extra, exprs, builder, sizes):

@@ -166,13 +166,13 @@ _LHS = re.compile(r"^\s*(?:[A-Za-z][A-Za-z0-9_]*\s*\*?\s*=|=|optimal value\s*=)\
 
 
 def candidate_text(text: str) -> str:
-    """A formula as the user copied it: a leading ``dW_Q* =`` or ``=`` is dropped."""
-    return _LHS.sub("", text, count=1)
+    """A formula as the user copied it: a leading ``dW_Q* =`` or ``=`` is dropped (not a definition ``L = …;``)."""
+    return text if ";" in text else _LHS.sub("", text, count=1)
 
 
 def parse_for(target: Target, text: str):
     """``text`` parsed with the names of ``target``."""
-    return Builder(target.namespace).build(parse_tree(candidate_text(text)))
+    return Builder(target.namespace).build_like(parse_tree(candidate_text(text)), target.expr)  # a lone I or 0
 
 
 def check_derivation(name: str, formula: str, use_cache: bool = True) -> Verdict:

@@ -1,10 +1,17 @@
 """A formula language for matrix expressions, parsed without evaluating any Python: the syntax tree
 (:mod:`derivations.crosscheck.formula_syntax`, which lists what it reads) built into the project's own
-vocabulary (:mod:`derivations.engine.vocabulary`) by :class:`Builder`; :func:`parse` does both.
+vocabulary (:mod:`derivations.engine.vocabulary`) by :class:`Builder`; :func:`parse` does both. The rules of
+definitions, singular values, sums and the Kronecker product are :mod:`derivations.crosscheck.formula_notation`.
 
-Fractional powers are defined for Gram matrices only: ``(AᵀA + λI)^p`` is the PSD power of the
-Gram matrix (``p = ±1/2`` are the vocabulary's ``C_A`` and ``C_A⁻¹``), so ``sqrtm(W_K^T W_K)`` is
-``C_K`` and ``(G G^T)^{-1/4}`` a quarter inverse root.
+Fractional powers are defined for matrices that are positive semidefinite by construction: a Gram matrix
+``(AᵀA + λI)^p`` is the PSD power of the Gram matrix (``p = ±1/2`` are the vocabulary's ``C_A`` and
+``C_A⁻¹``), so ``sqrtm(W_K^T W_K)`` is ``C_K`` and ``(G G^T)^{-1/4}`` a quarter inverse root; so is a name
+defined as one (``L = G G^T; L^{-1/4}``), a Gram root, ``Σ`` of an SVD, a matrix declared ``spd``, and a sum
+of Gram matrices with positive coefficients (``(A^T A + B^T B + λI)^{-1/2}``).
+
+Names the derivation does not know are tried in the other spellings a rule module prints
+(:func:`derivations.crosscheck.notation.alternatives`), and ``C_X``/``U_X`` name ``(XᵀX)^{1/2}`` and
+``X (XᵀX)^{-1/2}`` of a matrix ``X`` (or ``W_X``) of the derivation, as the cross-checker prints them.
 
 Errors are :class:`FormulaError` with the column (1-based) where the problem is: unknown names
 list the known ones, products and sums whose shapes don't compose show both shapes.
@@ -13,13 +20,20 @@ list the known ones, products and sums whose shapes don't compose show both shap
 from __future__ import annotations
 
 import itertools
+import re
 
 from sympy import Basic, Integer, Rational, S, sqrt
-from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, Transpose
+from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, MatrixSymbol, Transpose, ZeroMatrix
 
+from derivations.crosscheck.formula_notation import Eye as _Eye
+from derivations.crosscheck.formula_notation import NotationRules, check_size
+from derivations.crosscheck.formula_notation import is_matrix as _is_matrix
 from derivations.crosscheck.formula_syntax import FUNCTIONS, FormulaError, Node, parse_tree
+from derivations.crosscheck.notation import alternatives
 from derivations.engine.algebra import product, tidy, total, transpose
+from derivations.engine.spectral_nodes import PsdPower, Singular
 from derivations.engine.vocabulary import (
+    SPD,
     BlockDiag,
     GramInvSqrt,
     GramPower,
@@ -29,25 +43,19 @@ from derivations.engine.vocabulary import (
     Msign,
     NuclearNorm,
     OpNorm,
+    PolarFactor,
+    facts_of,
+    short_name,
 )
 
-
-class _Eye:
-    """``c·I`` whose size comes from its neighbours."""
-
-    def __init__(self, coeff=S.One):
-        self.coeff = coeff
+MAX_MATRIX_POWER = 64  # |k| of an integer power of a matrix (X^k is written out as k factors)
 
 
 def _shape_text(m) -> str:
     return f"{m.shape[0]}×{m.shape[1]}"
 
 
-def _is_matrix(x) -> bool:
-    return getattr(x, "is_Matrix", False)
-
-
-class Builder:
+class Builder(NotationRules):
     """Turns a syntax tree into a SymPy expression with the names of ``namespace``.
 
     ``namespace`` maps names to matrix expressions and scalars. ``declare`` (optional) is called
@@ -57,12 +65,33 @@ class Builder:
     def __init__(self, namespace: dict, declare=None):
         self.namespace = dict(namespace)
         self.declare = declare
+        self._init_notation()
 
-    def build(self, node: Node):
-        out = self._build(node)
-        if isinstance(out, _Eye):
-            raise FormulaError("I needs a size: write it next to a matrix", node.col)
+    def build(self, node: Node, bare_eye: bool = False):
+        """The expression of the tree ``node``; with ``bare_eye`` a lone ``c·I`` (sized by :meth:`conform`)."""
+        try:
+            out = self._build(node)
+            if isinstance(out, _Eye) and not bare_eye:
+                raise FormulaError("I needs a size: write it next to a matrix", node.col)
+        except FormulaError as exc:
+            raise exc.with_text(node.source) from None
         return out
+
+    def build_like(self, node: Node, like):
+        """:meth:`build`, with a lone ``I`` or ``0`` taking the shape of the matrix ``like`` (one side of ``= I``)."""
+        try:
+            return self.conform(self.build(node, bare_eye=True), like, node.col)
+        except FormulaError as exc:
+            raise exc.with_text(node.source) from None
+
+    def conform(self, x, like, col=None):
+        """``x`` with a lone ``c·I`` or the number 0 given the shape of the matrix ``like``."""
+        if isinstance(x, _Eye):
+            if not _is_matrix(like):
+                raise FormulaError("I needs a size: write it next to a matrix", col)
+            self.square(like, "I on one side", col)
+            return product(x.coeff, Identity(like.shape[0]))
+        return conform(x, like)
 
     def same(self, x, y, message: str, col):
         """Require equal dimensions ``x`` and ``y`` (a subclass may solve for them instead)."""
@@ -85,18 +114,40 @@ class Builder:
 
     def _b_name(self, n):
         name = n.value
+        self._b_name_in_sum(name, n.col)
+        if name in self.defined:
+            return self.defined_value(name, n.col)
         if name in self.namespace:
             return self.namespace[name]
         if name == "I":
             return _Eye()
+        if re.fullmatch(r"I_[A-Za-z0-9]+", name) and (eye := self.identity_of(name, n.col)) is not None:
+            return eye
         if self.declare is not None:
             obj = self.declare(name, n.col)
             if obj is not None:
                 self.namespace[name] = obj
                 return obj
+        else:
+            for other in alternatives(name):
+                if other in self.namespace:
+                    return self.namespace[other]
+            if (root := self._named_root(name)) is not None:
+                return root
         if name in FUNCTIONS:
             raise FormulaError(f"{name} is a function: write {name}(X)", n.col)
         raise FormulaError(f"unknown name {name!r}; known: {self._known()}", n.col)
+
+    def _named_root(self, name: str):
+        """``C_X`` = ``(XᵀX)^{1/2}`` and ``U_X`` = ``X (XᵀX)^{-1/2}`` of the namespace's matrix ``X`` or ``W_X``
+        (the names the cross-checker prints for these roots)."""
+        m = re.fullmatch(r"([CU])_(\w+)", name)
+        if m is None:
+            return None
+        bases = [v for v in self.namespace.values() if isinstance(v, MatrixSymbol) and short_name(v) == m.group(2)]
+        if len(bases) != 1:
+            return None
+        return GramSqrt(bases[0]) if m.group(1) == "C" else PolarFactor(bases[0])
 
     def _b_neg(self, n):
         x = self._build(n.args[0])
@@ -114,6 +165,8 @@ class Builder:
         mats = [(c, x) for c, x in terms if _is_matrix(x)]
         eyes = [x for _, x in terms if isinstance(x, _Eye)]
         scalars = [(c, x) for c, x in terms if not _is_matrix(x) and not isinstance(x, _Eye)]
+        if mats or eyes:  # a literal 0 in a matrix sum is the zero matrix
+            scalars = [(c, x) for c, x in scalars if x is not S.Zero]
         if mats and scalars:
             raise FormulaError(f"cannot add a scalar to a {_shape_text(mats[0][1])} matrix", scalars[0][0])
         if eyes and not mats:
@@ -171,7 +224,11 @@ class Builder:
         if not _is_matrix(base):
             return base ** p
         self.square(base, "a power", n.col)
-        return matrix_power(base, p, n.col)
+        if p.is_integer and abs(p) > MAX_MATRIX_POWER:
+            raise FormulaError(f"a matrix power is at most {MAX_MATRIX_POWER} in size, got {p}", n.col)
+        out = matrix_power(base, p, n.col)
+        check_size(out, n.col, "the power")
+        return out
 
     def _b_inner(self, n):
         a, b = (self._build(x) for x in n.args)
@@ -205,12 +262,23 @@ class Builder:
                       f"{_shape_text(blocks[0])} and {_shape_text(b)}", node.col)
         return HStack(*blocks)
 
+    def _matrix_power_call(self, n, args):
+        k = self.power_exponent(n, args)
+        self.square(args[0], "a power", n.col)
+        if abs(k) > MAX_MATRIX_POWER:
+            raise FormulaError(f"a matrix power is at most {MAX_MATRIX_POWER} in size, got {k}", n.col)
+        return matrix_power(args[0], k, n.col)
+
     def _b_call(self, n):
         name = n.value
         args = [self._build(a) for a in n.args]
         need_one = {"msign", "inv", "sqrtm", "tr", "trace", "sqrt", "transpose"}
         if name not in FUNCTIONS:
             raise FormulaError(f"unknown function {name!r}; known functions: {', '.join(FUNCTIONS)}", n.col)
+        if (out := self.notation_call(name, n, args)) is not None:
+            return out
+        if name == "matrix_power":
+            return self._matrix_power_call(n, args)
         if name in need_one and len(args) != 1:
             raise FormulaError(f"{name} takes one argument, got {len(args)}", n.col)
         if name == "sqrt":
@@ -285,27 +353,52 @@ def _gram_root(base, damping, side, p):
     return GramPower(base, damping, side, p)
 
 
+def _psd_term(t) -> bool:
+    c, mats = t.as_coeff_matrices() if isinstance(t, MatMul) else (S.One, [t])
+    rest = product(*mats)
+    return bool(c.is_positive) and (isinstance(rest, Identity) or SPD in facts_of(rest) or gram_of(rest) is not None)
+
+
+def evidently_psd(x) -> bool:
+    """Whether ``x`` is symmetric positive semidefinite by construction: a matrix that carries the ``spd`` fact
+    (a declared one, a Gram root, ``Σ``), or a sum of Gram matrices, such matrices and ``I`` with positive
+    coefficients."""
+    if SPD in facts_of(x):
+        return True
+    return isinstance(x, MatAdd) and all(_psd_term(t) for t in x.args)
+
+
 def matrix_power(x, p, col=None):
-    """``x^p``: integer powers of square matrices; rational powers of Gram matrices and Gram roots."""
+    """``x^p``: integer powers of square matrices; rational powers of Gram matrices, Gram roots, ``Σ`` and
+    other matrices PSD by construction (:func:`evidently_psd`)."""
     p = Rational(p)
     if x.shape[0] != x.shape[1]:
         raise FormulaError(f"a power needs a square matrix, got {_shape_text(x)}", col)
     if isinstance(x, (GramSqrt, GramInvSqrt)):
         return _gram_root(x.base, x.damping, x.side, x.exponent * p)
+    if not p.is_integer and isinstance(x, Singular) and x.part == "all":
+        return Singular(x.base, x.power * p)
+    if not p.is_integer and isinstance(x, PsdPower):
+        return PsdPower(x.arg, x.power * p)
     g = gram_of(x)
     if g is not None and not (p.is_integer and p > 0):
         w, damping, side = g
         return _gram_root(w, damping, side, p)
     if p == 1:
         return x
+    if p == 0:
+        return Identity(x.shape[0])
     if p.is_integer:
         if p > 0:
             return product(*([x] * int(p)))
         if isinstance(x, Inverse):
             return matrix_power(x.arg, -p, col)
         return Inverse(x) if p == -1 else Inverse(product(*([x] * int(-p))))
-    raise FormulaError(f"fractional power {p} needs a Gram matrix (AᵀA or AAᵀ, + λI), a Gram root C_W, "
-                       "or write it with msign", col)
+    if evidently_psd(x):
+        return PsdPower(x, p)
+    raise FormulaError(f"fractional power {p} needs a matrix that is positive semidefinite by construction: a Gram "
+                       "matrix (AᵀA or AAᵀ, + λI, or a name defined as one: L = G G^T), a Gram root C_W, Σ, a "
+                       "matrix declared spd, or a sum of these; or write it with msign", col)
 
 
 def parse(text: str, namespace: dict, declare=None) -> Basic:
@@ -313,10 +406,17 @@ def parse(text: str, namespace: dict, declare=None) -> Basic:
     return Builder(namespace, declare).build(parse_tree(text))
 
 
+def conform(expr, like):
+    """``expr`` as the zero matrix of ``like``'s shape when it is the number 0 and ``like`` is a matrix (``A - A =
+    0``), else ``expr``."""
+    if not _is_matrix(expr) and expr == 0 and _is_matrix(like):
+        return ZeroMatrix(*like.shape)
+    return expr
+
+
 def shape_of(expr) -> tuple | None:
     """The shape of a matrix expression, None for a scalar."""
     return tuple(expr.shape) if _is_matrix(expr) else None
 
 
-
-__all__ = ["Builder", "gram_of", "matrix_power", "parse", "shape_of"]
+__all__ = ["Builder", "conform", "evidently_psd", "gram_of", "matrix_power", "parse", "shape_of"]

@@ -1,153 +1,112 @@
-"""A formula language for matrix expressions, read without evaluating any Python: tokens, grammar and
-syntax tree (:func:`parse_tree`); :mod:`derivations.crosscheck.formula` builds the expression from the tree.
+"""A formula language for matrix expressions, read without evaluating any Python: tokens, errors and the syntax
+tree (:func:`parse_tree`); the grammar is :mod:`derivations.crosscheck.formula_grammar`, the spelling tables
+:mod:`derivations.crosscheck.notation`, and :mod:`derivations.crosscheck.formula` builds the expression.
 
 The parser is a hand-written recursive descent over a closed grammar; the tree it builds names
 the project's own vocabulary (:mod:`derivations.engine.vocabulary`), and nothing ever calls ``eval``,
 ``sympify`` or ``parse_expr`` on user text. It reads
 
-* what ``--emit text`` prints: ``(-epsilon/2)*msign(G_Q*C_K^-1)*C_K^-1``, ``W_Q.T``,
-  ``(S**(-1)).T``, ``<A, B>``, ``||X||_op``, ``||X||_*``, ``[A | B]``, ``blockdiag(A, B)``;
-* the usual notebook spellings: ``@`` and juxtaposition for products, ``X.T``, ``X^T``, ``X^-1``,
-  ``inv(X)``, ``sqrtm(X)``, ``msign(X)``, ``tr(X)``, ``eps`` for ``epsilon``, ``I`` for the
-  identity of whatever size its neighbours need, and Unicode (``ε``, ``λ``, ``ᵀ``, ``⁻¹``,
-  ``⟨A, B⟩``, ``‖X‖_op``, ``−``);
-* a LaTeX subset: ``\\operatorname{msign}``, ``^{\\top}``, ``^{-1}``, ``^{1/2}``, ``\\frac``,
-  ``\\varepsilon``, ``\\lambda``, ``\\langle A, B\\rangle``, ``\\|X\\|_{op}``, ``\\left(``/``\\right)``,
-  ``\\Delta W_Q`` (read as ``dW_Q``), subscripts in braces (``W_{K}``).
+* what ``--emit text`` and the cross-checker print: ``(-epsilon/2)*msign(G_Q*C_K^-1)*C_K^-1``, ``W_Q.T``,
+  ``(S**(-1)).T``, ``<A, B>``, ``||X||_op``, ``||X||_*``, ``[A | B]``, ``blockdiag(A, B)``, ``C_P_V``,
+  ``sigma_(r + 1)``, ``sqrt(sum_(i>r) sigma_i^2)``, ``Sigma_(>r)``, ``kron(A, B)``, ``vec(X)``, ``min(a, b)``;
+* the usual notebook spellings: ``@`` and juxtaposition for products, ``X.T``, ``X^T``, ``X^-1``, ``X**-1``,
+  ``inv(X)``, ``jnp.linalg.inv(X)``, ``np.linalg.matrix_power(X, 3)``, ``sqrtm(X)``, ``msign(X)``, ``tr(X)``,
+  ``rank(X)``, ``eps`` for ``epsilon``, ``1e-12``, ``I`` for the identity of whatever size its neighbours
+  need (``I_n`` of size ``n``), and Unicode (``ε``, ``λ``, ``σ_i``, ``Σ``, ``∑_h``, ``⊗``, ``ᵀ``, ``⁻¹``,
+  ``⟨A, B⟩``, ``‖X‖_op``, ``−``, ``C̄_Q``);
+* a LaTeX subset: ``\\operatorname{msign}``, ``\\operatorname{tr}``, ``\\mathrm{rank}``, ``^{\\top}``,
+  ``^{-1}``, ``^{-T}``, ``^{1/2}``, ``\\frac``, ``\\tfrac``, ``\\dfrac`` (``\\frac12``), ``\\varepsilon``,
+  ``\\sigma_{r+1}``, ``\\Sigma``, ``\\sum_{h=1}^{3}``, ``\\sum_{i>r}``, ``\\otimes``, ``\\min``, ``\\max``,
+  ``\\langle A, B\\rangle``, ``\\|X\\|_{op}``, ``\\left(``/``\\right)``, ``\\Delta W_Q`` (read as ``dW_Q``),
+  decorations (``\\bar C_Q``, ``\\hat m``, ``\\tilde W``, ``W^\\star``), subscripts in braces (``W_{K}``,
+  ``W_{O,h}``);
+* definitions: ``L = G G^T; L^{-1/4} G`` or ``L^{-1/4} G where L = G G^T`` (``\\text{where}``, several
+  separated by commas or ``and``), and ``U, Σ, V = svd(G)``.
 
-Errors are :class:`FormulaError` with the column (1-based) where the problem is.
+Errors are :class:`FormulaError` with the column (1-based) where the problem is and the text around it with
+a caret ``‸`` at that column, on one line.
 """
+
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 from sympy import Rational
 
-MAX_LENGTH = 20_000  # characters
-MAX_DEPTH = 60  # nested brackets, powers and unary signs
-MAX_TOKENS = 5_000
+from derivations.crosscheck.formula_atoms import _WORD_COMMANDS, Grammar
+from derivations.crosscheck.formula_tokens import FormulaError, Node, Token, pointer, tokenize
+from derivations.crosscheck.notation import DECORATIONS, FUNCTIONS, GREEK, STAR, WHERE_WORDS, decorate
+
+_ATOM_COMMANDS = {"\\frac", "\\tfrac", "\\dfrac", "\\sqrt", "\\langle", "\\operatorname", "\\mathrm", "\\text",
+                  "\\textrm", "\\Delta", "\\sum", "\\min", "\\max"}
+_DEFINE = (":=", "=", "\\coloneqq", "\\coloneq", "\\triangleq")
+_STARS = ("*", "\\star", "\\ast")
 
 
-class FormulaError(ValueError):
-    """A formula that cannot be read or built; ``column`` is 1-based (None when not positional)."""
+class Parser(Grammar):
+    """Recursive descent over the token list; :meth:`parse` returns the tree of one formula."""
 
-    def __init__(self, message: str, column: int | None = None):
-        self.column = column
-        super().__init__(f"column {column}: {message}" if column is not None else message)
-
-
-# ---- tokens -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Token:
-    kind: str  # num name op latex norm end
-    text: str
-    col: int
-
-
-_UNICODE = {"ε": " epsilon ", "ϵ": " epsilon ", "λ": " lambda ", "η": " eta ", "α": " alpha ", "β": " beta ",
-            "−": "-", "·": "*", "⋅": "*", "×": "*", "ᵀ": ".T", "⊤": "T", "⁻¹": "^-1", "⁻ᵀ": "^(-T)", "⟨": "<", "⟩": ">",
-            "‖": "||", "≤": "<=", "∗": "*", "Δ": "\\Delta "}
-_TOKEN = re.compile(r"""
-    (?P<ws>\s+|\\[,;:! ]|\\quad|\\qquad)
-  | (?P<num>\d+(?:\.\d+)?)
-  | (?P<name>[A-Za-z][A-Za-z0-9]*(?:_(?:[A-Za-z0-9]+|\{[A-Za-z0-9]+\}))*)
-  | (?P<latex>\\[A-Za-z]+|\\\||\\\{|\\\})
-  | (?P<op>\*\*|\|\||\.T\b|<=|[-+*/@^(){}\[\],<>|_.'])
-""", re.VERBOSE)
-_GREEK = {"varepsilon": "epsilon", "epsilon": "epsilon", "lambda": "lambda", "eta": "eta", "alpha": "alpha",
-          "beta": "beta", "gamma": "gamma", "mu": "mu", "sigma": "sigma", "tau": "tau", "rho": "rho",
-          "delta": "delta", "theta": "theta", "kappa": "kappa", "nu": "nu"}
-_DROP = {"left", "right", "big", "Big", "bigl", "bigr", "Bigl", "Bigr", "bigg", "Bigg", "biggl", "biggr",
-         "displaystyle", "mathbf", "boldsymbol", "bm"}
-
-
-def tokenize(text: str) -> list[Token]:
-    """Tokens of ``text`` (columns are positions in the original text, 1-based)."""
-    if not isinstance(text, str):
-        raise FormulaError(f"a formula is text, got {type(text).__name__}")
-    if len(text) > MAX_LENGTH:
-        raise FormulaError(f"formula too long ({len(text)} characters; the limit is {MAX_LENGTH})")
-    out, pos = [], 0
-    while pos < len(text):
-        ch = text[pos]
-        for key, rep in _UNICODE.items():
-            if text.startswith(key, pos):
-                out.extend(_tokens_of(rep, pos + 1))
-                pos += len(key)
-                break
-        else:
-            m = _TOKEN.match(text, pos)
-            if m is None:
-                raise FormulaError(f"unexpected character {ch!r}", pos + 1)
-            if m.lastgroup != "ws":
-                out.append(Token(m.lastgroup, m.group(), pos + 1))
-            pos = m.end()
-        if len(out) > MAX_TOKENS:
-            raise FormulaError(f"formula too long (more than {MAX_TOKENS} tokens)")
-    out.append(Token("end", "", len(text) + 1))
-    return out
-
-
-def _tokens_of(rep: str, col: int) -> list[Token]:
-    return [Token(t.kind, t.text, col) for t in tokenize(rep)[:-1]]
-
-
-# ---- syntax tree ----------------------------------------------------------------------------
-@dataclass
-class Node:
-    kind: str  # num name neg add mul pow T call inner norm hstack eye
-    col: int
-    args: tuple = ()
-    value: object = None
-
-
-class _Parser:
-    def __init__(self, tokens):
-        self.toks = tokens
-        self.i = 0
-        self.depth = 0
-        self.open_norms = 0  # inside ||…||, a norm bar closes instead of opening
-
-    # helpers
-    @property
-    def tok(self) -> Token:
-        return self.toks[self.i]
-
-    def next(self) -> Token:
-        t = self.toks[self.i]
-        self.i += 1
-        return t
-
-    def at(self, *texts) -> bool:
-        t = self.tok
-        return t.kind in ("op", "latex", "norm") and t.text in texts
-
-    def expect(self, text, what=""):
-        if not self.at(text):
-            got = self.tok.text or "end of input"
-            raise FormulaError(f"expected {text!r}{what} but found {got!r}", self.tok.col)
-        return self.next()
-
-    def enter(self):
-        self.depth += 1
-        if self.depth > MAX_DEPTH:
-            raise FormulaError(f"formula nested too deeply (more than {MAX_DEPTH} levels)", self.tok.col)
-
-    def leave(self):
-        self.depth -= 1
-
-    def skip_latex_noise(self):
-        while self.tok.kind == "latex" and self.tok.text[1:] in _DROP:
-            self.next()
-
-    # grammar
     def parse(self) -> Node:
-        node = self.sum()
+        defs = []
+        while (d := self.try_definition()) is not None:
+            defs.append(d)
+            if not self.at(";"):
+                raise FormulaError("a definition is followed by ';' and the expression, e.g. L = G G^T; L^{-1/4} G",
+                                   self.tok.col)
+            self.next()
+        col = self.tok.col
+        body = self.sum()
+        if self.at(",") and self._word_at(self.i + 1, WHERE_WORDS):
+            self.next()
+        if n := self._word_at(self.i, WHERE_WORDS):
+            self.i += n
+            defs += self.where_clause()
         if self.tok.kind != "end":
             raise FormulaError(f"unexpected {self.tok.text!r}", self.tok.col)
-        return node
+        return Node("let", col, (*defs, body)) if defs else body
+
+    def where_clause(self) -> list:
+        self.in_where = True
+        out = []
+        while True:
+            d = self.try_definition()
+            if d is None:
+                raise FormulaError("expected a definition NAME = … after 'where'", self.tok.col)
+            out.append(d)
+            if self.at(",", ";"):
+                self.next()
+            elif n := self._word_at(self.i, ("and",)):
+                self.i += n
+            else:
+                break
+        self.in_where = False
+        return out
+
+    def try_definition(self) -> Node | None:
+        """``NAME = expr`` (``:=``, ``\\coloneqq``), or ``U, Σ, V = svd(G)``, at the current token; None (and
+        nothing consumed) when the tokens there are not a definition."""
+        start, depth, col = self.i, self.depth, self.tok.col
+        names = []
+        paren = self.at("(")
+        if paren:
+            self.next()
+        while True:
+            try:
+                target = self.power()
+            except FormulaError:
+                break
+            if target.kind != "name":
+                break
+            names.append(target.value)
+            if not self.at(","):
+                break
+            self.next()
+        if paren and self.at(")"):
+            self.next()
+        if names and self.at(*_DEFINE):
+            self.next()
+            return Node("def", col, (self.sum(),), tuple(names))
+        self.i, self.depth = start, depth
+        return None
 
     def sum(self) -> Node:
         self.enter()
@@ -170,28 +129,49 @@ class _Parser:
     def _starts_atom(self) -> bool:
         self.skip_latex_noise()
         t = self.tok
-        if t.kind in ("num", "name"):
+        if t.kind == "num":
             return True
+        if t.kind == "name":
+            return t.text not in WHERE_WORDS and not (self.in_where and t.text == "and")
         if t.text in ("||", "\\|"):
             return self.open_norms == 0
         if t.kind == "latex":
-            return t.text in ("\\frac", "\\tfrac", "\\dfrac", "\\sqrt", "\\langle", "\\operatorname",
-                              "\\mathrm", "\\Delta", "\\text") or t.text[1:] in _GREEK
-        return t.kind == "op" and t.text in ("(", "[", "<", "{")
+            if t.text in _WORD_COMMANDS:
+                return not self._word_at(self.i, (*WHERE_WORDS, "and"))
+            return t.text in _ATOM_COMMANDS or t.text[1:] in GREEK or t.text[1:] in DECORATIONS
+        return t.kind == "op" and t.text in ("(", "[", "<", "{", "Σ")
 
     def term(self) -> Node:
         col = self.tok.col
-        factors = [("*", self.unary())]
+        first, bare = self.kron()
+        factors = [("*", first)]
         while True:
             self.skip_latex_noise()
             if self.at("*", "@", "/", "\\cdot", "\\times"):
                 op = self.next().text
-                factors.append(("/" if op == "/" else "*", self.unary()))
             elif self._starts_atom():  # juxtaposition: G_Q C_K^{-1}
-                factors.append(("*", self.unary()))
+                op = "*"
             else:
                 break
+            node, more = self.kron()
+            factors.append(("/" if op == "/" else "*", node))
+            bare = bare or more
+        if bare and len(factors) > 1:
+            raise FormulaError("a Kronecker product next to another factor is ambiguous: put it in parentheses, "
+                               "e.g. (B^T ⊗ A) vec(X)", bare)
         return factors[0][1] if len(factors) == 1 else Node("mul", col, tuple(factors))
+
+    def kron(self) -> tuple:
+        """``A ⊗ B ⊗ …`` (``\\otimes``) and the column of its first ``⊗`` (None for a plain factor)."""
+        first = self.unary()
+        if not self.at("\\otimes"):
+            return first, None
+        col = self.tok.col
+        parts = [first]
+        while self.at("\\otimes"):
+            self.next()
+            parts.append(self.unary())
+        return Node("kron", col, tuple(parts)), col
 
     def unary(self) -> Node:
         if self.at("-", "+"):
@@ -202,12 +182,28 @@ class _Parser:
             return Node("neg", t.col, (inner,)) if t.text == "-" else inner
         return self.power()
 
+    def _star_at(self, i: int) -> int:
+        """Tokens of an optimum mark after ``^`` at ``i``: ``*``/``\\star`` (1) or ``{\\star}`` (3); 0 if none."""
+        t = self.toks[i]
+        if t.kind in ("op", "latex") and t.text in _STARS:
+            return 1
+        after = self.toks[i + 1: i + 3]
+        if t.text == "{" and len(after) == 2 and after[0].text in _STARS and after[1].text == "}":
+            return 3
+        return 0
+
     def power(self) -> Node:
         base = self.postfix(self.atom())
+        while self.at("^") and (n := self._star_at(self.i + 1)):
+            if base.kind != "name":
+                raise FormulaError("X^* marks an optimum and only a name carries it (W^*, \\Delta W_Q^\\star); "
+                                   "write a transpose as X^T", self.tok.col)
+            self.i += 1 + n
+            base = Node("name", base.col, value=decorate(base.value, STAR))
         if self.at("^", "**"):
             t = self.next()
             self.enter()
-            exp = self.exponent(t.text)
+            exp = self.exponent()
             self.leave()
             if exp == "-T":  # the inverse transpose X^{-T} = (X^{-1})^T
                 node = Node("T", t.col, (Node("pow", t.col, (base,), Rational(-1)),))
@@ -225,9 +221,9 @@ class _Parser:
             else:
                 return node
 
-    def exponent(self, op: str):
+    def exponent(self):
         """``T``, ``\\top``, ``-T`` (the inverse transpose) or a signed rational (``-1``, ``{1/2}``, ``(-1/4)``,
-        ``{\\frac{1}{2}}``)."""
+        ``{\\frac{1}{2}}``, ``\\frac12``, ``0.5``)."""
         col = self.tok.col
         closer = None
         if self.at("{", "("):
@@ -239,220 +235,58 @@ class _Parser:
         elif self._transpose_at(self.i):
             self._transpose_mark()
             value = "T"
-        elif self.at("*", "\\star", "\\ast"):
-            raise FormulaError("X^* marks an optimum in a chain, not a power; drop it in a formula", col)
         else:
             sign = 1
             while self.at("-", "+"):
                 sign = -sign if self.next().text == "-" else sign
             if self.at("\\frac", "\\tfrac", "\\dfrac"):
                 self.next()
-                num = self._braced_integer()
-                den = self._braced_integer()
+                num, den = self._frac_integer(), self._frac_integer()
             else:
-                num = self._integer()
-                den = 1
+                num, den = self._exponent_number(), 1
                 if closer and self.at("/"):
                     self.next()
-                    den = self._integer()
+                    den = self._exponent_number()
             if den == 0:
                 raise FormulaError("exponent with a zero denominator", col)
-            value = sign * Rational(num, den)
+            value = sign * Rational(num) / Rational(den)
         if closer:
             self.expect(closer, " to close the exponent")
         return value
 
     def _transpose_at(self, i: int) -> bool:
-        """Whether the token at ``i`` is a transpose mark: ``T``, ``\\top``, ``\\intercal``, ``\\mathsf{T}``."""
+        """Whether the token at ``i`` is a transpose mark: ``T``, ``\\top``, ``\\intercal``, ``\\mathsf{T}``,
+        ``\\mathrm{T}``."""
         t = self.toks[i]
-        return t.kind == "name" and t.text == "T" or t.kind == "latex" and t.text in ("\\top", "\\intercal",
-                                                                                   "\\mathsf")
+        if t.kind == "latex" and t.text in ("\\mathsf", "\\mathrm", "\\text"):
+            return i + 2 < len(self.toks) and self.toks[i + 1].text == "{" and self.toks[i + 2].text == "T"
+        return t.kind == "name" and t.text == "T" or t.kind == "latex" and t.text in ("\\top", "\\intercal")
 
     def _transpose_mark(self):
         t = self.next()
-        if t.text == "\\mathsf":
+        if t.kind == "latex" and t.text not in ("\\top", "\\intercal"):
             self.expect("{")
-            if self.next().text != "T":
-                raise FormulaError("expected \\mathsf{T}", t.col)
+            self.next()
             self.expect("}")
 
-    def _integer(self) -> int:
+    def _exponent_number(self):
         t = self.tok
-        if t.kind != "num" or "." in t.text:
-            raise FormulaError(f"expected an integer exponent but found {t.text or 'end of input'!r}", t.col)
+        if t.kind != "num" or "e" in t.text.lower():
+            raise FormulaError(f"expected a number in the exponent but found {t.text or 'end of input'!r}", t.col)
         if len(t.text) > 6:
             raise FormulaError(f"exponent {t.text} is too large", t.col)
         self.next()
-        return int(t.text)
+        return Rational(t.text)
 
-    def _braced_integer(self) -> int:
-        self.expect("{")
-        n = self._integer()
-        self.expect("}")
-        return n
-
-    def _group(self, opener, closer) -> Node:
-        self.expect(opener)
-        self.enter()
-        node = self.sum()
-        self.leave()
-        self.skip_latex_noise()
-        self.expect(closer, f" to close the {opener!r}")
-        return node
-
-    def _args(self) -> list[Node]:
-        self.skip_latex_noise()
-        self.expect("(")
-        self.enter()
-        args = [self.sum()]
-        while self.at(","):
-            self.next()
-            args.append(self.sum())
-        self.leave()
-        self.skip_latex_noise()
-        self.expect(")", " to close the argument list")
-        return args
-
-    def _braced_name(self) -> str:
-        self.expect("{")
-        t = self.next()
-        if t.kind != "name":
-            raise FormulaError(f"expected a name in braces but found {t.text or 'end of input'!r}", t.col)
-        self.expect("}")
-        return t.text
-
-    def atom(self) -> Node:
-        self.skip_latex_noise()
-        t = self.tok
-        if t.kind == "num":
-            self.next()
-            return Node("num", t.col, value=Rational(t.text))
-        if t.kind == "name":
-            self.next()
-            name = _normalize_name(t.text)
-            calls = self.at("(") or (self.at("\\left") and self.toks[self.i + 1].text == "(")
-            if calls and name in FUNCTIONS:  # otherwise juxtaposition: G_Q (W_K^T W_K)^{-1/2}
-                return Node("call", t.col, tuple(self._args()), name)
-            return Node("name", t.col, value=name)
-        if t.kind == "latex":
-            return self._latex_atom(t)
-        if self.at("("):
-            return self._group("(", ")")
+    def _frac_integer(self) -> int:
         if self.at("{"):
-            return self._group("{", "}")
-        if self.at("["):
             self.next()
-            self.enter()
-            blocks = [self.sum()]
-            while self.at("|", ","):
-                self.next()
-                blocks.append(self.sum())
-            self.leave()
-            self.expect("]", " to close the block row")
-            return blocks[0] if len(blocks) == 1 else Node("hstack", t.col, tuple(blocks))
-        if self.at("<"):
-            self.next()
-            self.enter()
-            a = self.sum()
-            self.expect(",", " between the two arguments of <A, B>")
-            b = self.sum()
-            self.leave()
-            self.expect(">", " to close <A, B>")
-            return Node("inner", t.col, (a, b))
-        if self.at("||"):
-            return self._norm(t, "||")
-        got = t.text or "end of input"
-        raise FormulaError(f"expected a name, a number or '(' but found {got!r}", t.col)
-
-    def _norm(self, t, delim) -> Node:
-        self.next()
-        self.enter()
-        self.open_norms += 1
-        x = self.sum()
-        self.open_norms -= 1
-        self.leave()
-        self.skip_latex_noise()
-        self.expect(delim, " to close the norm")
-        kind = "op"
-        if self.at("_"):
-            self.next()
-            kind = self._norm_kind()
-        return Node("norm", t.col, (x,), kind)
-
-    def _norm_kind(self) -> str:
-        t = self.tok
-        braced = self.at("{")
-        if braced:
-            self.next()
-            t = self.tok
-        if self.at("\\mathrm", "\\text", "\\operatorname"):
-            self.next()
-            word = self._braced_name()
-        elif self.at("*", "\\ast", "\\star"):
-            self.next()
-            word = "*"
-        elif t.kind in ("name", "num"):
-            word = self.next().text
-        else:
-            raise FormulaError(f"expected a norm subscript (op, *, F) but found {t.text!r}", t.col)
-        if braced:
+            n = self._exponent_number()
             self.expect("}")
-        kinds = {"op": "op", "2": "op", "*": "*", "nuc": "*", "F": "F", "fro": "F"}
-        if word not in kinds:
-            raise FormulaError(f"unknown norm ||.||_{word}; known: op, 2, *, nuc, F, fro", t.col)
-        return kinds[word]
+            return n
+        self._split_digit()
+        return self._exponent_number()
 
-    def _latex_atom(self, t) -> Node:
-        cmd = t.text[1:]
-        if cmd in _GREEK:
-            self.next()
-            return Node("name", t.col, value=_GREEK[cmd])
-        if cmd in ("frac", "tfrac", "dfrac"):
-            self.next()
-            num = self._group("{", "}")
-            den = self._group("{", "}")
-            return Node("mul", t.col, (("*", num), ("/", den)))
-        if cmd == "sqrt":
-            self.next()
-            return Node("call", t.col, (self._group("{", "}"),), "sqrt")
-        if cmd in ("operatorname", "mathrm", "text"):
-            self.next()
-            name = _normalize_name(self._braced_name())
-            return Node("call", t.col, tuple(self._args()), name)
-        if cmd == "Delta":
-            self.next()
-            nt = self.tok
-            if nt.kind == "name" and not nt.text.startswith("_"):
-                self.next()
-                return Node("name", t.col, value="d" + _normalize_name(nt.text))
-            if self.at("_"):
-                self.next()
-                sub = self.next()
-                if sub.kind == "name" or sub.kind == "num":
-                    return Node("name", t.col, value="Delta_" + sub.text)
-                if sub.text == "{":
-                    inner = self.next().text
-                    self.expect("}")
-                    return Node("name", t.col, value="Delta_" + inner)
-            return Node("name", t.col, value="Delta")
-        if cmd == "langle":
-            self.next()
-            self.enter()
-            a = self.sum()
-            self.expect(",", " between the two arguments of \\langle A, B \\rangle")
-            b = self.sum()
-            self.leave()
-            self.skip_latex_noise()
-            self.expect("\\rangle", " to close \\langle")
-            return Node("inner", t.col, (a, b))
-        if cmd == "|":
-            return self._norm(t, "\\|")
-        raise FormulaError(f"unknown LaTeX command {t.text}", t.col)
-
-
-def _normalize_name(text: str) -> str:
-    name = re.sub(r"\{([A-Za-z0-9]+)\}", r"\1", text)
-    return {"eps": "epsilon", "lam": "lambda"}.get(name, name)
 
 
 def parse_tree(text: str) -> Node:
@@ -460,10 +294,45 @@ def parse_tree(text: str) -> Node:
     tokens = tokenize(text)
     if len(tokens) == 1:
         raise FormulaError("empty formula")
-    return _Parser(tokens).parse()
+    try:
+        node = Parser(tokens).parse()
+    except FormulaError as exc:
+        raise exc.with_text(text) from None
+    node.source = text
+    return node
 
 
-FUNCTIONS = ("msign", "inv", "sqrtm", "tr", "trace", "blockdiag", "sqrt", "transpose")
+def parse_definitions(text: str) -> list[Node]:
+    """The definitions of a where clause's text (``L = G G^T, U, Σ, V = svd(G) and R = G^T G``) as ``def``
+    nodes, each with ``text`` as its source."""
+    tokens = tokenize(text)
+    try:
+        parser = Parser(tokens)
+        nodes = parser.where_clause()
+        if parser.tok.kind != "end":
+            raise FormulaError(f"unexpected {parser.tok.text!r} after the definitions", parser.tok.col)
+    except FormulaError as exc:
+        raise exc.with_text(text) from None
+    for node in nodes:
+        node.source = text
+    return nodes
 
 
-__all__ = ["FUNCTIONS", "FormulaError", "Node", "Token", "parse_tree", "tokenize"]
+def parse_definition(text: str) -> Node:
+    """The definition ``NAME := …`` (or ``=``, ``U, Σ, V = svd(G)``) that ``text`` holds, as a ``def`` node."""
+    tokens = tokenize(text)
+    try:
+        parser = Parser(tokens)
+        node = parser.try_definition()
+        if node is None:
+            raise FormulaError("expected a definition NAME := …", tokens[0].col)
+        if parser.tok.kind != "end":
+            raise FormulaError(f"unexpected {parser.tok.text!r} after the definition", parser.tok.col)
+    except FormulaError as exc:
+        raise exc.with_text(text) from None
+    node.source = text
+    return node
+
+
+__all__ = ["FUNCTIONS", "FormulaError", "Node", "Parser", "Token", "parse_definition", "parse_definitions",
+           "parse_tree", "pointer", "tokenize"]

@@ -77,6 +77,8 @@ def target_of(der, module=None) -> Target:
     namespace = _named_nodes(exprs)
     for dim in getattr(der, "dimensions", ()):  # shape symbols a count or a bound is written in (classics)
         namespace.setdefault(str(dim), dim)
+    for sym in sorted(der.formula.atoms(Symbol), key=str):  # every name the result prints with (n, T, V/d)
+        namespace.setdefault(str(sym), sym)
     return Target(der.name, der.formula, namespace, definitions, dict(ctx.scalars), sizes[:3],
                   dict(ctx.symbolic_dims) or None)
 
