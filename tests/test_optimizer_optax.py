@@ -221,7 +221,9 @@ def test_auto_pairs_flax_kernels_and_plain_dicts():
         compositional_muon(0.01, pairs="auto").init(flax_like)
     head_axes = {"query": {"kernel": w(D, H, DH)}, "key": {"kernel": w(D, H, DH)}, "value": {"kernel": w(D, H, DH)},
                  "out": {"kernel": w(H, DH, D)}}
-    assert optimizer.auto_pairs(head_axes, heads=H) == []  # head axes are not read automatically
+    assert optimizer.auto_pairs(head_axes, heads=H) == [  # head axes: flax (tests/test_optimizer_frameworks.py)
+        QKPair("query/kernel", "key/kernel", H, H, head_axes=True), OVPair("out/kernel", "value/kernel", H, H,
+                                                                          head_axes=True)]
 
 
 # ---- parity with optax.contrib.muon ------------------------------------------------------------

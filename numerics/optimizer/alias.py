@@ -69,7 +69,7 @@ def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
     roles = parameter_roles(params, pairs, adamw_params, muon_weight_dimension_numbers)
     where = {}
     for pair in plan.pairs:
-        layout = " (transposed)" if pair.kernels else ""
+        layout = " (head axes)" if pair.head_axes else " (transposed)" if pair.kernels else ""
         what = (f"{pair.kind} pair: heads={pair.heads} kv_heads={pair.kv_heads} d_h={pair.head_dim}{layout}")
         where[pair.first] = f"{what}, first of ({pair.first!r}, {pair.second!r})"
         where[pair.second] = f"{what}, second of ({pair.first!r}, {pair.second!r})"

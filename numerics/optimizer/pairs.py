@@ -21,6 +21,13 @@ import jax.numpy as jnp
 
 from numerics.emitted import gqa as _gqa
 
+from .framework_pairs import (
+    EQUINOX_PROJECTIONS,
+    declared_2d_layout,
+    head_axes_counts,
+    is_variable_value,
+    module_head_counts,
+)
 from .groups import (
     GROUP_DECLARATIONS,
     LoRAPair,
@@ -39,7 +46,9 @@ class QKPair(NamedTuple):
     Stored layouts ``W_Q (..., d, heads·d_h)`` and ``W_K (..., d, kv_heads·d_h)`` (``q = x @ W_Q``,
     which is also a flax ``Dense`` kernel); leading axes (stacked layers) are batched. With
     ``transposed=True`` both are stored as ``W @ x`` weights (PyTorch-style, equinox ``Linear``):
-    ``W_Q (..., heads·d_h, d)`` and ``W_K (..., kv_heads·d_h, d)``.
+    ``W_Q (..., heads·d_h, d)`` and ``W_K (..., kv_heads·d_h, d)``. With ``head_axes=True`` both are
+    ``DenseGeneral`` kernels with separate head axes (flax linen ``MultiHeadDotProductAttention``, flax nnx
+    ``MultiHeadAttention``): ``W_Q (..., d, heads, d_h)`` and ``W_K (..., d, kv_heads, d_h)``.
     """
 
     query: str
@@ -47,6 +56,7 @@ class QKPair(NamedTuple):
     heads: int
     kv_heads: int | None = None
     transposed: bool = False
+    head_axes: bool = False
 
 
 class OVPair(NamedTuple):
@@ -54,7 +64,9 @@ class OVPair(NamedTuple):
 
     Stored layouts ``W_O (..., d, heads·d_h)`` and ``W_V (..., kv_heads·d_h, d)`` (``v = x @ W_Vᵀ``,
     ``y = o @ W_Oᵀ``). With ``kernels=True`` both are stored as ``x @ W`` kernels (flax ``Dense``):
-    ``W_O (..., heads·d_h, d)`` and ``W_V (..., d, kv_heads·d_h)``.
+    ``W_O (..., heads·d_h, d)`` and ``W_V (..., d, kv_heads·d_h)``. With ``head_axes=True`` both are flax
+    ``DenseGeneral`` kernels with head axes: ``W_O (..., heads, d_h, d)`` and ``W_V (..., d, kv_heads, d_h)``
+    (``kernels`` is then not read).
     """
 
     output: str
@@ -62,6 +74,7 @@ class OVPair(NamedTuple):
     heads: int
     kv_heads: int | None = None
     kernels: bool = False
+    head_axes: bool = False
 
 
 Pairs = Callable[[Any], list]
@@ -74,7 +87,9 @@ class PairPlan:
     ``kind``: ``"qk"`` or ``"ov"``; ``first``/``second``: the paths of ``W_Q``/``W_K`` (``W_O``/``W_V``);
     ``kv_heads``: the declared kv heads (``heads`` when not given); ``head_dim``: ``d_h``;
     ``kernels``: the pair is stored transposed from its default layout (an OV pair as flax kernels,
-    a QK pair as ``W @ x`` weights).
+    a QK pair as ``W @ x`` weights); ``head_axes``: stored with separate head axes (flax ``DenseGeneral``
+    kernels), whose reshape (:func:`~numerics.optimizer.framework_pairs.merge_head_axes`) is the 2-D layout
+    that ``kernels`` describes.
     """
 
     kind: Literal["qk", "ov"]
@@ -84,6 +99,7 @@ class PairPlan:
     kv_heads: int
     head_dim: int
     kernels: bool
+    head_axes: bool = False
 
     @property
     def members(self) -> tuple[str, str]:
@@ -111,7 +127,13 @@ class Plan:
 
 
 def path_name(path) -> str:
-    """``"a/b/0/c"`` for a pytree key path (dict keys, sequence indices, attribute names)."""
+    """``"a/b/0/c"`` for a pytree key path (dict keys, sequence indices, attribute names).
+
+    A final ``.value`` attribute is dropped: it is the array of a flax nnx ``Variable``, so ``nnx.state(model)``
+    (which ``nnx.Optimizer`` initializes from) and its pure arrays (which it updates with) name a leaf alike.
+    """
+    if len(path) > 1 and is_variable_value(path[-1]):
+        path = path[:-1]
     parts = []
     for k in path:
         for attr in ("key", "idx", "name"):
@@ -317,11 +339,11 @@ def plan_pairs(pairs: Pairs | None, params: Any) -> Plan:
         if kind not in ("qk", "ov"):
             groups.append(plan_group(p, leaves))
             continue
-        kernels = p.transposed if kind == "qk" else p.kernels
         kv = p.heads if p.kv_heads is None else p.kv_heads
-        head_dim = _check_pair_shapes(kind, *names, leaves[names[0]], leaves[names[1]], p.heads, kv, kernels)
+        a, b, kernels = declared_2d_layout(kind, p, names, leaves[names[0]], leaves[names[1]], kv)
+        head_dim = _check_pair_shapes(kind, *names, a, b, p.heads, kv, kernels)
         out.append(PairPlan(kind=kind, first=names[0], second=names[1], heads=p.heads, kv_heads=kv,
-                            head_dim=head_dim, kernels=kernels))
+                            head_dim=head_dim, kernels=kernels, head_axes=p.head_axes))
     return Plan(tuple(out), frozenset(members), tuple(groups))
 
 
@@ -345,7 +367,8 @@ def adamw_selector(adamw_params: Any) -> Callable[[str, Any], bool] | None:
 # ---- pairs found from the parameter names ----------------------------------------------------
 #: sibling names of (query, key, value, output) projections, as the common model libraries store them
 AUTO_NAMES = (("q_proj", "k_proj", "v_proj", "o_proj"), ("wq", "wk", "wv", "wo"), ("query", "key", "value", "out"),
-              ("q", "k", "v", "o"), ("W_Q", "W_K", "W_V", "W_O"), ("q_lin", "k_lin", "v_lin", "out_lin"))
+              ("q", "k", "v", "o"), ("W_Q", "W_K", "W_V", "W_O"), ("q_lin", "k_lin", "v_lin", "out_lin"),
+              EQUINOX_PROJECTIONS)
 #: names under a projection that hold its matrix (flax ``Dense``: kernel; PyTorch-style and equinox: weight)
 AUTO_LEAVES = ("kernel", "weight", "w")
 
@@ -395,56 +418,102 @@ def auto_pairs(params: Any, heads: int | None = None, kv_heads: int | None = Non
     """Query/key and output/value pairs found from the parameter names (``pairs="auto"``).
 
     An attention block is a parent path whose children are named like ``q_proj/k_proj/v_proj/o_proj``,
-    ``wq/wk/wv/wo``, ``query/key/value/out`` (flax), ``q/k/v/o`` or ``W_Q/W_K/W_V/W_O``, each a matrix
-    or a module holding one as ``kernel`` (flax ``Dense``) or ``weight`` (equinox, PyTorch-style).
-    The stored layout decides the orientation: ``x @ W`` kernels ``(d, H·d_h)`` for Q, K (flax, plain
-    dicts), or ``W @ x`` weights ``(H·d_h, d)`` (PyTorch, equinox): grouped key heads tell by the axis K
-    shares with Q, otherwise the leaf name does (``weight``: ``W @ x``). O is a kernel ``(H·d_h, d)``
-    (flax; V then ``(d, H_kv·d_h)``) or ``(d, H·d_h)`` (this project's plain layout and ``W @ x``
-    weights; V then ``(H_kv·d_h, d)``), by its shape, or when square by its leaf name (``kernel``). The
-    head count is not in a 2-D layout: give ``heads`` (and
-    ``kv_heads``; by default the ratio of the key and query widths) with ``pairs=AutoPairs(heads=H)``;
-    without it the block is refused as ambiguous, naming it. Blocks with head axes (flax linen's
-    ``MultiHeadDotProductAttention`` kernels ``(d, H, d_h)``) are not paired (declare them reshaped,
-    or leave them to Muon). LoRA adapters are found too, without a head count: sibling factors named
-    ``lora_A``/``lora_B`` (peft) or ``lora_a``/``lora_b`` (flax nnx) become a
+    ``wq/wk/wv/wo``, ``query/key/value/out`` (flax), ``query_proj/key_proj/value_proj/output_proj``
+    (equinox), ``q/k/v/o`` or ``W_Q/W_K/W_V/W_O``, each a matrix or a module holding one as ``kernel``
+    (flax ``Dense``) or ``weight`` (equinox, PyTorch-style).
+
+    * Head axes (flax linen ``MultiHeadDotProductAttention``, flax nnx ``MultiHeadAttention``:
+      ``DenseGeneral`` kernels ``query (..., d, H, d_h)``, ``key``/``value (..., d, H_kv, d_h)``,
+      ``out (..., H, d_h, d)``) give the head counts; the pairs are declared ``head_axes=True``. A block whose
+      ``out`` maps to another width than its input (``out_features != in_features``) gets its Q/K pair only.
+    * 2-D layouts: ``x @ W`` kernels ``(d, H·d_h)`` for Q, K (flax ``Dense``, plain dicts), or ``W @ x``
+      weights ``(H·d_h, d)`` (PyTorch, equinox): grouped key heads tell by the axis K shares with Q,
+      otherwise the leaf name does (``weight``: ``W @ x``). O is a kernel ``(H·d_h, d)`` (flax; V then
+      ``(d, H_kv·d_h)``) or ``(d, H·d_h)`` (this project's plain layout and ``W @ x`` weights; V then
+      ``(H_kv·d_h, d)``), by its shape, or when square by its leaf name (``kernel``). The head count is read
+      from an equinox ``MultiheadAttention`` module in the tree (its static ``num_heads``); otherwise give
+      ``heads`` (and ``kv_heads``; by default the ratio of the key and query widths) with
+      ``pairs=AutoPairs(heads=H)``, or the block is refused as ambiguous, naming it.
+
+    A block that reads both ways (head axes, or a stack of 2-D matrices) is refused naming it, and so is a
+    given head count that its head axes contradict. LoRA adapters are found too, without a head count:
+    sibling factors named ``lora_A``/``lora_B`` (peft) or ``lora_a``/``lora_b`` (flax nnx) become a
     :class:`~numerics.optimizer.groups.LoRAPair` (:func:`~numerics.optimizer.groups.auto_lora_pairs`).
     :func:`~numerics.optimizer.alias.describe_pairs` prints what was paired and where every other
     parameter goes.
     """
     leaves = named_leaves(params)
+    module_heads = module_head_counts(params, path_name)
     out: list = auto_lora_pairs(leaves)
     for layout in _auto_layouts(leaves):
-        wq, wk, wv, wo = (leaves[q] for q in layout.paths)
-        if any(getattr(x, "ndim", 0) < 2 for x in (wq, wk, wv, wo)) or len({x.shape[:-2]
-                                                                            for x in (wq, wk, wv, wo)}) > 1:
-            continue  # vectors, or head axes (flax linen's (d, H, d_h) and (H, d_h, d)): not read automatically
-        q_shape, k_shape = wq.shape[-2:], wk.shape[-2:]
-        # x @ W kernels (flax Dense, plain dicts): Q (d, H·d_h), K (d, H_kv·d_h); W @ x weights (PyTorch-style,
-        # equinox Linear): Q (H·d_h, d), K (H_kv·d_h, d). Grouped K tells by the shared axis; else the leaf name.
-        if q_shape[0] == k_shape[0] and q_shape[1] != k_shape[1]:
-            kernels = True
-        elif q_shape[1] == k_shape[1] and q_shape[0] != k_shape[0]:
-            kernels = False
-        else:
-            kernels = layout.paths[0].split("/")[-1] != "weight"
-        width = q_shape[1] if kernels else q_shape[0]
-        kv_width = k_shape[1] if kernels else k_shape[0]
-        d = q_shape[0] if kernels else q_shape[1]
-        o_shape = wo.shape[-2:]
-        # O as a kernel (H·d_h, d) (flax), or (d, H·d_h) (this project's plain layout, and W @ x weights)
-        o_kernel = (o_shape == (width, d)) if o_shape != (d, width) or width != d else (
-            kernels and layout.paths[3].split("/")[-1] == "kernel")
-        h = heads
-        if h is None:
-            raise ValueError(f"compositional_muon: pairs='auto' found the attention block {layout.prefix!r} "
-                             f"({'/'.join(layout.names)}, width {width}) but its head count is not in its 2-D "
-                             f"layout; pass pairs=numerics.optimizer.AutoPairs(heads=H) (and kv_heads for "
-                             f"grouped-query attention)")
-        kv = kv_heads if kv_heads is not None else h * kv_width // width if width else h
-        out.append(QKPair(layout.paths[0], layout.paths[1], h, kv, transposed=not kernels))
-        out.append(OVPair(layout.paths[3], layout.paths[2], h, kv, kernels=bool(o_kernel)))
+        arrays = [leaves[q] for q in layout.paths]
+        if any(getattr(x, "ndim", 0) < 2 for x in arrays):
+            continue  # vectors: not an attention block's matrices
+        counts = head_axes_counts(*arrays)
+        flat = len({x.shape[:-2] for x in arrays}) == 1  # readable as (stacks of) 2-D matrices
+        if counts is not None and flat:
+            raise ValueError(f"compositional_muon: pairs='auto' cannot tell how the attention block "
+                             f"{layout.prefix!r} is stored: shapes {[tuple(x.shape) for x in arrays]} read both "
+                             f"as kernels with head axes (d, H, d_h) and as stacked 2-D matrices; declare its "
+                             f"pairs (QKPair/OVPair, head_axes=True for the former)")
+        if counts is not None:
+            out += _head_axes_block(layout, counts, heads, kv_heads)
+        elif flat:
+            out += _flat_block(layout, arrays, module_heads.get(layout.prefix), heads, kv_heads)
     return out
+
+
+def _head_axes_block(layout: AutoLayout, counts: Any, heads: int | None, kv_heads: int | None) -> list:
+    """The pairs of a block stored with head axes (flax ``DenseGeneral`` kernels)."""
+    for name, given, read in (("heads", heads, counts.heads), ("kv_heads", kv_heads, counts.kv_heads)):
+        if given is not None and given != read:
+            raise ValueError(f"compositional_muon: pairs='auto' found the attention block {layout.prefix!r} with "
+                             f"{read} {name} on its head axes, but {name}={given} was given; AutoPairs() reads "
+                             f"the head counts of kernels with head axes itself")
+    q, k, v, o = layout.paths
+    out: list = [QKPair(q, k, counts.heads, counts.kv_heads, head_axes=True)]
+    if counts.square_ov:  # O/V a pair only when out maps back to the input width
+        out.append(OVPair(o, v, counts.heads, counts.kv_heads, head_axes=True))
+    return out
+
+
+def _block_heads(layout: AutoLayout, read: int | None, heads: int | None, width: int) -> int:
+    """The head count of a 2-D block (query width ``width``): its equinox module's ``num_heads``, or the one given."""
+    if read is not None and heads is not None and read != heads:
+        raise ValueError(f"compositional_muon: pairs='auto': the attention module {layout.prefix!r} has "
+                         f"num_heads = {read}, but heads={heads} was given")
+    h = read if read is not None else heads
+    if h is None:
+        raise ValueError(f"compositional_muon: pairs='auto' found the attention block {layout.prefix!r} "
+                         f"({'/'.join(layout.names)}, width {width}) but its head count is not in "
+                         f"its 2-D layout; pass pairs=numerics.optimizer.AutoPairs(heads=H) (and kv_heads for "
+                         f"grouped-query attention)")
+    return h
+
+
+def _flat_block(layout: AutoLayout, arrays: list, read: int | None, heads: int | None, kv_heads: int | None) -> list:
+    """The pairs of a block stored as 2-D matrices (stacked over leading axes)."""
+    wq, wk, wv, wo = arrays
+    q_shape, k_shape = wq.shape[-2:], wk.shape[-2:]
+    # x @ W kernels (flax Dense, plain dicts): Q (d, H·d_h), K (d, H_kv·d_h); W @ x weights (PyTorch-style,
+    # equinox Linear): Q (H·d_h, d), K (H_kv·d_h, d). Grouped K tells by the shared axis; else the leaf name.
+    if q_shape[0] == k_shape[0] and q_shape[1] != k_shape[1]:
+        kernels = True
+    elif q_shape[1] == k_shape[1] and q_shape[0] != k_shape[0]:
+        kernels = False
+    else:
+        kernels = layout.paths[0].split("/")[-1] != "weight"
+    width, kv_width, d = (q_shape[1], k_shape[1], q_shape[0]) if kernels else (q_shape[0], k_shape[0], q_shape[1])
+    o_shape = wo.shape[-2:]
+    # O as a kernel (H·d_h, d) (flax), or (d, H·d_h) (this project's plain layout, and W @ x weights)
+    o_kernel = (o_shape == (width, d)) if o_shape != (d, width) or width != d else (
+        kernels and layout.paths[3].split("/")[-1] == "kernel")
+    h = _block_heads(layout, read, heads, width)
+    kv = kv_heads if kv_heads is not None else h * kv_width // width if width else h
+    qk = QKPair(layout.paths[0], layout.paths[1], h, kv, transposed=not kernels)
+    if d not in o_shape:  # out maps to another width (equinox output_size != query_size): Q/K only
+        return [qk]
+    return [qk, OVPair(layout.paths[3], layout.paths[2], h, kv, kernels=bool(o_kernel))]
 
 
 # ---- layouts of one pair --------------------------------------------------------------------

@@ -33,6 +33,7 @@ from numerics.emitted import mla as _mla
 from numerics.emitted import sylvester as _sylvester
 from numerics.kernels import jax_damped_gram
 
+from .framework_pairs import on_merged_heads
 from .groups import LoRAPlan, MLAPlan
 from .options import DirectionOptions
 from .pairs import PairPlan, merge_heads, split_heads
@@ -173,8 +174,11 @@ def qk_direction(rule: str, w_q: jax.Array, w_k: jax.Array, m_q: jax.Array, m_k:
                  options: DirectionOptions) -> Factors:
     """``(ΔW_Q, ΔW_K)`` of a query/key pair by the rule named ``rule`` (grouped form when ``kv_heads < heads``).
 
-    A pair stored as ``W @ x`` weights (``pair.kernels``) is transposed to the default layout and back.
+    A pair stored as ``W @ x`` weights (``pair.kernels``) is transposed to the default layout and back; one with
+    head axes (flax ``DenseGeneral`` kernels, ``pair.head_axes``) is reshaped to its 2-D layout and back.
     """
+    if pair.head_axes:
+        return on_merged_heads(qk_direction, rule, w_q, w_k, m_q, m_k, pair, options)
     if pair.kernels:
         dq, dk = qk_direction(rule, w_q.mT, w_k.mT, m_q.mT, m_k.mT, replace(pair, kernels=False), options)
         return dq.mT, dk.mT
@@ -190,7 +194,9 @@ def qk_direction(rule: str, w_q: jax.Array, w_k: jax.Array, m_q: jax.Array, m_k:
 
 def ov_direction(rule: str, w_o: jax.Array, w_v: jax.Array, m_o: jax.Array, m_v: jax.Array, pair: PairPlan,
                  options: DirectionOptions) -> Factors:
-    """``(ΔW_O, ΔW_V)`` of an output/value pair by the rule named ``rule``."""
+    """``(ΔW_O, ΔW_V)`` of an output/value pair by the rule named ``rule`` (head axes merged, as above)."""
+    if pair.head_axes:
+        return on_merged_heads(ov_direction, rule, w_o, w_v, m_o, m_v, pair, options)
     return OV_DIRECTIONS[rule](w_o, w_v, m_o, m_v, pair, options)
 
 

@@ -28,6 +28,7 @@ from numerics.emitted import gauge as _gauge
 from numerics.emitted import halfsplit as _halfsplit
 from numerics.gauge_balance import balance
 
+from .framework_pairs import merged_pair
 from .options import (
     GAUGES,
     GRAM_ROOTS,
@@ -202,9 +203,10 @@ def _project_momentum(plan: Plan, w: dict, mu: Any, ct: dict, damping: Any) -> A
     m = named_leaves(mu)
     for pair in plan.pairs:
         a, b = pair.first, pair.second
-        ha, hb = _project_pair(pair.kind, w[a], w[b], m[a].astype(ct[a]), m[b].astype(ct[b]), pair.heads,
+        ha, hb = _project_pair(pair.kind, *merged_pair(pair, w[a], w[b]),  # head axes: their 2-D layout
+                               *merged_pair(pair, m[a].astype(ct[a]), m[b].astype(ct[b])), pair.heads,
                                pair.kv_heads, pair.head_dim, pair.kernels, damping)
-        m[a], m[b] = ha.astype(m[a].dtype), hb.astype(m[b].dtype)
+        m[a], m[b] = ha.reshape(m[a].shape).astype(m[a].dtype), hb.reshape(m[b].shape).astype(m[b].dtype)
     return jax.tree_util.tree_unflatten(jax.tree.structure(mu), [m[k] for k in named_leaves(mu)])
 
 
@@ -366,11 +368,11 @@ def rebalance_pairs(pairs: Pairs | None) -> optax.GradientTransformation:
         p, u = named_leaves(params), named_leaves(updates)
         for pair in plan.pairs:
             a, b, kind = pair.first, pair.second, pair.kind
-            bar_q, k = grouped_pair(kind, p[a] + u[a], p[b] + u[b], pair.heads, pair.kv_heads, pair.head_dim,
-                                    pair.kernels)
+            bar_q, k = grouped_pair(kind, *merged_pair(pair, p[a] + u[a], p[b] + u[b]), pair.heads, pair.kv_heads,
+                                    pair.head_dim, pair.kernels)
             bar_q, k = balance(bar_q, k)  # shared heads: balanced with their stacked group
             na, nb = ungrouped_pair(kind, bar_q, k, pair.heads, pair.kernels)
-            u[a], u[b] = na - p[a], nb - p[b]
+            u[a], u[b] = na.reshape(p[a].shape) - p[a], nb.reshape(p[b].shape) - p[b]
         return jax.tree_util.tree_unflatten(jax.tree.structure(updates), list(u.values())), state
 
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
