@@ -304,3 +304,20 @@ def test_state_pickles_and_training_resumes_bit_identically():
         else:
             for x, y in zip(jax.tree.leaves(want), jax.tree.leaves((p, s)), strict=True):
                 np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_rates_cast_to_bfloat16_by_inject_hyperparams_are_refused_naming_the_fix():
+    """Planted by optax itself: without hyperparam_dtype, bf16 weights make adam_b2 = 0.999 exactly 1, every
+    AdamW step NaN and (skipped by default) nothing trains, silently. Refused at init; float32 works."""
+    params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), model())
+    g = jax.tree.map(lambda x: x.astype(jnp.float32), grads(model()))
+    assert jnp.asarray(0.999, jnp.bfloat16) == 1  # the rounding the check exists for
+    opt = optax.inject_hyperparams(compositional_muon)(0.01, pairs=PAIRS)
+    with pytest.raises(ValueError, match=r"^compositional_muon: beta arrived as bfloat16.*hyperparam_dtype"):
+        opt.init(params)
+    fixed = optax.inject_hyperparams(compositional_muon, hyperparam_dtype=jnp.float32)(0.01, pairs=PAIRS)
+    state = fixed.init(params)
+    for _ in range(2):
+        u, state = fixed.update(g, state, params)
+    assert finite(u) and int(state.inner_state[-1].total_notfinite) == 0
+    assert float(jnp.max(jnp.abs(u["embed"].astype(jnp.float32)))) > 0  # the AdamW part moves

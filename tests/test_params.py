@@ -81,7 +81,7 @@ def test_bad_input_is_one_line_exit_2(bad, capsys):
 @pytest.mark.parametrize("argv", [
     ["derivations.crosscheck.params", "--hidden", "64", "--layers", "2", "--vocab", "100", "--ffn", "128",
      "--heads", "4", "--kv-heads", "2"],
-    ["derivations.crosscheck", "--list"],
+    ["derivations.crosscheck", "identity", "A^T B", "(B^T A)^T"],  # prints its verdict; builds no derivation
 ])
 def test_stdout_on_a_full_disk_is_one_line_exit_2(argv):
     with open("/dev/full", "w") as full:

@@ -16,7 +16,7 @@ import jax
 import optax
 
 from .groups import LoRAPlan
-from .options import flag
+from .options import check_hyperparameter_precision, flag
 from .pairs import Pairs, adamw_selector, named_leaves, pair_declaration, plan_pairs
 from .transform import (
     check_finite_gradients,
@@ -196,6 +196,7 @@ def compositional_muon(
     ``"cm"`` and ``"adam"`` parts) and the :class:`SkipNonFiniteState`.
     """
     check_options(qk_rule, ov_rule, gauge, gram_roots, msign, lora_rule)
+    check_hyperparameter_precision(beta=beta, eps=eps, adam_b1=adam_b1, adam_b2=adam_b2)
     check_finite, nesterov = flag("check_finite", check_finite), flag("nesterov", nesterov)
     pairs = pair_declaration(pairs)
     to_adamw = adamw_selector(adamw_params)

@@ -44,6 +44,22 @@ OPTAX_PRESETS: dict[str, Any] = {
 }
 
 
+def check_hyperparameter_precision(**values: Any) -> None:
+    """Refuse rates near 1 and ``eps`` that arrive as 16-bit floats, naming them and the fix.
+
+    ``optax.inject_hyperparams`` casts every number to the parameters' dtype unless given
+    ``hyperparam_dtype``: with bfloat16 weights ``adam_b2 = 0.999`` becomes exactly 1, ``1 − b2ᵗ = 0``
+    and every AdamW step is NaN (then skipped, so nothing trains and nothing is said); float16 makes
+    ``eps = 1e-8`` zero. Only the dtype is known under ``jit``, so the check is on the dtype.
+    """
+    for name, value in values.items():
+        dtype = getattr(value, "dtype", None)
+        if dtype is not None and jnp.issubdtype(dtype, jnp.floating) and jnp.dtype(dtype).itemsize < 4:
+            raise ValueError(f"compositional_muon: {name} arrived as {jnp.dtype(dtype).name}, which cannot hold it "
+                             f"(0.999 rounds to 1 in bfloat16, 1e-8 to 0 in float16); with bfloat16 or float16 "
+                             f"weights pass hyperparam_dtype=jnp.float32 to optax.inject_hyperparams")
+
+
 @dataclass(frozen=True)
 class DirectionOptions:
     """What every emitted rule of one step is called with.
