@@ -4,8 +4,14 @@ Build: ``python -m sphinx -W -b html docs docs/_build/html`` (every warning is a
 The pages are printed from the live objects by the extension in ``_ext/workbench_sphinx``.
 """
 
+import logging
 import sys
 from pathlib import Path
+
+# the optimizer guide's orbax example logs every save and restore at INFO through absl, and JAX logs
+# its search for a TPU: neither is a build message
+for _name in ("absl", "jax._src.xla_bridge"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "_ext"))
