@@ -64,6 +64,9 @@ def test_the_planted_wrong_step_is_found_and_the_diagnoses_are_shown(ran):
     status, text = ran["python -m derivations.crosscheck --chain docs/examples/halfsplit_key.tex"]
     assert status == 1 and "FIRST FAILURE at step 3 (equality); 2 of 2 earlier steps held" in text
     assert "diagnosis:" in text and "counterexample" in text
+    # a scalar-valued step: the diagnosis names the transpose, and no "scale" that is just candidate / derived
+    assert "diagnosis: the candidate equals the derived result with G_M.T transposed" in text
+    assert "× the derived result" not in text
     assert "all 3 steps hold" in ran["python -m derivations.crosscheck --chain docs/examples/halfsplit_query.md"][1]
     compare = next(t for c, (s, t) in ran.items() if "--config docs/examples/config.json --compare" in c)
     assert "the Q, K and V biases left out + untied input and output embeddings" in compare

@@ -15,7 +15,7 @@ The diagnosis explains a verdict; it never changes one (``EQUAL``/``DIFFERENT`` 
 from __future__ import annotations
 
 import mpmath
-from sympy import Symbol
+from sympy import MatrixExpr, Symbol
 
 from derivations.crosscheck.evaluation import EQUAL_TOL, _agree, _ratio, _same, _value
 from derivations.crosscheck.localise import localise
@@ -46,12 +46,21 @@ def _scale_sentence(scale: str, ref) -> str:
     return words
 
 
+def _whole_sides(ref, cand, scalars) -> set:
+    """The scalar nodes that are a whole side up to a constant (a scalar-valued step: ``⟨G_M W_Q, ΔW_K⟩``):
+    ``cand / ref`` is always a monomial in those two, so a scale through them would say nothing."""
+    if isinstance(ref, MatrixExpr) or isinstance(cand, MatrixExpr):
+        return set()
+    return {s for s in scalars if not isinstance(s, Symbol) and ((ref / s).is_number or (cand / s).is_number)}
+
+
 def _diagnose(target, ref, cand, pairs):
     """``(scale, sentences)`` for a candidate that differs from ``ref``; ``pairs`` are ``(instance, derived
     value, candidate value)`` at DPS digits."""
     # a scale may be a scalar of either side: ``c msign(A)`` against ``msign(A)`` is ``c^-1 ×``, and
     # ``msign(A)`` against ``c msign(A)`` is ``c ×`` the derived result
     scalars = {s for s in free_symbols(ref, cand) if isinstance(s, Symbol)} | scalar_nodes(ref, cand)
+    scalars -= _whole_sides(ref, cand, scalars)
     found = constant_scale(pairs, scalars)
     sentences, scale = [], None
     if found is not None:
