@@ -70,6 +70,10 @@ _TOKEN = re.compile(rf"""
 """, re.VERBOSE)
 
 
+_SUPERSCRIPT_DIGITS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻", "0123456789-")
+_SUPERSCRIPT = re.compile("⁻?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")
+
+
 def tokenize(text: str) -> list[Token]:
     """Tokens of ``text`` (columns are positions in the original text, 1-based)."""
     if not isinstance(text, str):
@@ -83,6 +87,11 @@ def tokenize(text: str) -> list[Token]:
             out.append(Token("op", "Σ", pos + 1))
             pos += 1
             continue
+        sup = _SUPERSCRIPT.match(text, pos)
+        if sup is not None:  # Σ³, X⁻², C⁻¹ (⁻ᵀ is a table entry): a power in superscript digits
+            out.extend(_tokens_of(f"^({sup.group().translate(_SUPERSCRIPT_DIGITS)})", pos + 1))
+            pos = sup.end()
+            continue
         for key, rep in UNICODE.items():
             if text.startswith(key, pos):
                 out.extend(_tokens_of(rep, pos + 1))
@@ -92,7 +101,9 @@ def tokenize(text: str) -> list[Token]:
             m = _TOKEN.match(text, pos)
             if m is None:
                 raise FormulaError(f"unexpected character {ch!r}", pos + 1, text)
-            if m.lastgroup != "ws":
+            if m.group() == "\\mid":  # the separator of a block row, [A \mid B]
+                out.append(Token("op", "|", pos + 1))
+            elif m.lastgroup != "ws":
                 out.append(Token(m.lastgroup, m.group(), pos + 1))
             pos = m.end()
         if len(out) > MAX_TOKENS:

@@ -168,22 +168,12 @@ def _middle_instance(env, rng, backend, dims, s, middles):
             grad_m, grad_x = (np.asarray(g) for g in _jax_middle_fn()(lv, xv, rv, c, b))
     else:
         cm, bm = backend.asarray(c), backend.asarray(b)
-        h = mpmath.mpf(10) ** (-(mpmath.mp.dps + 10))
 
         def loss(m):
             return mpmath.fsum(cm[i, j] * mpmath.sin(m[i, j]) + bm[i, j] * m[i, j] ** 2 / 2
                                for i in range(m.rows) for j in range(m.cols))
 
-        def complex_step(f, x):
-            g = mpmath.zeros(x.rows, x.cols)
-            for i in range(x.rows):
-                for j in range(x.cols):
-                    shifted = mpmath.matrix(x)
-                    shifted[i, j] += mpmath.mpc(0, h)
-                    g[i, j] = mpmath.im(f(shifted)) / h
-            return g
-
-        grad_m, grad_x = complex_step(loss, lv * xv * rv), complex_step(lambda y: loss(lv * y * rv), xv)
+        grad_m, grad_x = _complex_step(loss, lv * xv * rv), _complex_step(lambda y: loss(lv * y * rv), xv)
     out[s] = grad_m
     for g in middles:
         out[g] = grad_x
