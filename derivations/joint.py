@@ -67,6 +67,8 @@ Delta = MatrixSymbol("Delta", d, m)  # [ΔW_Q | ΔW_K]
 dW_Q, dW_K = ColumnBlock(Delta, 0, 2, "dW_Q"), ColumnBlock(Delta, 1, 2, "dW_K")
 #: the abbreviations the concatenation step introduces (definitions of the check instances too)
 NAMES = {BlockDiag(W_K, W_Q): P, HStack(G_M, transpose(G_M)): G_tilde}
+#: the factor gradients block_roots is written in, by the chain rule (so a hand formula may write G_M W_K)
+GRADIENTS_QK = halfsplit.GRADIENTS_QK
 
 
 def _layout() -> HeadLayout:

@@ -95,17 +95,13 @@ def test_an_unknown_only_is_one_line_and_exit_2(capsys):
     assert err.count("\n") == 1 and "--only halfsplit.nothing" in err, err
 
 
-# ---- held-back formulas the checker gets wrong today (found with this corpus; the checker is not this file's
-# to change): each is strict, so a fix turns it into a failure that says to move the case into the corpus ------
-KNOWN_DEFECTS = [
-    # joint.block_roots carries no definitions (G_Q, G_K are free while G_M is drawn independently): the
-    # expanded form of the right formula is called DIFFERENT
+# ---- held-back formulas the checker got wrong when this corpus was written, right since ---------------------
+#: formulas this corpus found judged wrongly, right since (each was a false verdict)
+FIXED_CASES = [
+    # joint.block_roots carried no chain rule (G_Q, G_K free, G_M drawn independently): the expanded right
+    # formula was DIFFERENT; the module now names its factor gradients (joint.GRADIENTS_QK)
     ("joint.block_roots", r"-\frac{\epsilon}{2}\operatorname{msign}([G_M W_K C_K^{-1} | G_M^\top W_Q C_Q^{-1}])"
                           r"\,\mathrm{blockdiag}(C_K^{-1}, C_Q^{-1})", "equal"),
-]
-
-#: spellings this corpus found refused, accepted since (each was a false verdict: refused)
-FIXED_SPELLINGS = [
     # Unicode superscript digits other than ᵀ and ⁻¹ ("unexpected character '³'")
     ("classics.odd_polynomial", "U (a Σ + 3 b Σ³ + c Σ⁵) Vᵀ", "different"),
     # LaTeX's \mid as the separator of a block row ("expected ']' to close the block row")
@@ -114,14 +110,9 @@ FIXED_SPELLINGS = [
 ]
 
 
-@pytest.mark.parametrize("name, text, expect", FIXED_SPELLINGS, ids=[t for _, t, _ in FIXED_SPELLINGS])
-def test_fixed_spellings(targets, name, text, expect):
+@pytest.mark.parametrize("name, text, expect", FIXED_CASES, ids=[t for _, t, _ in FIXED_CASES])
+def test_fixed_cases(targets, name, text, expect):
     out = bench.run_entry(targets[name], bench.Entry(name, text, expect, None if expect == "equal" else "coefficient"))
     assert not out.false_verdict, out.verdict
 
 
-@pytest.mark.xfail(strict=True, reason="a known checker defect (see KNOWN_DEFECTS)")
-@pytest.mark.parametrize("name, text, expect", KNOWN_DEFECTS, ids=[t for _, t, _ in KNOWN_DEFECTS])
-def test_known_defects(targets, name, text, expect):
-    out = bench.run_entry(targets[name], bench.Entry(name, text, expect, None if expect == "equal" else "coefficient"))
-    assert not out.false_verdict, out.verdict
