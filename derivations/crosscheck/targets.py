@@ -61,19 +61,21 @@ def target_of(der, module=None) -> Target:
     ctx = der.context
     definitions = dict(ctx.definitions)
     exprs = [der.formula, *definitions, *definitions.values(), *der.start.parts(), *getattr(der, "names", ())]
+    sizes = [dict(ctx.mpmath_dims)] if ctx.mpmath_dims else []
+    sizes += [dict(s) for s in ctx.check_dims if dict(s) not in sizes]
+    if ctx.symbolic_dims and dict(ctx.symbolic_dims) not in sizes:
+        sizes.insert(0, dict(ctx.symbolic_dims))
     if module is not None:  # the rule's other symbols and chain-rule definitions (G_K next to G_Q)
         for value in vars(module).values():
             if isinstance(value, (MatrixSymbol, Symbol)):
                 exprs.append(value)
             elif isinstance(value, dict) and value and all(isinstance(k, MatrixSymbol) for k in value):
                 for k, v in value.items():
-                    if isinstance(v, Basic) and k not in definitions and not _uses(v, definitions):
+                    if not (isinstance(v, Basic) and _sized(k, sizes)):  # stated at sizes this derivation has
+                        continue
+                    if k not in definitions and not _uses(v, definitions):
                         definitions[k] = v
                     exprs += [k, v]
-    sizes = [dict(ctx.mpmath_dims)] if ctx.mpmath_dims else []
-    sizes += [dict(s) for s in ctx.check_dims if dict(s) not in sizes]
-    if ctx.symbolic_dims and dict(ctx.symbolic_dims) not in sizes:
-        sizes.insert(0, dict(ctx.symbolic_dims))
     namespace = _named_nodes(exprs)
     for dim in getattr(der, "dimensions", ()):  # shape symbols a count or a bound is written in (classics)
         namespace.setdefault(str(dim), dim)
@@ -81,6 +83,12 @@ def target_of(der, module=None) -> Target:
         namespace.setdefault(str(sym), sym)
     return Target(der.name, der.formula, namespace, definitions, dict(ctx.scalars), sizes[:3],
                   dict(ctx.symbolic_dims) or None)
+
+
+def _sized(name, sizes) -> bool:
+    """Every dimension of ``name``'s shape has a value at the derivation's sizes (``joint.update`` has no d_h)."""
+    dims = set().union(*(getattr(n, "free_symbols", set()) for n in name.shape))
+    return not sizes or all(dims <= set(s) for s in sizes)
 
 
 def _uses(expr, definitions) -> bool:
