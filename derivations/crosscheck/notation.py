@@ -19,7 +19,7 @@ UNICODE = {"ε": " epsilon ", "ϵ": " epsilon ", "λ": " lambda ", "η": " eta "
            "γ": " gamma ", "μ": " mu ", "τ": " tau ", "ρ": " rho ", "θ": " theta ", "κ": " kappa ", "ν": " nu ",
            "δ": " delta ", "σ": " sigma ", "∑": " \\sum ", "⊗": " \\otimes ", "≔": ":=", "≥": ">=", "≤": "<=",
            "⋆": "\\star ", "½": "(1/2)", "−": "-", "·": "*", "⋅": "*", "×": "*", "ᵀ": ".T", "⊤": "T",
-           "⁻¹": "^-1", "⁻ᵀ": "^(-T)", "⟨": "<", "⟩": ">", "‖": "||", "∗": "*", "Δ": "\\Delta "}
+           "⁻ᵀ": "^(-T)", "⟨": "<", "⟩": ">", "‖": "||", "∗": "*", "Δ": "\\Delta "}
 
 #: LaTeX Greek letters read as names (``\\Sigma`` is the diagonal matrix of an SVD where one is in scope)
 GREEK = {"varepsilon": "epsilon", "epsilon": "epsilon", "lambda": "lambda", "eta": "eta", "alpha": "alpha",
