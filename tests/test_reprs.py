@@ -79,7 +79,7 @@ def test_problem_reprs_are_the_printers_statement(query):
 def test_every_lemma_renders_its_statement_and_conditions():
     for lemma in L.ALL_LEMMAS:
         tex, md = lemma._repr_latex_(), lemma._repr_markdown_()
-        assert lemma.statement in tex and all(c in tex for c in lemma.conditions), lemma.key
+        assert lemma.statement_latex in tex and all(c in tex for c in lemma.condition_latex), lemma.key
         assert md.startswith(f"**Lemma {markdown_text(lemma.number)} — {markdown_text(lemma.title)}.**")
         assert tex[2:-2] in md
         assert not PYTHON_REPR.search(_prose(md)), (lemma.key, md)

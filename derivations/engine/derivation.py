@@ -49,7 +49,8 @@ from derivations.engine.norms import family_of, solve_lemma, unscaled
 from derivations.engine.symbolic import size_label, verify_equal
 from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, Inner
 from derivations.lemmas.base import markdown_text
-from derivations.printing.latex import latex, state_latex
+from derivations.lemmas.kernel import step_instance
+from derivations.printing.latex import check_text, latex, latex_text, state_latex
 from numerics.kernels.reference import MpmathBackend, NumpyBackend
 
 FLOAT64_TOL = 1e-9
@@ -129,6 +130,7 @@ class CheckResult:
     trials: int
     subchecks: dict = field(default_factory=dict)
     failure: str | None = None
+    instance: str = ""  # the trusted kernel's verdict: how the step is an instance of its lemma's statement
 
     @property
     def passed(self) -> bool:
@@ -150,6 +152,7 @@ class Step:
     check: CheckResult | None = None
     params: dict = field(default_factory=dict)
     symbolic: str | None = None  # the symbolic verdict (deterministic: computed once)
+    instance: str | None = None  # the kernel's instance verdict (deterministic: computed once)
 
 
 @dataclass
@@ -367,7 +370,7 @@ class Derivation:
     def _repr_latex_(self) -> str:
         """Jupyter: the chain of states as one aligned display, each step tagged with its lemma."""
         rows = [rf"&{state_latex(self.start)}"]
-        rows += [rf"\Rightarrow\ &{state_latex(s.after)} &&\text{{Lemma {_latex_text(s.lemma.number)}}}"
+        rows += [rf"\Rightarrow\ &{state_latex(s.after)} &&\text{{Lemma {latex_text(s.lemma.number)}}}"
                  for s in self.steps]
         return "$$\\begin{aligned}" + r" \\ ".join(rows) + r"\end{aligned}$$"
 
@@ -383,7 +386,7 @@ class Derivation:
             for s in self.steps:
                 conditions = "; ".join(markdown_text(c) for c in s.conditions) or "none"
                 lemma = f"{markdown_text(s.lemma.number)}: {markdown_text(s.lemma.title)}"
-                lines.append(f"| {s.index} | {lemma} | {conditions} | {_check_text(s.check)} |")
+                lines.append(f"| {s.index} | {lemma} | {conditions} | {check_text(s.check)} |")
             lines += ["", f"$${state_latex(self.state)}$$"]
         return "\n".join(lines) + "\n"
 
@@ -407,6 +410,7 @@ class Derivation:
         subchecks: dict[str, float] = {}
         mp_err = None
         try:
+            instance = self._instance(step)
             for dims in self.context.check_dims:
                 sampler = InstanceSampler(dims, self.context.definitions, self.context.scalars)
                 for _ in range(trials):
@@ -424,8 +428,19 @@ class Derivation:
         except _Failure as exc:
             if strict:
                 raise StepCheckFailed(str(exc)) from None
-            return CheckResult(worst, mp_err, step.symbolic or "", count, subchecks, str(exc))
-        return CheckResult(worst, mp_err, symbolic, count, subchecks)
+            return CheckResult(worst, mp_err, step.symbolic or "", count, subchecks, str(exc), step.instance or "")
+        return CheckResult(worst, mp_err, symbolic, count, subchecks, instance=instance)
+
+    def _instance(self, step: Step) -> str:
+        """The trusted kernel's verdict: the step is an instance of its lemma's statement."""
+        if step.instance is None:
+            status, failure = step_instance(step.lemma, step.kind, step.before.parts(), step.after.parts(),
+                                            substitution=step.substitution, params=step.params)
+            if failure is not None:
+                raise _Failure("instance", self._header(step, "instance of the statement") + f": {failure}\n"
+                               f"  before: {self._describe(step.before)}\n  after:  {self._describe(step.after)}")
+            step.instance = status
+        return step.instance
 
     def _symbolic(self, step: Step) -> str:
         if step.symbolic is not None:
@@ -569,24 +584,6 @@ def _rel(a, b, backend):
     else:
         diff, scale = abs(a - b), max(1, abs(b))
     return diff / scale
-
-
-def _latex_text(text: str) -> str:
-    """Text for ``\\text{…}``: LaTeX's special characters escaped."""
-    return "".join("\\" + c if c in "_&%#$" else c for c in str(text))
-
-
-def _check_text(check: CheckResult | None) -> str:
-    """A step's recorded check in one table cell (float64 residual, mpmath when run, symbolic verdict)."""
-    if check is None:
-        return "not checked"
-    parts = [f"float64 {check.float64_error:.0e} ({check.trials} instances)"]
-    parts.append("mpmath not run" if check.mpmath_error is None else f"mpmath {check.mpmath_error:.0e}")
-    if check.symbolic:
-        parts.append(f"symbolic: {markdown_text(check.symbolic)}")
-    if check.failure:
-        parts.append(f"**failed**: {markdown_text(check.failure)}")
-    return " · ".join(parts)
 
 
 def _ssub(old, factor, side):

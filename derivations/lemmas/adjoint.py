@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from sympy import Add, S
+from sympy import Add, S, Symbol
 from sympy.matrices.expressions import MatAdd, MatMul, Transpose
 
 from derivations.engine.algebra import product, transpose
 from derivations.engine.evaluate import InstanceSampler
-from derivations.engine.vocabulary import Inner
+from derivations.engine.vocabulary import Inner, dimension
 from derivations.lemmas.base import _SMALL, Applies, Case, Lemma, Offer, _fresh, _k, _m, _n, rewrite_nodes
+from derivations.lemmas.statement import Clause, Statement
 
 
 # ---- Lemma 3: adjoint moves ---------------------------------------------------------------
@@ -45,11 +46,22 @@ def _adjoint_ids():
     return [Case(lhs, rhs, {"variable": x}) for lhs, rhs in pairs], InstanceSampler(_SMALL)
 
 
+def _adjoint_statement() -> Statement:
+    """``⟨G, c A X B⟩ = ⟨c Aᵀ G Bᵀ, X⟩`` (A, B may be absent), the same for ``Xᵀ``, and with the sides swapped."""
+    p, q = dimension("p"), dimension("q")
+    g, a, x, b = _fresh("G", _m, _k), _fresh("A", _m, p), _fresh("X", p, q), _fresh("B", q, _k)
+    y, c = _fresh("Y", q, p), Symbol("c", real=True)
+    return Statement(
+        (Clause(Inner(g, c * a * x * b), Inner(c * a.T * g * b.T, x)),
+         Clause(Inner(g, c * a * y.T * b), Inner(c * b * g.T * a, y)),
+         Clause(Inner(c * a * x * b, g), Inner(c * a.T * g * b.T, x))),
+        optional=frozenset({a, b}),
+        sizes=({_m: 7, p: 5, q: 3, _k: 4}, {_m: 24, p: 20, q: 16, _k: 18}))
+
+
 ADJOINT_MOVE = Lemma(
     key="adjoint_move", number="3", title="Adjoint moves",
-    statement=(r"\langle G, X B\rangle = \langle G B^{\top}, X\rangle,\quad"
-               r"\langle G, B X\rangle = \langle B^{\top} G, X\rangle,\quad"
-               r"\langle G, X^{\top}\rangle = \langle G^{\top}, X\rangle"),
+    statement=_adjoint_statement(),
     rewrite=_adjoint_rewrite, identities=_adjoint_ids, algebraic=True,
     applies=Applies(lambda view: [Offer(f"Lemma 3 (adjoint onto {view.variable})", {"variable": view.variable})],
                     order=40),

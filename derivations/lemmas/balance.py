@@ -26,7 +26,7 @@ from derivations.engine.vocabulary import (
     PolarFactor,
     _Derived,
 )
-from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _m, _n, _tall, rewrite_nodes
+from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _m, _n, _tall, rewrite_nodes, stated_by
 
 #: the split of an exponent into two equal halves (``X^p = X^{p·HALF} X^{p·HALF}``)
 HALF = Rational(1, 2)
@@ -302,7 +302,7 @@ def _inverse_cancel_ids():
 
 INVERSE_CANCEL = Lemma(
     key="inverse_cancel", number="B4", title="An invertible matrix and its inverse cancel",
-    statement=r"S S^{-1} = S^{-1} S = I,\quad S^{-\top} S^{\top} = S^{\top} S^{-\top} = I",
+    statement=stated_by(_inverse_cancel_ids),
     conditions=(r"S \text{ invertible}",),
     rewrite=_inverse_cancel_rewrite, identities=_inverse_cancel_ids, algebraic=True,
 )

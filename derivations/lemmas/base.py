@@ -25,6 +25,7 @@ from derivations.engine.vocabulary import (
     facts_of,
     positive_symbol,
 )
+from derivations.lemmas.statement import Clause, Statement
 from numerics.kernels.reference import NumpyBackend
 
 SELF_CHECK_TOL = 1e-8  # relative error a lemma's self-check tolerates (float64, well-conditioned instances)
@@ -189,8 +190,8 @@ class Lemma:
     key: str
     number: str
     title: str
-    statement: str  # LaTeX
-    conditions: tuple = ()
+    statement: Statement | str  # the SymPy statement (a LaTeX string only for lemmas not yet stated in SymPy)
+    conditions: tuple = ()  # LaTeX side conditions beyond those the Statement carries as data
     rewrite: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
     # () -> ([Case | (lhs, rhs)], sampler)
     identities: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
@@ -201,11 +202,22 @@ class Lemma:
     solution: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
     applies: Applies | None = field(default=None, repr=False, compare=False)  # where derive() tries it
 
+    @property
+    def statement_latex(self) -> str:
+        """The statement as LaTeX (no delimiters), printed from the :class:`Statement` where there is one."""
+        return self.statement.latex() if isinstance(self.statement, Statement) else self.statement
+
+    @property
+    def condition_latex(self) -> tuple[str, ...]:
+        """The side conditions as LaTeX: the statement's (data) and then any further ones."""
+        own = self.statement.condition_latex() if isinstance(self.statement, Statement) else ()
+        return tuple(own) + tuple(c for c in self.conditions if c not in own)
+
     def _statement_latex(self) -> str:
         """The statement with its side conditions, as one LaTeX formula (no delimiters)."""
-        if not self.conditions:
-            return self.statement
-        return rf"{self.statement}\qquad \text{{if }} " + r",\ ".join(self.conditions)
+        if not self.condition_latex:
+            return self.statement_latex
+        return rf"{self.statement_latex}\qquad \text{{if }} " + r",\ ".join(self.condition_latex)
 
     def _repr_latex_(self) -> str:
         """Jupyter: the statement (and its side conditions) as display math."""
@@ -241,6 +253,10 @@ class Lemma:
         """
         errors: dict[str, float] = {}
         failures: list = []
+        tolerance = {}
+        if isinstance(self.statement, Statement):
+            for name, err in self.statement.check(rng).items():
+                errors[name], tolerance[name] = err, Statement.tolerance(name)
         if self.check is not None:
             for _ in range(trials):
                 for name, err in self.check(rng, self).items():
@@ -250,9 +266,10 @@ class Lemma:
             for i, case in enumerate(cases, 1):
                 self._check_case(i, case, sampler, rng, trials, errors, failures)
         for name, err in errors.items():
-            if not err <= SELF_CHECK_TOL:
+            tol = tolerance.get(name, SELF_CHECK_TOL)
+            if not err <= tol:
                 failures.append(f"lemma {self.number} ({self.title}) self-check, sub-check '{name}': "
-                                f"error {err:.3e} > {SELF_CHECK_TOL:.0e}")
+                                f"error {err:.3e} > {tol:.0e}")
         return SelfCheck(self.number, errors, failures)
 
     def _values(self, exprs, case, sampler, rng, params):
@@ -347,6 +364,19 @@ _NP = NumpyBackend()
 # ---- symbols used by the self-checks -------------------------------------------------------
 _m, _n, _k = dimension("m"), dimension("n"), dimension("k")
 _SMALL = {_m: 7, _n: 3, _k: 5}
+_LARGE = {_m: 40, _n: 16, _k: 24}  # every dimension >= 16 (the statements' second size)
+
+
+def stated_by(identities, sizes=None) -> Statement:
+    """The statement whose clauses are a lemma's self-check identities (each a general instance, its
+    side conditions carried by its symbols), checked at the sizes of ``sizes`` (default: the small and
+    the large standard sizes)."""
+    raw, _ = identities()
+    clauses: list = []
+    for c in (c if isinstance(c, Case) else Case(*c) for c in raw):
+        if not any({c.lhs, c.rhs} == {k.lhs, k.rhs} for k in clauses):
+            clauses.append(Clause(c.lhs, c.rhs))
+    return Statement(tuple(clauses), sizes=sizes or (_SMALL, _LARGE))
 
 
 def _tall(name, *facts):

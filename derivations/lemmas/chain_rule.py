@@ -11,8 +11,9 @@ from sympy.matrices.expressions import MatMul, MatrixSymbol, Transpose
 
 from derivations.engine.algebra import product, replace_free, rewrite_adjacent, transpose
 from derivations.engine.evaluate import InstanceSampler, _size, evaluate, free_symbols
-from derivations.engine.vocabulary import FULL_COLUMN_RANK, FULL_ROW_RANK, FactMatrix
+from derivations.engine.vocabulary import FULL_COLUMN_RANK, FULL_ROW_RANK, FactMatrix, dimension
 from derivations.lemmas.base import _SMALL, Applies, Case, Lemma, NotApplicable, Offer, _fresh, _k, _m, _n, _tall
+from derivations.lemmas.statement import Clause, Statement
 
 
 # ---- chain rule: factor gradients ---------------------------------------------------------
@@ -408,11 +409,19 @@ def _chain_ids():
     return cases, InstanceSampler(_SMALL)
 
 
+def _chain_statement() -> Statement:
+    """``M = L X R`` (``L``, ``R`` may be absent): ``G_X = ∂ℒ/∂X = Lᵀ G_M Rᵀ``. A definition that a step
+    brings; the self-check compares it with automatic differentiation of a random loss."""
+    p, q, a, b = (dimension(s) for s in "pqab")
+    lf, rf = _fresh("L", a, p), _fresh("R", q, b)
+    return Statement((Clause(_fresh("G_X", p, q), product(transpose(lf), _fresh("G_M", a, b), transpose(rf)),
+                             defines=True),), optional=frozenset({lf, rf}),
+                     sizes=({p: 3, q: 4, a: 5, b: 6}, {p: 16, q: 17, a: 18, b: 19}))
+
+
 CHAIN_RULE = Lemma(
     key="chain_rule", number="CR", title="Chain rule through the product",
-    statement=(r"M = W_Q W_K^{\top}:\ G_Q = \frac{\partial L}{\partial W_Q} = G_M W_K,\ "
-               r"G_K = \frac{\partial L}{\partial W_K} = G_M^{\top} W_Q;\quad "
-               r"M = L X R:\ G_X = L^{\top} G_M R^{\top}"),
+    statement=_chain_statement(),
     rewrite=_chain_rule_rewrite, identities=_chain_ids, instance=_chain_instance,
     not_modelled="checked against automatic differentiation of a random loss, not against its own definitions",
     applies=Applies(_chain_offers, order=60),

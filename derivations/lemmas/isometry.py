@@ -3,7 +3,7 @@ by their aspect (Lemma 2r)."""
 
 from __future__ import annotations
 
-from sympy import Mul
+from sympy import Mul, Symbol
 from sympy.matrices.expressions import MatMul, Transpose
 
 from derivations.engine.algebra import product, transpose
@@ -17,8 +17,10 @@ from derivations.engine.vocabulary import (
     Inner,
     OpNorm,
     PolarFactor,
+    dimension,
 )
 from derivations.lemmas.base import (
+    _LARGE,
     _SMALL,
     Applies,
     Case,
@@ -33,7 +35,9 @@ from derivations.lemmas.base import (
     _tall,
     everywhere,
     rewrite_nodes,
+    stated_by,
 )
+from derivations.lemmas.statement import Clause, Statement
 
 
 # ---- Lemma 2: orthonormal factors leave the operator norm ---------------------------------
@@ -68,12 +72,19 @@ def _ortho_norm_ids():
             InstanceSampler(_SMALL))
 
 
+def _ortho_norm_statement() -> Statement:
+    """``‖c U Z V‖_op = ‖c Z‖_op`` for ``U`` with orthonormal columns and ``V`` with orthonormal rows (either
+    may be absent)."""
+    p = dimension("p")
+    u, v = _tall("U", ORTHONORMAL_COLUMNS), FactMatrix("V", _k, p, [ORTHONORMAL_ROWS])
+    z, c = _fresh("Z", _n, _k), Symbol("c", real=True)
+    return Statement((Clause(OpNorm(c * u * z * v), OpNorm(c * z)),), optional=frozenset({u, v}),
+                     sizes=({**_SMALL, p: 6}, {**_LARGE, p: 30}))
+
+
 ORTHONORMAL_INVARIANCE = Lemma(
     key="orthonormal_invariance", number="2", title="Isometries leave the operator norm",
-    statement=(r"U^{\top}U = I \;\Rightarrow\; \|Z U^{\top}\|_{\mathrm{op}} = \|Z\|_{\mathrm{op}},"
-               r"\ \|U Z\|_{\mathrm{op}} = \|Z\|_{\mathrm{op}},"
-               r"\ V V^{\top} = I \;\Rightarrow\; \|Z V\|_{\mathrm{op}} = \|Z\|_{\mathrm{op}}"),
-    conditions=(r"U \text{ has orthonormal columns}", r"V \text{ has orthonormal rows}"),
+    statement=_ortho_norm_statement(),
     rewrite=_ortho_norm_rewrite, identities=_ortho_norm_ids, applies=Applies(everywhere, order=30),
 )
 
@@ -161,8 +172,7 @@ def _transpose_ids():
 
 TRANSPOSITION = Lemma(
     key="transposition", number="T", title="Transposition invariance",
-    statement=(r"\|A^{\top}\|_{\mathrm{op}} = \|A\|_{\mathrm{op}},\quad"
-               r"\langle A^{\top}, B^{\top}\rangle = \langle A, B\rangle"),
+    statement=stated_by(_transpose_ids),
     rewrite=_transpose_rewrite, identities=_transpose_ids, applies=Applies(everywhere, order=31),
     not_modelled="invariance of the operator norm under transposition (a spectral fact)",
 )

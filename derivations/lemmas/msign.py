@@ -31,6 +31,7 @@ from derivations.lemmas.base import (
     _orthonormal_cols,
     _tall,
     rewrite_nodes,
+    stated_by,
 )
 
 
@@ -84,8 +85,7 @@ def _msign_extract_ids():
 
 MSIGN_ORTHOGONAL = Lemma(
     key="msign_orthogonal", number="5e", title="msign commutes with an orthogonal right factor",
-    statement=r"O^{\top}O = OO^{\top} = I:\ \operatorname{msign}(A O) = \operatorname{msign}(A) O",
-    conditions=(r"O \text{ orthogonal}",), rewrite=_msign_extract_rewrite, identities=_msign_extract_ids,
+    statement=stated_by(_msign_extract_ids), rewrite=_msign_extract_rewrite, identities=_msign_extract_ids,
 )
 
 
@@ -98,9 +98,7 @@ def _msign_absorb_ids():
 
 MSIGN_ISOMETRY = Lemma(
     key="msign_isometry", number="5a", title="msign commutes with isometries",
-    statement=(r"U^{\top}U = I:\ \operatorname{msign}(A U^{\top}) = \operatorname{msign}(A) U^{\top},"
-               r"\ \operatorname{msign}(U A) = U \operatorname{msign}(A)"),
-    conditions=(r"U \text{ has orthonormal columns}",),
+    statement=stated_by(_msign_absorb_ids),
     rewrite=_msign_absorb_rewrite, identities=_msign_absorb_ids,
 )
 
@@ -126,8 +124,7 @@ def _msign_scale_ids():
 
 MSIGN_SCALE = Lemma(
     key="msign_scale", number="5b", title="msign ignores positive scale",
-    statement=r"c > 0:\ \operatorname{msign}(c A) = \operatorname{msign}(A)",
-    conditions=("c > 0",), rewrite=_msign_scale_rewrite, identities=_msign_scale_ids,
+    statement=stated_by(_msign_scale_ids), rewrite=_msign_scale_rewrite, identities=_msign_scale_ids,
 )
 
 
@@ -147,7 +144,7 @@ def _msign_transpose_ids():
 
 MSIGN_TRANSPOSE = Lemma(
     key="msign_transpose", number="5c", title="msign commutes with transposition",
-    statement=r"\operatorname{msign}(A)^{\top} = \operatorname{msign}(A^{\top})",
+    statement=stated_by(_msign_transpose_ids),
     rewrite=_msign_transpose_rewrite, identities=_msign_transpose_ids,
 )
 
@@ -179,8 +176,7 @@ def _polar_form_ids():
 
 MSIGN_POLAR_FORM = Lemma(
     key="msign_polar_form", number="5d", title="msign of a full-column-rank matrix",
-    statement=r"\operatorname{msign}(X) = X (X^{\top}X)^{-1/2}",
-    conditions=(r"X \text{ has full column rank}",), rewrite=_polar_form_rewrite, identities=_polar_form_ids,
+    statement=stated_by(_polar_form_ids), rewrite=_polar_form_rewrite, identities=_polar_form_ids,
 )
 
 
@@ -235,6 +231,6 @@ def _block_product_ids():
 
 BLOCK_PRODUCT = Lemma(
     key="block_product", number="B", title="Concatenation times block diagonal",
-    statement=r"[A \,|\, B] \operatorname{blockdiag}(C, D) = [AC \,|\, BD]",
+    statement=stated_by(_block_product_ids),
     rewrite=_block_product_rewrite, identities=_block_product_ids, algebraic=True,
 )

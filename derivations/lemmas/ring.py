@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from sympy import S
+from sympy import S, Symbol
 from sympy.matrices.expressions import MatAdd, MatMul, ZeroMatrix
 
 from derivations.engine.algebra import product, tidy, total
 from derivations.engine.evaluate import InstanceSampler
 from derivations.engine.vocabulary import FULL_COLUMN_RANK, RegularizedSylvester, positive_symbol
-from derivations.lemmas.base import _SMALL, Lemma, _fresh, _k, _m, _n, _tall, rewrite_nodes
+from derivations.lemmas.base import _LARGE, _SMALL, Lemma, _fresh, _k, _m, _n, _tall, rewrite_nodes
+from derivations.lemmas.statement import Clause, Statement
 
 
 # ---- regularized Sylvester equation -------------------------------------------------------
@@ -95,8 +96,20 @@ def _collect_ids():
              (total(a, product(-1, a), b), b)], InstanceSampler(_SMALL))
 
 
+def _ring_statement() -> Statement:
+    """``(A + B) C = AC + BC``, ``C (A + B) = CA + CB``, ``αX + βX = (α + β) X``: a step is an instance when
+    both sides have one normal form in the free ring these generate (with associativity)."""
+    a, b, x = _fresh("A", _m, _n), _fresh("B", _m, _n), _fresh("X", _m, _n)
+    c, d = _fresh("C", _n, _k), _fresh("D", _k, _m)
+    alpha, beta = Symbol("alpha"), Symbol("beta")
+    return Statement((Clause(product(total(a, b), c), total(product(a, c), product(b, c))),
+                      Clause(product(d, total(a, b)), total(product(d, a), product(d, b))),
+                      Clause(total(product(alpha, x), product(beta, x)), product(alpha + beta, x))),
+                     sizes=(_SMALL, _LARGE), closure="ring")
+
+
 RING = Lemma(
     key="ring", number="R", title="Distributivity and collection of like terms",
-    statement=r"(A + B) C = AC + BC,\quad \alpha X + \beta X = (\alpha + \beta) X",
+    statement=_ring_statement(),
     rewrite=_collect_rewrite, identities=_collect_ids, algebraic=True,
 )

@@ -7,6 +7,8 @@ SVD, the truncated SVD and the norms of ``Σ``'s tail. The nodes they rewrite ar
 
 from __future__ import annotations
 
+import dataclasses
+
 from sympy import Rational, S
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, Transpose
 
@@ -36,7 +38,7 @@ from derivations.engine.vocabulary import (
     facts_of,
     positive_symbol,
 )
-from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _k, _m, _n, rewrite_nodes
+from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _k, _m, _n, rewrite_nodes, stated_by
 
 
 # ---- self-check instances -------------------------------------------------------------------------
@@ -288,7 +290,7 @@ def _factor_ids():
 
 FACTOR_OUTER = Lemma(
     key="factor_outer", number="Rf", title="Common outer factors of a sum",
-    statement=r"\textstyle\sum_i c_i\, L M_i R = L \big(\sum_i c_i M_i\big) R",
+    statement=dataclasses.replace(stated_by(_factor_ids), closure="ring"),
     rewrite=_factor_rewrite, identities=_factor_ids, algebraic=True,
 )
 

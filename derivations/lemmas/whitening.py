@@ -13,6 +13,7 @@ from derivations.engine.vocabulary import (
     FULL_ROW_RANK,
     ISOTROPIC_COLUMNS,
     ORTHONORMAL_COLUMNS,
+    SIDES,
     FactMatrix,
     GramInvSqrt,
     GramSqrt,
@@ -25,6 +26,7 @@ from derivations.engine.vocabulary import (
     nonnegative_symbol,
 )
 from derivations.lemmas.base import (
+    _LARGE,
     _SMALL,
     Applies,
     Case,
@@ -39,7 +41,9 @@ from derivations.lemmas.base import (
     _n,
     _tall,
     rewrite_nodes,
+    stated_by,
 )
+from derivations.lemmas.statement import Clause, Condition, Statement
 
 
 # ---- Lemma 4: change of variables ---------------------------------------------------------
@@ -83,11 +87,33 @@ def _cov_offers(view):
     return out
 
 
+def _gram_pair(side):
+    """``(W, λ, C, C⁻¹)``: a pattern matrix (tall for the right root, wide for the left), its damping and roots."""
+    w = _fresh("W", _m, _n) if side == "right" else _fresh("W", _n, _m)
+    lam = nonnegative_symbol("lambda")
+    return w, lam, GramSqrt(w, lam, side), GramInvSqrt(w, lam, side)
+
+
+def _invertible(c):
+    return Condition("invertible", c)
+
+
+def _cov_statement() -> Statement:
+    """``X = Z C⁻¹`` (or ``C⁻¹ Z``) defines the new variable, ``C`` a Gram root (of a tall or a wide
+    partner); ``C⁻¹ C = C C⁻¹ = I`` cancels the root."""
+    clauses, conditions = [], []
+    for side in SIDES:  # the root's own side: (WᵀW)^{1/2} or (WWᵀ)^{1/2}
+        w, lam, c, ci = _gram_pair(side)
+        clauses += [Clause(_fresh("X", _k, _n), product(_fresh("Z", _k, _n), ci), defines=True),
+                    Clause(_fresh("X", _n, _k), product(ci, _fresh("Z", _n, _k)), defines=True),
+                    Clause(product(ci, c), Identity(_n)), Clause(product(c, ci), Identity(_n))]
+        conditions.append(_invertible(c))
+    return Statement(tuple(clauses), tuple(conditions), sizes=(_SMALL, _LARGE))
+
+
 CHANGE_OF_VARIABLES = Lemma(
     key="change_of_variables", number="4", title="Change of variables",
-    statement=(r"Z = X C \text{ (or } Z = C X\text{)},\ C \text{ invertible}:\ "
-               r"X = Z C^{-1},\ C^{-1} C = I"),
-    conditions=(r"C \text{ invertible}",), rewrite=_cov_rewrite, identities=_cov_ids, algebraic=True,
+    statement=_cov_statement(), rewrite=_cov_rewrite, identities=_cov_ids, algebraic=True,
     applies=Applies(_cov_offers, order=20),
 )
 
@@ -158,10 +184,25 @@ def _polar_sub_offers(view):
     return out
 
 
+def _polar_statement(inverse: bool) -> Statement:
+    """6a: ``W = U_W C_W`` (right; ``C_W U_W`` left). 6b: ``W C_W⁻¹ = U_W``, ``C_W⁻¹ Wᵀ = U_Wᵀ`` (and left)."""
+    clauses, conditions = [], []
+    for side in SIDES:
+        w, lam, c, ci = _gram_pair(side)
+        u = PolarFactor(w, lam, side)
+        if not inverse:
+            clauses.append(Clause(w, product(u, c) if side == "right" else product(c, u)))
+        elif side == "right":
+            clauses += [Clause(product(w, ci), u), Clause(product(ci, transpose(w)), transpose(u))]
+        else:
+            clauses += [Clause(product(ci, w), u), Clause(product(transpose(w), ci), transpose(u))]
+        conditions.append(_invertible(c))
+    return Statement(tuple(clauses), tuple(conditions), sizes=(_SMALL, _LARGE))
+
+
 POLAR_SUBSTITUTION = Lemma(
     key="polar_substitution", number="6a", title="Polar substitution",
-    statement=(r"W = U_W C_W,\ C_W = (W^{\top}W)^{1/2},\ U_W^{\top}U_W = I"),
-    conditions=(r"W \text{ has full column rank}",),
+    statement=_polar_statement(inverse=False),
     rewrite=_polar_sub_rewrite, identities=_polar_ids, algebraic=True, applies=Applies(_polar_sub_offers, order=10),
 )
 
@@ -195,8 +236,7 @@ def _polar_inverse_offers(view):
 
 POLAR_INVERSE = Lemma(
     key="polar_inverse", number="6b", title="Polar factor from the Gram root",
-    statement=r"U_W = W C_W^{-1},\quad C_W^{-1} W^{\top} = U_W^{\top}",
-    conditions=(r"C_W \text{ invertible}",),
+    statement=_polar_statement(inverse=True),
     rewrite=_polar_inverse_rewrite, identities=_polar_inverse_ids, algebraic=True,
     applies=Applies(_polar_inverse_offers, order=50),
 )
@@ -222,7 +262,7 @@ def _projector_ids():
 
 PROJECTOR = Lemma(
     key="projector", number="P", title="Orthogonal projector onto the column space",
-    statement=r"P_W = U_W U_W^{\top},\ P_W^2 = P_W = P_W^{\top},\ P_W W = W",
+    statement=stated_by(_projector_ids),
     conditions=(r"U_W \text{ has orthonormal columns}",),
     rewrite=_projector_rewrite, identities=_projector_ids, algebraic=True,
 )

@@ -2,32 +2,8 @@
 
 from __future__ import annotations
 
-from sympy.printing.latex import LatexPrinter
-
-
-class WorkbenchLatexPrinter(LatexPrinter):
-    """SymPy's LaTeX printer with the workbench's notation."""
-
-    def _print_Transpose(self, expr):
-        arg = self._print(expr.arg)
-        if not (expr.arg.is_Symbol or getattr(expr.arg, "is_MatrixSymbol", False)) and " " in arg:
-            arg = rf"\left({arg}\right)"
-        return rf"{arg}^{{\top}}"
-
-    def _print_MatrixSymbol(self, expr):
-        name = expr.name
-        delta = name.startswith("dW_")
-        if delta:
-            name = name[1:]
-        base, _, sub = name.partition("_")
-        text = f"{base}_{{{sub}}}" if sub else base
-        return rf"\Delta {text}" if delta else text
-
-    _print_FactMatrix = _print_MatrixSymbol
-
-
-def latex(expr) -> str:
-    return WorkbenchLatexPrinter().doprint(expr)
+from derivations.engine.latex_notation import WorkbenchLatexPrinter, latex  # noqa: F401 (the printer's home)
+from derivations.lemmas.base import markdown_text
 
 
 def state_latex(state) -> str:
@@ -84,8 +60,8 @@ def derivation_latex(der) -> str:
 def lemmas_latex(lemmas) -> str:
     out = [r"\subsection*{Lemmas used}", r"\begin{description}"]
     for lem in lemmas:
-        conds = ", ".join(rf"${c}$" for c in lem.conditions)
-        out.append(rf"\item[Lemma {lem.number}] {_escape(lem.title)}: ${lem.statement}$"
+        conds = ", ".join(rf"${c}$" for c in lem.condition_latex)
+        out.append(rf"\item[Lemma {lem.number}] {_escape(lem.title)}: ${lem.statement_latex}$"
                    + (f" (if {conds})" if conds else ""))
     out.append(r"\end{description}")
     return "\n".join(out) + "\n"
@@ -96,3 +72,23 @@ def document_latex(title: str, derivations, lemmas) -> str:
     return (r"\documentclass{article}" "\n" r"\usepackage{amsmath,amssymb}" "\n"
             rf"\title{{{_escape(title)}}}" "\n" r"\begin{document}" "\n" r"\maketitle" "\n"
             + body + "\n" + lemmas_latex(lemmas) + r"\end{document}" "\n")
+
+
+def latex_text(text: str) -> str:
+    """Text for ``\\text{…}``: LaTeX's special characters escaped."""
+    return "".join("\\" + c if c in "_&%#$" else c for c in str(text))
+
+
+def check_text(check) -> str:
+    """A step's recorded check in one table cell (float64 residual, mpmath when run, symbolic verdict)."""
+    if check is None:
+        return "not checked"
+    parts = [f"float64 {check.float64_error:.0e} ({check.trials} instances)"]
+    parts.append("mpmath not run" if check.mpmath_error is None else f"mpmath {check.mpmath_error:.0e}")
+    if check.symbolic:
+        parts.append(f"symbolic: {markdown_text(check.symbolic)}")
+    if getattr(check, "instance", ""):
+        parts.append(f"kernel: {markdown_text(check.instance)}")
+    if check.failure:
+        parts.append(f"**failed**: {markdown_text(check.failure)}")
+    return " · ".join(parts)

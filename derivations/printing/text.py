@@ -53,7 +53,7 @@ def derivation_text(der: Derivation) -> str:
 def lemma_text(lemmas) -> str:
     out = ["Lemmas used", "-----------"]
     for lem in lemmas:
-        out.append(f"Lemma {lem.number} ({lem.title}): {lem.statement}")
-        for c in lem.conditions:
+        out.append(f"Lemma {lem.number} ({lem.title}): {lem.statement_latex}")
+        for c in lem.condition_latex:
             out.append(f"    if {c}")
     return "\n".join(out) + "\n"

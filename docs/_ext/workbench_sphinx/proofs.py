@@ -429,8 +429,8 @@ class LemmaReferenceDirective(SphinxDirective):
             head = f"Lemma {lemma.number}: {lemma.title}"
             lines += [f".. _{lemma_label(lemma.key)}:", "", rst.text(head), "-" * (len(rst.text(head)) + 4), "",
                       ".. prf:lemma::", "   :nonumber:", f"   :label: prf-{lemma_label(lemma.key)}", ""]
-            body = [f"Key {rst.literal(lemma.key)}.", "", *rst.math_block(tidy_latex(lemma.statement))]
-            conds = getattr(lemma, "conditions", ()) or ()
+            body = [f"Key {rst.literal(lemma.key)}.", "", *rst.math_block(tidy_latex(lemma.statement_latex))]
+            conds = lemma.condition_latex
             body += (["**Side conditions**", ""] + [f"* {rst.math(tidy_latex(c))}" for c in conds] + [""]
                      if conds else ["No side conditions.", ""])
             lines += rst.indent(body)

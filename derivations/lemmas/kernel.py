@@ -1,0 +1,402 @@
+"""The trusted kernel: is a step an instance of the statement of the lemma it cites?
+
+A rewrite step turns ``before`` into ``after``. It counts as an instance of a lemma's
+:class:`~derivations.lemmas.statement.Statement` when ``after`` is ``before`` with some of its
+subexpressions replaced, each replacement ``σ(lhs) → σ(rhs)`` (or ``σ(rhs) → σ(lhs)``) for one
+clause of the statement under one substitution ``σ`` of its pattern symbols, and the side
+conditions hold for ``σ`` by what the expressions carry. Expressions are compared in the sound
+normal form of :func:`derivations.engine.algebra.tidy` (flattened products and sums, transposes
+pushed inward, identities dropped): nothing else is taken on trust.
+
+The matcher (:func:`match`) is first-order with two liberties that the statements need:
+a pattern matrix in a product may stand for a run of factors (``X`` matches ``A B``), and an
+*optional* pattern matrix may stand for no factor at all (``⟨G, A X B⟩`` covers ``⟨G, X B⟩``).
+Sums are matched up to the order of their terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import permutations
+
+from sympy import Add, Basic, Mul, S, Symbol, expand
+from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose
+
+from derivations.engine.algebra import product, replace_free, tidy, total, transpose
+from derivations.engine.vocabulary import facts_of
+from derivations.lemmas.statement import Clause, Statement, known
+
+MAX_SEGMENT = 6  # factors a pattern matrix may stand for
+MAX_PERMUTED = 6  # terms of a sum matched up to order
+
+
+def _is_matrix(e) -> bool:
+    return bool(getattr(e, "is_Matrix", False))
+
+
+def _factors(e) -> tuple[Basic, list]:
+    if isinstance(e, MatMul):
+        c, mats = e.as_coeff_matrices()
+        return c, list(mats)
+    if _is_matrix(e):
+        return S.One, [e]
+    return e, []
+
+
+class Matcher:
+    """Matches expressions against one statement's pattern symbols."""
+
+    def __init__(self, variables, dimensions, optional=frozenset(), assumed=frozenset()):
+        self.variables = frozenset(variables)
+        self.assumed = frozenset(assumed)  # expressions a step declares to have every fact it needs
+        self.dimensions = frozenset(dimensions)
+        self.optional = frozenset(optional)
+
+    # ---- dimensions -----------------------------------------------------------------------
+    def _dim(self, p, e, b) -> dict | None:
+        p = p.xreplace({k: v for k, v in b.items() if k in self.dimensions})
+        if p in self.dimensions:
+            return {**b, p: e}
+        return b if p == e else None
+
+    def _shape(self, p, e, b) -> dict | None:
+        for pd, ed in zip(p.shape, e.shape, strict=True):
+            b = self._dim(pd, ed, b)
+            if b is None:
+                return None
+        return b
+
+    def _known(self, fact, e) -> bool:
+        return e in self.assumed or known(fact, e)
+
+    # ---- matching -------------------------------------------------------------------------
+    def match(self, p: Basic, e: Basic, b: dict) -> Iterator[dict]:
+        """Every extension of the binding ``b`` under which ``p`` equals ``e`` (in normal form)."""
+        if p in self.variables:
+            yield from self._bind(p, e, b)
+        elif isinstance(p, Transpose):
+            target = e.arg if isinstance(e, Transpose) else transpose(e)
+            yield from self.match(p.arg, target, b)
+        elif isinstance(p, MatMul):
+            yield from self._product(p, e, b)
+        elif isinstance(p, (MatAdd, Add)):
+            yield from self._sum(p, e, b)
+        elif isinstance(p, Mul):
+            yield from self._scalar_product(p, e, b)
+        elif isinstance(p, Identity):
+            if isinstance(e, Identity):
+                found = self._dim(p.rows, e.rows, b)
+                if found is not None:
+                    yield found
+        elif not p.args:
+            if p == e or p.xreplace({k: v for k, v in b.items() if k in self.dimensions}) == e:
+                yield b
+        elif type(p) is type(e) and len(p.args) == len(e.args):
+            yield from self._args(list(p.args), list(e.args), b)
+
+    def _args(self, ps, es, b) -> Iterator[dict]:
+        if not ps:
+            yield b
+            return
+        for b2 in self.match(ps[0], es[0], b):
+            yield from self._args(ps[1:], es[1:], b2)
+
+    def _bind(self, p, e, b) -> Iterator[dict]:
+        if p in b:
+            if tidy(b[p]) == tidy(e):
+                yield b
+            return
+        if isinstance(p, MatrixSymbol):
+            if not _is_matrix(e) or not all(self._known(f, e) for f in facts_of(p)):
+                return
+            found = self._shape(p, e, b)
+            if found is not None:
+                yield {**found, p: e}
+        elif not _is_matrix(e) and (not p.is_positive or e.is_positive) and (not p.is_nonnegative or e.is_nonnegative):
+            yield {**b, p: e}
+
+    def _product(self, p, e, b) -> Iterator[dict]:
+        pc, pm = _factors(p)
+        ec, em = _factors(e)
+        if not em:
+            return
+        for b2 in self._coefficient(pc, ec, b):
+            yield from self._sequence(pm, em, b2)
+
+    def _coefficient(self, pc, ec, b) -> Iterator[dict]:
+        if pc == ec:
+            yield b
+        elif pc != 1:
+            yield from self.match(pc, ec, b)
+
+    def _sequence(self, pm, em, b) -> Iterator[dict]:
+        if not pm:
+            if not em:
+                yield b
+            return
+        head, rest = pm[0], pm[1:]
+        var = head.arg if isinstance(head, Transpose) else head
+        if var in self.variables and var not in b:
+            if var in self.optional:
+                size = em[0].rows if em else var.rows.xreplace(b)
+                if size not in self.dimensions:
+                    found = self._shape(var, Identity(size), b)
+                    if found is not None:
+                        yield from self._sequence(rest, em, {**found, var: Identity(size)})
+            for k in range(1, min(len(em), MAX_SEGMENT) + 1):
+                run = product(*em[:k])
+                value = transpose(run) if isinstance(head, Transpose) else run
+                found = self._shape(var, value, b)
+                if found is not None and all(self._known(f, value) for f in facts_of(var)):
+                    yield from self._sequence(rest, em[k:], {**found, var: value})
+            return
+        if var in self.variables and isinstance(b.get(var), Identity):  # an absent optional factor
+            yield from self._sequence(rest, em, b)
+        if not em:
+            return
+        if var in self.variables and var in b:  # a bound pattern matrix stands for the same run again
+            want = tidy(transpose(b[var]) if isinstance(head, Transpose) else b[var])
+            for k in range(2, min(len(em), MAX_SEGMENT) + 1):
+                if tidy(product(*em[:k])) == want:
+                    yield from self._sequence(rest, em[k:], b)
+        for b2 in self.match(head, em[0], b):
+            yield from self._sequence(rest, em[1:], b2)
+
+    def _sum(self, p, e, b) -> Iterator[dict]:
+        ps, es = list(p.args), list(e.args) if isinstance(e, (MatAdd, Add)) else [e]
+        if len(ps) != len(es) or len(es) > MAX_PERMUTED:
+            return
+        for order in permutations(es):
+            yield from self._args(ps, list(order), b)
+
+    def _scalar_product(self, p, e, b) -> Iterator[dict]:
+        ps = list(p.args)
+        es = list(e.args) if isinstance(e, Mul) else [e]
+        free = [x for x in ps if x in self.variables and x not in b and not _is_matrix(x)]
+        fixed = [x for x in ps if x not in free]
+        if len(fixed) > len(es) or len(free) > 1 or (not free and len(fixed) != len(es)):
+            return
+        for order in permutations(range(len(es)), len(fixed)):
+            if len(es) > MAX_PERMUTED:
+                return
+            for b2 in self._args(fixed, [es[i] for i in order], b):
+                left = [es[i] for i in range(len(es)) if i not in order]
+                if free:
+                    yield {**b2, free[0]: Mul(*left)}
+                elif not left:
+                    yield b2
+
+
+def substitute(expr: Basic, binding: dict) -> Basic:
+    """``expr`` with the pattern symbols replaced, in normal form."""
+    return tidy(expr.xreplace(binding))
+
+
+class InstanceChecker:
+    """Decides whether ``before → after`` is made of instances of a statement's clauses."""
+
+    def __init__(self, statement, extra_clauses=(), assumed=()):
+        self.statement = statement
+        pattern = Matcher(statement.variables, statement.dimensions, statement.optional, assumed)
+        self.matcher_dims = statement.dimensions
+        concrete = Matcher((), ())  # a step's own definitions have no pattern symbols
+        self.clauses = ([(c, pattern) for c in statement.clauses if c.relation == "=" and not c.defines]
+                        + [(c, concrete) for c in extra_clauses])
+        self.used: list = []
+
+    def replaced(self, b: Basic, a: Basic) -> bool:
+        """``b → a`` is one clause instance (either direction), its side conditions holding, or the
+        transpose of one (an equation stays true when both sides are transposed)."""
+        if self._replaced(b, a):
+            return True
+        return _is_matrix(b) and _is_matrix(a) and self._replaced(transpose(b), transpose(a))
+
+    def _replaced(self, b: Basic, a: Basic) -> bool:
+        for clause, matcher in self.clauses:
+            for lhs, rhs in ((clause.lhs, clause.rhs), (clause.rhs, clause.lhs)):
+                for bound in matcher.match(lhs, b, {}):
+                    binding = next((x for x in matcher.match(rhs, tidy(a), bound)
+                                    if not matcher.variables or self._conditions(x)), None)
+                    if binding is not None:
+                        self.used.append((clause, binding))
+                        return True
+        return False
+
+    def _conditions(self, binding) -> bool:
+        """The side conditions on the symbols this instance binds (a clause of the other side binds others)."""
+        bound = set(binding)
+        return all(c.holds(binding) for c in self.statement.conditions
+                   if c.subject.atoms(MatrixSymbol, Symbol) - set(self.matcher_dims) <= bound)
+
+    def explains(self, b: Basic, a: Basic) -> bool:
+        """``a`` is ``b`` with subexpressions replaced by clause instances."""
+        b, a = tidy(b), tidy(a)
+        if b == a or self.replaced(b, a):
+            return True
+        if _is_matrix(b) and _is_matrix(a) and (isinstance(b, MatMul) or isinstance(a, MatMul)):
+            return self._products(b, a)
+        if isinstance(b, (MatAdd, Add)) and isinstance(a, (MatAdd, Add)):
+            return self._sums(b, a)
+        if isinstance(b, Mul) and isinstance(a, Mul):
+            return self._sums(b, a, combine=Mul)
+        if type(b) is type(a) and len(b.args) == len(a.args) and b.args:
+            return all(self.explains(x, y) for x, y in zip(b.args, a.args, strict=True))
+        return False
+
+    def _products(self, b, a) -> bool:
+        bc, bm = _factors(b)
+        ac, am = _factors(a)
+        if bc != ac:
+            return False
+        memo: dict = {}
+
+        def aligned(i, j) -> bool:
+            if (i, j) in memo:
+                return memo[(i, j)]
+            memo[(i, j)] = False
+            if i == len(bm) and j == len(am):
+                memo[(i, j)] = True
+                return True
+            ok = False
+            if i < len(bm) and j < len(am) and self.explains(bm[i], am[j]):
+                ok = aligned(i + 1, j + 1)
+            for i2 in range(i + 1, min(len(bm), i + MAX_SEGMENT) + 1):
+                if ok:
+                    break
+                for j2 in range(j, min(len(am), j + MAX_SEGMENT) + 1):
+                    if (i2 - i, j2 - j) == (1, 1):
+                        continue
+                    seg_a = product(*am[j:j2]) if j2 > j else Identity(bm[i].rows)
+                    if self.replaced(product(*bm[i:i2]), seg_a) and aligned(i2, j2):
+                        ok = True
+                        break
+            if not ok and i < len(bm) and j < len(am):
+                for j2 in range(j + 2, min(len(am), j + MAX_SEGMENT) + 1):
+                    if self.replaced(bm[i], product(*am[j:j2])) and aligned(i + 1, j2):
+                        ok = True
+                        break
+            memo[(i, j)] = ok
+            return ok
+
+        return aligned(0, 0)
+
+    def _sums(self, b, a, combine=None) -> bool:
+        bt, at = list(b.args), list(a.args)
+        common = [t for t in bt if t in at]
+        rest_b = [t for t in bt if t not in common]
+        rest_a = [t for t in at if t not in common]
+        join = combine or (total if _is_matrix(b) else Add)
+        if not rest_b or not rest_a:
+            return False
+        if common and self.replaced(join(*rest_b), join(*rest_a)):
+            return True
+        if len(rest_b) == len(rest_a) and len(rest_b) <= MAX_PERMUTED:
+            return any(all(self.explains(x, y) for x, y in zip(rest_b, order, strict=True))
+                       for order in permutations(rest_a))
+        return False
+
+
+def is_instance(statement, before, after, extra_clauses=(), assumed=()) -> tuple[bool, list]:
+    """Whether every part ``before[i] → after[i]`` is made of instances of ``statement``'s clauses
+    (and of ``extra_clauses``: definitions a step brings, like a change of variables' ``X = Z C⁻¹``).
+    Returns ``(verdict, [(clause, binding), …])`` with the instances used."""
+    checker = InstanceChecker(statement, extra_clauses, assumed)
+    ok = all(checker.explains(b, a) for b, a in zip(before, after, strict=True))
+    return ok, checker.used
+
+
+def _defines(statement, lhs, rhs) -> bool:
+    """``lhs = rhs`` (a step's definition) is an instance of one of the statement's definition clauses."""
+    matcher = Matcher(statement.variables, statement.dimensions, statement.optional)
+    return any(True for c in statement.clauses if c.defines for binding in matcher.match(c.lhs, lhs, {})
+               for _ in matcher.match(c.rhs, tidy(rhs), binding))
+
+
+def step_instance(lemma, kind: str, before, after, *, substitution=None, params=None) -> tuple[str, str | None]:
+    """The kernel's verdict on one step: ``(status, failure)``.
+
+    ``status`` says how the step was shown to be an instance of ``lemma``'s statement (or why that
+    does not apply); ``failure`` is ``None`` or the reason the step is *not* an instance. A step's own
+    definitions (a change of variables' ``X = Z C⁻¹``, a chain-rule step's factor gradients) must be
+    instances of the statement's definition clauses; the change of variables is then applied
+    everywhere outside derived nodes, and a factor gradient's definition may be replaced by its name.
+    A statement with ``closure="ring"`` admits a step whose sides have one normal form in the free ring.
+    """
+    statement = lemma.statement
+    if not isinstance(statement, Statement):
+        return "n/a: the statement is text", None
+    if kind not in ("rewrite", "change_of_variables"):
+        return f"n/a: a {kind.replace('_', ' ')} step", None
+    if statement.closure == "ring":
+        same = all(ring_normal_form(b) == ring_normal_form(a) for b, a in zip(before, after, strict=True))
+        return ("instance: one normal form in the free ring", None) if same else (
+            "", "the two sides differ in the free ring (not a consequence of the ring axioms)")
+    extra = []
+    if kind == "change_of_variables":
+        old, new = substitution
+        if not _defines(statement, old, new):
+            return "", f"the substitution {old} = {new} is not an instance of the statement's definition"
+        before = [replace_free(b, old, new) for b in before]
+    for name, definition in ((params or {}).get("gradients") or {}).items():
+        if not _defines(statement, name, definition):
+            return "", f"the definition {name} = {definition} is not an instance of the statement's definition"
+        extra.append(Clause(name, definition))
+    assumed = tuple((params or {}).get("targets") or ())  # facts the rule module declares (msign's polar form)
+    ok, used = is_instance(statement, before, after, extra, assumed)
+    if not ok:
+        return "", "the step is not made of instances of the statement's clauses"
+    clauses = sorted({statement.clauses.index(c) + 1 for c, _ in used if c in statement.clauses})
+    status = (f"instance of clause{'s' if len(clauses) > 1 else ''} {', '.join(map(str, clauses))}"
+              if clauses else "instance of the definitions")
+    if assumed:
+        status += f" (side conditions of {', '.join(map(str, assumed))} declared by the step)"
+    return status, None
+
+
+# ---- the free ring's normal form ---------------------------------------------------------------
+def _atom(e):
+    """A node that is not ring structure, keyed by its class and its arguments' normal forms."""
+    if not e.args or isinstance(e, (MatrixSymbol, Identity)):
+        return e
+    return (type(e).__name__, *(_expression(a) if _is_matrix(a) or getattr(a, "is_commutative", None) and not a.is_Atom
+                                else a for a in e.args))
+
+
+def _poly(e) -> dict:
+    """``e`` as ``{word: coefficient}``: words of matrix atoms (order kept) and sorted scalar atoms."""
+    e = tidy(e)
+    if isinstance(e, (MatAdd, Add)):
+        out: dict = {}
+        for t in e.args:
+            for w, c in _poly(t).items():
+                out[w] = out.get(w, 0) + c
+        return out
+    if isinstance(e, (MatMul, Mul)):
+        out = {((), ()): S.One}
+        for f in e.args:
+            nxt: dict = {}
+            for (w1, s1), c1 in out.items():
+                for (w2, s2), c2 in _poly(f).items():
+                    key = (w1 + w2, tuple(sorted(s1 + s2, key=str)))
+                    nxt[key] = nxt.get(key, 0) + c1 * c2
+            out = nxt
+        return out
+    if e.is_number or isinstance(e, Symbol):
+        return {((), ()): e}
+    if getattr(e, "is_ZeroMatrix", False):
+        return {}
+    atom = _atom(e)
+    return {((atom,), ()): S.One} if _is_matrix(e) else {((), (atom,)): S.One}
+
+
+def _expression(e):
+    """The normal form of ``e`` as a hashable value."""
+    return frozenset((w, expand(c)) for w, c in _poly(e).items() if expand(c) != 0)
+
+
+def ring_normal_form(e) -> frozenset:
+    """``e`` in the free (noncommutative) ring over its atoms: distributed, collected, associated."""
+    return _expression(e)
+
+
+__all__ = ["InstanceChecker", "Matcher", "is_instance", "ring_normal_form", "step_instance", "substitute"]

@@ -1,0 +1,230 @@
+"""A lemma's statement as one SymPy object: clauses over pattern symbols, side conditions as data.
+
+A :class:`Statement` is the single source of what a lemma says. Its clauses are relations
+``lhs = rhs`` (or ``lhs ≤ rhs``) between matrix expressions of the vocabulary whose free symbols
+are the lemma's *pattern symbols* (every matrix and scalar symbol, their dimensions included).
+Side conditions are data: the structural facts the pattern matrices carry (``U`` has orthonormal
+columns), the signs of the pattern scalars (``c > 0``), and explicit :class:`Condition` objects
+(``C`` invertible: ``W`` of full column rank *or* ``λ > 0``). From the statement:
+
+* the LaTeX on the proof pages and in ``--emit latex|text`` is printed (:meth:`Statement.latex`);
+* the self-check evaluates every clause on random instances that satisfy the conditions, in
+  float64 at several sizes (one with every dimension at least 16) and in mpmath at 50 digits
+  (:meth:`Statement.check`);
+* every step that cites the lemma is matched against the clauses by the trusted kernel
+  (:mod:`derivations.lemmas.kernel`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import mpmath
+import numpy as np
+from sympy import Basic, Symbol
+from sympy.matrices.expressions import Identity, MatrixSymbol
+
+from derivations.engine.evaluate import InstanceSampler, evaluate, free_symbols, relative_error
+from derivations.engine.latex_notation import latex
+from derivations.engine.vocabulary import (
+    FULL_COLUMN_RANK,
+    FULL_ROW_RANK,
+    ISOTROPIC_COLUMNS,
+    ORTHONORMAL_COLUMNS,
+    ORTHONORMAL_ROWS,
+    SPD,
+    SYMMETRIC,
+    _GramNode,
+    facts_of,
+)
+from numerics.kernels.reference import MpmathBackend, NumpyBackend
+
+#: digits of the high-precision evaluation, and the error it tolerates
+STATEMENT_DPS = 50
+STATEMENT_MP_TOL = 1e-40
+#: relative error of the float64 evaluation (well-conditioned instances)
+STATEMENT_TOL = 1e-8
+
+#: how a structural fact reads in a side condition (``{}`` is the matrix)
+FACT_TEXT = {
+    FULL_COLUMN_RANK: r"{} \text{{ has full column rank}}",
+    FULL_ROW_RANK: r"{} \text{{ has full row rank}}",
+    ORTHONORMAL_COLUMNS: r"{} \text{{ has orthonormal columns}}",
+    ORTHONORMAL_ROWS: r"{} \text{{ has orthonormal rows}}",
+    SYMMETRIC: r"{} \text{{ symmetric}}",
+    SPD: r"{} \text{{ symmetric positive definite}}",
+    ISOTROPIC_COLUMNS: r"{} \text{{ has orthogonal columns of equal norm}}",
+}
+
+
+@dataclass(frozen=True)
+class Clause:
+    """``lhs = rhs`` (``relation="="``) or ``lhs ≤ rhs`` (``"<="``, an inequality between scalars)."""
+
+    lhs: Basic
+    rhs: Basic
+    relation: str = "="
+    defines: bool = False  # a definition a step brings (``X = Z C⁻¹``): matched against the step's own
+
+    def __post_init__(self):
+        if self.relation not in ("=", "<="):
+            raise ValueError(f"a clause's relation is '=' or '<=', got {self.relation!r}")
+        if self.relation == "=" and getattr(self.lhs, "shape", None) != getattr(self.rhs, "shape", None):
+            raise ValueError(f"clause {self.lhs} = {self.rhs}: the sides have different shapes")
+
+    def latex(self) -> str:
+        op = "=" if self.relation == "=" else r"\le"
+        return f"{latex(self.lhs)} {op} {latex(self.rhs)}"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A side condition that the pattern symbols' facts do not carry: ``fact`` of ``subject``.
+
+    ``fact`` is a structural fact of the vocabulary (``full_column_rank`` …), ``"positive"`` or
+    ``"invertible"`` (a Gram root: its base has full rank on its side, or its damping is positive).
+    ``alternatives`` are conditions any one of which suffices instead (``W`` full rank *or* ``λ > 0``).
+    """
+
+    fact: str
+    subject: Basic
+    alternatives: tuple = ()
+
+    def latex(self) -> str:
+        text = _condition_text(self.fact, self.subject)
+        return r"\ \text{or}\ ".join([text, *(c.latex() for c in self.alternatives)])
+
+    def holds(self, binding: dict) -> bool:
+        """Whether the condition is known to hold for the instance ``binding`` (pattern → expression)."""
+        subject = self.subject.xreplace(binding)
+        return known(self.fact, subject) or any(c.holds(binding) for c in self.alternatives)
+
+
+def _condition_text(fact: str, subject: Basic) -> str:
+    if fact == "positive":
+        return f"{latex(subject)} > 0"
+    if fact == "invertible" and isinstance(subject, _GramNode):
+        rank = "column" if subject.side == "right" else "row"
+        return (rf"{latex(subject)} \text{{ invertible: }} {latex(subject.base)} \text{{ has full {rank} rank or }} "
+                rf"{latex(subject.damping)} > 0")
+    if fact == "invertible":
+        return rf"{latex(subject)} \text{{ invertible}}"
+    return FACT_TEXT[fact].format(latex(subject))
+
+
+#: facts an identity matrix has
+IDENTITY_FACTS = frozenset({FULL_COLUMN_RANK, FULL_ROW_RANK, ORTHONORMAL_COLUMNS, ORTHONORMAL_ROWS, SYMMETRIC, SPD,
+                            ISOTROPIC_COLUMNS})
+
+
+def known(fact: str, expr: Basic) -> bool:
+    """``fact`` holds for ``expr`` by what the expression carries (its facts, its sign, its construction)."""
+    if isinstance(expr, Identity):
+        return fact in IDENTITY_FACTS or fact == "invertible"
+    if fact == "positive":
+        return bool(expr.is_positive)
+    if fact == "invertible":
+        if not isinstance(expr, _GramNode):
+            return False
+        need = FULL_COLUMN_RANK if expr.side == "right" else FULL_ROW_RANK
+        return need in facts_of(expr.base) or bool(expr.damping.is_positive)
+    return fact in facts_of(expr)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A lemma's statement: ``clauses`` over pattern symbols, with ``conditions`` and check ``sizes``.
+
+    ``optional``: pattern matrices that an instance may leave out (an identity factor), so that
+    ``⟨G, A X B⟩ = ⟨Aᵀ G Bᵀ, X⟩`` also covers ``⟨G, X B⟩``. ``sizes``: the dimension values the
+    self-check evaluates at (at least two, one with every dimension ≥ 16); the first is the one
+    evaluated in mpmath.
+    """
+
+    clauses: tuple
+    conditions: tuple = ()
+    optional: frozenset = field(default_factory=frozenset)
+    #: ``"ring"``: a step is an instance when both sides have one normal form in the free ring that the
+    #: clauses generate (distributivity, collection, associativity); otherwise clause by clause
+    closure: str = ""
+    sizes: tuple = field(default=(), compare=False)  # dicts: not part of equality or hashing
+
+    def __post_init__(self):
+        if not self.clauses or not all(isinstance(c, Clause) for c in self.clauses):
+            raise ValueError("a statement needs at least one Clause")
+        unknown = set(self.optional) - set(self.variables)
+        if unknown:
+            raise ValueError(f"optional symbols {sorted(map(str, unknown))} are not in the statement")
+
+    @property
+    def variables(self) -> tuple:
+        """The pattern symbols: every matrix and scalar symbol of the clauses, by name."""
+        return tuple(sorted(free_symbols(*self._sides()), key=str))
+
+    @property
+    def dimensions(self) -> tuple:
+        """The dimension symbols of the pattern matrices."""
+        dims = {d for e in self._sides() for m in e.atoms(MatrixSymbol) for d in m.shape if isinstance(d, Symbol)}
+        return tuple(sorted(dims, key=str))
+
+    def _sides(self) -> list:
+        return [s for c in self.clauses for s in (c.lhs, c.rhs)]
+
+    # ---- printing -------------------------------------------------------------------------
+    def latex(self) -> str:
+        """The clauses, as one LaTeX formula (no delimiters)."""
+        return r",\quad ".join(c.latex() for c in self.clauses)
+
+    def condition_latex(self) -> tuple[str, ...]:
+        """The side conditions, each as LaTeX: the pattern symbols' facts and signs, then the explicit ones."""
+        out = []
+        for v in self.variables:
+            if isinstance(v, MatrixSymbol):
+                out += [FACT_TEXT[f].format(latex(v)) for f in sorted(facts_of(v)) if f in FACT_TEXT]
+            elif v.is_positive:
+                out.append(f"{latex(v)} > 0")
+            elif v.is_nonnegative:
+                out.append(rf"{latex(v)} \ge 0")
+        return tuple(out) + tuple(c.latex() for c in self.conditions)
+
+    # ---- the self-check -------------------------------------------------------------------
+    def check(self, rng: np.random.Generator, trials: int = 2) -> dict:
+        """Worst error of the clauses on random instances: ``{sub-check: error}``.
+
+        For ``=`` the error is the relative difference of the sides; for ``≤`` it is how far the
+        left side exceeds the right one, relative to the right. Sub-checks: ``statement (float64,
+        m=7 n=3 …)`` per size and ``statement (mpmath 50 digits)``.
+        """
+        if all(c.defines for c in self.clauses):
+            return {}  # definitions only (the chain rule): the lemma's own check compares them with autodiff
+        if len(self.sizes) < 2 or min(self.sizes[-1].values(), default=16) < 16:
+            raise ValueError("a statement is checked at two sizes at least, the last with every dimension >= 16")
+        errors = {}
+        for dims in self.sizes:
+            label = "statement (float64, " + " ".join(f"{k}={v}" for k, v in sorted(dims.items(), key=str)) + ")"
+            errors[label] = max(self._error(rng, dims, NumpyBackend()) for _ in range(trials))
+        with mpmath.workdps(STATEMENT_DPS):
+            err = self._error(rng, self.sizes[0], MpmathBackend(STATEMENT_DPS))
+        errors[f"statement (mpmath {STATEMENT_DPS} digits)"] = err
+        return errors
+
+    @staticmethod
+    def tolerance(subcheck: str) -> float:
+        """The error a sub-check of :meth:`check` tolerates."""
+        return STATEMENT_MP_TOL if "mpmath" in subcheck else STATEMENT_TOL
+
+    def _error(self, rng, dims, backend) -> float:
+        sampler = InstanceSampler(dims)
+        env = sampler.sample(rng, self.variables, backend)
+        worst = 0.0
+        for clause in self.clauses:
+            if clause.defines:
+                continue
+            a = evaluate(clause.lhs, env, backend, dims)
+            b = evaluate(clause.rhs, env, backend, dims)
+            if clause.relation == "=":
+                worst = max(worst, relative_error(a, b, backend))
+            else:
+                excess = float(a) - float(b)
+                worst = max(worst, max(0.0, excess) / max(1.0, abs(float(b))))
+        return worst
