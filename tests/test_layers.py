@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "derivations.engine.interpret": 1,
     "derivations.engine.evaluate": 1,
     "derivations.engine.numeric": 1,
+    "derivations.engine.latex_notation": 1,
     "derivations.engine.norm_nodes": 1,
     "derivations.engine.spectral_nodes": 1,  # the SVD, PSD powers and counts of the classics' lemmas
     "derivations.commandline": 1,
@@ -52,6 +53,7 @@ LAYERS: dict[str, int] = {
     "derivations.classics": 5,  # classic results stated from hand-written formulas: above the parser
     # 6. products: emitted modules, optimizer, training, benchmarks
     "numerics": 6,
+    "numerics.distributed": 6,  # the update across processes (jax.distributed) and head-parallel (shard_map)
     "benchmarks": 6,
 }
 #: generated code: imports only jax (checked by its own tests), not part of the layer graph
