@@ -18,8 +18,7 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import halfsplit
 from derivations import lemmas as L
-from derivations.engine import derivation as engine_derivation
-from derivations.engine.derivation import StepCheckFailed
+from derivations.engine.derivation import Derivation, Problem, StepCheckFailed
 from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     FactMatrix,
@@ -145,3 +144,30 @@ def test_a_true_rewrite_citing_the_wrong_lemma_stops_the_derivation(monkeypatch)
             halfsplit.key_side()
     finally:
         halfsplit.key_side.cache_clear()
+
+
+def test_a_forged_step_cannot_carry_its_own_verdict():
+    """Item 2: a step appended behind the engine's back, claiming the kernel's verdict, is refused when the
+    derivation is checked: ``check()`` asks the kernel again (the wrong ``after`` is also numerically wrong,
+    so the kernel's verdict is what stops it first)."""
+    dq = MatrixSymbol("dW_Q", d, h)
+    change = dq * halfsplit.W_K.T
+    der = Derivation("t.forged", "t", Problem(dq, Inner(halfsplit.G_M, change), OpNorm(change), halfsplit.BUDGET),
+                     halfsplit.context(halfsplit.GRADIENTS_QK))
+    der.apply(L.POLAR_SUBSTITUTION, matrix=halfsplit.W_K)
+    good = der.steps[-1]
+    wrong = {GramSqrt(halfsplit.W_K): GramInvSqrt(halfsplit.W_K)}
+    bad_after = good.after.with_parts(good.after.objective.xreplace(wrong), good.after.constraint)
+    der.steps.append(dataclasses.replace(good, index=2, before=good.after, after=bad_after,
+                                         instance="instance of clause 1"))
+    with pytest.raises(StepCheckFailed, match=r"t.forged step 2 \(rewrite\), lemma 6a .*instance of the statement"):
+        der.check(trials=1, mp=False)
+
+
+def test_proof_status_counts_steps_proven_for_all_sizes():
+    """Item 5: every step the kernel matched is proven for all sizes; the rest say why they are not."""
+    status = halfsplit.product_step().proof_status()
+    assert status["for all sizes"] == len(halfsplit.product_step().steps) and status["at instances"] == 0
+    query = halfsplit.query_side().proof_status()
+    assert query["at instances"] == 1 and query["why"] == {"a solve step (certified by duality)": 1}
+    assert query["for all sizes"] == len(halfsplit.query_side().steps) - 1

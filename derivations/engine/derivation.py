@@ -49,7 +49,7 @@ from derivations.engine.norms import family_of, solve_lemma, unscaled
 from derivations.engine.symbolic import size_label, verify_equal
 from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, Inner
 from derivations.lemmas.base import markdown_text
-from derivations.lemmas.kernel import step_instance
+from derivations.lemmas.kernel import proof_status, step_instance
 from derivations.printing.latex import check_text, latex, latex_text, state_latex
 from numerics.kernels.reference import MpmathBackend, NumpyBackend
 
@@ -353,6 +353,12 @@ class Derivation:
     def lemmas_used(self) -> list[L.Lemma]:
         return list(dict.fromkeys(s.lemma for s in self.steps))
 
+    def proof_status(self) -> dict:
+        """How far each step is proven (:func:`derivations.lemmas.kernel.proof_status`)."""
+        for step in self.steps:
+            self._instance(step)
+        return proof_status(self.steps)
+
     def fingerprint(self) -> str:
         """A short hash of the start and every step's result (stable across runs)."""
         h = hashlib.sha256()
@@ -400,6 +406,7 @@ class Derivation:
         rng = np.random.default_rng(seed)
         results = []
         for step in self.steps:
+            step.instance = None  # the kernel decides again: a step cannot carry its own verdict in
             step.check = self._check_step(step, trials, mp, rng, strict)
             results.append(step.check)
         return results
@@ -433,14 +440,15 @@ class Derivation:
 
     def _instance(self, step: Step) -> str:
         """The trusted kernel's verdict: the step is an instance of its lemma's statement."""
-        if step.instance is None:
-            status, failure = step_instance(step.lemma, step.kind, step.before.parts(), step.after.parts(),
-                                            substitution=step.substitution, params=step.params)
-            if failure is not None:
-                raise _Failure("instance", self._header(step, "instance of the statement") + f": {failure}\n"
-                               f"  before: {self._describe(step.before)}\n  after:  {self._describe(step.after)}")
+        if step.instance is not None:
+            return step.instance
+        status, failure = step_instance(step.lemma, step.kind, step.before.parts(), step.after.parts(),
+                                        substitution=step.substitution, params=step.params)
+        if failure is None:
             step.instance = status
-        return step.instance
+            return status
+        raise _Failure("instance", f"{self._header(step, 'instance of the statement')}: {failure}\n  before: "
+                       f"{self._describe(step.before)}\n  after:  {self._describe(step.after)}")
 
     def _symbolic(self, step: Step) -> str:
         if step.symbolic is not None:
@@ -578,12 +586,9 @@ class Derivation:
 
 
 def _rel(a, b, backend):
-    if isinstance(a, (np.ndarray, mpmath.matrix)):
-        diff = backend.max_abs(a - b)
-        scale = max(1, backend.max_abs(b))
-    else:
-        diff, scale = abs(a - b), max(1, abs(b))
-    return diff / scale
+    matrix = isinstance(a, (np.ndarray, mpmath.matrix))
+    diff, scale = (backend.max_abs(a - b), backend.max_abs(b)) if matrix else (abs(a - b), abs(b))
+    return diff / max(1, scale)
 
 
 def _ssub(old, factor, side):

@@ -8,7 +8,7 @@ from sympy.matrices.expressions import MatAdd, MatMul, Transpose
 from derivations.engine.algebra import product, transpose
 from derivations.engine.evaluate import InstanceSampler
 from derivations.engine.vocabulary import Inner, dimension
-from derivations.lemmas.base import _SMALL, Applies, Case, Lemma, Offer, _fresh, _k, _m, _n, rewrite_nodes
+from derivations.lemmas.base import _SMALL, Applies, Case, Lemma, Offer, _fresh, _k, _m, _n, rewrite_nodes, stated_by
 from derivations.lemmas.statement import Clause, Statement
 
 
@@ -87,6 +87,6 @@ def _linearity_ids():
 
 INNER_LINEARITY = Lemma(
     key="inner_linearity", number="L", title="Linearity of the inner product",
-    statement=r"\langle A, B + C\rangle = \langle A, B\rangle + \langle A, C\rangle",
+    statement=stated_by(_linearity_ids),
     rewrite=_linearity_rewrite, identities=_linearity_ids, algebraic=True,
 )

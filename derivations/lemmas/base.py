@@ -367,16 +367,21 @@ _SMALL = {_m: 7, _n: 3, _k: 5}
 _LARGE = {_m: 40, _n: 16, _k: 24}  # every dimension >= 16 (the statements' second size)
 
 
-def stated_by(identities, sizes=None) -> Statement:
+def stated_by(identities, sizes=None, relation: str = "=", instance=None) -> Statement:
     """The statement whose clauses are a lemma's self-check identities (each a general instance, its
     side conditions carried by its symbols), checked at the sizes of ``sizes`` (default: the small and
-    the large standard sizes)."""
-    raw, _ = identities()
+    the large standard sizes). ``relation="<="`` for a bound (each case ``lhs ≤ rhs``); ``instance`` is
+    the lemma's hook that completes a random instance (see :class:`Lemma`)."""
+    raw, sampler = identities()
     clauses: list = []
     for c in (c if isinstance(c, Case) else Case(*c) for c in raw):
         if not any({c.lhs, c.rhs} == {k.lhs, k.rhs} for k in clauses):
-            clauses.append(Clause(c.lhs, c.rhs))
-    return Statement(tuple(clauses), sizes=sizes or (_SMALL, _LARGE))
+            clauses.append(Clause(c.lhs, c.rhs, relation, where=c.substitution))
+    small = dict(getattr(sampler, "dims", None) or _SMALL)
+    large = _LARGE if small == _SMALL else {d: v + 16 for d, v in small.items()}
+    return Statement(tuple(clauses), sizes=sizes or (small, large),
+                     definitions=dict(getattr(sampler, "definitions", {}) or {}),
+                     scalars=dict(getattr(sampler, "scalars", {}) or {}), prepare=instance)
 
 
 def _tall(name, *facts):

@@ -15,7 +15,7 @@ from derivations.engine.algebra import product
 from derivations.engine.evaluate import InstanceSampler, evaluate, free_symbols
 from derivations.engine.spectral_nodes import Entries, Flops, Group, Least, Rank, _Count
 from derivations.engine.vocabulary import dimension
-from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _k, _m, _n, rewrite_nodes
+from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _k, _m, _n, rewrite_nodes, stated_by
 
 
 def _sampler(**extra):
@@ -48,7 +48,7 @@ def _assoc_ids():
 
 ASSOCIATIVITY = Lemma(
     key="associativity", number="A", title="Associativity of the matrix product",
-    statement=r"(AB)C = A(BC)",
+    statement=stated_by(_assoc_ids),
     rewrite=_assoc_rewrite, identities=_assoc_ids, not_modelled="the grouping node is not in the explicit model",
 )
 
@@ -179,7 +179,7 @@ def _rank_product_ids():
 
 RANK_PRODUCT = Lemma(
     key="rank_product", number="ρ", title="Rank of a product",
-    statement=r"\operatorname{rank}(AB) \le \min(\operatorname{rank} A, \operatorname{rank} B)",
+    statement=stated_by(_rank_product_ids, relation="<="),
     rewrite=_rank_product_rewrite, identities=_rank_product_ids, check=_bound_check(_rank_product_ids),
     not_modelled="an inequality",
 )
@@ -203,7 +203,7 @@ def _rank_shape_ids():
 
 RANK_SHAPE = Lemma(
     key="rank_shape", number="ρs", title="Rank is at most each dimension",
-    statement=r"A \in \mathbb{R}^{m\times n}:\ \operatorname{rank} A \le \min(m, n)",
+    statement=stated_by(_rank_shape_ids, relation="<="),
     rewrite=_rank_shape_rewrite, identities=_rank_shape_ids, check=_bound_check(_rank_shape_ids),
     not_modelled="an inequality",
 )
@@ -225,7 +225,8 @@ def _min_ids():
 
 MIN_BOUND = Lemma(
     key="min_bound", number="m", title="A minimum is at most each argument",
-    statement=r"\min(x, y) \le y", rewrite=_min_rewrite, identities=_min_ids, check=_bound_check(_min_ids),
+    statement=stated_by(_min_ids, relation="<="), rewrite=_min_rewrite, identities=_min_ids,
+    check=_bound_check(_min_ids),
     not_modelled="an inequality",
 )
 

@@ -25,7 +25,7 @@ from derivations.engine.algebra import product, replace_free, rewrite_adjacent, 
 from derivations.engine.evaluate import EvaluationError, InstanceSampler
 from derivations.engine.spectral_nodes import Flops
 from derivations.engine.vocabulary import SYMMETRIC, FactMatrix, dimension
-from derivations.lemmas.base import Case, Lemma, NotApplicable, rewrite_nodes
+from derivations.lemmas.base import Case, Lemma, NotApplicable, rewrite_nodes, stated_by
 
 SIDES = ("left", "right")
 
@@ -140,8 +140,7 @@ def _factor_ids():
 
 GRAM_FACTOR = Lemma(
     key="gram_factor", number="GF", title="An odd polynomial step is a polynomial in the Gram matrix",
-    statement=(r"\sum_j c_j X (X^{\top}X)^j = \Big(\sum_j c_j R^j\Big) X = X \Big(\sum_j c_j S^j\Big),"
-               r"\quad R = XX^{\top},\ S = X^{\top}X"),
+    statement=stated_by(_factor_ids),
     conditions=(r"R = XX^{\top} \text{ (left) or } S = X^{\top}X \text{ (right)}",),
     rewrite=_factor_rewrite, identities=_factor_ids, algebraic=True,
 )
@@ -171,8 +170,7 @@ def _fold_ids():
 
 GRAM_UPDATE = Lemma(
     key="gram_update", number="GG", title="The Gram matrix of q(R) X is q(R) R q(R)",
-    statement=(r"R = XX^{\top}:\ (q(R)X)(q(R)X)^{\top} = q(R)\,R\,q(R);\quad "
-               r"S = X^{\top}X:\ (X q(S))^{\top}(X q(S)) = q(S)\,S\,q(S)"),
+    statement=stated_by(_fold_ids),
     conditions=(r"q(R)^{\top} = q(R) \text{ since } R \text{ is symmetric}",),
     rewrite=_fold_rewrite, identities=_fold_ids, algebraic=True,
 )
@@ -216,7 +214,7 @@ def _commute_ids():
 
 POLYNOMIALS_COMMUTE = Lemma(
     key="polynomials_commute", number="GC", title="Polynomials in one matrix commute",
-    statement=r"p(R)\,q(R) = q(R)\,p(R),\quad \text{in particular } q(R)\,R = R\,q(R)",
+    statement=stated_by(_commute_ids),
     conditions=(r"p, q \text{ polynomials with scalar coefficients}",),
     rewrite=_commute_rewrite, identities=_commute_ids, algebraic=True,
 )
@@ -470,9 +468,7 @@ def _kernel_ids():
 
 EXECUTED_PRODUCTS = Lemma(
     key="gram_executed_products", number="GK", title="The products each iteration executes",
-    statement=(r"\operatorname{flops}_{\mathrm{standard}} = T\,[f(XX^{\top}) + f(RR) + f(ZX)],\ "
-               r"\operatorname{flops}_{\mathrm{gram}} = (K{+}1)[f(XX^{\top}) + f(QX)] + T f(RR)"
-               r" + (T{-}K{-}1)[f(ZQ) + f(RZ) + f(ZR)]"),
+    statement=stated_by(_kernel_ids, instance=_kernel_instance),
     conditions=(r"\text{quintic steps; } n \le m;\ 0 \le K \le T-1 \text{ restarts}",),
     rewrite=_kernel_rewrite, identities=_kernel_ids, instance=_kernel_instance,
     not_modelled="a count, checked by running the kernels and counting their products",

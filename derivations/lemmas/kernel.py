@@ -120,6 +120,10 @@ class Matcher:
         ec, em = _factors(e)
         if not em:
             return
+        if pc == 1 and ec != 1:  # a scalar commutes: any factor may carry it (a pattern matrix takes it along)
+            for j in range(len(em)):
+                yield from self._sequence(pm, [*em[:j], product(ec, em[j]), *em[j + 1:]], b)
+            return
         for b2 in self._coefficient(pc, ec, b):
             yield from self._sequence(pm, em, b2)
 
@@ -129,6 +133,20 @@ class Matcher:
         elif pc != 1:
             yield from self.match(pc, ec, b)
 
+    def _runs(self, head, var, em, b) -> Iterator[tuple[int, dict]]:
+        """The runs ``em[:k]`` an unbound pattern matrix can stand for (``k = 0``: an absent optional one)."""
+        if var in self.optional:
+            size = em[0].rows if em else var.rows.xreplace(b)
+            found = None if size in self.dimensions else self._shape(var, Identity(size), b)
+            if found is not None:
+                yield 0, {**found, var: Identity(size)}
+        for k in range(1, min(len(em), MAX_SEGMENT) + 1):
+            run = product(*em[:k])
+            value = transpose(run) if isinstance(head, Transpose) else run
+            found = self._shape(var, value, b)
+            if found is not None and all(self._known(f, value) for f in facts_of(var)):
+                yield k, {**found, var: value}
+
     def _sequence(self, pm, em, b) -> Iterator[dict]:
         if not pm:
             if not em:
@@ -137,24 +155,14 @@ class Matcher:
         head, rest = pm[0], pm[1:]
         var = head.arg if isinstance(head, Transpose) else head
         if var in self.variables and var not in b:
-            if var in self.optional:
-                size = em[0].rows if em else var.rows.xreplace(b)
-                if size not in self.dimensions:
-                    found = self._shape(var, Identity(size), b)
-                    if found is not None:
-                        yield from self._sequence(rest, em, {**found, var: Identity(size)})
-            for k in range(1, min(len(em), MAX_SEGMENT) + 1):
-                run = product(*em[:k])
-                value = transpose(run) if isinstance(head, Transpose) else run
-                found = self._shape(var, value, b)
-                if found is not None and all(self._known(f, value) for f in facts_of(var)):
-                    yield from self._sequence(rest, em[k:], {**found, var: value})
+            for k, b2 in self._runs(head, var, em, b):
+                yield from self._sequence(rest, em[k:], b2)
             return
         if var in self.variables and isinstance(b.get(var), Identity):  # an absent optional factor
             yield from self._sequence(rest, em, b)
         if not em:
             return
-        if var in self.variables and var in b:  # a bound pattern matrix stands for the same run again
+        if var in self.variables:  # a bound pattern matrix stands for the same run again
             want = tidy(transpose(b[var]) if isinstance(head, Transpose) else b[var])
             for k in range(2, min(len(em), MAX_SEGMENT) + 1):
                 if tidy(product(*em[:k])) == want:
@@ -312,6 +320,25 @@ def _defines(statement, lhs, rhs) -> bool:
                for _ in matcher.match(c.rhs, tidy(rhs), binding))
 
 
+def _back_substituted(statement, b, a, depth: int = 3) -> bool:
+    """``a`` is a definition clause's right side ``Z C⁻¹`` with the new variable ``Z`` bound to ``b`` (or to
+    such a back-substitution of ``b``: several changes of variables undone at once)."""
+    b, a = tidy(b), tidy(a)
+    if b == a:
+        return True
+    if depth == 0:
+        return False
+    matcher = Matcher(statement.variables, statement.dimensions, statement.optional)
+    for c in statement.clauses:
+        if not c.defines:
+            continue
+        new = [v for v in c.rhs.atoms(MatrixSymbol) if v in matcher.variables and v != c.lhs and v.shape == c.lhs.shape]
+        for binding in matcher.match(c.rhs, a, {}):
+            if any(_back_substituted(statement, b, binding.get(v, v), depth - 1) for v in new):
+                return True
+    return False
+
+
 def step_instance(lemma, kind: str, before, after, *, substitution=None, params=None) -> tuple[str, str | None]:
     """The kernel's verdict on one step: ``(status, failure)``.
 
@@ -325,6 +352,10 @@ def step_instance(lemma, kind: str, before, after, *, substitution=None, params=
     statement = lemma.statement
     if not isinstance(statement, Statement):
         return "n/a: the statement is text", None
+    if kind == "back_substitute":
+        ok = all(_back_substituted(statement, b, a) for b, a in zip(before, after, strict=True))
+        return ("instance of the definition", None) if ok else (
+            "", "the back-substitution is not the statement's definition applied to the solution")
     if kind not in ("rewrite", "change_of_variables"):
         return f"n/a: a {kind.replace('_', ' ')} step", None
     if statement.closure == "ring":
@@ -351,6 +382,29 @@ def step_instance(lemma, kind: str, before, after, *, substitution=None, params=
     if assumed:
         status += f" (side conditions of {', '.join(map(str, assumed))} declared by the step)"
     return status, None
+
+
+def proof_status(steps) -> dict:
+    """How far the steps are proven: ``{"for all sizes": n, "at instances": m, "why": {reason: count}}``.
+
+    A step is proven *for all sizes* (modulo the statement of the lemma it cites) when this kernel matched
+    it, with symbolic dimensions, against that statement (its ``instance`` verdict); every other step is
+    checked at random instances only, for the reason counted in ``why``.
+    """
+    why: dict[str, int] = {}
+    proven = 0
+    for step in steps:
+        status = step.instance or ""
+        if status.startswith("instance"):
+            proven += 1
+            continue
+        reason = status.removeprefix("n/a: ")
+        if step.kind == "solve":
+            reason = "a solve step (certified by duality)"
+        elif reason == "the statement is text":
+            reason = f"Lemma {step.lemma.number}'s statement is not yet a SymPy object"
+        why[reason] = why.get(reason, 0) + 1
+    return {"for all sizes": proven, "at instances": len(steps) - proven, "why": why}
 
 
 # ---- the free ring's normal form ---------------------------------------------------------------
@@ -399,4 +453,5 @@ def ring_normal_form(e) -> frozenset:
     return _expression(e)
 
 
-__all__ = ["InstanceChecker", "Matcher", "is_instance", "ring_normal_form", "step_instance", "substitute"]
+__all__ = ["InstanceChecker", "Matcher", "is_instance", "proof_status", "ring_normal_form", "step_instance",
+           "substitute"]

@@ -202,8 +202,7 @@ def _orthogonal_ids():
 
 ORTHOGONAL_BLOCKS = Lemma(
     key="orthogonal_blocks", number="O", title="Gram root of orthogonal blocks",
-    statement=(r"A^{\top}B = 0:\ ([A \,|\, B]^{\top}[A \,|\, B])^{-1/2}"
-               r" = \operatorname{blockdiag}((A^{\top}A)^{-1/2}, (B^{\top}B)^{-1/2})"),
+    statement=stated_by(_orthogonal_ids),
     conditions=(r"A^{\top}B = 0",), rewrite=_orthogonal_gram_rewrite, identities=_orthogonal_ids,
 )
 

@@ -75,9 +75,7 @@ def _svd_ids():
 
 SVD = Lemma(
     key="svd", number="Σ", title="Singular value decomposition",
-    statement=(r"G \in \mathbb{R}^{m\times n},\ m \ge n,\ \operatorname{rank} G = n:\ G = U \Sigma V^{\top},\ "
-               r"U^{\top}U = V^{\top}V = VV^{\top} = I,\ "
-               r"\Sigma = \operatorname{diag}(\sigma_1 \ge \dots \ge \sigma_n > 0)"),
+    statement=stated_by(_svd_ids),
     conditions=(r"G \text{ has full column rank}",), rewrite=_svd_rewrite, identities=_svd_ids,
     not_modelled="the SVD factors are computed, not polynomial in the entries",
 )
@@ -255,7 +253,7 @@ def _msign_svd_ids():
 
 MSIGN_SVD = Lemma(
     key="msign_svd", number="5s", title="msign is U Vᵀ (definition)",
-    statement=r"G = U\Sigma V^{\top},\ \Sigma > 0:\ \operatorname{msign}(G) = U V^{\top}",
+    statement=stated_by(_msign_svd_ids),
     conditions=(r"G \text{ has full column rank}",), rewrite=_msign_svd_rewrite, identities=_msign_svd_ids,
     not_modelled="msign has no polynomial model",
 )
@@ -315,7 +313,7 @@ def _truncated_ids():
 
 TRUNCATED_SVD = Lemma(
     key="truncated_svd", number="Σr", title="Truncated SVD (definition)",
-    statement=r"A_r = \textstyle\sum_{i \le r} \sigma_i u_i v_i^{\top} = U \Sigma_{\le r} V^{\top}",
+    statement=stated_by(_truncated_ids),
     conditions=(r"0 \le r \le n",), rewrite=_truncated_rewrite, identities=_truncated_ids,
     not_modelled="the SVD factors are computed, not polynomial in the entries",
 )
@@ -346,7 +344,7 @@ def _split_ids():
 
 DIAGONAL_SPLIT = Lemma(
     key="diagonal_split", number="Σs", title="Head and tail of the singular values",
-    statement=r"\Sigma = \Sigma_{\le r} + \Sigma_{> r}",
+    statement=stated_by(_split_ids),
     rewrite=_split_rewrite, identities=_split_ids, not_modelled="the SVD factors are computed",
 )
 
@@ -374,8 +372,7 @@ def _diag_norm_ids():
 
 DIAGONAL_NORMS = Lemma(
     key="diagonal_norms", number="σ", title="Norms of a diagonal matrix",
-    statement=(r"\|\Sigma_{>r}\|_{\mathrm{op}} = \max_{i>r}\sigma_i = \sigma_{r+1},\quad"
-               r"\|\Sigma_{>r}\|_F = \big(\textstyle\sum_{i>r}\sigma_i^2\big)^{1/2}"),
+    statement=stated_by(_diag_norm_ids),
     conditions=(r"\sigma_1 \ge \sigma_2 \ge \dots \ge 0",),
     rewrite=_diag_norm_rewrite, identities=_diag_norm_ids, not_modelled="norms have no polynomial model",
 )

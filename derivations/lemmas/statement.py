@@ -17,6 +17,7 @@ columns), the signs of the pattern scalars (``c > 0``), and explicit :class:`Con
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import mpmath
@@ -65,6 +66,7 @@ class Clause:
     rhs: Basic
     relation: str = "="
     defines: bool = False  # a definition a step brings (``X = Z C⁻¹``): matched against the step's own
+    where: tuple | None = None  # ``(X, expr)``: the clause holds with ``X := expr`` (a change of variables)
 
     def __post_init__(self):
         if self.relation not in ("=", "<="):
@@ -148,6 +150,11 @@ class Statement:
     #: clauses generate (distributivity, collection, associativity); otherwise clause by clause
     closure: str = ""
     sizes: tuple = field(default=(), compare=False)  # dicts: not part of equality or hashing
+    #: symbols defined by others (``R = X Xᵀ``) and fixed scalars, for the random instances
+    definitions: dict = field(default_factory=dict, compare=False)
+    scalars: dict = field(default_factory=dict, compare=False)
+    #: ``(env, rng, backend, dims) -> (env, overridden)``: completes a random instance (a lemma's ``instance``)
+    prepare: Callable | None = field(default=None, compare=False)
 
     def __post_init__(self):
         if not self.clauses or not all(isinstance(c, Clause) for c in self.clauses):
@@ -214,12 +221,17 @@ class Statement:
         return STATEMENT_MP_TOL if "mpmath" in subcheck else STATEMENT_TOL
 
     def _error(self, rng, dims, backend) -> float:
-        sampler = InstanceSampler(dims)
+        sampler = InstanceSampler(dims, self.definitions, self.scalars)
         env = sampler.sample(rng, self.variables, backend)
+        if self.prepare is not None:
+            env, _ = self.prepare(env, rng, backend, dims)
         worst = 0.0
         for clause in self.clauses:
             if clause.defines:
                 continue
+            if clause.where is not None:
+                old, expr = clause.where
+                env = {**env, old: evaluate(expr, env, backend, dims)}
             a = evaluate(clause.lhs, env, backend, dims)
             b = evaluate(clause.rhs, env, backend, dims)
             if clause.relation == "=":

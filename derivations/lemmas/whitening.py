@@ -330,8 +330,7 @@ def _gauge_ids():
 
 GAUGE_POLAR = Lemma(
     key="gauge_polar", number="G", title="Gram root of a gauge-transformed factor",
-    statement=(r"O = C_W S\,(S^{\top} C_W^2 S)^{-1/2} \text{ is orthogonal}:\ "
-               r"S\,C_{WS}^{-1} = C_W^{-1} O,\quad O\,C_{WS}^{-1} = C_W^{-1} S^{-\top}"),
+    statement=stated_by(_gauge_ids),
     conditions=(r"S \text{ invertible}, W \text{ full column rank}",), rewrite=_gauge_polar_rewrite,
     identities=_gauge_ids,
 )

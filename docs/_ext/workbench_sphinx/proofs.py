@@ -140,6 +140,8 @@ def check_details(step, der) -> list[str]:
         lines.append("* " + rst.text("Worst error of each sub-check: "
                                      + ", ".join(f"{k} {float(v):.1e}" for k, v in subchecks.items()) + "."))
     lines.append(f"* {rst.text('Symbolic: ' + symbolic_status(check.symbolic, der) + '.')}")
+    if getattr(check, "instance", ""):
+        lines.append(f"* {rst.text('Kernel: ' + check.instance + '.')}")
     return lines
 
 
@@ -205,6 +207,12 @@ def derivation_rst(der, rule_name: str, heading: str = "-") -> list[str]:
     proof = [rst.text(f"{len(der.steps)} steps, each checked: float64 at sizes {sizes or 'of the context'}"
                       + (f"; mpmath at {mp_sizes}" if mp_sizes else "")
                       + (f"; symbolic model at {sym_sizes}" if sym_sizes else "") + "."), ""]
+    status = der.proof_status()
+    why = "; ".join(f"{n}: {reason}" for reason, n in status["why"].items())
+    proof += [rst.text(f"Proven for all sizes: {status['for all sizes']} of {len(der.steps)} steps (the trusted "
+                       "kernel matched each, with symbolic dimensions, against the statement of the lemma it "
+                       f"cites); checked at instances only: {status['at instances']}"
+                       + (f" ({why})" if why else "") + "."), ""]
     for step in der.steps:
         note = f" — {condition_rst(step.note)}" if step.note else ""
         item = [f"**Step {step.index}** · {lemma_ref(step.lemma)}{note}.", "",
