@@ -6,7 +6,8 @@ placing the parameters, gradients and optimizer state on a :class:`jax.sharding.
 update once on one device and once sharded, stacked layers over the ``"layers"`` axis and heads
 (contiguous column blocks of ``W_Q, W_K, W_O``, row blocks of ``W_V``) over the ``"heads"`` axis.
 On several GPUs or hosts the code is the same: call ``jax.distributed.initialize()`` on every host
-first, then build the mesh from ``jax.devices()`` (all hosts' devices).
+first, then build the mesh from ``jax.devices()`` (all hosts' devices); :mod:`numerics.distributed` does
+that, and runs the update head-parallel under ``shard_map`` too (``examples/launch_multihost.py``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ assert tuple(spec) == ("layers", None, "heads"), spec
 
 
 def run(kv, gauge):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    flags = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), "--xla_force_host_platform_device_count=8"]))
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")  # conftest's optimization level 0 kept: faster
     return subprocess.run([sys.executable, "-c", SCRIPT.format(kv=kv, gauge=gauge)], capture_output=True, text=True,
                           env=env, check=False, timeout=500)
 
