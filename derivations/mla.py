@@ -37,6 +37,15 @@ circuit's loss gradient, never formed; the stored factor gradient comes from the
 * ``mla.output`` (per head, ``W_O``): term ``ΔW_O E_V``, ``E_V = W_UV W_DKV``, budget ``ε/3`` (head-local, unlike
   the hybrid OV rule's global sign of the output projection).
 
+Without query compression (DeepSeek-V2-Lite, ``q_lora_rank = None``) the query is one dense per-head map
+``wq`` (``H (d_h + d_R) × d``), ``Q̂ = W_Q`` per head: the score circuit ``W_Qᵀ blockdiag(W_UK, I) D̂`` has three
+factors, each term within ``ε/3``, and the value–output circuit is unchanged:
+
+* ``mla.query_uncompressed`` (per head, ``W_Q``): term ``K̂ᵀ ΔW_Q``, ``ΔW_Q = −(ε/3) C_K̂⁻¹ msign(C_K̂⁻¹ G_Q)``;
+* ``mla.key_up_uncompressed``: as ``mla.key_up`` at budget ``ε/3`` (``E_Q`` the content rows of ``W_Q``);
+* ``mla.kv_down_uncompressed``: as ``mla.kv_down`` at budget ``ε/3``, now exactly the share of both the score
+  and the value terms of ``wkv_a``.
+
 The shared rules depend on their stacked partner only through its Gram matrix, so any ``P'`` with
 ``P'ᵀP' = PᵀP`` gives the same update: :func:`partners` builds the compact ``[C_K̂_h Û_{Q,h}]_h``
 (``H (d_h + d_R) × c_q``, the size of ``wq_b``) instead of the ``H d``-row one (checked by ``--check``).
@@ -83,6 +92,7 @@ d, c_q, c_kv, c_kvr = dimension("d"), dimension("c_q"), dimension("c_kv"), dimen
 q_w, d_h, d_v, n = dimension("d_qk"), dimension("d_h"), dimension("d_v"), dimension("n")  # d_qk = d_h + d_R
 eps = positive_symbol("epsilon")
 SCORE_SHARE, VALUE_SHARE = eps * Rational(1, 4), eps * Rational(1, 3)
+SCORE_SHARE_UNCOMPRESSED = VALUE_SHARE  # no query compression: three score factors, each ε/3
 
 # partners (each a full-rank map; named, computed from the stored weights by ``partners``)
 K_hat = FactMatrix("K_hat", q_w, d, [FULL_ROW_RANK])  # the head's key map [W_UK W_DKV; W_KR]
@@ -101,6 +111,7 @@ G_V = MatrixSymbol("G_V", d, d)  # ∂L/∂(W_O W_UV W_DKV): the value–output 
 G_SQ = MatrixSymbol("G_SQ", n, d)  # the heads' G_S stacked (query-latent side)
 G_SKV = MatrixSymbol("G_SKV", n, d)  # the heads' score and value gradients stacked (KV side)
 G_UQ, G_UK = MatrixSymbol("G_UQ", q_w, c_q), MatrixSymbol("G_UK", d_h, c_kv)
+G_Q = MatrixSymbol("G_Q", q_w, d)  # the head's rows of wq's gradient (no query compression)
 G_UV, G_O = MatrixSymbol("G_UV", d_v, c_kv), MatrixSymbol("G_O", d, d_v)
 G_DQ, G_DKV = MatrixSymbol("G_DQ", c_q, d), MatrixSymbol("G_DKV", c_kvr, d)
 
@@ -117,7 +128,7 @@ def _middle(name, title, left, variable, right, gradient, loss, share, statement
     change = product(left, variable, right)
     dims = {"query_up": [{d: 7, q_w: 3, c_q: 4}, {d: 6, q_w: 2, c_q: 2}],
             "key_up": [{d: 7, d_h: 2, c_kv: 3}, {d: 5, d_h: 3, c_kv: 4}],
-            "value_up": [{d: 7, d_v: 2, c_kv: 3}, {d: 5, d_v: 3, c_kv: 4}]}[name.split(".")[1]]
+            "value_up": [{d: 7, d_v: 2, c_kv: 3}, {d: 5, d_v: 3, c_kv: 4}]}[name.split(".")[1].split("_un")[0]]
     ctx = _context({gradient: product(transpose(left), loss, transpose(right))}, dims)
     return derive(Problem(variable, Inner(loss, change), OpNorm(change), share), ctx, name=name, title=title,
                   statement=statement)
@@ -159,12 +170,13 @@ def output():
                   statement="‖ΔW_O E_V‖_op ≤ ε/3: the output projection's term of the head's value–output circuit")
 
 
-def _shared(name, title, partner, variable, gradient, loss, statement):
-    """``min ⟨loss, P ΔD⟩ s.t. ‖P ΔD‖_op ≤ ε/4`` for a stacked partner ``P`` (every head's rows), by search."""
+def _shared(name, title, partner, variable, gradient, loss, statement, share=SCORE_SHARE, rows=n):
+    """``min ⟨loss, P ΔD⟩ s.t. ‖P ΔD‖_op ≤ share`` for a stacked partner ``P`` (every head's rows), by search."""
     change = product(partner, variable)
     cols = partner.shape[1]
-    ctx = _context({gradient: product(transpose(partner), loss)}, [{d: 5, cols: 3, n: 10}, {d: 4, cols: 2, n: 8}])
-    return derive(Problem(variable, Inner(loss, change), OpNorm(change), SCORE_SHARE), ctx, name=name, title=title,
+    sizes = [{d: 5, cols: 3, n: 10}, {d: 4, cols: 2, n: 8}] if rows == n else [{d: 7, cols: 3}, {d: 4, cols: 4}]
+    ctx = _context({gradient: product(transpose(partner), loss)}, sizes)
+    return derive(Problem(variable, Inner(loss, change), OpNorm(change), share), ctx, name=name, title=title,
                   statement=statement)
 
 
@@ -185,9 +197,39 @@ def kv_down():
                    "and value terms within ε/4 (Lemma K)")
 
 
+@cache
+def query_uncompressed():
+    """``ΔW_Q = −(ε/3) C_K̂⁻¹ msign(C_K̂⁻¹ G_Q)``: one head's dense query map (``wq``, no query compression)."""
+    return _shared("mla.query_uncompressed", "MLA without query compression: query projection (one head)",
+                   transpose(K_hat), MatrixSymbol("dW_Q", q_w, d), G_Q, G_S,
+                   "‖K̂ᵀ ΔW_Q‖_op ≤ ε/3: the query projection's term of the head's three-factor score circuit",
+                   share=SCORE_SHARE_UNCOMPRESSED, rows=d)
+
+
+@cache
+def key_up_uncompressed():
+    """``ΔW_UK = −(ε/3) C_EQ⁻¹ msign(C_EQ⁻¹ G_UK C_DKV⁻¹) C_DKV⁻¹``: one head's key up-projection, no query
+    compression (``E_Q`` the content rows of the head's ``wq`` block)."""
+    return _middle("mla.key_up_uncompressed", "MLA without query compression: key up-projection (one head)",
+                   transpose(E_Q), MatrixSymbol("dW_UK", d_h, c_kv), W_DKV, G_UK, G_M, SCORE_SHARE_UNCOMPRESSED,
+                   "‖E_Qᵀ ΔW_UK W_DKV‖_op ≤ ε/3: the key up-projection's term of the head's three-factor score "
+                   "circuit")
+
+
+@cache
+def kv_down_uncompressed():
+    """``ΔD̂ = −(ε/3) C_PKV⁻¹ msign(C_PKV⁻¹ G_DKV)``: the shared KV down-projection (``wkv_a``), no query
+    compression: every score and value term of ``wkv_a`` within ``ε/3``, the share of both circuits."""
+    return _shared("mla.kv_down_uncompressed", "MLA without query compression: shared KV down-projection", P_KV,
+                   MatrixSymbol("dW_DKV", c_kvr, d), G_DKV, G_SKV,
+                   "‖P_KV ΔD̂‖_op ≤ ε/3, P_KV = [W_Q,hᵀ blockdiag(W_UK,h, I); W_O,h [W_UV,h 0]]_h: every head's score "
+                   "and value terms within ε/3 (Lemma K)", share=SCORE_SHARE_UNCOMPRESSED)
+
+
 def derivations():
     """Every derivation of this module, in reading order."""
-    return [query_up(), key_up(), query_down(), kv_down(), value_up(), output()]
+    return [query_up(), key_up(), query_down(), kv_down(), value_up(), output(), query_uncompressed(),
+            key_up_uncompressed(), kv_down_uncompressed()]
 
 
 # ---- emission --------------------------------------------------------------------------------------
@@ -221,6 +263,20 @@ def emitted_functions():
                         [("P_KV (..., n, c_kv + d_R) stacks every head's score rows Q̂_hᵀ blockdiag(W_UK,h, I) "
                           "and value rows "
                           "W_O,h [W_UV,h 0] (or any matrix with the same Gram). Every head's terms ≤ ε/4.")]),
+        EmittedFunction("mla_query_uncompressed", "MLA query projection update without query compression, one head",
+                        [K_hat, G_Q], [("dW_Q", query_uncompressed())],
+                        [("K_hat (..., d_h + d_R, d) is the head's key map [W_UK W_DKV; W_KR], G_Q the head's rows "
+                          "of wq's gradient (q_lora_rank = None). ‖K̂ᵀ ΔW_Q‖_op ≤ ε/3 (equality at λ = 0) at RoPE "
+                          "position 0.")]),
+        EmittedFunction("mla_key_up_uncompressed", "MLA key up-projection update without query compression, one head",
+                        [E_Q, W_DKV, G_UK], [("dW_UK", key_up_uncompressed())],
+                        [("E_Q (..., d_h, d) is the content rows of the head's block of wq, W_DKV the KV-latent rows "
+                          "of wkv_a (..., c_kv, d). ‖E_Qᵀ ΔW_UK W_DKV‖_op ≤ ε/3.")]),
+        EmittedFunction("mla_kv_down_uncompressed", "MLA shared KV down-projection (wkv_a) update without query "
+                        "compression", [P_KV, G_DKV], [("dW_DKV", kv_down_uncompressed())],
+                        [("P_KV (..., n, c_kv + d_R) stacks every head's score rows W_Q,hᵀ blockdiag(W_UK,h, I) and "
+                          "value rows W_O,h [W_UV,h 0] (or any matrix with the same Gram). "
+                          "Every head's terms ≤ ε/3.")]),
     ]
 
 
@@ -241,18 +297,19 @@ def parameter_count(d_model, heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
     return int(query + kv + d_model * heads * v_head_dim)
 
 
-def split_heads(wq_b, wkv_b, wo, heads, d_h, d_v):
+def split_heads(wq_b, wkv_b, wo, heads, d_h, d_v, query="wq_b"):
     """Per-head blocks of the stored matrices (DeepSeek layout, output features as rows):
     ``wq_b`` ``(H (d_h + d_R), c_q)`` → ``Û_Q`` ``(H, d_h + d_R, c_q)``; ``wkv_b`` ``(H (d_h + d_v), c_kv)`` →
-    ``W_UK`` ``(H, d_h, c_kv)``, ``W_UV`` ``(H, d_v, c_kv)``; ``wo`` ``(d, H d_v)`` → ``W_O`` ``(H, d, d_v)``."""
-    for name, rows, per in (("wq_b", wq_b.shape[0], None), ("wkv_b", wkv_b.shape[0], d_h + d_v),
+    ``W_UK`` ``(H, d_h, c_kv)``, ``W_UV`` ``(H, d_v, c_kv)``; ``wo`` ``(d, H d_v)`` → ``W_O`` ``(H, d, d_v)``.
+    ``query``: the name of ``wq_b`` in the messages (``"wq"`` without query compression, same row layout)."""
+    for name, rows, per in ((query, wq_b.shape[0], None), ("wkv_b", wkv_b.shape[0], d_h + d_v),
                             ("wo", wo.shape[1], d_v)):
         if rows % heads or (per is not None and rows // heads != per):
             raise ValueError(f"{name} has {rows} {'columns' if name == 'wo' else 'rows'}, which is not heads = {heads} "
                              f"blocks{'' if per is None else f' of {per}'}")
     u_q = wq_b.reshape(heads, -1, wq_b.shape[1])
     if u_q.shape[1] <= d_h:
-        raise ValueError(f"wq_b has {u_q.shape[1]} rows per head, not d_h = {d_h} content rows plus a RoPE part: "
+        raise ValueError(f"{query} has {u_q.shape[1]} rows per head, not d_h = {d_h} content rows plus a RoPE part: "
                          "the decoupled RoPE query part is missing")
     kv = wkv_b.reshape(heads, d_h + d_v, wkv_b.shape[1])
     return u_q, kv[:, :d_h], kv[:, d_h:], np.moveaxis(wo.reshape(wo.shape[0], heads, d_v), 1, 0)
@@ -263,8 +320,13 @@ def partners(wq_a, wq_b, wkv_a, wkv_b, wo, *, heads, d_h, d_v, compact=True):
 
     Returns a dict: ``K_hat`` ``(H, d_h + d_R, d)``, ``E_Q`` ``(H, d_h, d)``, ``W_DKV`` ``(c_kv, d)``,
     ``E_V`` ``(H, d_v, d)``, ``W_O`` ``(H, d, d_v)``, ``P_Q`` and ``P_KV`` (``compact``: rows ``C_K̂_h Û_{Q,h}`` and
-    ``C_h (B_h)`` with the same Gram as the ``H d``-row stacks; otherwise the stacks themselves)."""
-    u_q, w_uk, w_uv, w_o = split_heads(wq_b, wkv_b, wo, heads, d_h, d_v)
+    ``C_h (B_h)`` with the same Gram as the ``H d``-row stacks; otherwise the stacks themselves).
+    ``wq_a=None``: no query compression, ``wq_b`` is the dense ``wq`` ``(H (d_h + d_R), d)`` and there is no
+    ``P_Q``."""
+    if wq_a is None and wq_b.shape[1] != wkv_a.shape[1]:
+        raise ValueError(f"wq (no query compression: wq_a=None) has {wq_b.shape[1]} columns, expected the model "
+                         f"width d = {wkv_a.shape[1]} (the columns of wkv_a)")
+    u_q, w_uk, w_uv, w_o = split_heads(wq_b, wkv_b, wo, heads, d_h, d_v, "wq_b" if wq_a is not None else "wq")
     d_r = u_q.shape[1] - d_h
     c_kv = wkv_a.shape[0] - d_r
     if c_kv < 1 or w_uk.shape[2] != c_kv:
@@ -272,7 +334,7 @@ def partners(wq_a, wq_b, wkv_a, wkv_b, wo, *, heads, d_h, d_v, compact=True):
                          f"d_R = {d_r} rows (from wq_b): the RoPE key part is missing or the ranks disagree")
     w_dkv, w_kr = wkv_a[:c_kv], wkv_a[c_kv:]
     k_hat = np.concatenate([w_uk @ w_dkv, np.broadcast_to(w_kr, (heads, *w_kr.shape))], axis=1)
-    q_hat = u_q @ wq_a
+    q_hat = u_q if wq_a is None else u_q @ wq_a
     e_q, e_v = q_hat[:, :d_h], w_uv @ w_dkv
     block = np.zeros((heads, d_h + d_r, c_kv + d_r))
     block[:, :d_h, :c_kv], block[:, d_h:, c_kv:] = w_uk, np.eye(d_r)
@@ -289,7 +351,8 @@ def partners(wq_a, wq_b, wkv_a, wkv_b, wo, *, heads, d_h, d_v, compact=True):
     else:
         p_q = np.concatenate(list(np.swapaxes(k_hat, 1, 2) @ u_q))
         p_kv = np.concatenate(list(score_rows) + list(value_rows))
-    return {"K_hat": k_hat, "E_Q": e_q, "W_DKV": w_dkv, "E_V": e_v, "W_O": w_o, "P_Q": p_q, "P_KV": p_kv}
+    out = {"K_hat": k_hat, "E_Q": e_q, "W_DKV": w_dkv, "E_V": e_v, "W_O": w_o, "P_Q": p_q, "P_KV": p_kv}
+    return out if wq_a is not None else {k: v for k, v in out.items() if k != "P_Q"}
 
 
 def _rope(d_r, tau, base=10000.0):
@@ -337,6 +400,16 @@ def measurements(rng):
             worst = max(worst, np.linalg.norm(k_hat[h].T @ rot.T @ du @ w["wq_a"], 2) / 0.25)
     out.append(("RoPE: worst ‖K̂ᵀ R(τ)ᵀ ΔÛ_Q W_DQ‖ / (ε/4) over heads and τ ∈ {1, 3, 17, 100, 1000} (1 at τ = 0)",
                 float(worst), None))  # RoPE away from τ = 0 is not modelled (documented): shown, not a result
+    # no query compression: a dense wq (the query map itself), the KV rule at budget ε/3
+    dense = {**w, "wq_a": None, "wq_b": rng.standard_normal((w["wq_b"].shape[0], w["wq_a"].shape[1]))}
+    full_u, compact_u = partners(**dense, **cfg, compact=False), partners(**dense, **cfg)
+    got = [evaluate_on(kv_down_uncompressed().formula, {"P_KV": p["P_KV"], "G_DKV": g_dkv, "epsilon": 1.0})
+           for p in (full_u, compact_u)]
+    out.append(("kv_down_uncompressed: compact vs stacked partner, relative difference",
+                float(np.linalg.norm(got[0] - got[1]) / np.linalg.norm(got[0])), 1e-10))
+    rows, per = full_u["P_KV"] @ got[0], w["wq_a"].shape[1]
+    worst = max(np.linalg.norm(rows[i:i + per], 2) for i in range(0, rows.shape[0], per))
+    out.append(("kv_down_uncompressed: worst head term / (ε/3) (at most 1: Lemma K)", float(worst * 3), 1 + 1e-10))
     return out
 
 

@@ -45,6 +45,9 @@ def example_call(rng, name, target="jax"):
         "mla_output": ([r(DH, D), tall()], {"eps": 0.3}),
         "mla_query_down": ([r(2 * D, 3), r(3, D)], {"eps": 0.3}),
         "mla_kv_down": ([r(2 * D, 3), r(3, D)], {"eps": 0.3}),
+        "mla_query_uncompressed": ([r(DH, D), r(DH, D)], {"eps": 0.3}),
+        "mla_key_up_uncompressed": ([r(DH, D), r(3, D), r(DH, 3)], {"eps": 0.3}),
+        "mla_kv_down_uncompressed": ([r(2 * D, 3), r(3, D)], {"eps": 0.3}),
         "tied_embedding": ([r(2 * D, DH + 2)], {"eps": 0.3}),
     }
     return table[name]

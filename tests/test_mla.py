@@ -50,6 +50,13 @@ def test_every_factor_rule_is_found_by_search_and_is_the_closed_form():
     assert mla.output().formula == product(-mla.VALUE_SHARE, Msign(product(mla.G_O, c_ev)), c_ev)
     for der, p, g in ((mla.query_down(), mla.P_Q, mla.G_DQ), (mla.kv_down(), mla.P_KV, mla.G_DKV)):
         assert der.formula == product(-mla.SCORE_SHARE, GramInvSqrt(p), Msign(product(GramInvSqrt(p), g)))
+    # no query compression: three score factors, each ε/3
+    third, c_k = mla.SCORE_SHARE_UNCOMPRESSED, GramInvSqrt(mla.K_hat, 0, "left")
+    assert third == mla.eps / 3
+    assert mla.query_uncompressed().formula == product(-third, c_k, Msign(product(c_k, mla.G_Q)))
+    assert mla.key_up_uncompressed().formula == middle(third, (mla.E_Q, 0, "left"), mla.G_UK, (mla.W_DKV, 0, "left"))
+    c_p = GramInvSqrt(mla.P_KV)
+    assert mla.kv_down_uncompressed().formula == product(-third, c_p, Msign(product(c_p, mla.G_DKV)))
     for der in mla.derivations():
         assert der.search_stats["path"][-2:] == ["solve (operator ball)", "back-substitute"]
         assert all(s.check.passed for s in der.steps)
@@ -184,6 +191,25 @@ def test_planted_dropped_transpose_in_the_middle_chain_rule_is_pruned(monkeypatc
 ])
 def test_bad_declarations_are_one_clear_line(change, needle):
     w, _ = _weights(3)
+    w = {k: change[k](v) if k in change else v for k, v in w.items()}
+    with pytest.raises(ValueError) as info:
+        mla.partners(**w, **CFG)
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"wq_b": lambda a: a[:, :-1]}, "wq (no query compression: wq_a=None) has 23 columns, expected the model width"),
+    ({"wq_b": lambda a: a[:CFG["heads"] * CFG["d_h"]]}, "wq has 3 rows per head, not d_h = 3 content rows plus a "
+                                                        "RoPE part: the decoupled RoPE query part is missing"),
+    ({"wkv_a": lambda a: a[:-2]}, "the RoPE key part is missing or the ranks disagree"),
+])
+def test_uncompressed_partners_and_their_bad_layouts(change, needle):
+    """wq_a=None: wq_b is the dense wq, Q̂_h its head blocks, no P_Q; a missing RoPE part is one clear line."""
+    w, rng = _weights(4)
+    w = {**w, "wq_a": None, "wq_b": rng.standard_normal((w["wq_b"].shape[0], w["wkv_a"].shape[1]))}
+    p = mla.partners(**w, **CFG)
+    assert "P_Q" not in p
+    np.testing.assert_array_equal(p["E_Q"], w["wq_b"].reshape(CFG["heads"], -1, 24)[:, :CFG["d_h"]])
     w = {k: change[k](v) if k in change else v for k, v in w.items()}
     with pytest.raises(ValueError) as info:
         mla.partners(**w, **CFG)

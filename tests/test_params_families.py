@@ -128,13 +128,16 @@ def test_mla_count_agrees_with_derivations_mla(cfg):
     assert [t.name for t in P.mla_tensors(mla_shape(*cfg))] == [t.name for t in tensors]
 
 
-def test_mla_shapes_are_the_layout_derivations_mla_reads():
-    d, heads, q_rank, kv_rank, nope, rope, v = 24, 3, 6, 5, 3, 2, 3
+@pytest.mark.parametrize("q_rank", [6, None])
+def test_mla_shapes_are_the_layout_derivations_mla_reads(q_rank):
+    d, heads, kv_rank, nope, rope, v = 24, 3, 5, 3, 2, 3
     rng = np.random.default_rng(0)
     shapes = {t.name: t.shape for t in P.mla_tensors(mla_shape(d, heads, q_rank, kv_rank, nope, rope, v))}
-    w = {k: rng.standard_normal(shapes[k]) for k in ("wq_a", "wq_b", "wkv_a", "wkv_b", "wo")}
+    if q_rank is None:  # no query compression: the dense wq is read as wq_b with wq_a=None
+        shapes = {**shapes, "wq_b": shapes.pop("wq")}
+    w = {k: rng.standard_normal(shapes[k]) if k in shapes else None for k in ("wq_a", "wq_b", "wkv_a", "wkv_b", "wo")}
     u_q, w_uk, w_uv, w_o = mla.split_heads(w["wq_b"], w["wkv_b"], w["wo"], heads, nope, v)
-    assert u_q.shape == (heads, nope + rope, q_rank) and w_uk.shape == (heads, nope, kv_rank)
+    assert u_q.shape == (heads, nope + rope, q_rank or d) and w_uk.shape == (heads, nope, kv_rank)
     assert w_uv.shape == (heads, v, kv_rank) and w_o.shape == (heads, d, v)
     p = mla.partners(**w, heads=heads, d_h=nope, d_v=v)
     assert p["K_hat"].shape == (heads, nope + rope, d) and p["W_DKV"].shape == (kv_rank, d)

@@ -9,6 +9,9 @@ Derivations (name, fingerprint):
     mla.output [8992121d2d23]: MLA value–output circuit: output projection (one head)
     mla.query_down [9a15efc0e757]: MLA score circuits: shared query down-projection
     mla.kv_down [d6e61ae1097a]: MLA score and value–output circuits: shared KV down-projection
+    mla.query_uncompressed [461c484fa208]: MLA without query compression: query projection (one head)
+    mla.key_up_uncompressed [1d92199613b2]: MLA without query compression: key up-projection (one head)
+    mla.kv_down_uncompressed [be345b63b4ea]: MLA without query compression: shared KV down-projection
 
 Derived formulas:
     mla_query_up: dW_UQ = (-epsilon/4)*C_K_hat^-1*msign(C_K_hat^-1*G_UQ*C_DQ^-1)*C_DQ^-1
@@ -17,6 +20,9 @@ Derived formulas:
     mla_output: dW_O = (-epsilon/3)*msign(G_O*C_E_V^-1)*C_E_V^-1
     mla_query_down: dW_DQ = (-epsilon/4)*C_P_Q^-1*msign(C_P_Q^-1*G_DQ)
     mla_kv_down: dW_DKV = (-epsilon/4)*C_P_KV^-1*msign(C_P_KV^-1*G_DKV)
+    mla_query_uncompressed: dW_Q = (-epsilon/3)*C_K_hat^-1*msign(C_K_hat^-1*G_Q)
+    mla_key_up_uncompressed: dW_UK = (-epsilon/3)*C_E_Q^-1*msign(C_E_Q^-1*G_UK*C_DKV^-1)*C_DKV^-1
+    mla_kv_down_uncompressed: dW_DKV = (-epsilon/3)*C_P_KV^-1*msign(C_P_KV^-1*G_DKV)
 
 Lemmas used:
     Lemma 3: Adjoint moves
@@ -48,7 +54,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-__all__ = ['mla_key_up', 'mla_kv_down', 'mla_output', 'mla_query_down', 'mla_query_up', 'mla_value_up']
+__all__ = ['mla_key_up', 'mla_key_up_uncompressed', 'mla_kv_down', 'mla_kv_down_uncompressed', 'mla_output', 'mla_query_down', 'mla_query_uncompressed', 'mla_query_up', 'mla_value_up']
 
 MSIGN_METHODS = ('newton_schulz', 'svd', 'gram_newton_schulz', 'auto')
 
@@ -1342,4 +1348,162 @@ def mla_kv_down(P_KV, G_DKV, *, eps, damping=0.0, msign='newton_schulz', schedul
     outputs, status = _mla_kv_down(P_KV, G_DKV, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
         raise_if_not_finite('mla_kv_down', status, {'P_KV': P_KV, 'G_DKV': G_DKV}, _caller)
+    return outputs[0]
+
+
+@functools.partial(jax.jit, static_argnames=("msign", "gram_aspect",))
+def _mla_query_uncompressed(K_hat, G_Q, eps, damping, msign, schedule, restarts, gram_aspect):
+    valid = (eps >= 0) & (damping >= 0)  # under an outer jit a bad scalar cannot be refused: NaN
+    eps_m, e_eps = split_scalar(eps, K_hat.dtype)
+    eig_K_hat = gram_eigh(K_hat, damping, 'left')
+    C_K_hat_inv_m, e_C_K_hat_inv = psd_power_split(eig_K_hat, -0.5)
+    msign_1 = spectral_sign(C_K_hat_inv_m.astype(K_hat.dtype) @ unit_scale(G_Q), msign, schedule, restarts, gram_aspect)
+    dW_Q, lost_1 = pow2_unscale(-(eps_m / 3) * (C_K_hat_inv_m @ msign_1), e_eps + e_C_K_hat_inv, K_hat.dtype)
+    dW_Q = dW_Q.astype(K_hat.dtype)
+    status = jnp.where(valid, output_status((dW_Q,), lost_1, flagged=(True,)), 1)  # a NaN/Inf input reaches every output computed from it
+    return nan_unless(status == 0, (dW_Q,)), status
+
+
+def mla_query_uncompressed(K_hat, G_Q, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+    """MLA query projection update without query compression, one head.
+
+    dW_Q = (-epsilon/3)*C_K_hat^-1*msign(C_K_hat^-1*G_Q)    (mla.query_uncompressed)
+
+    K_hat (..., d_h + d_R, d) is the head's key map [W_UK W_DKV; W_KR], G_Q the head's rows of wq's gradient (q_lora_rank = None). ‖K̂ᵀ ΔW_Q‖_op ≤ ε/3 (equality at λ = 0) at RoPE position 0.
+
+    Shapes: K_hat: (..., d_qk, d), G_Q: (..., d_qk, d); leading axes (layers, heads) are batched.
+    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz",
+    "svd", "gram_newton_schulz": the same schedule on the small Gram matrix, or "auto": the Gram
+    form where its flop model is lower, i.e. long side > gram_aspect * short side), schedule
+    (Newton–Schulz steps: a tuple of coefficient tuples or an array (steps, k+1), passed as data, so
+    schedules of one shape share one compilation), restarts (the Gram form's restart positions s,
+    1 <= s <= steps - 1, passed as data; None: GRAM_RESTARTS within the schedule; certify positions
+    with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
+    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
+    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
+    input dtype.
+    Inputs are checked where the computation starts: shapes and dtypes always (also under jit
+    and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
+    input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
+    ValueError naming the input (outside an outer jit/vmap, where nothing can be raised: check the
+    result with jnp.isfinite there). Undamped rank-deficient partners give the minimum-norm update
+    (pseudo-inverse roots, cut where a singular value of [W; √λ I] is at most max(d, d_h)·eps·σ_max;
+    ill-conditioned partners get roots from the SVD of W, accurate to about eps·cond(W)); use
+    damping > 0 to regularize. Results are right at any input scale while they are representable:
+    roots and scalars carry their powers of two apart until the last step; an overflow or an
+    underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
+    number for float16) raises a ValueError naming the arguments and their sizes.
+    """
+    validate_inputs('mla_query_uncompressed' if _caller is None else _caller[0], {'K_hat': ('d_qk', 'd'), 'G_Q': ('d_qk', 'd')},
+                    {'K_hat': K_hat, 'G_Q': G_Q},
+                    eps, damping, msign, schedule, restarts, gram_aspect)
+    outputs, status = _mla_query_uncompressed(K_hat, G_Q, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
+    if check_finite:
+        raise_if_not_finite('mla_query_uncompressed', status, {'K_hat': K_hat, 'G_Q': G_Q}, _caller)
+    return outputs[0]
+
+
+@functools.partial(jax.jit, static_argnames=("msign", "gram_aspect",))
+def _mla_key_up_uncompressed(E_Q, W_DKV, G_UK, eps, damping, msign, schedule, restarts, gram_aspect):
+    valid = (eps >= 0) & (damping >= 0)  # under an outer jit a bad scalar cannot be refused: NaN
+    eps_m, e_eps = split_scalar(eps, E_Q.dtype)
+    eig_E_Q = gram_eigh(E_Q, damping, 'left')
+    C_E_Q_inv_m, e_C_E_Q_inv = psd_power_split(eig_E_Q, -0.5)
+    eig_DKV = gram_eigh(W_DKV, damping, 'left')
+    C_DKV_inv_m, e_C_DKV_inv = psd_power_split(eig_DKV, -0.5)
+    msign_1 = spectral_sign(C_E_Q_inv_m.astype(E_Q.dtype) @ unit_scale(G_UK) @ C_DKV_inv_m.astype(W_DKV.dtype), msign, schedule, restarts, gram_aspect)
+    dW_UK, lost_1 = pow2_unscale(-(eps_m / 3) * (C_E_Q_inv_m @ msign_1 @ C_DKV_inv_m), e_eps + e_C_E_Q_inv + e_C_DKV_inv, E_Q.dtype)
+    dW_UK = dW_UK.astype(E_Q.dtype)
+    status = jnp.where(valid, output_status((dW_UK,), lost_1, flagged=(True,)), 1)  # a NaN/Inf input reaches every output computed from it
+    return nan_unless(status == 0, (dW_UK,)), status
+
+
+def mla_key_up_uncompressed(E_Q, W_DKV, G_UK, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+    """MLA key up-projection update without query compression, one head.
+
+    dW_UK = (-epsilon/3)*C_E_Q^-1*msign(C_E_Q^-1*G_UK*C_DKV^-1)*C_DKV^-1    (mla.key_up_uncompressed)
+
+    E_Q (..., d_h, d) is the content rows of the head's block of wq, W_DKV the KV-latent rows of wkv_a (..., c_kv, d). ‖E_Qᵀ ΔW_UK W_DKV‖_op ≤ ε/3.
+
+    Shapes: E_Q: (..., d_h, d), W_DKV: (..., c_kv, d), G_UK: (..., d_h, c_kv); leading axes (layers, heads) are batched.
+    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz",
+    "svd", "gram_newton_schulz": the same schedule on the small Gram matrix, or "auto": the Gram
+    form where its flop model is lower, i.e. long side > gram_aspect * short side), schedule
+    (Newton–Schulz steps: a tuple of coefficient tuples or an array (steps, k+1), passed as data, so
+    schedules of one shape share one compilation), restarts (the Gram form's restart positions s,
+    1 <= s <= steps - 1, passed as data; None: GRAM_RESTARTS within the schedule; certify positions
+    with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
+    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
+    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
+    input dtype.
+    Inputs are checked where the computation starts: shapes and dtypes always (also under jit
+    and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
+    input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
+    ValueError naming the input (outside an outer jit/vmap, where nothing can be raised: check the
+    result with jnp.isfinite there). Undamped rank-deficient partners give the minimum-norm update
+    (pseudo-inverse roots, cut where a singular value of [W; √λ I] is at most max(d, d_h)·eps·σ_max;
+    ill-conditioned partners get roots from the SVD of W, accurate to about eps·cond(W)); use
+    damping > 0 to regularize. Results are right at any input scale while they are representable:
+    roots and scalars carry their powers of two apart until the last step; an overflow or an
+    underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
+    number for float16) raises a ValueError naming the arguments and their sizes.
+    """
+    validate_inputs('mla_key_up_uncompressed' if _caller is None else _caller[0], {'E_Q': ('d_h', 'd'), 'W_DKV': ('c_kv', 'd'), 'G_UK': ('d_h', 'c_kv')},
+                    {'E_Q': E_Q, 'W_DKV': W_DKV, 'G_UK': G_UK},
+                    eps, damping, msign, schedule, restarts, gram_aspect)
+    outputs, status = _mla_key_up_uncompressed(E_Q, W_DKV, G_UK, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
+    if check_finite:
+        raise_if_not_finite('mla_key_up_uncompressed', status, {'E_Q': E_Q, 'W_DKV': W_DKV, 'G_UK': G_UK}, _caller)
+    return outputs[0]
+
+
+@functools.partial(jax.jit, static_argnames=("msign", "gram_aspect",))
+def _mla_kv_down_uncompressed(P_KV, G_DKV, eps, damping, msign, schedule, restarts, gram_aspect):
+    valid = (eps >= 0) & (damping >= 0)  # under an outer jit a bad scalar cannot be refused: NaN
+    eps_m, e_eps = split_scalar(eps, P_KV.dtype)
+    eig_P_KV = gram_eigh(P_KV, damping, 'right')
+    C_P_KV_inv_m, e_C_P_KV_inv = psd_power_split(eig_P_KV, -0.5)
+    msign_1 = spectral_sign(C_P_KV_inv_m.astype(P_KV.dtype) @ unit_scale(G_DKV), msign, schedule, restarts, gram_aspect)
+    dW_DKV, lost_1 = pow2_unscale(-(eps_m / 3) * (C_P_KV_inv_m @ msign_1), e_eps + e_C_P_KV_inv, P_KV.dtype)
+    dW_DKV = dW_DKV.astype(P_KV.dtype)
+    status = jnp.where(valid, output_status((dW_DKV,), lost_1, flagged=(True,)), 1)  # a NaN/Inf input reaches every output computed from it
+    return nan_unless(status == 0, (dW_DKV,)), status
+
+
+def mla_kv_down_uncompressed(P_KV, G_DKV, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+    """MLA shared KV down-projection (wkv_a) update without query compression.
+
+    dW_DKV = (-epsilon/3)*C_P_KV^-1*msign(C_P_KV^-1*G_DKV)    (mla.kv_down_uncompressed)
+
+    P_KV (..., n, c_kv + d_R) stacks every head's score rows W_Q,hᵀ blockdiag(W_UK,h, I) and value rows W_O,h [W_UV,h 0] (or any matrix with the same Gram). Every head's terms ≤ ε/3.
+
+    Shapes: P_KV: (..., n, c_kvr), G_DKV: (..., c_kvr, d); leading axes (layers, heads) are batched.
+    Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), msign ("newton_schulz",
+    "svd", "gram_newton_schulz": the same schedule on the small Gram matrix, or "auto": the Gram
+    form where its flop model is lower, i.e. long side > gram_aspect * short side), schedule
+    (Newton–Schulz steps: a tuple of coefficient tuples or an array (steps, k+1), passed as data, so
+    schedules of one shape share one compilation), restarts (the Gram form's restart positions s,
+    1 <= s <= steps - 1, passed as data; None: GRAM_RESTARTS within the schedule; certify positions
+    with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
+    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
+    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
+    input dtype.
+    Inputs are checked where the computation starts: shapes and dtypes always (also under jit
+    and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
+    input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
+    ValueError naming the input (outside an outer jit/vmap, where nothing can be raised: check the
+    result with jnp.isfinite there). Undamped rank-deficient partners give the minimum-norm update
+    (pseudo-inverse roots, cut where a singular value of [W; √λ I] is at most max(d, d_h)·eps·σ_max;
+    ill-conditioned partners get roots from the SVD of W, accurate to about eps·cond(W)); use
+    damping > 0 to regularize. Results are right at any input scale while they are representable:
+    roots and scalars carry their powers of two apart until the last step; an overflow or an
+    underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
+    number for float16) raises a ValueError naming the arguments and their sizes.
+    """
+    validate_inputs('mla_kv_down_uncompressed' if _caller is None else _caller[0], {'P_KV': ('n', 'c_kvr'), 'G_DKV': ('c_kvr', 'd')},
+                    {'P_KV': P_KV, 'G_DKV': G_DKV},
+                    eps, damping, msign, schedule, restarts, gram_aspect)
+    outputs, status = _mla_kv_down_uncompressed(P_KV, G_DKV, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
+    if check_finite:
+        raise_if_not_finite('mla_kv_down_uncompressed', status, {'P_KV': P_KV, 'G_DKV': G_DKV}, _caller)
     return outputs[0]

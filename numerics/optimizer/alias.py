@@ -52,18 +52,27 @@ def parameter_roles(params: Any, pairs: Any = None, adamw_params: Any = None,
     return roles
 
 
-#: what each member of an MLA block is, in the order of its fields
-MLA_ROLES = ("wq_a (query down-projection)", "wq_b (query up-projections, content and RoPE)",
-             "wkv_a (KV down-projection and RoPE key)", "wkv_b (key and value up-projections)",
-             "wo (output projection)")
-
-
 def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
                    muon_weight_dimension_numbers: Any = None) -> str:
     """A table of what :func:`compositional_muon` does with every parameter: its pair and rule, Muon or AdamW.
 
     ``pairs``, ``adamw_params`` and ``muon_weight_dimension_numbers`` as given to the optimizer
     (``pairs="auto"`` by default, to see what automatic pairing finds).
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from numerics.optimizer import AutoPairs, describe_pairs
+      >>> params = {"attn": {n: jnp.eye(8) for n in ("wq", "wk", "wv", "wo")},
+      ...           "mlp": jnp.ones((8, 16)), "bias": jnp.zeros(16)}
+      >>> print(describe_pairs(params, pairs=AutoPairs(heads=2)))
+      path     shape               role
+      attn/wk  (8, 8)              qk pair: heads=2 kv_heads=2 d_h=4, second of ('attn/wq', 'attn/wk')
+      attn/wo  (8, 8)              ov pair: heads=2 kv_heads=2 d_h=4, first of ('attn/wo', 'attn/wv')
+      attn/wq  (8, 8)              qk pair: heads=2 kv_heads=2 d_h=4, first of ('attn/wq', 'attn/wk')
+      attn/wv  (8, 8)              ov pair: heads=2 kv_heads=2 d_h=4, second of ('attn/wo', 'attn/wv')
+      bias     (16,)               adamw
+      mlp      (8, 16)             muon
+      2 pairs, 1 Muon matrices, 1 AdamW parameters
     """
     plan = plan_pairs(pair_declaration(pairs), params)
     roles = parameter_roles(params, pairs, adamw_params, muon_weight_dimension_numbers)
@@ -80,9 +89,10 @@ def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
             what = f"LoRA pair: r={group.rank} d_out={group.d_out} d_in={group.d_in}{own}{layout}"
             where.update({group.b: f"{what}, B of {group.members}", group.a: f"{what}, A of {group.members}"})
             continue
-        what = (f"MLA block: heads={group.heads} d_h={group.d_h} d_R={group.d_rope} d_v={group.d_v}{layout}, "
+        query = "" if group.compressed else " (no query compression)"
+        what = (f"MLA block: heads={group.heads} d_h={group.d_h} d_R={group.d_rope} d_v={group.d_v}{query}{layout}, "
                 f"with {group.members[0]!r}")
-        where.update({m: f"{what}, {role}" for m, role in zip(group.members, MLA_ROLES, strict=True)})
+        where.update({m: f"{what}, {role}" for m, role in zip(group.members, group.roles, strict=True)})
     leaves = named_leaves(params)
     width = max((len(n) for n in leaves), default=4)
     lines = [f"{'path':<{width}}  {'shape':<18}  role"]
@@ -190,10 +200,25 @@ def compositional_muon(
     .. math:: \Delta W_Q = -\eta\,\mathrm{msign}(\hat m_Q C_K^{-1}) C_K^{-1},\quad
               C_K = (W_K^\top W_K + \lambda I)^{1/2},
 
-    with ``\hat m`` the (Nesterov) momentum, computed in the parameter's dtype (float64 gradients of
+    with :math:`\hat m` the (Nesterov) momentum, computed in the parameter's dtype (float64 gradients of
     float32 weights are cast to float32). Matrices of more than two axes are batched over the
     leading axes (stacked layers). The state is a tuple: the gradient check's, the partition's (the
     ``"cm"`` and ``"adam"`` parts) and the :class:`SkipNonFiniteState`.
+
+    Examples:
+      One attention layer with two heads: a query/key pair, an output/value pair, an MLP matrix
+      (Muon) and a bias (AdamW):
+
+      >>> import jax.numpy as jnp
+      >>> from numerics.optimizer import OVPair, QKPair, compositional_muon
+      >>> params = {"attn": {n: jnp.eye(8) for n in ("wq", "wk", "wv", "wo")},
+      ...           "mlp": jnp.ones((8, 16)), "bias": jnp.zeros(16)}
+      >>> pairs = [QKPair("attn/wq", "attn/wk", heads=2), OVPair("attn/wo", "attn/wv", heads=2)]
+      >>> opt = compositional_muon(1e-2, pairs=pairs)
+      >>> state = opt.init(params)
+
+      Then ``updates, state = opt.update(grads, state, params)`` as with any optax optimizer;
+      :func:`describe_pairs` shows what each parameter gets.
     """
     check_options(qk_rule, ov_rule, gauge, gram_roots, msign, lora_rule)
     check_hyperparameter_precision(beta=beta, eps=eps, adam_b1=adam_b1, adam_b2=adam_b2)

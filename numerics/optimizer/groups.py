@@ -4,7 +4,10 @@
   rules derived in ``derivations.lora`` (emitted as :mod:`numerics.emitted.lora`). :func:`auto_lora_pairs` finds
   sibling factors named ``lora_A``/``lora_B`` (peft) or ``lora_a``/``lora_b`` (flax nnx's ``LoRA``).
 * :class:`MLAPair`: a multi-head latent attention block, DeepSeek-V2/V3 style (``wq_a``, ``wq_b``, ``wkv_a``,
-  ``wkv_b``, ``wo``), updated by the rules derived in ``derivations.mla`` (:mod:`numerics.emitted.mla`).
+  ``wkv_b``, ``wo``; or ``wq`` without query compression), updated by the rules derived in ``derivations.mla``
+  (:mod:`numerics.emitted.mla`). :func:`auto_mla_pairs` finds the blocks by their DeepSeek names (HF transformers'
+  ``q_a_proj``/``q_b_proj``/``kv_a_proj_with_mqa``/``kv_b_proj``/``o_proj``/``q_proj``, the reference code's
+  ``wq_a``/``wq_b``/``wkv_a``/``wkv_b``/``wo``/``wq``), with the head count and width given.
 
 Each declaration is resolved against the params into a plan record (:class:`LoRAPlan`, :class:`MLAPlan`) whose
 shape checks name the parameter and what was expected, in one line. Nothing here imports the rest of the
@@ -50,10 +53,14 @@ class MLAPair(NamedTuple):
     the shared RoPE key rows), ``wkv_b (..., H·(d_h + d_v), c_kv)`` (per head the key rows, then the value
     rows), ``wo (..., d, H·d_v)``. ``d_R``, ``d_v``, ``c_q`` and ``c_kv`` are read from the shapes. With
     ``kernels=True`` all five are stored transposed (``x @ W`` kernels, flax ``Dense``). The latent RMSNorm
-    gains are vectors and go to AdamW; a block without query compression (``q_lora_rank=None``) is not covered.
+    gains are vectors and go to AdamW.
+
+    ``wq_a=None``: no query compression (DeepSeek-V2-Lite, ``q_lora_rank = None``); ``wq_b`` then names the dense
+    query projection ``wq (..., H·(d_h + d_R), d)`` (HF transformers' ``q_proj``), per head the content rows,
+    then the RoPE rows; the score circuit has three factors, each term within ``ε/3`` (``derivations.mla``).
     """
 
-    wq_a: str
+    wq_a: str | None
     wq_b: str
     wkv_a: str
     wkv_b: str
@@ -61,6 +68,11 @@ class MLAPair(NamedTuple):
     heads: int
     d_h: int
     kernels: bool = False
+
+    @property
+    def members(self) -> tuple:
+        """The declared projections' paths (``wq_a`` left out when it is None: no query compression)."""
+        return tuple(self[1:5]) if self.wq_a is None else tuple(self[:5])
 
 
 @dataclass(frozen=True)
@@ -90,7 +102,7 @@ class MLAPlan:
     """An :class:`MLAPair` checked against the params, with every width read from the shapes."""
 
     kind: ClassVar[str] = "mla"
-    wq_a: str
+    wq_a: str | None  # None: no query compression, wq_b is the dense wq
     wq_b: str
     wkv_a: str
     wkv_b: str
@@ -103,12 +115,26 @@ class MLAPlan:
     damping: ClassVar[None] = None  # the optimizer's damping
 
     @property
-    def members(self) -> tuple[str, str, str, str, str]:
-        return (self.wq_a, self.wq_b, self.wkv_a, self.wkv_b, self.wo)
+    def compressed(self) -> bool:
+        """Whether the query is compressed (``wq_a``, ``wq_b``) rather than one dense ``wq``."""
+        return self.wq_a is not None
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        tail = (self.wq_b, self.wkv_a, self.wkv_b, self.wo)
+        return (self.wq_a, *tail) if self.wq_a is not None else tail
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """What each member is, in the order of :attr:`members`."""
+        query = (("wq_a (query down-projection)", "wq_b (query up-projections, content and RoPE)")
+                 if self.compressed else ("wq (query projection, content and RoPE)",))
+        return (*query, "wkv_a (KV down-projection and RoPE key)", "wkv_b (key and value up-projections)",
+                "wo (output projection)")
 
     @property
     def label(self) -> str:
-        return f"MLA block ({self.wq_a!r}, {self.wq_b!r}, {self.wkv_a!r}, {self.wkv_b!r}, {self.wo!r})"
+        return f"MLA block ({', '.join(repr(m) for m in self.members)})"
 
 
 #: the declarations this module resolves
@@ -182,35 +208,53 @@ def plan_lora(p: LoRAPair, leaves: Mapping[str, Any]) -> LoRAPlan:
 def _mla_shapes(p: MLAPair, leaves: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
     """The trailing ``(rows, cols)`` of each member in the default (``W @ x``) layout."""
     return {n: tuple(int(s) for s in (leaves[n].shape[-2:][::-1] if p.kernels else leaves[n].shape[-2:]))
-            for n in p[:5]}
+            for n in p.members}
+
+
+def _mla_query(where: str, p: MLAPair, s: dict, heads: int, d_h: int, t: str) -> tuple[int, int]:
+    """``(d, d_R)`` read from the query side: ``wq_a`` and ``wq_b``, or the dense ``wq`` (``wq_a=None``)."""
+    q_rows, q_cols = s[p.wq_b]
+    if p.wq_a is None:  # wq (H·(d_h + d_R), d): the model width is its column count
+        d, name, cols = q_cols, f"{p.wq_b!r} (wq, no query compression)", "d columns"
+        if q_cols != s[p.wkv_a][1]:
+            raise ValueError(f"{where}: {name}{t} has {q_cols} columns, expected the model width d = "
+                             f"{s[p.wkv_a][1]} (the columns of {p.wkv_a!r}); a compressed query (wq_b with c_q "
+                             f"columns) needs its wq_a declared")
+    else:
+        (c_q, d), name = s[p.wq_a], repr(p.wq_b)
+        cols = f"c_q = {c_q} columns (the rows of {p.wq_a!r})"
+    if q_rows % heads or (p.wq_a is not None and q_cols != s[p.wq_a][0]):
+        raise ValueError(f"{where}: {name}{t} has shape {(q_rows, q_cols)}, expected heads·(d_h + d_R) = "
+                         f"{heads}·(d_h + d_R) rows and {cols}")
+    d_rope = q_rows // heads - d_h
+    if d_rope < 1:
+        raise ValueError(f"{where}: {name} has {q_rows // heads} rows per head, not d_h = {d_h} content rows "
+                         f"plus the decoupled RoPE query rows: the RoPE query part is missing (or d_h is wrong)")
+    return d, d_rope
 
 
 def plan_mla(p: MLAPair, leaves: Mapping[str, Any]) -> MLAPlan:
-    """Check an MLA block's five projections against each other; every error names the parameter."""
-    where = f"compositional_muon: MLA block ({p.wq_a!r}, …, {p.wo!r})"
-    _check_matrices(where, {n: leaves[n] for n in p[:5]})
+    """Check an MLA block's projections against each other; every error names the parameter."""
+    where = f"compositional_muon: MLA block ({p.members[0]!r}, …, {p.wo!r})"
+    _check_matrices(where, {n: leaves[n] for n in p.members})
     heads, d_h = _positive_int(where, "heads", p.heads), _positive_int(where, "d_h", p.d_h)
     if not isinstance(p.kernels, bool):
         raise TypeError(f"{where}: kernels must be True or False, got {p.kernels!r}")
     s = _mla_shapes(p, leaves)
-    (c_q, d), (q_rows, q_cols) = s[p.wq_a], s[p.wq_b]
     (kv_rows, d_kv), (b_rows, c_kv), (d_o, o_cols) = s[p.wkv_a], s[p.wkv_b], s[p.wo]
     t = " (transposed: kernels=True)" if p.kernels else ""
-    if q_rows % heads or q_cols != c_q:
-        raise ValueError(f"{where}: {p.wq_b!r}{t} has shape {(q_rows, q_cols)}, expected heads·(d_h + d_R) = "
-                         f"{heads}·(d_h + d_R) rows and c_q = {c_q} columns (the rows of {p.wq_a!r})")
-    d_rope = q_rows // heads - d_h
-    if d_rope < 1:
-        raise ValueError(f"{where}: {p.wq_b!r} has {q_rows // heads} rows per head, not d_h = {d_h} content rows "
-                         f"plus the decoupled RoPE query rows: the RoPE query part is missing (or d_h is wrong)")
+    d, d_rope = _mla_query(where, p, s, heads, d_h, t)
     if b_rows % heads or b_rows // heads <= d_h:
         raise ValueError(f"{where}: {p.wkv_b!r}{t} has {b_rows} rows, expected heads·(d_h + d_v) = "
                          f"{heads}·({d_h} + d_v) with d_v >= 1")
     d_v = b_rows // heads - d_h
     if kv_rows != c_kv + d_rope or d_kv != d:
         raise ValueError(f"{where}: {p.wkv_a!r}{t} has shape {(kv_rows, d_kv)}, expected (c_kv + d_R, d) = "
-                         f"({c_kv} + {d_rope}, {d}) (c_kv from {p.wkv_b!r}, d_R from {p.wq_b!r}, d from {p.wq_a!r}): "
-                         f"the RoPE key part is missing or the ranks disagree")
+                         f"({c_kv} + {d_rope}, {d}) (c_kv from {p.wkv_b!r}, d_R from {p.wq_b!r}, d from "
+                         f"{p.members[0]!r}): "
+                         + (f"the RoPE key part is missing (no d_R = {d_rope} shared RoPE key rows after its "
+                            f"{c_kv} KV latent rows)" if kv_rows == c_kv and d_kv == d else
+                            "the RoPE key part is missing or the ranks disagree"))
     if (d_o, o_cols) != (d, heads * d_v):
         raise ValueError(f"{where}: {p.wo!r}{t} has shape {(d_o, o_cols)}, expected (d, heads·d_v) = "
                          f"({d}, {heads}·{d_v})")
@@ -258,4 +302,70 @@ def auto_lora_pairs(leaves: Mapping[str, Any]) -> list[LoRAPair]:
                 if getattr(a, "ndim", 0) < 2 or getattr(b, "ndim", 0) < 2:
                     continue  # a scale or a bias next to the factors
                 out.append(LoRAPair(b_path, path, kernels=_lora_kernels(b_path, path, b, a, a_name == "lora_a")))
+    return out
+
+
+# ---- MLA blocks found from the parameter names (DeepSeek) ----------------------------------------
+#: sibling names of an MLA block's projections, ``(wq_a, wq_b, wkv_a, wkv_b, wo, wq)``: HF transformers'
+#: ``DeepseekV2Attention``/``DeepseekV3Attention`` and DeepSeek's reference code (``wq``: no query compression)
+MLA_NAMES = (("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "q_proj"),
+             ("wq_a", "wq_b", "wkv_a", "wkv_b", "wo", "wq"))
+
+
+def _mla_block(prefix: str, rest: str, names: tuple, leaves: Mapping[str, Any]) -> dict[str, str | None] | None:
+    """``{role: path}`` of the block whose ``wkv_a`` is ``prefix/names[2]/rest``, ``None`` when a missing member is
+    there in another form (a LoRA ``base_layer``: not this layout); raises when one is missing or ambiguous."""
+    path = {n: "/".join(filter(None, (prefix, n, rest))) for n in names}
+    inside = f"{prefix}/" if prefix else ""
+    have = {n: path[n] in leaves for n in names}
+    # in some form: the matrix itself, or a module wrapping it (peft's base_layer and LoRA factors)
+    exists = {n: have[n] or any(q.startswith(f"{inside}{n}/") for q in leaves) for n in names}
+    wq_a, wq_b, _, wkv_b, wo, wq = names
+    where = f"compositional_muon: pairs='auto' found the MLA block {prefix or '(top level)'!r} ({path[names[2]]!r})"
+    if exists[wq] and (exists[wq_a] or exists[wq_b]):
+        raise ValueError(f"{where} with both a dense query {path[wq]!r} and a compressed one "
+                         f"({path[wq_a]!r}, {path[wq_b]!r}): declare it with MLAPair (wq_a=None for the dense wq)")
+    query = (wq,) if exists[wq] else (wq_a, wq_b)
+    missing = [n for n in (*query, wkv_b, wo) if not have[n]]
+    if not missing:
+        return {"wq_a": None if have[wq] else path[wq_a], "wq_b": path[wq if have[wq] else wq_b],
+                "wkv_a": path[names[2]], "wkv_b": path[wkv_b], "wo": path[wo]}
+    missing = [n for n in missing if not exists[n]]
+    if not missing:
+        return None  # stored in another form (a wrapped module): not an MLA block of this layout
+    raise ValueError(f"{where} without {', '.join(repr(path[n]) for n in missing)}: expected "
+                     f"{'/'.join(n for n in names[:5])} (or {wq} for a dense query) as siblings, each a matrix "
+                     f"or holding one as {rest or 'the array itself'!r}; declare the block with MLAPair")
+
+
+def auto_mla_pairs(leaves: Mapping[str, Any], heads: int | None, d_h: int | None,
+                   matrix_leaves: tuple[str, ...]) -> list[MLAPair]:
+    """MLA blocks found from their DeepSeek names (:data:`MLA_NAMES`): a parent path with a ``kv_a_proj_with_mqa``
+    (``wkv_a``) child and its siblings, each a matrix or holding one under a name in ``matrix_leaves``
+    (``weight``: HF and reference ``W @ x`` weights, out × in; ``kernel``: flax ``x @ W`` kernels, taken
+    transposed). ``q_proj`` (``wq``) instead of ``q_a_proj``/``q_b_proj`` is a block without query compression.
+
+    The head count and the non-RoPE head width cannot be told apart from the latent widths by the names, so they
+    come from the caller (``AutoPairs(heads=H, qk_nope_head_dim=d_h)``: ``num_attention_heads`` and
+    ``qk_nope_head_dim`` of the DeepSeek config); a block found without them is refused, naming it. The shapes
+    are then checked against them as for a declared :class:`MLAPair`."""
+    out = []
+    for path in leaves:
+        parts = path.split("/")
+        for i, part in enumerate(parts):
+            names = next((n for n in MLA_NAMES if n[2] == part), None)
+            rest = "/".join(parts[i + 1:])
+            if names is None or (rest and rest not in matrix_leaves) or getattr(leaves[path], "ndim", 0) < 2:
+                continue
+            prefix = "/".join(parts[:i])
+            block = _mla_block(prefix, rest, names, leaves)
+            if block is None:
+                continue
+            if heads is None or d_h is None:
+                lacking = " or ".join(n for n, v in (("heads", heads), ("qk_nope_head_dim", d_h)) if v is None)
+                raise ValueError(f"compositional_muon: pairs='auto' found the MLA block {prefix or '(top level)'!r} "
+                                 f"({block['wkv_a']!r}) but no {lacking} was given (not guessed from the shapes); pass "
+                                 f"pairs=numerics.optimizer.AutoPairs(heads=H, qk_nope_head_dim=d_h) (the config's "
+                                 f"num_attention_heads and qk_nope_head_dim)")
+            out.append(MLAPair(**block, heads=heads, d_h=d_h, kernels=rest == "kernel"))
     return out

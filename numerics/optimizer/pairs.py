@@ -35,6 +35,7 @@ from .groups import (
     MLAPair,
     MLAPlan,
     auto_lora_pairs,
+    auto_mla_pairs,
     group_from_data,
     plan_group,
 )
@@ -77,6 +78,8 @@ class OVPair(NamedTuple):
     head_axes: bool = False
 
 
+#: the ``pairs`` argument of :func:`~numerics.optimizer.compositional_muon` as a function:
+#: ``params -> [QKPair | OVPair | LoRAPair | MLAPair, ...]`` (a list, ``"auto"`` or :class:`AutoPairs` also do)
 Pairs = Callable[[Any], list]
 
 
@@ -306,7 +309,7 @@ def _kind_and_names(p: Any) -> tuple[str, tuple]:
     if isinstance(p, LoRAPair):
         return "LoRA", (p.b, p.a)
     if isinstance(p, MLAPair):
-        return "MLA", tuple(p[:5])
+        return "MLA", p.members
     raise TypeError(f"compositional_muon: pairs must return QKPair/OVPair/LoRAPair/MLAPair items, got {p!r}")
 
 
@@ -327,7 +330,16 @@ def _check_names(kind: str, p: Any, names: tuple, leaves: dict, members: set) ->
 
 
 def plan_pairs(pairs: Pairs | None, params: Any) -> Plan:
-    """Call the user's declaration on ``params`` and check every pair against the params."""
+    """Call the user's declaration on ``params`` and check every pair against the params.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from numerics.optimizer import QKPair, plan_pairs
+      >>> params = {"wq": jnp.ones((8, 4 * 2)), "wk": jnp.ones((8, 2 * 2))}  # d = 8, d_h = 2
+      >>> pair = plan_pairs([QKPair("wq", "wk", heads=4, kv_heads=2)], params).pairs[0]
+      >>> pair.kind, pair.heads, pair.kv_heads, pair.head_dim
+      ('qk', 4, 2, 2)
+    """
     leaves = named_leaves(params)  # also refuses two parameters with one path name
     pairs = pair_declaration(pairs)
     if pairs is None:
@@ -403,18 +415,22 @@ class AutoPairs:
     """``pairs=AutoPairs(heads=H)``: pairs found from the parameter names (:func:`auto_pairs`), as data.
 
     Data, not a function, so that ``optax.inject_hyperparams`` keeps it static. ``pairs="auto"`` is
-    ``AutoPairs()``, which works when every block's head count can be read from its shapes.
+    ``AutoPairs()``, which works when every block's head count can be read from its shapes. MLA blocks
+    (DeepSeek names) take ``heads`` and ``qk_nope_head_dim`` (the config's ``num_attention_heads`` and
+    ``qk_nope_head_dim``).
     """
 
     heads: int | None = None
     kv_heads: int | None = None
+    qk_nope_head_dim: int | None = None
 
     def declare(self, params: Any) -> list:
         """The pairs of ``params`` (:func:`auto_pairs`)."""
-        return auto_pairs(params, self.heads, self.kv_heads)
+        return auto_pairs(params, self.heads, self.kv_heads, self.qk_nope_head_dim)
 
 
-def auto_pairs(params: Any, heads: int | None = None, kv_heads: int | None = None) -> list:
+def auto_pairs(params: Any, heads: int | None = None, kv_heads: int | None = None,
+               qk_nope_head_dim: int | None = None) -> list:
     """Query/key and output/value pairs found from the parameter names (``pairs="auto"``).
 
     An attention block is a parent path whose children are named like ``q_proj/k_proj/v_proj/o_proj``,
@@ -438,13 +454,16 @@ def auto_pairs(params: Any, heads: int | None = None, kv_heads: int | None = Non
     A block that reads both ways (head axes, or a stack of 2-D matrices) is refused naming it, and so is a
     given head count that its head axes contradict. LoRA adapters are found too, without a head count:
     sibling factors named ``lora_A``/``lora_B`` (peft) or ``lora_a``/``lora_b`` (flax nnx) become a
-    :class:`~numerics.optimizer.groups.LoRAPair` (:func:`~numerics.optimizer.groups.auto_lora_pairs`).
-    :func:`~numerics.optimizer.alias.describe_pairs` prints what was paired and where every other
-    parameter goes.
+    :class:`~numerics.optimizer.groups.LoRAPair` (:func:`~numerics.optimizer.groups.auto_lora_pairs`). Multi-head
+    latent attention blocks are found by their DeepSeek names (HF ``q_a_proj``/``q_b_proj``/``kv_a_proj_with_mqa``/
+    ``kv_b_proj``/``o_proj``, ``q_proj`` without query compression; the reference code's ``wq_a``/``wq_b``/``wkv_a``/
+    ``wkv_b``/``wo``/``wq``) with ``heads`` and ``qk_nope_head_dim`` given, and refused naming them otherwise
+    (:func:`~numerics.optimizer.groups.auto_mla_pairs`). :func:`~numerics.optimizer.alias.describe_pairs` prints what
+    was paired and where every other parameter goes.
     """
     leaves = named_leaves(params)
     module_heads = module_head_counts(params, path_name)
-    out: list = auto_lora_pairs(leaves)
+    out: list = auto_lora_pairs(leaves) + auto_mla_pairs(leaves, heads, qk_nope_head_dim, AUTO_LEAVES)
     for layout in _auto_layouts(leaves):
         arrays = [leaves[q] for q in layout.paths]
         if any(getattr(x, "ndim", 0) < 2 for x in arrays):

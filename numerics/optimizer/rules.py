@@ -266,7 +266,7 @@ def _gram_factor(x: jax.Array) -> jax.Array:
     return jnp.linalg.qr(x, mode="r")
 
 
-def mla_partners(wq_a: jax.Array, wq_b: jax.Array, wkv_a: jax.Array, wkv_b: jax.Array, wo: jax.Array,
+def mla_partners(wq_a: jax.Array | None, wq_b: jax.Array, wkv_a: jax.Array, wkv_b: jax.Array, wo: jax.Array,
                  block: MLAPlan) -> dict[str, jax.Array]:
     """The partners the emitted MLA functions take, from the stored weights (``W @ x`` layouts), in JAX.
 
@@ -277,7 +277,8 @@ def mla_partners(wq_a: jax.Array, wq_b: jax.Array, wkv_a: jax.Array, wkv_b: jax.
     blockdiag(W_UK,h, I)`` (``R_hᵀR_h = Q̂_h Q̂_hᵀ``) and the value rows ``R_h [W_UV,h 0]`` (``R_hᵀR_h =
     W_O,hᵀW_O,h``). The shared rules depend on their partner only through its Gram, so these give the update
     of the ``H·d``-row stacks of ``derivations.mla`` (whose ``partners`` forms them with Gram roots, in NumPy);
-    here the ``R`` factors of QR decompositions, jittable and batched.
+    here the ``R`` factors of QR decompositions, jittable and batched. ``wq_a=None`` (no query compression):
+    ``wq_b`` is the dense ``wq``, ``Q̂_h`` its head blocks, and there is no ``P_Q``.
     """
     h, d_h = block.heads, block.d_h
     c_kv = wkv_b.shape[-1]
@@ -287,14 +288,16 @@ def mla_partners(wq_a: jax.Array, wq_b: jax.Array, wkv_a: jax.Array, wkv_b: jax.
     w_o = split_heads(wo, block.d_v)  # (..., H, d, d_v)
     w_dkv, w_kr = wkv_a[..., :c_kv, :], wkv_a[..., c_kv:, :]
     k_hat = jnp.concatenate([w_uk @ w_dkv[..., None, :, :], _shared(w_kr, h)], axis=-2)
-    q_hat = u_q @ wq_a[..., None, :, :]  # (..., H, d_h + d_R, d)
+    q_hat = u_q if wq_a is None else u_q @ wq_a[..., None, :, :]  # (..., H, d_h + d_R, d)
     r_q = _gram_factor(q_hat.mT)
     score_rows = jnp.concatenate([r_q[..., :d_h] @ w_uk, r_q[..., d_h:]], axis=-1)  # R_h blockdiag(W_UK,h, I)
     value = _gram_factor(w_o) @ w_uv
     value_rows = jnp.concatenate([value, jnp.zeros((*value.shape[:-1], block.d_rope), value.dtype)], axis=-1)
-    return {"K_hat": k_hat, "E_Q": q_hat[..., :d_h, :], "W_DKV": w_dkv, "E_V": w_uv @ w_dkv[..., None, :, :],
-            "W_O": w_o, "P_Q": _merge_rows(_gram_factor(k_hat.mT) @ u_q),
-            "P_KV": jnp.concatenate([_merge_rows(score_rows), _merge_rows(value_rows)], axis=-2)}
+    out = {"K_hat": k_hat, "E_Q": q_hat[..., :d_h, :], "W_DKV": w_dkv, "E_V": w_uv @ w_dkv[..., None, :, :],
+           "W_O": w_o, "P_KV": jnp.concatenate([_merge_rows(score_rows), _merge_rows(value_rows)], axis=-2)}
+    if wq_a is not None:
+        out["P_Q"] = _merge_rows(_gram_factor(k_hat.mT) @ u_q)
+    return out
 
 
 def mla_direction(w: dict, g: dict, block: MLAPlan, options: DirectionOptions) -> dict[str, jax.Array]:
@@ -305,23 +308,33 @@ def mla_direction(w: dict, g: dict, block: MLAPlan, options: DirectionOptions) -
     of the four score factors' terms has operator norm ``ε/4``, each of the three value–output factors'
     ``ε/3`` (the shared ``wkv_a`` gives its value terms ``ε/4``), so each head's score and value–output
     circuits change by at most ``ε`` to first order, at RoPE position 0 (``derivations.mla`` states what
-    RoPE positions ``τ ≠ 0`` and the latent RMSNorms do to that bound).
+    RoPE positions ``τ ≠ 0`` and the latent RMSNorms do to that bound). Without query compression
+    (``wq_a=None``) the score circuit has three factors: ``ΔW_Q`` (``wq``), ``ΔW_UK`` and ``ΔD̂`` each within
+    ``ε/3`` (the ``_uncompressed`` rules).
     """
     ws, gs = [w[n] for n in block.members], [g[n] for n in block.members]
     if block.kernels:  # flax kernels: the W @ x layouts transposed
         ws, gs = [x.mT for x in ws], [x.mT for x in gs]
+    if not block.compressed:
+        ws, gs = [None, *ws], [None, *gs]
     g_dq, g_uq, g_dkv, g_kv, g_o = gs
     p = mla_partners(*ws, block)
     h, d_h, kw = block.heads, block.d_h, options.kwargs(_mla)
-    g_kv = _rows_per_head(g_kv, h)
-    w_dq, w_dkv = _shared(ws[0], h), _shared(p["W_DKV"], h)
-    d_uq = _mla.mla_query_up(p["K_hat"], w_dq, _rows_per_head(g_uq, h), **kw)
-    d_uk = _mla.mla_key_up(p["E_Q"], w_dkv, g_kv[..., :d_h, :], **kw)
+    g_kv, g_uq = _rows_per_head(g_kv, h), _rows_per_head(g_uq, h)
+    w_dkv = _shared(p["W_DKV"], h)
+    if block.compressed:
+        d_uq = _mla.mla_query_up(p["K_hat"], _shared(ws[0], h), g_uq, **kw)
+        d_uk = _mla.mla_key_up(p["E_Q"], w_dkv, g_kv[..., :d_h, :], **kw)
+        d_dkv = _mla.mla_kv_down(p["P_KV"], g_dkv, **kw)
+    else:
+        d_uq = _mla.mla_query_uncompressed(p["K_hat"], g_uq, **kw)
+        d_uk = _mla.mla_key_up_uncompressed(p["E_Q"], w_dkv, g_kv[..., :d_h, :], **kw)
+        d_dkv = _mla.mla_kv_down_uncompressed(p["P_KV"], g_dkv, **kw)
     d_uv = _mla.mla_value_up(p["W_O"], w_dkv, g_kv[..., d_h:, :], **kw)
     d_o = _mla.mla_output(p["E_V"], split_heads(g_o, block.d_v), **kw)
-    d_dq = _mla.mla_query_down(p["P_Q"], g_dq, **kw)
-    d_dkv = _mla.mla_kv_down(p["P_KV"], g_dkv, **kw)
-    out = [d_dq, _merge_rows(d_uq), d_dkv, _merge_rows(jnp.concatenate([d_uk, d_uv], axis=-2)), merge_heads(d_o)]
+    out = [_merge_rows(d_uq), d_dkv, _merge_rows(jnp.concatenate([d_uk, d_uv], axis=-2)), merge_heads(d_o)]
+    if block.compressed:
+        out = [_mla.mla_query_down(p["P_Q"], g_dq, **kw), *out]
     if block.kernels:
         out = [x.mT for x in out]
     return dict(zip(block.members, out, strict=True))
