@@ -7,6 +7,8 @@ other families. The nodes they rewrite (``Flops``, ``Entries``, ``Rank``, ``Grou
 
 from __future__ import annotations
 
+import dataclasses
+
 import sympy
 from sympy import S
 from sympy.matrices.expressions import MatMul, MatrixSymbol, Transpose
@@ -116,7 +118,7 @@ def _entries_ids():
 
 ENTRY_COUNT = Lemma(
     key="entry_count", number="N", title="Entries of a matrix",
-    statement=r"\#(A) = mn \text{ for } A \in \mathbb{R}^{m \times n}",
+    statement=stated_by(_entries_ids),
     rewrite=_entries_rewrite, identities=_entries_ids, not_modelled="a count, checked on the values",
 )
 
@@ -139,7 +141,7 @@ def _algebra_ids():
 
 SCALAR_ALGEBRA = Lemma(
     key="scalar_algebra", number="Q", title="Polynomial algebra in the dimensions",
-    statement=r"\text{factoring, expanding and cancelling polynomials in the dimensions}",
+    statement=dataclasses.replace(stated_by(_algebra_ids), closure="ring"),
     rewrite=_algebra_rewrite, identities=_algebra_ids, not_modelled="polynomials in the dimensions",
 )
 

@@ -22,7 +22,7 @@ from itertools import permutations
 from sympy import Add, Basic, Mul, S, Symbol, expand
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.algebra import product, replace_free, tidy, total, transpose
+from derivations.engine.algebra import map_bottom_up, product, replace_free, tidy, total, transpose
 from derivations.engine.vocabulary import facts_of
 from derivations.lemmas.statement import Clause, Statement, known
 
@@ -230,6 +230,28 @@ class InstanceChecker:
                         return True
         return False
 
+    def rewritten(self, b: Basic, a: Basic) -> bool:
+        """``a`` is ``b`` with *every* instance of one clause's side (a whole node, or a run of product
+        factors) replaced by the other side, in normal form: several replacements whose scalars merge
+        into one coefficient (``C_W = c I`` twice) are one step."""
+        target = tidy(a)
+        for clause, matcher in self.clauses:
+            for lhs, rhs in ((clause.lhs, clause.rhs), (clause.rhs, clause.lhs)):
+                found = []
+
+                def replace(e, lhs=lhs, rhs=rhs, matcher=matcher, found=found, clause=clause):
+                    for binding in matcher.match(lhs, e, {}):
+                        if all(v in binding for v in matcher.variables if rhs.has(v)) and (
+                                not matcher.variables or self._conditions(binding)):
+                            found.append((clause, binding))
+                            return substitute(rhs, binding)
+                    return e
+
+                if tidy(map_bottom_up(b, replace, enter_derived=True)) == target and found:
+                    self.used.extend(found)
+                    return True
+        return False
+
     def _conditions(self, binding) -> bool:
         """The side conditions on the symbols this instance binds (a clause of the other side binds others)."""
         bound = set(binding)
@@ -309,7 +331,7 @@ def is_instance(statement, before, after, extra_clauses=(), assumed=()) -> tuple
     (and of ``extra_clauses``: definitions a step brings, like a change of variables' ``X = Z C⁻¹``).
     Returns ``(verdict, [(clause, binding), …])`` with the instances used."""
     checker = InstanceChecker(statement, extra_clauses, assumed)
-    ok = all(checker.explains(b, a) for b, a in zip(before, after, strict=True))
+    ok = all(checker.explains(b, a) or checker.rewritten(b, a) for b, a in zip(before, after, strict=True))
     return ok, checker.used
 
 

@@ -113,13 +113,13 @@ def _cancel_ids():
     x = _full("X")
     u, s, v = svd_parts(x)
     return [(product(transpose(u), u), Identity(_n)), (product(v, transpose(v)), Identity(_n)),
+            (product(transpose(v), v), Identity(_n)),
             (product(s, transpose(v), v, s), product(s, s))], _sampler()
 
 
 ORTHONORMAL_CANCEL = Lemma(
     key="orthonormal_cancel", number="I", title="Orthonormal factors cancel",
-    statement=r"U^{\top}U = I \text{ (orthonormal columns)},\quad VV^{\top} = I \text{ (orthonormal rows)}",
-    conditions=(r"U \text{ has orthonormal columns (or } V \text{ orthonormal rows)}",),
+    statement=stated_by(_cancel_ids),
     rewrite=_cancel_rewrite, identities=_cancel_ids,
     not_modelled="orthonormality of computed SVD factors is not encoded in the explicit model",
 )

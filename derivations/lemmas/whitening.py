@@ -8,6 +8,7 @@ from sympy.matrices.expressions import Identity, Inverse, Transpose
 
 from derivations.engine.algebra import product, replace_free, rewrite_adjacent, tidy, transpose
 from derivations.engine.evaluate import InstanceSampler
+from derivations.engine.norm_nodes import FrobeniusNorm
 from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     FULL_ROW_RANK,
@@ -288,13 +289,13 @@ def _isotropic_ids():
     lam = nonnegative_symbol("lambda")
     c = IsotropicScale(w, lam)
     return ([Case(GramSqrt(w, lam), c * Identity(_n), {"matrix": w}),
-             Case(GramInvSqrt(w, lam), (1 / c) * Identity(_n), {"matrix": w})], InstanceSampler(_SMALL))
+             Case(GramInvSqrt(w, lam), (1 / c) * Identity(_n), {"matrix": w}),
+             Case(c**2, FrobeniusNorm(w) ** 2 / _n + lam, rewrites=False)], InstanceSampler(_SMALL))
 
 
 ISOTROPIC_PARTNER = Lemma(
     key="isotropic_partner", number="I", title="Isotropic partner",
-    statement=(r"W^{\top}W = c^2 I,\ c = \|W\|_F/\sqrt{d_h}:\ (W^{\top}W + \lambda I)^{\pm 1/2}"
-               r" = (c^2 + \lambda)^{\pm 1/2} I"),
+    statement=stated_by(_isotropic_ids),
     conditions=(r"W \text{ has orthogonal columns of equal norm}",),
     rewrite=_isotropic_rewrite, identities=_isotropic_ids,
 )
