@@ -171,3 +171,10 @@ def test_proof_status_counts_steps_proven_for_all_sizes():
     query = halfsplit.query_side().proof_status()
     assert query["at instances"] == 1 and query["why"] == {"a solve step (certified by duality)": 1}
     assert query["for all sizes"] == len(halfsplit.query_side().steps) - 1
+
+
+def test_scalar_powers_have_one_ring_normal_form():
+    """Polynomials in the dimensions (Lemma Q): ``T (4 m n² + 2 n³) = 2 T n² (2m + n)``, and ``n² ≠ n³``."""
+    t, m, n = (Symbol(s, positive=True) for s in "Tmn")
+    assert ring_normal_form(t * (4 * m * n**2 + 2 * n**3)) == ring_normal_form(2 * t * n**2 * (2 * m + n))
+    assert ring_normal_form(n**2) != ring_normal_form(n**3)

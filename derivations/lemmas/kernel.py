@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from itertools import permutations
 
-from sympy import Add, Basic, Mul, S, Symbol, expand
+from sympy import Add, Basic, Mul, Pow, S, Symbol, expand
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose
 
 from derivations.engine.algebra import map_bottom_up, product, replace_free, tidy, total, transpose
@@ -459,6 +459,8 @@ def _poly(e) -> dict:
         return out
     if e.is_number or isinstance(e, Symbol):
         return {((), ()): e}
+    if isinstance(e, Pow) and not _is_matrix(e) and e.exp.is_Integer and e.exp > 0:  # scalars commute
+        return _poly(Mul(*[e.base] * int(e.exp), evaluate=False))
     if getattr(e, "is_ZeroMatrix", False):
         return {}
     atom = _atom(e)
