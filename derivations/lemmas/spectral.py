@@ -118,7 +118,7 @@ def _cancel_ids():
 
 
 ORTHONORMAL_CANCEL = Lemma(
-    key="orthonormal_cancel", number="I", title="Orthonormal factors cancel",
+    key="orthonormal_cancel", number="U", title="Orthonormal factors cancel",
     statement=stated_by(_cancel_ids),
     rewrite=_cancel_rewrite, identities=_cancel_ids,
     not_modelled="orthonormality of computed SVD factors is not encoded in the explicit model",
