@@ -2,7 +2,11 @@
 
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
+
+import pytest
 
 # XLA's CPU compiler spends most of a compile in LLVM's optimisation passes, and the suite compiles
 # hundreds of small programs whose run time is negligible: at backend optimisation level 0 they
@@ -11,10 +15,37 @@ import sys
 # and the docs build run at XLA's default level. Set before JAX starts its backend; subprocesses inherit it.
 os.environ["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), "--xla_backend_optimization_level=0"]))
 
+# One XLA compilation cache for the whole run (a directory per pytest-xdist worker): the planted copies of the
+# emitted modules (loaded again from their files: the same programs) and every subprocess a test starts compile
+# many of the same programs; each is compiled once and loaded from the cache after that (a compile of the emitted
+# update is 1-3 s, a load milliseconds). A compiled program is what XLA would compile again: the cache key is
+# the program, the compile options, the XLA flags and the jaxlib version. The directory is made by the process
+# that imports this file first (the pytest-xdist controller, or the single process with -n 0), inherited
+# through the environment by the workers and subprocesses, and removed when that process ends
+# (pytest_unconfigure). WORKBENCH_TEST_COMPILE_CACHE=0 turns it off; a JAX_COMPILATION_CACHE_DIR set by the
+# user is used as it is (and kept).
+CACHE_OWNER = "WORKBENCH_TEST_COMPILE_CACHE_OWNER"
+if os.environ.get("WORKBENCH_TEST_COMPILE_CACHE", "1") != "0" and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="workbench-xla-cache-")
+    os.environ[CACHE_OWNER] = str(os.getpid())
+elif os.environ.get(CACHE_OWNER) and os.environ.get("PYTEST_XDIST_WORKER"):
+    # each pytest-xdist worker keeps its own directory inside the run's (JAX writes entries without a lock:
+    # two workers writing one entry at once could make a reader warn on stderr); its subprocesses share it
+    worker_dir = os.path.join(os.environ["JAX_COMPILATION_CACHE_DIR"], os.environ["PYTEST_XDIST_WORKER"])
+    os.makedirs(worker_dir, exist_ok=True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = worker_dir
+if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")  # the suite's compiles are short
+
 import jax  # noqa: E402
-import pytest
 
 jax.config.update("jax_enable_x64", True)
+
+
+def pytest_unconfigure(config):
+    """Remove this run's compilation cache (only the process that made it does)."""
+    if os.environ.get(CACHE_OWNER) == str(os.getpid()):
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 def load_module(path, name):

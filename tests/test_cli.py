@@ -7,6 +7,7 @@ import pytest
 
 from derivations import halfsplit, registry
 from derivations.cli import main
+from tests.inprocess import share_emit_gate
 
 
 def run(*args):
@@ -51,29 +52,45 @@ def test_out_file(tmp_path):
     assert "def halfsplit_qk(" in target.read_text()
 
 
-@pytest.mark.parametrize("argv,needle", [
+BAD_USAGE = [
     ([], "one of the arguments --emit --check is required"),
     (["--emit", "fortran"], "invalid choice: 'fortran'"),
     (["--emit", "jax", "--schedule", "nope"], "unknown schedule 'nope'"),
     (["--check", "--trials", "0"], "--trials: must be >= 1"),
     (["--emit", "jax", "--out", "/"], "is a directory"),
     (["--emit", "jax", "--check"], "not allowed with argument"),
-])
-def test_bad_usage_is_one_line_and_exit_2(argv, needle):
+]
+
+
+def one_line_exit_2(rc, out, err, needle):
+    lines = err.strip().splitlines()
+    return rc == 2 and out == "" and len(lines) == 1 and needle in lines[0] and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv,needle", BAD_USAGE)
+def test_bad_usage_is_one_line_and_exit_2(argv, needle, capsys):
+    """``main(argv)`` in this process (a fresh interpreter per case re-imports the project)."""
+    try:
+        rc = main(halfsplit.rule_module(), argv)
+    except SystemExit as e:  # what python -m would exit with
+        rc = e.code
+    out, err = capsys.readouterr()
+    assert one_line_exit_2(rc, out, err, needle), (rc, out[:200], err)
+
+
+def test_bad_usage_in_a_real_process():
+    """``python -m derivations.halfsplit`` itself: exit status 2, nothing on stdout, one line on stderr."""
+    argv, needle = BAD_USAGE[0]
     r = run(*argv)
-    assert r.returncode == 2
-    assert r.stdout == ""
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr
+    assert one_line_exit_2(r.returncode, r.stdout, r.stderr, needle), r
 
 
 RULES = registry.rule_names()  # discovered: a new rule module is tested here without being listed
 
 
 @pytest.mark.parametrize("rule", RULES)
-def test_every_rule_module_emits_and_checks(rule, capsys, tmp_path):
-    import subprocess as sp
-
+def test_every_rule_module_emits_and_checks(rule, capsys, tmp_path, monkeypatch):
+    share_emit_gate(monkeypatch)  # each --emit below would rerun the same lemma self-checks
     module = registry.rule_module(rule)
     for target in ("text", "latex"):
         assert main(module, ["--emit", target]) == 0
@@ -86,8 +103,8 @@ def test_every_rule_module_emits_and_checks(rule, capsys, tmp_path):
     assert main(module, ["--emit", "numpy"]) == 0
     out = tmp_path / f"{rule}_jax.py"
     assert main(module, ["--emit", "jax", "--out", str(out)]) == 0
-    lint = sp.run([sys.executable, "-m", "ruff", "check", "--isolated", str(out)], capture_output=True, text=True,
-                  check=False)
+    lint = subprocess.run([sys.executable, "-m", "ruff", "check", "--isolated", str(out)], capture_output=True,
+                          text=True, check=False)
     assert lint.returncode == 0, lint.stdout
     capsys.readouterr()
     assert main(module, ["--check", "--trials", "1"]) == 0

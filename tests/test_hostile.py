@@ -1,7 +1,10 @@
 """Hostile-input corpus: bad and extreme inputs to every emitted function and both command lines.
 
-Each group of cases runs in one subprocess with a time limit, so a hang (a NaN/Inf reaching
-LAPACK used to spin forever in ``dgesdd``) fails the test instead of stalling CI. A script prints
+Each group of cases against the emitted code runs in one subprocess with a time limit, so a hang (a
+NaN/Inf reaching LAPACK used to spin forever in ``dgesdd``, where no signal reaches Python) fails the
+test instead of stalling CI; the command-line cases, which call ``main(argv)`` and never reach LAPACK
+with a NaN, run in the test's own process under a pytest-timeout limit (a fresh interpreter would
+import the project and derive the half-split rule again first). A script prints
 one JSON line per case; a case passes when the input is refused with one clear line naming the
 argument, or when the result is the documented one. Planted mistakes (the old Newton–Schulz
 normalisation, the dense Sylvester solve below its resolvable damping) show the checks can fail.
@@ -10,6 +13,7 @@ normalisation, the dense Sylvester solve below its resolvable damping) show the 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -317,7 +321,6 @@ holds("--plot writes exactly the path it reports", lambda: (os.path.isfile(png) 
 
 def run_cases(script: str, arg: str, timeout: float, env: dict | None = None) -> list:
     """Run a case script in a subprocess; a hang or crash fails with the last finished case named."""
-    import os
     code = HELPERS + textwrap.dedent(script)
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", **(env or {})}
     try:
@@ -330,6 +333,14 @@ def run_cases(script: str, arg: str, timeout: float, env: dict | None = None) ->
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 0, f"the case script crashed:\n{proc.stderr[-2000:]}"
     return rows
+
+
+def run_cases_here(script: str, arg: str, capsys, monkeypatch) -> list:
+    """:func:`run_cases` in this process (``sys.argv[1]`` is ``arg``): the rows the script printed."""
+    monkeypatch.setattr(sys, "argv", ["cases", arg])
+    capsys.readouterr()
+    exec(compile(HELPERS + textwrap.dedent(script), "<cases>", "exec"), {"__name__": "cases"})  # noqa: S102
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
 
 
 def assert_all(rows):
@@ -362,5 +373,7 @@ def test_emitted_numpy_references(emitted):
     assert_all(run_cases(NUMPY_CASES, str(emitted), timeout=120))
 
 
-def test_command_lines(tmp_path):
-    assert_all(run_cases(CLI_CASES, str(tmp_path), timeout=300))
+@pytest.mark.timeout(300)
+def test_command_lines(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_all(run_cases_here(CLI_CASES, str(tmp_path), capsys, monkeypatch))

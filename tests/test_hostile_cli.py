@@ -1,12 +1,15 @@
 """Hostile command-line input, round 2 (issue 17): code injection into emitted modules, tracebacks on
 ordinary arguments, closed stdout, and bounds on the work every command-line number sizes.
 
-Command lines run in subprocesses with a time limit (a hang fails the test). Most cases call the
-commands' ``main(argv)`` in one subprocess (one import of the project, not one per case): a case
-passes when it is refused with exactly one stderr line and exit 2, or when it succeeds and what it
-wrote is inert. Emitted modules are imported in a subprocess that would create a marker file if any
-injected code ran, and parsed with ``ast`` (the docstring must be one string constant, and no other
-top-level expression may exist).
+Every case has a time limit (a hang fails the test). Most cases call the commands' ``main(argv)``:
+the injection cases in the test's own process (``tests/inprocess.py``, under a pytest-timeout limit; the
+derivations and the emit gate's lemma self-checks are shared, not redone per case), the cases that
+bound the work in one subprocess (:func:`run_mains`: a bound that broke must not take the test process
+down with it); the commands as a user starts them (``python -m ...``, stdout closed, FIFOs) run in
+subprocesses of their own. A case passes when it is refused with exactly one stderr line and exit 2,
+or when it succeeds and what it wrote is inert. Emitted modules are imported in a subprocess that
+would create a marker file if any injected code ran, and parsed with ``ast`` (the docstring must be one
+string constant, and no other top-level expression may exist).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.inprocess import call_mains
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
@@ -185,7 +190,8 @@ def _schedule_files(tmp_path, mark):
     return files
 
 
-def test_injection_in_every_schedule_file_field(tmp_path):
+@pytest.mark.timeout(240)
+def test_injection_in_every_schedule_file_field(tmp_path, monkeypatch):
     """A vector in any field either is refused with one line (exit 2) or leaves the emitted module inert."""
     mark = tmp_path / "INJECTED"
     files = _schedule_files(tmp_path, mark)
@@ -195,7 +201,7 @@ def test_injection_in_every_schedule_file_field(tmp_path):
         cases += [["halfsplit", ["--emit", "jax", "--schedule", path, "--out", out]],
                   ["halfsplit", ["--emit", "numpy", "--schedule", path, "--out", out[:-3] + "_np.py"]],
                   ["coeffsearch", ["certify", path]]]
-    rows = run_mains(cases, tmp_path)
+    rows = call_mains(cases, tmp_path, monkeypatch)
     bad, emitted = [], []
     for (label, _path, refuse), (jax_row, np_row, cert_row) in zip(files, zip(*[iter(rows)] * 3, strict=False),
                                                                     strict=False):
@@ -216,7 +222,8 @@ def test_injection_in_every_schedule_file_field(tmp_path):
     assert not (problems := inert(emitted, mark, tmp_path)), "\n".join(problems)
 
 
-def test_injection_in_string_arguments(tmp_path):
+@pytest.mark.timeout(240)
+def test_injection_in_string_arguments(tmp_path, monkeypatch):
     """Vectors as --schedule (a name, and the path of an existing file), --out, and coeffsearch's string
     arguments: a one-line refusal (exit 2), or success that wrote a normal, inert module."""
     mark = tmp_path / "INJECTED"
@@ -239,7 +246,7 @@ def test_injection_in_string_arguments(tmp_path):
         cases += [["halfsplit", ["--emit", "jax", "--schedule", "muon", "--out", str(tmp_path / (fname + "_out.py"))]],
                   ["coeffsearch", ["certify", "muon", "--steps", "1", "--lower", "1e-2", "--json",
                                    str(tmp_path / (fname + ".cert.json"))]]]
-    normal, *rows = run_mains(cases, tmp_path)
+    normal, *rows = call_mains(cases, tmp_path, monkeypatch)
     assert normal["rc"] == 0 and "def halfsplit_qk(" in normal["stdout"]
     bad, emitted = [], []
     for row in rows:
@@ -339,18 +346,19 @@ def test_normal_emission_is_unchanged_by_the_escaping(monkeypatch, tmp_path, hal
                                   ["--steps", "4", "--lower", "0.99999999"],
                                   ["--steps", "12", "--lower", "1e-2", "--degree", "3"],
                                   ["--steps", "10", "--lower", "1e-2", "--degree", "7"]])
-def test_minimax_converged_interval_is_a_result(argv, tmp_path):
+@pytest.mark.timeout(240)
+def test_minimax_converged_interval_is_a_result(argv, tmp_path, monkeypatch):
     out = tmp_path / "s.json"
-    r = run_cmd(["-m", "coeffsearch", "minimax", *argv, "--json", str(out)])
-    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    assert "converged" in r.stdout and "limit polynomial" in r.stdout
+    r, = call_mains([["coeffsearch", ["minimax", *argv, "--json", str(out)]]], tmp_path, monkeypatch)
+    assert r["rc"] == 0 and not r["escaped"] and "Traceback" not in r["stderr"], describe(r)
+    assert "converged" in r["stdout"] and "limit polynomial" in r["stdout"]
     doc = json.loads(out.read_text())
     steps = int(argv[1])
     assert len(doc["steps"]) == steps and any(row["interval_collapsed"] for row in doc["report"])
     first = next(i for i, row in enumerate(doc["report"]) if row["interval_collapsed"])
     assert all(row["interval_collapsed"] for row in doc["report"][first:])
-    r = run_cmd(["-m", "coeffsearch", "certify", str(out), "--lower", argv[3]])
-    assert r.returncode == 0, r.stderr[-2000:]  # a converged schedule certifies like any other
+    r, = call_mains([["coeffsearch", ["certify", str(out), "--lower", argv[3]]]], tmp_path, monkeypatch)
+    assert r["rc"] == 0, describe(r)  # a converged schedule certifies like any other
 
 
 def test_validate_rank_one_and_oversized_shapes(tmp_path):
@@ -496,11 +504,11 @@ def test_every_work_size_is_bounded(tmp_path):
     for name, needle in (("wide.json", "at most 32"), ("huge.json", "over the limit of"), ("fifo.json", "not a file")):
         cases += [(["coeffsearch", ["certify", str(tmp_path / name)]], needle),
                   (["halfsplit", ["--emit", "jax", "--schedule", str(tmp_path / name)]], needle)]
-    rows = run_mains([c for c, _ in cases], tmp_path)
-    bad = [describe(row) for row, (_, needle) in zip(rows, cases, strict=False) if not refused(row, needle)]
+    helps = [["coeffsearch", ["minimax", "--help"]], ["coeffsearch", ["validate", "--help"]], ["halfsplit", ["--help"]]]
+    rows = run_mains([c for c, _ in cases] + helps, tmp_path)  # one subprocess for both
+    rows, help_rows = rows[:len(cases)], rows[len(cases):]
+    bad = [describe(row) for row, (_, needle) in zip(rows, cases, strict=True) if not refused(row, needle)]
     assert not bad, "\n".join(bad)
-    help_rows = run_mains([["coeffsearch", ["minimax", "--help"]], ["coeffsearch", ["validate", "--help"]],
-                           ["halfsplit", ["--help"]]], tmp_path)
     assert "1 to 15" in help_rows[0]["stdout"] and "1 to 200" in help_rows[0]["stdout"]
     assert "1 to 100" in help_rows[0]["stdout"] and "2**36" in help_rows[1]["stdout"]
     assert "1 to 1000" in help_rows[2]["stdout"]
