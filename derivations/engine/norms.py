@@ -1,7 +1,7 @@
 """Norm families: the balls a steepest-descent step can live in, each solved through its dual norm.
 
 For a norm ``‖·‖`` with dual ``‖A‖_† = sup_{‖Z‖ ≤ 1} ⟨A, Z⟩`` and a *sharp* map ``A♯`` with
-``‖A♯‖ ≤ 1`` and ``⟨A, A♯⟩ = ‖A‖_†`` (Hölder's inequality is tight at ``A♯``):
+``‖A♯‖ ≤ 1`` and ``⟨A, A♯⟩ = ‖A‖_†`` (Hölder's inequality is tight at ``A♯``)::
 
     argmin_{‖Z‖ ≤ β} ⟨A, Z⟩ = −β A♯,   optimal value −β ‖A‖_†   (β > 0).
 
@@ -94,6 +94,7 @@ RMS = NormFamily("rms", "RMS→RMS operator norm", RmsOpNorm,
                  r"\operatorname*{argmin}_{\|Z\|_{\mathrm{RMS}\to\mathrm{RMS}} \le \beta} \langle A, Z\rangle"
                  r" = -\beta \sqrt{m/n}\operatorname{msign}(A),\ \text{value } -\beta\sqrt{m/n}\|A\|_{*}")
 
+#: the registered norm families, in the order the docs list them (operator, Frobenius, nuclear, max-abs, RMS→RMS)
 FAMILIES = (OPERATOR, FROBENIUS, NUCLEAR, MAX_ABS, RMS)
 
 
