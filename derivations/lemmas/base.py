@@ -378,7 +378,9 @@ def stated_by(identities, sizes=None, relation: str = "=", instance=None) -> Sta
         if not any({c.lhs, c.rhs} == {k.lhs, k.rhs} for k in clauses):
             clauses.append(Clause(c.lhs, c.rhs, relation, where=c.substitution))
     small = dict(getattr(sampler, "dims", None) or _SMALL)
-    large = _LARGE if small == _SMALL else {d: v + 16 for d, v in small.items()}
+    statement = Statement(tuple(clauses))
+    shapes = set(statement.dimensions)  # matrix dimensions grow to >= 16; counts (a step count T) stay
+    large = _LARGE if small == _SMALL else {d: v + 16 if d in shapes else v for d, v in small.items()}
     return Statement(tuple(clauses), sizes=sizes or (small, large),
                      definitions=dict(getattr(sampler, "definitions", {}) or {}),
                      scalars=dict(getattr(sampler, "scalars", {}) or {}), prepare=instance)

@@ -204,8 +204,9 @@ class Statement:
         """
         if all(c.defines for c in self.clauses):
             return {}  # definitions only (the chain rule): the lemma's own check compares them with autodiff
-        if len(self.sizes) < 2 or min(self.sizes[-1].values(), default=16) < 16:
-            raise ValueError("a statement is checked at two sizes at least, the last with every dimension >= 16")
+        if len(self.sizes) < 2 or min((self.sizes[-1][d] for d in self.dimensions), default=16) < 16:
+            raise ValueError("a statement is checked at two sizes at least, the last with every matrix dimension "
+                             ">= 16")
         errors = {}
         for dims in self.sizes:
             label = "statement (float64, " + " ".join(f"{k}={v}" for k, v in sorted(dims.items(), key=str)) + ")"
