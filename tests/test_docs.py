@@ -254,6 +254,28 @@ def _visible_text(dom: str) -> str:
     return re.sub(r"<[^>]+>", " ", dom)
 
 
+#: the half-split proof page at most half its length before issue 23 (6,727 words, 19,646 px at 1280 px wide)
+HALFSPLIT_MAX_WORDS = 3250
+HALFSPLIT_MAX_HEIGHT = 9500
+
+
+def visible_words(page: str) -> int:
+    """Words a reader sees on a built page before unfolding anything: the text of the whole page
+    (navigation included, formulas as their TeX source), scripts and styles dropped, and the body of
+    every folded ``<details>`` block dropped (its one-line ``<summary>`` is visible and counts)."""
+    page = re.sub(r"(?is)<(script|style|noscript)\b.*?</\1>", " ", page)
+    page = re.sub(r"(?is)(<details\b[^>]*>\s*<summary\b.*?</summary>).*?</details>", r"\1", page)
+    return len(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+
+
+def test_visible_words_count_summaries_and_skip_what_is_folded():
+    page = ("<html><head><style>p { x: y }</style><script>var a = 1;</script></head><body><p>one two</p>"
+            "<details class='d'><summary>three <b>four</b></summary><p>folded words here</p></details>"
+            "<p>five &amp; six</p></body></html>")
+    assert visible_words(page) == 7                       # one two three four five & six
+    assert visible_words(page.replace("<details class='d'>", "<div>").replace("</details>", "</div>")) == 10
+
+
 @needs_site
 def test_browser_renders_the_math_of_the_half_split_page(tmp_path):
     chromium = _chromium()
@@ -271,6 +293,12 @@ def test_browser_renders_the_math_of_the_half_split_page(tmp_path):
     assert ready, "MathJax never finished typesetting the page"
     rendered = len(re.findall(r"<mjx-container", dom))
     assert int(ready.group(1)) == rendered and rendered >= formulas
+    # half its length before issue 23, in what a reader sees: words before unfolding, and height at 1280 px wide
+    words = visible_words(page.read_text())
+    assert 1000 < words <= HALFSPLIT_MAX_WORDS, f"the half-split page shows {words} words before unfolding"
+    height = re.search(r'data-page-height="(\d+)"', dom)
+    assert height, "math-ready.js did not record the page's height"
+    assert 2000 < int(height.group(1)) <= HALFSPLIT_MAX_HEIGHT, f"the half-split page is {height.group(1)} px tall"
     text = _visible_text(dom)
     for raw in ("\\(", "\\[", "$$", "\\begin{"):
         assert raw not in text, f"raw TeX {raw!r} left on the page"

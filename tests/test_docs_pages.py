@@ -8,6 +8,7 @@ details and command output. The full site is tested by tests/test_docs.py after 
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import sys
@@ -24,10 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 sys.path.insert(0, str(DOCS / "_ext"))
 
-from workbench_sphinx import commands, notation, objects, rst  # noqa: E402 (found through the sys.path entry)
+from workbench_sphinx import commands, notation, objects, proofs, rst  # noqa: E402 (found through the sys.path entry)
 from workbench_sphinx.checks import external_assets  # noqa: E402 (as above)
 
-from tests.test_docs import _plain, build  # noqa: E402 (the small-project builder of the docs tests)
+from tests.test_docs import _plain, build, visible_words  # noqa: E402 (the small-project builder of the docs tests)
 from tests.tex_checks import balanced  # noqa: E402 (as above)
 
 #: side conditions as the engine records them (from halfsplit, gqa, hybrid_ov, joint, the classics)
@@ -131,16 +132,41 @@ def test_rule_page_shows_50_digit_evidence_folded_details_and_command_output(tmp
     text = _plain(html)
     from derivations import sylvester
     steps = sum(len(d.steps) for d in sylvester.derivations())
-    assert len(re.findall(r"Evidence: float64 \S+ \(\d+ instances\) · mpmath (?:0|\de-\d+) · symbolic", text)) == steps
+    assert len(re.findall(r"float64 \S+, mpmath (?:0|\de-\d+), symbolic", text)) == steps
     assert "not run" not in text
-    assert html.count('<details class="workbench-details">') == steps
+    assert html.count('<details class="workbench-details">') == steps + 1   # each step's, and the legend's
     assert text.count("Reading a step.") == 1                             # one legend per page
+    assert text.count("the trusted kernel matched") == 1                  # its boilerplate said once, folded
+    # what a reader sees before unfolding anything: 1,096 words before issue 23's item 4 (half-length pages)
+    assert visible_words(html) <= 900
     assert "$ python -m derivations.sylvester --help" in text and "more lines)" in text
     assert not re.search(r"Theorem \d", text)                             # no second number in the box
     record = json.loads((out / "evidence" / "sylvester.json").read_text())
     assert all(s["mpmath_error"] is not None and s["mpmath_error"] < 1e-30
                for d in record["derivations"] for s in d["steps"])
     assert 'href="evidence/sylvester.json"' in html
+
+
+def test_notes_emitted_functions_repeat_are_shown_once_and_nothing_is_dropped(halfsplit_source):
+    names = ("halfsplit_qk", "halfsplit_v", "isotropic_qk")
+    found = {node.name: ast.get_docstring(node) for node in ast.parse(halfsplit_source).body
+             if isinstance(node, ast.FunctionDef)}
+    docs = {name: found[name] for name in names}
+    # a layout adapter (as gqa_qk is) repeats none of them: the others' notes are still shown once
+    docs["layout_adapter"] = "Stored layouts to per-head calls.\n\nReturns the updates in the stored layouts."
+    shared = proofs.shared_notes(docs)
+    assert [group for group, _ in shared] == [names]
+    shown = proofs.joined_notes(shared[0][1])
+    assert "Arguments after *" in shown and "Inputs are checked" in shown
+    assert "Shapes:" not in shown                     # a one-line note stays with its function
+    for name in names:
+        own = proofs.own_notes(docs[name], shared)
+        assert "Shapes:" in own and "Arguments after *" not in own and "Inputs are checked" not in own, name
+        assert set(docs[name].splitlines()) - {""} <= set(own.splitlines()) | set(shown.splitlines()), name
+    assert proofs.own_notes(docs["layout_adapter"], shared) == docs["layout_adapter"]
+    # the pages before: whole paragraphs compared, so halfsplit_v printed the shared notes a second time
+    paragraphs = [{p.strip() for p in docs[name].split("\n\n")} for name in names]
+    assert not any("Arguments after *" in p for p in set.intersection(*paragraphs))
 
 
 def test_a_failing_command_stops_the_build(tmp_path):

@@ -16,9 +16,10 @@ from derivations import classics as classic_results
 from derivations.printing.latex import latex
 
 from . import rst
+from .evidence import legend
 from .notation import condition_rst, tidy_latex
 from .objects import FailedDerivation, catalogue
-from .proofs import check_details, evidence_line, legend, lemma_ref, mark_rendered
+from .proofs import lemma_ref, mark_rendered, step_rst
 
 
 def classics() -> tuple:
@@ -38,17 +39,7 @@ def classic_derivation_rst(der, documented, classic_title: str = "") -> list[str
             *rst.math_block(tidy_latex(latex(der.start.expr)))]
     for step in der.steps:
         rel = r"\le" if step.kind == "bound" else "="
-        note = f" — {condition_rst(step.note)}" if step.note else ""
-        item = [f"**Step {step.index}** · {_lemma(step.lemma, documented)}{note}.", "",
-                *rst.math_block(rf"{rel}\ {tidy_latex(latex(step.after.expr))}")]
-        details = check_details(step, der)
-        if step.kind == "bound":
-            how = rst.text("How: both sides evaluated on random instances; the step holds when before ≤ after.")
-            details = [f"* {how}"]
-        if step.conditions:
-            details = ["* Discharged: " + "; ".join(condition_rst(c) for c in step.conditions) + ".", *details]
-        item += [f".. workbench-details:: Evidence: {evidence_line(step)}", "", *rst.indent(details), ""]
-        out += [".. container:: workbench-step", "", *rst.indent(item)]
+        out += step_rst(step, der, rf"{rel}\ {tidy_latex(latex(step.after.expr))}", _lemma(step.lemma, documented))
     relation = r"\le" if any(s.kind == "bound" for s in der.steps) else "="
     out += ["**Result**", "", *rst.math_block(tidy_latex(rf"{latex(der.start.expr)} {relation} {latex(der.formula)}")),
             "Cross-check a hand formula against it: "

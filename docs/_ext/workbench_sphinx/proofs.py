@@ -24,16 +24,13 @@ from docutils.parsers.rst import directives
 from sphinx.util.docutils import SphinxDirective
 
 from derivations.cli import render
-from derivations.engine import derivation as engine
 from derivations.engine.derivation import Solution
 from derivations.printing.latex import latex, state_latex
 
 from . import rst
+from .evidence import EVIDENCE_DIR, check_details, check_sizes, evidence_line, legend, sizes_sentence, sizes_text
 from .notation import condition_rst, docstring_rst, symbol_lines, symbols_in, tidy_latex
 from .objects import FailedDerivation, catalogue
-
-#: the folder of the built site that holds each rule module's evidence at full precision
-EVIDENCE_DIR = "evidence"
 
 # ---- labels --------------------------------------------------------------------------------
 
@@ -61,11 +58,7 @@ def mark_rendered(env, kind: str, name: str):
     store.setdefault(env.docname, set()).add((kind, name))
 
 
-# ---- states and checks ---------------------------------------------------------------------
-
-
-def _sizes(dims: dict) -> str:
-    return ", ".join(f"{k} = {v}" for k, v in dims.items())
+# ---- theorems and proofs -------------------------------------------------------------------
 
 
 def theorem_result(der) -> str:
@@ -73,102 +66,6 @@ def theorem_result(der) -> str:
     if isinstance(der.state, Solution):
         return state_latex(der.state)
     return rf"{latex(der.start.expr)} = {latex(der.formula)}"
-
-
-_KIND = {
-    "rewrite": "both sides evaluated on random instances that satisfy the side conditions",
-    "change_of_variables": "both sides evaluated with the old variable expressed through the new one",
-    "solve": "the claimed minimizer checked against the problem on random instances",
-    "back_substitute": "the minimizer in the original variable checked against the original problem",
-    "restrict": ("the objective compared, and the new constraint checked to bound the old one from above, on "
-                 "random instances (a restriction: the feasible set shrinks)"),
-}
-
-
-def symbolic_status(status: str, der) -> str:
-    """What the symbolic check showed, in words that claim no more than it did."""
-    dims = getattr(der.context, "symbolic_dims", {}) or {}
-    at = f" at sizes {_sizes(dims)}" if dims else ""
-    if status == "proved":
-        return (f"the two sides agree exactly as rational functions of the entries of explicit "
-                f"symbolic matrices{at} (an identity at those sizes, not a proof for every size)")
-    if status == "numeric only":
-        return "not shown symbolically (the explicit model does not cover this step): numeric evidence only"
-    if status == "n/a":
-        return "not applicable to this kind of step"
-    return status if ("size" in status or not at) else f"{status}{at}"
-
-
-def _f64_sizes(der) -> str:
-    return "; ".join(_sizes(d) for d in getattr(der.context, "check_dims", []))
-
-
-def short_symbolic(status: str) -> str:
-    """The symbolic verdict in a few words (the legend says what each means)."""
-    if status == "proved" or status.startswith("verified"):
-        return "exact"
-    if status.startswith("n/a: certified by duality"):
-        return "n/a (duality certificate)"
-    if status.startswith("n/a"):
-        return "n/a"
-    if status.startswith("not modelled"):
-        return "not modelled"
-    if status == "numeric only":
-        return "numeric only"
-    return status.split(":")[0]
-
-
-def _rounded(x: float) -> str:
-    """One significant digit for display (the evidence JSON keeps every digit); exact zero is 0."""
-    return "0" if x == 0 else f"{x:.0e}"
-
-
-def evidence_line(step) -> str:
-    """One line of evidence for a step: float64, mpmath at 50 digits, symbolic (rounded for display)."""
-    check = step.check
-    mp = "not run" if check.mpmath_error is None else _rounded(check.mpmath_error)
-    return (f"float64 {_rounded(check.float64_error)} ({check.trials} instances) · mpmath {mp} · "
-            f"symbolic {short_symbolic(check.symbolic)}")
-
-
-def check_details(step, der) -> list[str]:
-    """The details behind the evidence line: every sub-check and the full symbolic verdict."""
-    check = step.check
-    lines = [f"* {rst.text('How: ' + _KIND.get(step.kind, step.kind.replace('_', ' ') + ' step') + '.')}"]
-    subchecks = getattr(check, "subchecks", None) or {}
-    if subchecks and list(subchecks) != ["before = after"]:
-        lines.append("* " + rst.text("Worst error of each sub-check: "
-                                     + ", ".join(f"{k} {float(v):.1e}" for k, v in subchecks.items()) + "."))
-    lines.append(f"* {rst.text('Symbolic: ' + symbolic_status(check.symbolic, der) + '.')}")
-    if getattr(check, "instance", ""):
-        lines.append(f"* {rst.text('Kernel: ' + check.instance + '.')}")
-    return lines
-
-
-def check_lines(step, der, rule_name: str) -> list[str]:
-    """The evidence recorded for one step: the one-line summary, then the details."""
-    return [f"* {rst.text('Evidence: ' + evidence_line(step) + '.')}", *check_details(step, der)]
-
-
-def legend(der_or_none=None, json_href: str | None = None) -> list[str]:
-    """How to read a step's evidence line: said once per page."""
-    ftol = getattr(engine, "FLOAT64_TOL", 1e-9)
-    mtol = getattr(engine, "MPMATH_TOL", None)
-    digits = getattr(engine, "MPMATH_DPS", 50)
-    kinds = "; ".join(f"*{rst.text(kind.replace('_', ' '))}*: {rst.text(how)}" for kind, how in _KIND.items())
-    lines = [".. rst-class:: workbench-legend", "",
-             (f"**Reading a step.** Each step names the lemma it applies (a link to the lemma reference), shows "
-              f"the expression it leads to, and one evidence line that unfolds into the side conditions the step "
-              f"discharged and how it was checked: "
-              f"*float64* — the worst relative residual over random instances (tolerance {ftol:.0e}); "
-              f"*mpmath* — the residual at {digits} digits on one instance, computed while this page was built"
-              + (f" (tolerance {mtol:.0e})" if mtol else "") + "; *symbolic* — *exact*: the two sides agree "
-              "as rational functions of the entries of explicit symbolic matrices at the sizes given (an identity "
-              "at those sizes, not a proof for every size); *not modelled*: numeric evidence only; *n/a*: a solve "
-              "or restriction step, certified by duality or checked as an inequality. Numbers are rounded for "
-              "display. How each kind of step is checked — " + kinds
-              + (f"; every number at full precision: `evidence JSON <{json_href}>`__." if json_href else ".")), ""]
-    return lines
 
 
 def side_conditions(der) -> list[str]:
@@ -188,41 +85,53 @@ def tex(text: str) -> str:
     return tidy_latex(text)
 
 
-def derivation_rst(der, rule_name: str, heading: str = "-") -> list[str]:
-    """Theorem and proof of one derivation (the page's legend explains the evidence lines)."""
+def proof_summary(der) -> str:
+    """The proof's first line: how many steps are proven for all sizes (the legend says what that
+    means), why the others are checked at instances only, and the derivation's fingerprint."""
+    status = der.proof_status()
+    why = "; ".join(reason if n == 1 else f"{n}: {reason}" for reason, n in status["why"].items())
+    rest = status["at instances"]
+    text = (f"Proven for all sizes: {status['for all sizes']} of {len(der.steps)} steps"
+            + (f"; at instances only: {rest}" + (f" — {why}" if why else "") if rest else "") + ".")
+    return f"{rst.text(text)} Fingerprint {rst.literal(der.fingerprint())}."
+
+
+def step_rst(step, der, after_latex: str, lemma: str) -> list[str]:
+    """One step: its lemma and note, its evidence line (the details folded under it), its result."""
+    note = f" — {condition_rst(step.note)}" if step.note else ""
+    item = [f"**Step {step.index}** · {lemma}{note}.", "",
+            f".. workbench-details:: {evidence_line(step)}", "", *rst.indent(check_details(step, der)), "",
+            *rst.math_block(after_latex)]
+    return [".. container:: workbench-step", "", *rst.indent(item)]
+
+
+def derivation_rst(der, rule_name: str, heading: str = "-", page_sizes: dict | None = None) -> list[str]:
+    """Theorem and proof of one derivation (the page's legend explains the evidence lines; where the
+    steps are checked is said here only when it differs from ``page_sizes``, said once by the legend)."""
     title = der.title
     conds = side_conditions(der)
     out = [f".. _{derivation_label(der.name)}:", "", rst.text(title), heading * (len(rst.text(title)) + 4), ""]
     out += [".. prf:theorem::", "   :nonumber:", f"   :label: theorem-{rst.label(der.name)}", ""]
     body = [f"{rst.literal(der.name)} — {condition_rst(der.statement or title)}.", "",
-            "**Starting from**", "", *rst.math_block(tex(state_latex(der.start))),
-            "**Side conditions**", ""]
-    body += [f"* {condition_rst(c)}" for c in conds] or ["* none"]
-    body += ["", "**Result**", "", *rst.math_block(tex(theorem_result(der))),
-             f"Fingerprint {rst.literal(der.fingerprint())} (a hash of the start and every step's result).", ""]
+            ".. rst-class:: workbench-label", "", "**Starting from**", "",
+            *rst.math_block(tex(state_latex(der.start))),
+            "**Side conditions:** " + ("; ".join(condition_rst(c) for c in conds) if conds else "none") + ".", "",
+            ".. rst-class:: workbench-label", "", "**Result**", "", *rst.math_block(tex(theorem_result(der)))]
     out += rst.indent(body) + [".. prf:proof::", ""]
-    sizes = _f64_sizes(der)
-    mp_sizes = _sizes(getattr(der.context, "mpmath_dims", {}) or {})
-    sym_sizes = _sizes(getattr(der.context, "symbolic_dims", {}) or {})
-    proof = [rst.text(f"{len(der.steps)} steps, each checked: float64 at sizes {sizes or 'of the context'}"
-                      + (f"; mpmath at {mp_sizes}" if mp_sizes else "")
-                      + (f"; symbolic model at {sym_sizes}" if sym_sizes else "") + "."), ""]
-    status = der.proof_status()
-    why = "; ".join(f"{n}: {reason}" for reason, n in status["why"].items())
-    proof += [rst.text(f"Proven for all sizes: {status['for all sizes']} of {len(der.steps)} steps (the trusted "
-                       "kernel matched each, with symbolic dimensions, against the statement of the lemma it "
-                       f"cites); checked at instances only: {status['at instances']}"
-                       + (f" ({why})" if why else "") + "."), ""]
+    proof = [proof_summary(der), ""]
+    sizes = check_sizes(der)
+    if sizes != page_sizes:
+        proof += [sizes_sentence(sizes, "Every step is checked "), ""]
     for step in der.steps:
-        note = f" — {condition_rst(step.note)}" if step.note else ""
-        item = [f"**Step {step.index}** · {lemma_ref(step.lemma)}{note}.", "",
-                *rst.math_block(r"\Longrightarrow\ " + tex(state_latex(step.after)))]
-        folded = (["* Discharged: " + "; ".join(condition_rst(c) for c in step.conditions) + "."]
-                  if step.conditions else []) + check_details(step, der)
-        item += [f".. workbench-details:: Evidence: {evidence_line(step)}", "", *rst.indent(folded), ""]
-        proof += [".. container:: workbench-step", "", *rst.indent(item)]
+        proof += step_rst(step, der, r"\Longrightarrow\ " + tex(state_latex(step.after)), lemma_ref(step.lemma))
     out += rst.indent(proof)
     return out
+
+
+def common_sizes(derivations) -> dict | None:
+    """Where the steps are checked, when every derivation of a page agrees (said once, in the legend)."""
+    found = [check_sizes(der) for der in derivations]
+    return found[0] if found and all(s == found[0] for s in found) else None
 
 
 def rule_symbols(entry) -> list[str]:
@@ -267,10 +176,11 @@ class RuleDerivationsDirective(SphinxDirective):
         rule = entry.rule
         lines = [f".. _{rule_label(entry.name)}:", "", rst.text(rule.description or rule.title), "",
                  f"Command line: {rst.literal(f'python -m derivations.{entry.name} --emit jax|numpy|latex|text')} "
-                 f"and {rst.literal(f'python -m derivations.{entry.name} --check')}. Derivations on this page: "
-                 + ", ".join(rst.literal(d.name) for d in entry.derivations) + ".", ""]
+                 f"and {rst.literal(f'python -m derivations.{entry.name} --check')}.", ""]
         depth = "../" * self.env.docname.count("/")
-        lines += legend(json_href=f"{depth}{EVIDENCE_DIR}/{entry.name}.json") + rule_symbols(entry)
+        own = [der for der in entry.derivations if cat.home(der) == entry.name]
+        sizes = common_sizes(own)
+        lines += legend(json_href=f"{depth}{EVIDENCE_DIR}/{entry.name}.json", sizes=sizes) + rule_symbols(entry)
         for der in entry.derivations:
             home = cat.home(der)
             if home != entry.name:
@@ -278,7 +188,7 @@ class RuleDerivationsDirective(SphinxDirective):
                           f"{rst.literal(home)}: {rst.ref(der.title, derivation_label(der.name))}."), ""]
                 continue
             mark_rendered(self.env, "derivation", der.name)
-            lines += derivation_rst(der, entry.name)
+            lines += derivation_rst(der, entry.name, page_sizes=sizes)
         return rst.parse(self, lines)
 
 
@@ -316,37 +226,79 @@ class EmittedFunctionsDirective(SphinxDirective):
         lines = [(f"Generated by {rst.literal(f'python -m derivations.{entry.name} --emit jax')}; the full module, "
                  f"as emitted when these pages were built: :doc:`{listing_doc(entry.name)}`."), ""]
         functions = public_functions(entry, source)
-        shared = shared_paragraphs([doc for _, _, doc in functions])
-        if shared:
-            lines += ["**Notes shared by every function below.**", "", ".. rst-class:: workbench-doc", "",
-                      *rst.literal_block("\n\n".join(shared), "text")]
+        shared = shared_notes({name: doc for name, _, doc in functions})
+        for names, units in shared:  # said once, folded: the same notes on every rule page
+            who = ("every function below" if len(names) == len(functions)
+                   else ", ".join(names[:-1]) + " and " + names[-1])
+            topics = "; ".join(" ".join(text.split()[:3]) + " …" for _, text in units)
+            notes = [".. rst-class:: workbench-doc", "", *rst.literal_block(joined_notes(units), "text")]
+            lines += [f".. workbench-details:: Notes shared by {who}: {topics}", "", *rst.indent(notes)]
         for name, signature, doc in functions:
-            lines += [rst.text(name), "~" * (len(rst.text(name)) + 4), "", *rst.literal_block(signature, "python")]
+            lines += [rst.text(name), "~" * (len(rst.text(name)) + 4), "", ".. rst-class:: workbench-doc", "",
+                      *rst.literal_block(signature, "python")]
             fn = derived.get(name)
             if fn is not None:
                 refs = ", ".join(rst.ref(der.name, derivation_label(der.name)) for der in fn.derivations()
                                  if hasattr(der, "steps"))
                 if refs:
                     lines += [f"Printed from the derivations {refs}.", ""]
-            own = [p for p in _paragraphs(doc) if p not in shared]
+            own = own_notes(doc, shared)
             if own:
-                lines += [".. rst-class:: workbench-doc", "", *rst.literal_block("\n\n".join(own), "text")]
+                lines += [".. rst-class:: workbench-doc", "", *rst.literal_block(own, "text")]
         return rst.parse(self, lines)
 
 
-def _paragraphs(doc: str) -> list[str]:
-    return [p.strip("\n") for p in doc.split("\n\n") if p.strip()]
+def doc_units(doc: str) -> list[tuple[int, str]]:
+    """A docstring as ``(paragraph, unit)`` pairs: its paragraphs, each cut where a line that ends a
+    sentence is followed by one that starts a new one (``Shapes: ….`` then ``Arguments after * …``)."""
+    units = []
+    for number, para in enumerate(p.strip("\n") for p in doc.split("\n\n") if p.strip()):
+        current: list[str] = []
+        for line in para.splitlines():
+            if current and current[-1].rstrip().endswith(".") and line.lstrip()[:1].isupper():
+                units.append((number, "\n".join(current)))
+                current = []
+            current.append(line)
+        units.append((number, "\n".join(current)))
+    return units
 
 
-def shared_paragraphs(docs) -> list[str]:
-    """Docstring paragraphs that two or more functions repeat word for word (shown once)."""
-    if len(docs) < 2:
-        return []
-    counts: dict = {}
-    for doc in docs:
-        for p in dict.fromkeys(_paragraphs(doc)):
-            counts[p] = counts.get(p, 0) + 1
-    return [p for p, n in counts.items() if n >= 2]
+def joined_notes(units) -> str:
+    """Units back into text: one paragraph's units on consecutive lines, paragraphs apart."""
+    out, last = [], None
+    for number, text in units:
+        out.append(("\n" if last == number else "\n\n") + text if out else text)
+        last = number
+    return "".join(out)
+
+
+#: a docstring unit that several functions repeat is shown once when it is at least this long (a short
+#: note, such as one function's shapes, stays with the function)
+SHARED_MIN_CHARS = 200
+
+
+def shared_notes(docs: dict) -> list[tuple[tuple, list]]:
+    """The long docstring units that two or more functions repeat word for word, grouped by the
+    functions that repeat them: ``[(names, [(paragraph, unit), …]), …]`` (each group shown once)."""
+    units = {name: doc_units(doc) for name, doc in docs.items()}
+    holders: dict = {}
+    for name, found in units.items():
+        for _, text in found:
+            if len(text) >= SHARED_MIN_CHARS and name not in holders.setdefault(text, []):
+                holders[text].append(name)
+    groups: dict = {}
+    for name, found in units.items():
+        for number, text in found:
+            names = tuple(holders.get(text, ()))
+            if len(names) >= 2 and names[0] == name:
+                groups.setdefault(names, []).append((number, text))
+    return list(groups.items())
+
+
+def own_notes(doc: str, shared) -> str:
+    """A docstring without the units shown once as shared notes."""
+    common = {text for _, units in shared for _, text in units}
+    return joined_notes([(n, text) for n, text in doc_units(doc) if text not in common])
 
 
 class EmittedListingDirective(SphinxDirective):
@@ -399,7 +351,7 @@ def self_check_description(lemma) -> list[str]:
     # the method's docstring is public API (autodoc renders it too), so it is reST already
     lines = [" ".join(method[1:]) if len(method) > 1 else "Evaluates both sides on random instances.",
              "", rst.text("The instances of the statement it uses"
-                          + (f" (random matrices at sizes {_sizes(dims)})" if dims else "") + ":"), ""]
+                          + (f" (random matrices at sizes {sizes_text(dims)})" if dims else "") + ":"), ""]
     for lhs, rhs in pairs:
         lines += rst.math_block(rf"{latex(lhs)} = {latex(rhs)}")
     return lines
