@@ -294,7 +294,20 @@ class Certificate:
 
 
 def certify(steps, lower, upper=1, name: str = "", prec: int = DEFAULT_PREC, digits: int = 20) -> Certificate:
-    """A re-checkable certificate for ``steps`` on ``[lower, upper]`` (any odd degree)."""
+    """A re-checkable certificate for ``steps`` on ``[lower, upper]`` (any odd degree).
+
+    Every bound is rounded outward: the schedule maps every singular value in ``[lower, upper]``
+    into ``band``, and :func:`recheck` recomputes the certificate from its JSON.
+
+    Examples:
+      >>> from coeffsearch import get
+      >>> from coeffsearch.certify import certify, recheck
+      >>> cert = certify(get("polar-express-5").steps, "1e-3", digits=6)
+      >>> cert.band, cert.worst_error
+      (['0.858872', '1.14113'], '0.141128')
+      >>> recheck(cert.to_json()).band
+      ['0.858872', '1.14113']
+    """
     lower_text, upper_text = str(lower), str(upper)
     if len(steps) > MAX_SCHEDULE_STEPS or any(len(s) > MAX_STEP_COEFFICIENTS for s in steps):
         raise CertificateError(f"a schedule has at most {MAX_SCHEDULE_STEPS} steps of at most "

@@ -26,7 +26,15 @@ _REGISTRY: dict[str, Schedule] = {}
 
 def register(schedule: Schedule) -> Schedule:
     """Add ``schedule`` to the registry (names are unique and match
-    :data:`coeffsearch.polynomial.NAME_PATTERN`)."""
+    :data:`coeffsearch.polynomial.NAME_PATTERN`).
+
+    Examples:
+      >>> from coeffsearch import Schedule, get, register
+      >>> register(get("muon"))
+      Traceback (most recent call last):
+      ...
+      ValueError: schedule 'muon' is already registered
+    """
     check_name(schedule.name)
     if schedule.name in _REGISTRY:
         raise ValueError(f"schedule {schedule.name!r} is already registered")
@@ -35,7 +43,15 @@ def register(schedule: Schedule) -> Schedule:
 
 
 def get(name: str) -> Schedule:
-    """The registered schedule called ``name``; the error lists the known names."""
+    """The registered schedule called ``name``; the error lists the known names.
+
+    Examples:
+      >>> from coeffsearch import get
+      >>> get("muon").steps[0]
+      ('3.4445', '-4.7750', '2.0315')
+      >>> get("polar-express-5").degree, len(get("polar-express-5").steps)
+      (5, 5)
+    """
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -43,7 +59,13 @@ def get(name: str) -> Schedule:
 
 
 def names() -> list[str]:
-    """The registered schedule names, sorted."""
+    """The registered schedule names, sorted.
+
+    Examples:
+      >>> from coeffsearch import names
+      >>> "polar-express-5" in names()
+      True
+    """
     return sorted(_REGISTRY)
 
 
@@ -116,6 +138,15 @@ def resolve(spec: str) -> Schedule:
     :data:`coeffsearch.polynomial.MAX_SCHEDULE_STEPS` steps.
     Raises ``KeyError`` for an unknown name that is not a file, and
     :class:`coeffsearch.polynomial.ScheduleError` for a malformed file or a refused name.
+
+    Examples:
+      >>> from coeffsearch import resolve
+      >>> resolve("muon").name
+      'muon'
+      >>> resolve("no-such-schedule")
+      Traceback (most recent call last):
+      ...
+      KeyError: "unknown schedule 'no-such-schedule': not a registered name (...) and not a file"
     """
 
     if isinstance(spec, os.PathLike):

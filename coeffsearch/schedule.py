@@ -74,6 +74,22 @@ class Schedule:
     smallest normalized singular value the schedule was designed for; ``certificate`` an optional
     certificate (the JSON object of :mod:`coeffsearch.certify`) that came with it.
     Raises :class:`~coeffsearch.polynomial.ScheduleError` for a bad name or bad coefficients.
+
+    Examples:
+      A literal schedule (three steps of one cubic, coefficients as decimal strings):
+
+      >>> from coeffsearch import Schedule
+      >>> s = Schedule("my-cubic", [["1.5", "-0.5"]] * 3, "my notes", lower=0.1)
+      >>> s.provenance, s.degree, s.matmuls
+      ('literal', 3, 6)
+      >>> s.as_floats()[0]
+      (1.5, -0.5)
+
+      A recipe runs the greedy minimax on first use:
+
+      >>> r = Schedule("my-minimax", None, "computed", recipe={"lower": "1e-2", "steps": 3})
+      >>> r.provenance, len(r.steps), r.degree
+      ('recipe', 3, 5)
     """
 
     name: str

@@ -18,6 +18,21 @@ Public surface:
 * emission — :class:`RuleModule` (what ``python -m derivations.<rule>`` runs), :class:`EmittedFunction`
   (one public function of an emitted module), :func:`render` (``--emit jax|numpy|latex|text`` as text);
 * rule modules — :mod:`derivations.halfsplit` (``python -m derivations.halfsplit --help``).
+
+Examples:
+  Muon's rule, found by :func:`derive`: the steepest descent direction of ``⟨G, ΔW⟩`` under
+  ``‖ΔW‖_op ≤ ε``, every step checked as it is recorded:
+
+  >>> from sympy.matrices.expressions import MatrixSymbol
+  >>> from derivations import Context, Inner, OpNorm, Problem, derive, dimension, positive_symbol
+  >>> m, n = dimension("m"), dimension("n")
+  >>> G, dW = MatrixSymbol("G", m, n), MatrixSymbol("dW", m, n)
+  >>> der = derive(Problem(dW, Inner(G, dW), OpNorm(dW), positive_symbol("epsilon")),
+  ...              Context(check_dims=[{m: 4, n: 3}]))
+  >>> print(der.formula)
+  (-epsilon)*msign(G)
+  >>> [step.lemma.title for step in der.steps]
+  ['Linear steepest descent (Muon)']
 """
 
 import importlib

@@ -3,7 +3,7 @@
 The emitted functions compute every Gram root with damping ``λ``: ``C_{W,λ} = (WᵀW + λI)^{1/2}``.
 For ``λ > 0`` the half-split query update ``−(ε/2) msign(G_Q C_{K,λ}⁻¹) C_{K,λ}⁻¹`` is *not* the
 solution of the undamped problem (its product change ``ΔW_Q W_Kᵀ`` has operator norm below ``ε/2``);
-it is the exact solution of
+it is the exact solution of::
 
     min ⟨G_M, ΔW_Q W_Kᵀ⟩  s.t.  ‖ΔW_Q C_{K,λ}‖_op ≤ ε/2,
 

@@ -4,7 +4,7 @@ A key head ``W_{K,g}`` is shared by the ``G`` query heads of its group. The quer
 head-local: exactly the half-split query update with the group's key head as partner. The shared
 side gets the group budget divided by ``G``: with the group's queries stacked row-wise,
 ``W̄_g = [W_{Q,h}]_{h∈g}`` (``G d × d_h``), the products of the group stack into ``W̄_g W_{K,g}ᵀ``
-and the derivation is the half-split key problem for the stacked partner with budget ``ε/(2G)``:
+and the derivation is the half-split key problem for the stacked partner with budget ``ε/(2G)``::
 
     ΔW_{K,g} = −(ε/2G) msign(G_{K,g} C̄_g⁻¹) C̄_g⁻¹,   C̄_g² = W̄_gᵀW̄_g = Σ_h W_{Q,h}ᵀW_{Q,h},
 
@@ -13,7 +13,7 @@ bound holds: ``‖W_{Q,h} ΔW_{K,g}ᵀ‖ ≤ ‖W̄_g ΔW_{K,g}ᵀ‖ = ε/(2G)
 
 Shared value heads (GQA on the OV side) are the same problem with the partner on the left: the
 group's output heads stacked row-wise, ``W̄_O = [W_{O,h}]_{h∈g}`` (``G d × d_h``), multiply the shared
-``W_{V,g}`` (``d_h × d``), and the value side gets budget ``ε/(2G)``:
+``W_{V,g}`` (``d_h × d``), and the value side gets budget ``ε/(2G)``::
 
     ΔW_{V,g} = −(ε/2G) C̄_O⁻¹ msign(C̄_O⁻¹ G_{V,g}),   C̄_O² = Σ_h W_{O,h}ᵀW_{O,h},
 

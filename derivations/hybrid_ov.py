@@ -63,7 +63,7 @@ def o_side():
                           "within ε/2", per_block=(d, _o_layout(), RESTRICTION_NOTE))
 
 
-#: two heads' blocks of P_V = blockdiag(W_{V,1}ᵀ, W_{V,2}ᵀ) and of G_O = [G_{O,1} | G_{O,2}]
+#: two heads' blocks of ``P_V = blockdiag(W_{V,1}ᵀ, W_{V,2}ᵀ)`` and of ``G_O = [G_{O,1} | G_{O,2}]``
 #: (Lemma BD holds for any count)
 V_BLOCKS = (FactMatrix("W_V1t", d, halfsplit.d_h, [FULL_COLUMN_RANK]),
             FactMatrix("W_V2t", d, halfsplit.d_h, [FULL_COLUMN_RANK]))

@@ -35,7 +35,13 @@ def _defining(function: str, directory: Path = PACKAGE_DIR) -> tuple[str, ...]:
 
 @cache
 def rule_names() -> tuple[str, ...]:
-    """Names of the rule modules (``halfsplit``, ``joint``, …), sorted."""
+    """Names of the rule modules (``halfsplit``, ``joint``, …), sorted.
+
+    Examples:
+      >>> from derivations.registry import rule_names
+      >>> "halfsplit" in rule_names()
+      True
+    """
     return _defining("rule_module")
 
 
@@ -53,7 +59,17 @@ def load(name: str):
 
 
 def rule_module(name: str):
-    """The :class:`~derivations.cli.RuleModule` of rule ``name``."""
+    """The :class:`~derivations.cli.RuleModule` of rule ``name``.
+
+    Examples:
+      >>> from derivations.registry import rule_module
+      >>> rule_module("halfsplit").title
+      'Half-split QK rule of Compositional Muon'
+      >>> rule_module("nope")
+      Traceback (most recent call last):
+      ...
+      KeyError: "no rule module 'nope': known are ..."
+    """
     if name not in rule_names():
         raise KeyError(f"no rule module {name!r}: known are {', '.join(rule_names())}")
     return load(name).rule_module()

@@ -39,11 +39,16 @@ nitpicky = False
 #: ``rule_module()``); the completeness check fails when one of them has no page
 workbench_rule_modules = []
 #: packages whose public names must each have an API entry
-workbench_api_packages = ["derivations", "coeffsearch", "numerics"]
+workbench_api_packages = ["derivations", "coeffsearch", "numerics", "numerics.optimizer"]
 
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
+# a member without a docstring of its own is not documented with its base class's (SymPy's, NumPy's)
+autodoc_inherit_docstrings = False
+# the API reference documents every public module: its functions and classes as entries of the page
+# tables of contents would make the navigation of every page (copied once per page) many times larger
+toc_object_entries = False
 # the same class is re-exported by a package and documented in its defining module too
 suppress_warnings = ["ref.python"]
 

@@ -2,7 +2,7 @@
 
 The gauge ``(W_Q, W_K) → (W_Q S⁻ᵀ, W_K S)`` leaves ``M`` unchanged for any invertible ``S``. The
 *balanced* representative has equal Grams, ``W_Q'ᵀW_Q' = W_K'ᵀW_K'``. With ``A = W_QᵀW_Q``,
-``C_K = (W_KᵀW_K)^{1/2}`` and ``N = C_Q C_K`` (so ``NᵀN = C_K A C_K``),
+``C_K = (W_KᵀW_K)^{1/2}`` and ``N = C_Q C_K`` (so ``NᵀN = C_K A C_K``), ::
 
     S = C_K⁻¹ (NᵀN)^{1/4},   W_K' = W_K S,   W_Q' = W_Q S⁻ᵀ = W_Q C_K (NᵀN)^{-1/4},
 

@@ -1,12 +1,10 @@
 """Train a small character-level decoder-only transformer on the Python standard library's source.
 
-The corpus is the ``.py`` files of the running interpreter's standard library (every machine that
-runs this has it; nothing is downloaded): files sorted by path, every tenth one held out for
-validation, bytes above 127 mapped to one token. The model is plain JAX: token and position
-embeddings, ``layers`` pre-RMSNorm blocks (causal multi-head attention with optional grouped
-key/value heads, a GELU MLP of width ``4d``) stacked on a leading axis, a final norm and an
-untied output head. Attention weights use the stored layouts of the derived rules:
-``W_Q (L, d, H·d_h)``, ``W_K (L, d, H_kv·d_h)``, ``W_O (L, d, H·d_h)``, ``W_V (L, H_kv·d_h, d)``.
+The corpus and the model are :mod:`numerics.train_model`'s: the ``.py`` files of the running
+interpreter's standard library (nothing is downloaded), every tenth file held out for validation, and
+a pre-RMSNorm transformer in plain JAX whose attention weights use the stored layouts of the derived
+rules. The study with seeds, learning-rate grids, error bands and a LoRA fine-tuning run is
+:mod:`numerics.study`; this module is one run, or a one-seed comparison:
 
     python -m numerics.train --optimizer cm --steps 300            # one run, progress bar
     python -m numerics.train --compare --steps 300 --out results    # every optimizer, LR sweep, PNG + table
@@ -25,24 +23,31 @@ import json
 import math
 import os
 import sys
-import sysconfig
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from optax.contrib import MuonDimensionNumbers
 from tqdm.auto import tqdm
 
 from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
 from numerics.kernels.lapack_threads import lapack_threads
-from numerics.optimizer import OVPair, QKPair, compositional_muon, path_name
-
-VOCAB = 128  # ASCII; bytes above 127 map to 127
+from numerics.optimizer import compositional_muon, parameter_roles, path_name
+from numerics.train_model import (
+    ADAMW_PARAMS,
+    Config,
+    attention_pairs,
+    batches,
+    corpus,
+    init_params,
+    loss_fn,
+    muon_dims,
+)
 
 #: peak learning rates swept per optimizer (``--compare``)
 SWEEPS = {
@@ -54,159 +59,57 @@ SWEEPS = {
     "cm-iso-proj": (1e-2, 3e-2, 1e-1),
 }
 OPTIMIZERS = tuple(SWEEPS)
-
-
-@dataclass(frozen=True)
-class Config:
-    """Model and data sizes."""
-
-    width: int = 64
-    heads: int = 4
-    kv_heads: int = 4
-    layers: int = 2
-    context: int = 64
-    batch: int = 16
-
-    @property
-    def head_dim(self) -> int:
-        return self.width // self.heads
-
-
-# ---- corpus ---------------------------------------------------------------------------------
-def corpus(max_bytes: int = 4_000_000) -> tuple[np.ndarray, np.ndarray]:
-    """``(train, validation)`` token arrays from the standard library's ``.py`` files."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and "test" not in p.parts)
-    if not files:
-        raise RuntimeError(f"no .py files under the standard library at {root}")
-    train, val, size = [], [], 0
-    for i, path in enumerate(files):
-        try:
-            data = np.frombuffer(path.read_bytes(), dtype=np.uint8)
-        except OSError:
-            continue
-        (val if i % 10 == 9 else train).append(np.minimum(data, VOCAB - 1))
-        size += data.size
-        if size >= max_bytes and val:
-            break
-    return np.concatenate(train).astype(np.int32), np.concatenate(val).astype(np.int32)
-
-
-def batches(tokens: np.ndarray, cfg: Config, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Endless random windows ``(inputs, targets)`` of shape ``(batch, context)``."""
-    rng = np.random.default_rng(seed)
-    while True:
-        start = rng.integers(0, tokens.size - cfg.context - 1, size=cfg.batch)
-        idx = start[:, None] + np.arange(cfg.context + 1)
-        window = tokens[idx]
-        yield window[:, :-1], window[:, 1:]
-
-
-# ---- model ----------------------------------------------------------------------------------
-def init_params(cfg: Config, key: jax.Array) -> dict:
-    """Gaussian init with standard deviation ``1/√fan_in``; norms start at 1."""
-    d, L, hd = cfg.width, cfg.layers, cfg.head_dim
-    ks = jax.random.split(key, 9)
-
-    def normal(k, shape, fan_in):
-        return jax.random.normal(k, shape, jnp.float32) / math.sqrt(fan_in)
-
-    return {
-        "embed": normal(ks[0], (VOCAB, d), 1.0) * 0.02,
-        "pos": normal(ks[1], (cfg.context, d), 1.0) * 0.02,
-        "layers": {
-            "norm1": jnp.ones((L, d), jnp.float32),
-            "norm2": jnp.ones((L, d), jnp.float32),
-            "wq": normal(ks[2], (L, d, cfg.heads * hd), d),
-            "wk": normal(ks[3], (L, d, cfg.kv_heads * hd), d),
-            "wv": normal(ks[4], (L, cfg.kv_heads * hd, d), d),
-            "wo": normal(ks[5], (L, d, cfg.heads * hd), cfg.heads * hd),
-            "w1": normal(ks[6], (L, d, 4 * d), d),
-            "w2": normal(ks[7], (L, 4 * d, d), 4 * d),
-        },
-        "norm_f": jnp.ones((d,), jnp.float32),
-        "head": normal(ks[8], (d, VOCAB), d),
-    }
-
-
-def attention_pairs(cfg: Config) -> Callable[[dict], list]:
-    """The pair declaration for :func:`numerics.optimizer.compositional_muon`."""
-
-    def pairs(params):
-        del params
-        return [QKPair("layers/wq", "layers/wk", cfg.heads, cfg.kv_heads),
-                OVPair("layers/wo", "layers/wv", cfg.heads, cfg.kv_heads)]
-
-    return pairs
-
-
-def _rms_norm(x, scale):
-    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * scale
-
-
-def forward(params: dict, tokens: jax.Array, cfg: Config) -> jax.Array:
-    """Logits ``(batch, context, VOCAB)`` of the causal model."""
-    B, T = tokens.shape
-    hd, H, Hkv = cfg.head_dim, cfg.heads, cfg.kv_heads
-    x = params["embed"][tokens] + params["pos"][:T]
-    mask = jnp.tril(jnp.ones((T, T), bool))
-
-    def block(x, p):
-        h = _rms_norm(x, p["norm1"])
-        q = (h @ p["wq"]).reshape(B, T, H, hd)
-        k = (h @ p["wk"]).reshape(B, T, Hkv, hd)
-        v = (h @ p["wv"].T).reshape(B, T, Hkv, hd)
-        k, v = (jnp.repeat(a, H // Hkv, axis=2) for a in (k, v))  # query head h uses kv head h // G
-        s = jnp.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hd)
-        a = jax.nn.softmax(jnp.where(mask, s, -1e30), axis=-1)
-        o = jnp.einsum("bhts,bshd->bthd", a, v).reshape(B, T, H * hd)
-        x = x + o @ p["wo"].T
-        h = _rms_norm(x, p["norm2"])
-        return x + jax.nn.gelu(h @ p["w1"]) @ p["w2"], None
-
-    x, _ = jax.lax.scan(block, x, params["layers"])
-    return _rms_norm(x, params["norm_f"]) @ params["head"]
-
-
-def loss_fn(params: dict, inputs: jax.Array, targets: jax.Array, cfg: Config) -> jax.Array:
-    """Mean next-character cross-entropy (nats)."""
-    logits = forward(params, inputs, cfg)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
+#: the Compositional Muon variants: ``(qk_rule, gauge)``
+CM_VARIANTS: dict[str, tuple[Literal["half_split", "isotropic"], Literal["none", "horizontal_projection"]]] = {
+    "cm": ("half_split", "none"), "cm-proj": ("half_split", "horizontal_projection"),
+               "cm-iso": ("isotropic", "none"), "cm-iso-proj": ("isotropic", "horizontal_projection")}
 
 
 # ---- optimizers -----------------------------------------------------------------------------
-def make_optimizer(name: str, cfg: Config, schedule: optax.Schedule) -> optax.GradientTransformation:
-    """The optimizer ``name`` with learning rate ``schedule`` (peak 1: the sweep scales it)."""
-    def embeddings(path, x):
-        return path in ("embed", "pos", "head")
-
+def make_optimizer(name: str, cfg: Config, schedule: optax.Schedule, adam_schedule: optax.Schedule | None = None,
+                   *, check_finite: bool = True) -> optax.GradientTransformation:
+    """The optimizer ``name`` with learning rate ``schedule`` (peak 1: the sweep scales it); the AdamW part of
+    Muon and CM (embeddings, output head, gains) runs on ``adam_schedule`` (default ``0.1 × schedule``).
+    ``check_finite=False``: CM skips a step with a NaN/Inf gradient instead of raising (a diverged run)."""
+    adam = adam_schedule if adam_schedule is not None else (lambda c: 0.1 * schedule(c))
     if name == "adamw":
         return optax.adamw(schedule, weight_decay=0.0)
     if name == "muon":
-        return optax.contrib.muon(schedule, adam_learning_rate=lambda c: 0.1 * schedule(c),
-                                  muon_weight_dimension_numbers=_muon_dims)
-    variants = {"cm": ("half_split", "none"), "cm-proj": ("half_split", "horizontal_projection"),
-                "cm-iso": ("isotropic", "none"), "cm-iso-proj": ("isotropic", "horizontal_projection")}
-    if name not in variants:
+        return optax.contrib.muon(schedule, adam_learning_rate=adam, muon_weight_dimension_numbers=muon_dims)
+    if name not in CM_VARIANTS:
         raise ValueError(f"unknown optimizer {name!r}; choose from {', '.join(OPTIMIZERS)}")
-    rule, gauge = variants[name]
+    rule, gauge = CM_VARIANTS[name]
     return compositional_muon(schedule, pairs=attention_pairs(cfg), qk_rule=rule, gauge=gauge,
-                              adamw_params=embeddings, adam_learning_rate=lambda c: 0.1 * schedule(c))
+                              adamw_params=_to_adamw, adam_learning_rate=adam, check_finite=check_finite)
 
 
-def _muon_dims(params):
-    """optax.contrib.muon dimension numbers: matrices (stacked over layers) → Muon; vectors, embeddings
-    and the output head → AdamW. ``W_O`` and ``W_V`` act as ``x @ Wᵀ``: their last axis is the input."""
+def _to_adamw(path: str, x) -> bool:
+    return path in ADAMW_PARAMS
 
-    def dims(path, x):
-        name = path_name(path)
-        if x.ndim < 2 or name in ("embed", "pos", "head"):
-            return None
-        if name in ("layers/wo", "layers/wv"):
-            return MuonDimensionNumbers(reduction_axis=x.ndim - 1, output_axis=x.ndim - 2)
-        return MuonDimensionNumbers(reduction_axis=x.ndim - 2, output_axis=x.ndim - 1)
 
-    return jax.tree_util.tree_map_with_path(dims, params)
+def adamw_part(name: str, cfg: Config, params: dict) -> dict:
+    """A pytree of bools like ``params``: ``True`` where the optimizer ``name`` updates the leaf with its AdamW part
+    (embeddings, head, gains of Muon and CM); all ``False`` for AdamW itself (one learning rate)."""
+    if name == "adamw":
+        return jax.tree.map(lambda x: False, params)
+    if name == "muon":
+        return jax.tree.map(lambda x, d: d is None, params, muon_dims(params))
+    roles = parameter_roles(params, attention_pairs(cfg), _to_adamw)
+    return jax.tree_util.tree_map_with_path(lambda path, x: roles[path_name(path)] == "adam", params)
+
+
+def make_scaled_step(opt: optax.GradientTransformation, loss: Callable, adam_mask) -> Callable:
+    """``step(params, state, inputs, targets, lr, adam_lr, aux) -> (params, state, loss)``, jitted: the update of
+    a leaf where ``adam_mask`` is ``True`` is scaled by ``adam_lr``, every other by ``lr``. Both are traced (a
+    learning-rate grid compiles once); ``loss(params, inputs, targets, aux)`` (``aux``: frozen weights or None)."""
+
+    def step(params, state, inputs, targets, lr, adam_lr, aux):
+        value, grads = jax.value_and_grad(loss)(params, inputs, targets, aux)
+        updates, state = opt.update(grads, state, params)
+        params = jax.tree.map(lambda p, u, m: p + (adam_lr if m else lr) * u, params, updates, adam_mask)
+        return params, state, value
+
+    return jax.jit(step)
 
 
 # ---- training -------------------------------------------------------------------------------
@@ -251,7 +154,7 @@ def train(name: str, lr: float, steps: int, cfg: Config, data: tuple[np.ndarray,
     train_tokens, val_tokens = data
     schedule = optax.warmup_cosine_decay_schedule(0.0, 1.0, max(1, steps // 10), steps, 0.1)
     opt = make_optimizer(name, cfg, schedule)
-    params = init_params(cfg, jax.random.PRNGKey(seed))
+    params = init_params(cfg, seed)
     state = opt.init(params)
     step = step_fn or make_step(opt, cfg)
     val_gen = batches(val_tokens, cfg, seed=1234)
@@ -287,7 +190,7 @@ def compare(steps: int, cfg: Config, out: Path, optimizers: Sequence[str] = OPTI
             runs.append(train(name, lr, steps, cfg, data, step_fn=step, progress=progress))
             r = runs[-1]
             print(f"{name:<12} lr={lr:<7g} final val {r.val_loss[-1]:.4f}  ({r.seconds:.0f} s)", flush=True)
-    best = {}
+    best: dict[str, tuple[float, RunResult]] = {}
     for r in runs:
         final = r.val_loss[-1] if r.val_loss and math.isfinite(r.val_loss[-1]) else float("inf")
         if r.optimizer not in best or final < best[r.optimizer][0]:

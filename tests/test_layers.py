@@ -54,6 +54,7 @@ LAYERS: dict[str, int] = {
     # 6. products: emitted modules, optimizer, training, benchmarks
     "numerics": 6,
     "numerics.distributed": 6,  # the update across processes (jax.distributed) and head-parallel (shard_map)
+    "numerics.train_model": 6, "numerics.train": 6, "numerics.study": 6, "numerics.study_report": 6,  # training
     "benchmarks": 6,
 }
 #: generated code: imports only jax (checked by its own tests), not part of the layer graph

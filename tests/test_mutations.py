@@ -17,8 +17,8 @@ from coeffsearch.certify import CertificateError, certify, recheck
 from derivations import gqa, halfsplit, sylvester
 from derivations import lemmas as L
 from derivations.cli import main
-from derivations.engine.algebra import map_bottom_up, product, transpose
 from derivations.engine import derivation as engine_derivation
+from derivations.engine.algebra import map_bottom_up, product, transpose
 from derivations.engine.derivation import Derivation, DerivationError, Problem, StepCheckFailed
 from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, Inner, Msign, OpNorm
 

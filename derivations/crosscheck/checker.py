@@ -176,6 +176,25 @@ def parse_for(target: Target, text: str):
 
 
 def check_derivation(name: str, formula: str, use_cache: bool = True) -> Verdict:
+    """The verdict on a hand-derived ``formula`` for the derivation called ``name`` (``halfsplit.query``).
+
+    What ``python -m derivations.crosscheck NAME FORMULA`` decides (the module docstring says how); the
+    derivation's target is cached (:mod:`~derivations.crosscheck.target_cache`) unless ``use_cache`` is
+    false. Raises :class:`~derivations.crosscheck.inputs.BadInput` for an unknown name and
+    :class:`~derivations.crosscheck.formula_tokens.FormulaError` (a ``ValueError`` naming the column) for a
+    formula that does not parse or whose shapes do not fit.
+
+    Examples:
+      >>> from derivations.crosscheck.checker import check_derivation
+      >>> verdict = check_derivation("halfsplit.query", "-(eps/2) msign(G_Q C_K^-1) C_K^-1")
+      >>> verdict.verdict, verdict.method
+      ('equal', 'symbolic')
+      >>> slip = check_derivation("halfsplit.query", "-(eps/2) msign(G_Q C_K^-1) C_K")
+      >>> slip.verdict
+      'different'
+      >>> print(slip.diagnosis[0])
+      the candidate equals the derived result with C_K instead of its inverse C_K^-1 (occurrence 2 of 2): ...
+    """
     target = load_target(name) if use_cache else None
     if target is None:
         der, module = find_derivation(name, use_cache)

@@ -130,7 +130,19 @@ def _candidates(shape: Shape, quantity: str) -> list[Variant]:
 
 def explain(shape: Shape, total_text: str, max_size: int = 4, quantity: str = "total") -> dict:
     """The smallest sets of named variants whose count (``quantity``: ``total`` or ``active``) matches
-    ``total_text``."""
+    ``total_text``.
+
+    Examples:
+      A hand count of Llama-3-8B that is 0.53B short is the count with tied embeddings:
+
+      >>> from derivations.crosscheck.params import Shape, explain
+      >>> llama3_8b = Shape(hidden=4096, layers=32, vocab=128256, ffn=14336, heads=32, kv_heads=8, head_dim=128)
+      >>> found = explain(llama3_8b, "7.50B")
+      >>> found["agrees"], found["derived"]
+      (False, 8030261248)
+      >>> found["matches"][0]["explanation"]
+      ['tied input and output embeddings (no separate output head)']
+    """
     target, tol = _precision(total_text)
     of = QUANTITIES[quantity]
     ours = of(shape)
@@ -217,7 +229,19 @@ def evaluate(argv: list[str] | None = None) -> tuple[str, int]:
 
 
 def run(argv: list[str] | None = None) -> str:
-    """The text (or with ``--json`` the JSON) of one parameter count; raises :class:`UsageError`."""
+    """The text (or with ``--json`` the JSON) of one parameter count; raises :class:`UsageError`.
+
+    Examples:
+      GPT-2 small, as ``python -m derivations.crosscheck.params`` prints it (the last lines):
+
+      >>> from derivations.crosscheck.params import run
+      >>> text = run(["--family", "gpt2", "--hidden", "768", "--layers", "12", "--vocab", "50257",
+      ...             "--heads", "12", "--positions", "1024", "--compare", "124M"])
+      >>> for line in text.splitlines()[-2:]:
+      ...     print(line)
+      total: 124,439,808
+      --compare: 124,000,000 (±500,000 as written) agrees with the derived count
+    """
     return evaluate(argv)[0]
 
 

@@ -165,7 +165,15 @@ def tensors(shape: Shape, conv: Conventions = Conventions()) -> list[Tensor]:
 
 
 def count(shape: Shape, conv: Conventions = Conventions()) -> int:
-    """Total number of parameters: every tensor times the number of blocks that hold it."""
+    """Total number of parameters: every tensor times the number of blocks that hold it.
+
+    Examples:
+      Llama-3-8B (``d = 4096``, 32 layers, 32 query heads sharing 8 key/value heads):
+
+      >>> from derivations.crosscheck.params import Shape, count
+      >>> count(Shape(hidden=4096, layers=32, vocab=128256, ffn=14336, heads=32, kv_heads=8, head_dim=128))
+      8030261248
+    """
     return sum(t.size * t.copies(shape.layers) for t in tensors(shape, conv))
 
 

@@ -56,7 +56,11 @@ class NumpyBackend:
         return numpy_kernels.psd_power((np.sqrt(np.where(w > cut, w, 0.0)), v, 1.0), p)
 
     sylvester = staticmethod(numpy_kernels.sylvester_dense)
-    inverse = staticmethod(np.linalg.inv)
+
+    @staticmethod
+    def inverse(a):
+        """``A⁻¹`` (LAPACK through :func:`numpy.linalg.inv`, batched; a singular ``A`` raises)."""
+        return np.linalg.inv(a)
 
     @staticmethod
     def hstack(blocks):

@@ -14,7 +14,15 @@ def random_orthonormal(rng: np.random.Generator, rows: int, cols: int) -> np.nda
 
 
 def with_singular_values(rng: np.random.Generator, rows: int, cols: int, sigma) -> np.ndarray:
-    """``U diag(σ) Vᵀ`` with Haar ``U, V``; ``len(σ) ≤ min(rows, cols)`` (the rest are zero)."""
+    """``U diag(σ) Vᵀ`` with Haar ``U, V``; ``len(σ) ≤ min(rows, cols)`` (the rest are zero).
+
+    Examples:
+      >>> import numpy as np
+      >>> from numerics.kernels.spectra import with_singular_values
+      >>> a = with_singular_values(np.random.default_rng(0), 3, 5, [2.0, 1.0])
+      >>> a.shape, np.linalg.svd(a, compute_uv=False).round(12)
+      ((3, 5), array([2., 1., 0.]))
+    """
     sigma = np.asarray(sigma, dtype=np.float64)
     k = sigma.size
     if k > min(rows, cols):

@@ -133,6 +133,10 @@ def setup(app):
     app.connect("env-purge-doc", checks.purge)
     app.connect("env-merge-info", checks.merge)
     app.connect("env-check-consistency", checks.check_consistency)
+    app.connect("autodoc-skip-member", api.skip_front_door_member)
+    app.connect("autodoc-process-docstring", api.own_data_docstring, priority=400)  # before napoleon's
+    app.connect("doctree-read", api.drop_long_values)
+    app.connect("html-page-context", api.no_navigation_on_source_pages, priority=400)  # before the theme's
     app.connect("build-finished", schedules.stop_band_challenge)
     app.connect("build-finished", _copy_assets)
     app.connect("build-finished", evidence.write_evidence)

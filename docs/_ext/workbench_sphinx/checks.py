@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import typing
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -85,6 +86,8 @@ def missing_objects(app, env) -> list[str]:
 
 def has_docstring(obj) -> bool:
     """A function or class needs its own docstring; data (constants) cannot carry one."""
+    if typing.get_origin(obj) is not None:  # a type alias is data: its ``#:`` comment documents it
+        return True
     if inspect.isclass(obj):
         return bool((obj.__dict__.get("__doc__") or "").strip())
     if callable(obj) or inspect.ismodule(obj):
