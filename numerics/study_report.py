@@ -136,6 +136,7 @@ def summarize(record: dict) -> dict:
 
 
 def parameter_count(cfg: dict) -> int:
+    """Parameters of the study's model for config ``cfg``: embeddings, positions, blocks, final gain, head."""
     d, L, q, kv = cfg["width"], cfg["layers"], cfg["width"] // cfg["heads"] * cfg["heads"], \
         cfg["width"] // cfg["heads"] * cfg["kv_heads"]
     block = 2 * d + 2 * q * d + 2 * kv * d + 8 * d * d
@@ -200,6 +201,7 @@ def _grid_table(part: dict) -> list[str]:
 
 
 def markdown(record: dict, summary: dict) -> str:
+    """The study's report in Markdown: set-up, what the numbers show, and every configuration's mean ± std."""
     plan, cfg = record["plan"], record["plan"]["config"]
     head_dim = cfg["width"] // cfg["heads"]
     m = record["machine"]

@@ -63,6 +63,7 @@ class Config:
 
 # ---- data -----------------------------------------------------------------------------------
 def stdlib_root() -> Path:
+    """The running interpreter's standard-library folder (the corpus: on every machine, nothing downloaded)."""
     return Path(sysconfig.get_paths()["stdlib"])
 
 
