@@ -14,8 +14,6 @@ from sympy.matrices.expressions import MatrixSymbol
 from derivations.engine.algebra import map_bottom_up, product, total
 from derivations.engine.evaluate import evaluate, free_symbols, relative_error
 from derivations.engine.vocabulary import (
-    FULL_COLUMN_RANK,
-    FULL_ROW_RANK,
     ORTHONORMAL_COLUMNS,
     ORTHONORMAL_ROWS,
     FactMatrix,
@@ -25,7 +23,7 @@ from derivations.engine.vocabulary import (
     facts_of,
     positive_symbol,
 )
-from derivations.lemmas.statement import Clause, Statement
+from derivations.lemmas.statement import Clause, Statement, known
 from numerics.kernels.reference import NumpyBackend
 
 SELF_CHECK_TOL = 1e-8  # relative error a lemma's self-check tolerates (float64, well-conditioned instances)
@@ -410,8 +408,8 @@ def _invertibility(c) -> str:
 
 
 def _full_rank_known(c) -> bool:
-    need = FULL_COLUMN_RANK if c.side == "right" else FULL_ROW_RANK
-    return need in facts_of(c.base) or bool(c.damping.is_positive)
+    """The Gram root ``c`` is invertible by what it carries (the statements' condition, one rule)."""
+    return known("invertible", c)
 
 
 def _isometry_condition(u) -> str:

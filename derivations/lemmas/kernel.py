@@ -182,11 +182,9 @@ class Matcher:
         es = list(e.args) if isinstance(e, Mul) else [e]
         free = [x for x in ps if x in self.variables and x not in b and not _is_matrix(x)]
         fixed = [x for x in ps if x not in free]
-        if len(fixed) > len(es) or len(free) > 1 or (not free and len(fixed) != len(es)):
+        if len(fixed) > len(es) or len(free) > 1 or (not free and len(fixed) != len(es)) or len(es) > MAX_PERMUTED:
             return
         for order in permutations(range(len(es)), len(fixed)):
-            if len(es) > MAX_PERMUTED:
-                return
             for b2 in self._args(fixed, [es[i] for i in order], b):
                 left = [es[i] for i in range(len(es)) if i not in order]
                 if free:
@@ -206,7 +204,6 @@ class InstanceChecker:
     def __init__(self, statement, extra_clauses=(), assumed=()):
         self.statement = statement
         pattern = Matcher(statement.variables, statement.dimensions, statement.optional, assumed)
-        self.matcher_dims = statement.dimensions
         concrete = Matcher((), ())  # a step's own definitions have no pattern symbols
         self.clauses = ([(c, pattern) for c in statement.clauses if c.relation == "=" and not c.defines]
                         + [(c, concrete) for c in extra_clauses])
@@ -256,7 +253,7 @@ class InstanceChecker:
         """The side conditions on the symbols this instance binds (a clause of the other side binds others)."""
         bound = set(binding)
         return all(c.holds(binding) for c in self.statement.conditions
-                   if c.subject.atoms(MatrixSymbol, Symbol) - set(self.matcher_dims) <= bound)
+                   if c.subject.atoms(MatrixSymbol, Symbol) - set(self.statement.dimensions) <= bound)
 
     def explains(self, b: Basic, a: Basic) -> bool:
         """``a`` is ``b`` with subexpressions replaced by clause instances."""
@@ -434,8 +431,11 @@ def _atom(e):
     """A node that is not ring structure, keyed by its class and its arguments' normal forms."""
     if not e.args or isinstance(e, (MatrixSymbol, Identity)):
         return e
-    return (type(e).__name__, *(_expression(a) if _is_matrix(a) or getattr(a, "is_commutative", None) and not a.is_Atom
-                                else a for a in e.args))
+    def key(a):
+        algebraic = _is_matrix(a) or getattr(a, "is_commutative", None) and not a.is_Atom
+        return ring_normal_form(a) if algebraic else a
+
+    return (type(e).__name__, *(key(a) for a in e.args))
 
 
 def _poly(e) -> dict:
@@ -467,14 +467,11 @@ def _poly(e) -> dict:
     return {((atom,), ()): S.One} if _is_matrix(e) else {((), (atom,)): S.One}
 
 
-def _expression(e):
-    """The normal form of ``e`` as a hashable value."""
-    return frozenset((w, expand(c)) for w, c in _poly(e).items() if expand(c) != 0)
-
-
 def ring_normal_form(e) -> frozenset:
-    """``e`` in the free (noncommutative) ring over its atoms: distributed, collected, associated."""
-    return _expression(e)
+    """``e`` in the free (noncommutative) ring over its atoms: distributed, collected, associated (a hashable
+    set of ``(word, coefficient)``)."""
+    terms = ((w, expand(c)) for w, c in _poly(e).items())
+    return frozenset((w, c) for w, c in terms if c != 0)
 
 
 __all__ = ["InstanceChecker", "Matcher", "is_instance", "proof_status", "ring_normal_form", "step_instance",
