@@ -13,15 +13,18 @@ import dataclasses
 
 import numpy as np
 import pytest
-from sympy import Symbol
+from sympy import Rational, Symbol
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import halfsplit
 from derivations import lemmas as L
+from derivations.engine.algebra import product
 from derivations.engine.derivation import Derivation, Problem, StepCheckFailed
 from derivations.engine.norms import NORM_LEMMAS
+from derivations.engine.spectral_nodes import Flops, Group
 from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
+    FULL_ROW_RANK,
     FactMatrix,
     GramInvSqrt,
     GramSqrt,
@@ -30,8 +33,11 @@ from derivations.engine.vocabulary import (
     PolarFactor,
     dimension,
 )
-from derivations.lemmas.kernel import ring_normal_form, step_instance
-from derivations.lemmas.statement import Clause, Statement
+from derivations.lemmas import balance, blocks, counting, gram
+from derivations.lemmas.balance import SPDPower
+from derivations.lemmas.blocks import BlockMaxOpNorm
+from derivations.lemmas.kernel import rewrite_normal_form, ring_normal_form, step_instance
+from derivations.lemmas.statement import Clause, Statement, known
 
 d, h = dimension("d"), dimension("d_h")
 G = MatrixSymbol("G_M", d, d)
@@ -188,3 +194,110 @@ def test_lemma_numbers_and_keys_are_unique():
     keys = [lem.key for lem in every]
     assert len(set(numbers)) == len(numbers), sorted(n for n in numbers if numbers.count(n) > 1)
     assert len(set(keys)) == len(keys)
+
+
+# ---- the kernel's rules for the statements of the counts, powers and definitions (issue 19, item 1) ----------
+N_, M_ = dimension("n"), dimension("m")
+
+
+def _flops_ok(before, after, statement=None):
+    lemma = counting.PRODUCT_COST
+    lemma = lemma if statement is None else dataclasses.replace(lemma, statement=statement)
+    return step_instance(lemma, "rewrite", [Flops(before)], [after])[1] is None
+
+
+def test_rewrite_closure_accepts_a_chain_of_instances_and_refuses_a_wrong_end():
+    """``closure="rewrite"``: ``flops((Q Kᵀ) V) = flops(Q Kᵀ) + 2 n n d = 4 d n²`` takes three clause instances."""
+    q, k, v = (MatrixSymbol(s, N_, d) for s in "QKV")
+    assert _flops_ok(product(Group(product(q, k.T)), v), 4 * d * N_**2)
+    assert _flops_ok(product(q, Group(product(k.T, v))), 4 * d**2 * N_)
+    assert not _flops_ok(product(Group(product(q, k.T)), v), 4 * d**2 * N_)  # the other grouping's cost
+
+
+def test_a_leaf_pattern_stands_for_one_matrix_symbol_only():
+    """``flops(X B) = flops(X) + 2 m k n`` holds for ``B`` one factor: the product as written is evaluated left to
+    right. Planted: without the leaf restriction ``B`` may stand for ``Kᵀ V`` and the right-to-left cost of an
+    ungrouped ``Q Kᵀ V`` (a wrong count: the cost of ``Kᵀ V`` is lost) is accepted."""
+    q, k, v = (MatrixSymbol(s, N_, d) for s in "QKV")
+    ungrouped = product(q, k.T, v)
+    assert _flops_ok(ungrouped, 4 * d * N_**2)
+    assert not _flops_ok(ungrouped, 2 * d**2 * N_)
+    stated = counting.PRODUCT_COST.statement
+    planted = dataclasses.replace(stated, leaves=frozenset(v for v in stated.leaves if str(v) == "A"))
+    assert _flops_ok(ungrouped, 2 * d**2 * N_, planted)
+
+
+def test_a_bound_dimension_is_never_rebound_by_a_concrete_dimension_of_the_same_name():
+    """The statement's dimensions are ``m, k, n``; the step's ``X`` is ``n × m``. ``flops(X Xᵀ) = 2 n² m``; before
+    the fix the pattern's ``m`` was re-bound while ``k`` was bound to the concrete ``m``, and ``2 m² n`` passed."""
+    x = MatrixSymbol("X", N_, M_)
+    assert _flops_ok(product(x, x.T), 2 * N_**2 * M_)
+    assert not _flops_ok(product(x, x.T), 2 * M_**2 * N_)
+
+
+def test_a_rewrite_chain_that_does_not_end_is_refused():
+    """A clause that undoes itself (``A B = B A``) never reaches a normal form: refused, not looped on."""
+    a, b = MatrixSymbol("A", d, d), MatrixSymbol("B", d, d)
+    swap = Statement((Clause(a * b, b * a),), closure="rewrite", sizes=({d: 2}, {d: 16}))
+    assert rewrite_normal_form(swap, a * b) is None
+    lemma = dataclasses.replace(counting.PRODUCT_COST, statement=swap)
+    assert step_instance(lemma, "rewrite", [a * b], [a * b])[1] is not None
+
+
+def test_a_scalar_of_bound_pattern_symbols_matches_its_value():
+    """B3: ``X^p = X^{p/2} (X^{p/2})ᵀ`` matches ``X^{1/2} → X^{1/4} X^{1/4}`` (``p/2`` evaluated), not ``X^{1/8}``."""
+    y = product(GramSqrt(W), W.T, W, GramSqrt(W))  # Fᵀ F for F = W C_W
+    half, quarter = SPDPower(y, Rational(1, 2)), SPDPower(y, Rational(1, 4))
+    assert step_instance(balance.POWER_SPLIT, "rewrite", [half], [product(quarter, quarter)])[1] is None
+    eighth = SPDPower(y, Rational(1, 8))
+    assert step_instance(balance.POWER_SPLIT, "rewrite", [half], [product(quarter, eighth)])[1] is not None
+
+
+def test_full_rank_of_a_product_follows_from_its_factors():
+    """``W C_W`` has full column rank (a full-rank factor times an invertible one); ``W A`` with ``A`` of unknown
+    rank does not, so B3 (which needs ``F`` of full column rank) does not apply to ``(Aᵀ Wᵀ W A)^p``."""
+    a = MatrixSymbol("A", h, h)
+    assert known(FULL_COLUMN_RANK, product(W, GramSqrt(W)))
+    assert not known(FULL_COLUMN_RANK, product(W, a))
+    assert not known(FULL_ROW_RANK, product(W, GramSqrt(W)))  # tall: full column rank, not row rank
+    y = product(a.T, W.T, W, a)
+    quarter = SPDPower(y, Rational(1, 4))
+    assert step_instance(balance.POWER_SPLIT, "rewrite", [SPDPower(y, Rational(1, 2))],
+                         [product(quarter, quarter)])[1] is not None
+    square = FactMatrix("G", d, d, [FULL_COLUMN_RANK])
+    assert known(FULL_ROW_RANK, square) and not known(FULL_ROW_RANK, W)
+
+
+def test_a_step_own_definitions_must_be_instances_and_unfold_to_the_other_side():
+    """GU: ``X_2 = q_1 X_1``, ``X_1 = q_0 X_0`` unfold ``X_2`` to ``q_1 q_0 X_0``; the order matters, a definition
+    of another form (``X_1 = X_0 + q_0 X_0``, a sum) is not an instance."""
+    x0, x1, x2 = (MatrixSymbol(f"X_{t}", d, h) for t in range(3))
+    q0, q1 = (FactMatrix(f"q_{t}", d, d, ["symmetric"]) for t in range(2))
+    good = {"iterates": {x2: q1 * x1, x1: q0 * x0}}
+    assert step_instance(gram.UNROLL, "rewrite", [x2], [q1 * q0 * x0], params=good)[1] is None
+    assert step_instance(gram.UNROLL, "rewrite", [x2], [q0 * q1 * x0], params=good)[1] is not None
+    odd = {"iterates": {x2: q1 * x1, x1: x0 + q0 * x0}}
+    failure = step_instance(gram.UNROLL, "rewrite", [x2], [q1 * (x0 + q0 * x0)], params=odd)[1]
+    assert failure and "not an instance of the statement's definition" in failure
+    # a step's definition must be the derivation's own: X_1 = q_1 X_0 where the derivation has X_1 = q_0 X_0
+    context = {x1: q0 * x0, x2: q1 * x1}
+    assert step_instance(gram.UNROLL, "rewrite", [x2], [q1 * q0 * x0], params=good, definitions=context)[1] is None
+    forged = {"iterates": {x2: q1 * x1, x1: q1 * x0}}
+    failure = step_instance(gram.UNROLL, "rewrite", [x2], [q1 * q1 * x0], params=forged, definitions=context)[1]
+    assert failure and "is not the derivation's X_1" in failure
+
+
+def test_a_restriction_replaces_the_whole_constraint_by_an_upper_bound_and_keeps_the_objective():
+    """K: ``max_i ‖X_i‖_op ≤ ‖X‖_op``, so ``‖X‖_op ≤ β`` implies the per-block constraint (the block size ``b`` of
+    the statement binds the step's ``d``). Refused: the bound used backwards, a changed objective, and a bound
+    applied inside the constraint (``2 max_i ‖X_i‖`` → ``‖X‖``: not the clause's instance)."""
+    x = MatrixSymbol("X", 2 * d, h)
+    objective, blocked, stacked = Inner(MatrixSymbol("G", 2 * d, h), x), BlockMaxOpNorm(x, d, "rows"), OpNorm(x)
+
+    def ok(before, after):
+        return step_instance(blocks.BLOCK_STACKING, "restrict", before, after)[1] is None
+
+    assert ok([objective, blocked], [objective, stacked])
+    assert not ok([objective, stacked], [objective, blocked])
+    assert not ok([objective, blocked], [Inner(MatrixSymbol("H", 2 * d, h), x), stacked])
+    assert not ok([objective, 2 * blocked], [objective, stacked])

@@ -32,7 +32,6 @@ produce.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, cast
 
@@ -46,11 +45,12 @@ from derivations.engine.algebra import product, replace_free, tidy
 from derivations.engine.duality import duality_certificate_errors
 from derivations.engine.evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
 from derivations.engine.norms import family_of, solve_lemma, unscaled
+from derivations.engine.states import CheckResult, Claim, Context, Problem, Solution, Step
 from derivations.engine.symbolic import size_label, verify_equal
 from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, Inner
 from derivations.lemmas.base import markdown_text
 from derivations.lemmas.kernel import proof_status, step_instance
-from derivations.printing.latex import check_text, latex, latex_text, state_latex
+from derivations.printing.latex import check_text, latex_text, state_latex
 from numerics.kernels.reference import MpmathBackend, NumpyBackend
 
 FLOAT64_TOL = 1e-9
@@ -65,115 +65,6 @@ class DerivationError(ValueError):
 
 class StepCheckFailed(AssertionError):
     """A step's check failed; the message names derivation, step, kind, lemma, sub-check and counterexample."""
-
-
-@dataclass(frozen=True)
-class Problem:
-    """``min_X objective(X)`` subject to ``constraint(X) ≤ budget``."""
-
-    variable: MatrixSymbol
-    objective: Expr
-    constraint: Expr
-    budget: Expr
-
-    def parts(self) -> tuple[Expr, Expr]:
-        return (self.objective, self.constraint)
-
-    def with_parts(self, objective: Expr, constraint: Expr, variable: MatrixSymbol | None = None) -> Problem:
-        return replace(self, objective=objective, constraint=constraint,
-                       variable=variable or self.variable)
-
-    def _repr_latex_(self) -> str:
-        """Jupyter: ``min_X ⟨G, L(X)⟩ s.t. ‖L(X)‖ ≤ β`` as display math (the LaTeX printer's notation)."""
-        return f"$${state_latex(self)}$$"
-
-    def _repr_markdown_(self) -> str:
-        """Jupyter: the problem as display math, with its variable named."""
-        return f"Problem in ${latex(self.variable)}$:\n\n$${state_latex(self)}$$\n"
-
-
-@dataclass(frozen=True)
-class Solution:
-    """``argmin`` and optimal ``value`` of a problem in ``variable``."""
-
-    variable: MatrixSymbol
-    argmin: Expr
-    value: Expr
-
-    def parts(self) -> tuple[Expr, Expr]:
-        return (self.argmin, self.value)
-
-    def with_parts(self, argmin: Expr, value: Expr, variable: MatrixSymbol | None = None) -> Solution:
-        return replace(self, argmin=argmin, value=value, variable=variable or self.variable)
-
-
-@dataclass(frozen=True)
-class Claim:
-    """An expression being rewritten into an equal one (an identity chain)."""
-
-    expr: Expr
-
-    def parts(self) -> tuple[Expr]:
-        return (self.expr,)
-
-    def with_parts(self, expr: Expr, variable: MatrixSymbol | None = None) -> Claim:
-        return Claim(expr)
-
-
-@dataclass
-class CheckResult:
-    """Evidence for one step: worst error per sub-check, symbolic verdict, and the failure if any."""
-
-    float64_error: float
-    mpmath_error: float | None
-    symbolic: str
-    trials: int
-    subchecks: dict = field(default_factory=dict)
-    failure: str | None = None
-    instance: str = ""  # the trusted kernel's verdict: how the step is an instance of its lemma's statement
-
-    @property
-    def passed(self) -> bool:
-        return self.failure is None
-
-
-@dataclass
-class Step:
-    """One application of a lemma (or of a solve/back-substitution)."""
-
-    index: int
-    kind: str
-    lemma: L.Lemma
-    before: Problem | Solution | Claim
-    after: Problem | Solution | Claim
-    conditions: list
-    note: str = ""
-    substitution: tuple | None = None
-    check: CheckResult | None = None
-    params: dict = field(default_factory=dict)
-    symbolic: str | None = None  # the symbolic verdict (deterministic: computed once)
-    instance: str | None = None  # the kernel's instance verdict (deterministic: computed once)
-
-
-@dataclass
-class Context:
-    """What the checks need: definitions of derived symbols, check sizes, fixed scalars."""
-
-    definitions: dict = field(default_factory=dict)
-    check_dims: list = field(default_factory=list)
-    scalars: dict = field(default_factory=dict)
-    symbolic_dims: dict = field(default_factory=dict)
-    mpmath_dims: dict = field(default_factory=dict)
-
-    def problems(self) -> list[str]:
-        """Check sizes that could hide a mistake: a dimension below 2 (``1 × 1`` blocks commute)."""
-        out = []
-        for label, dims in [("check size", d) for d in self.check_dims] + [("symbolic size", self.symbolic_dims),
-                                                                            ("mpmath size", self.mpmath_dims)]:
-            small = {str(k): v for k, v in dims.items() if v < 2}
-            if small:
-                out.append(f"{label} {size_label(dims)} has a dimension below 2: {small}")
-        return out
 
 
 class _Failure(Exception):
@@ -191,7 +82,26 @@ def _state_text(state) -> str:
 
 
 class Derivation:
-    """A chain of checked steps from a problem (or an expression) to a result."""
+    """A chain of checked steps from a problem (or an expression) to a result.
+
+    Examples:
+      Muon's update, derived in one step: the solve applies Lemma 1 and certifies the result by duality
+      on random float64 instances (a failing check raises :class:`StepCheckFailed`):
+
+      >>> from sympy.matrices.expressions import MatrixSymbol
+      >>> from derivations import Context, Derivation, Inner, OpNorm, Problem, dimension, positive_symbol
+      >>> m, n = dimension("m"), dimension("n")
+      >>> G, X = MatrixSymbol("G", m, n), MatrixSymbol("X", m, n)
+      >>> problem = Problem(X, Inner(G, X), OpNorm(X), positive_symbol("epsilon"))
+      >>> der = Derivation("muon", "Muon's update", problem, Context(check_dims=[{m: 4, n: 3}, {m: 3, n: 3}]))
+      >>> der.solve().formula
+      (-epsilon)*msign(G)
+      >>> step = der.steps[0]
+      >>> print(step.kind, "by Lemma", step.lemma.number, "-", step.lemma.title, "- passed:", step.check.passed)
+      solve by Lemma 1 - Linear steepest descent (Muon) - passed: True
+      >>> print(der._repr_markdown_().splitlines()[0])    # what Jupyter shows: the steps as a table
+      **Muon's update** (`muon`)
+    """
 
     def __init__(self, name: str, title: str, start: Problem | Claim, context: Context, *, statement: str = ""):
         self.name = name
@@ -443,7 +353,8 @@ class Derivation:
         if step.instance is not None:
             return step.instance
         status, failure = step_instance(step.lemma, step.kind, step.before.parts(), step.after.parts(),
-                                        substitution=step.substitution, params=step.params)
+                                        substitution=step.substitution, params=step.params,
+                                        definitions=self.context.definitions)
         if failure is None:
             step.instance = status
             return status

@@ -72,6 +72,8 @@ def _power(ev, x, p: Rational):
 
 def _rational(p) -> Rational:
     p = sympify(p)
+    if p.free_symbols:
+        return p  # a lemma statement's pattern exponent (``Σ^p Σ^q = Σ^{p+q}``): a number in every instance
     if not p.is_Rational:
         raise ValueError(f"a power must be a rational number, got {p}")
     return Rational(p)

@@ -209,7 +209,8 @@ class GramPower(GramSqrt):
 
     def __new__(cls, base, damping, side, power):
         obj = GramSqrt.__new__(cls, base, damping, side)
-        obj._args = obj._args + (Rational(power),)
+        power = sympify(power)  # a lemma statement's pattern exponent stays a symbol; every instance is rational
+        obj._args = obj._args + (power if power.free_symbols else Rational(power),)
         return obj
 
     @property
@@ -224,7 +225,8 @@ class GramPower(GramSqrt):
         return f"({printer._print(self._damped_gram())})^({self.exponent})"
 
     def _latex(self, printer):
-        return rf"\left({printer._print(self._damped_gram())}\right)^{{{self.exponent}}}"
+        """``C_W^{2p}``: the Gram root's power, as the docs write it (``C_W`` is ``(WᵀW + λI)^{1/2}``)."""
+        return rf"C_{{{short_name(self.base)}}}^{{{printer._print(2 * self.exponent)}}}"
 
 
 class PolarFactor(_Derived):

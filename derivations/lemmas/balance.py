@@ -9,7 +9,7 @@ is a Gram power of ``X``) and B7 (a whitened factor in polar form). None contain
 
 from __future__ import annotations
 
-from sympy import Basic, Rational, sympify
+from sympy import Basic, Rational, S, Symbol, sympify
 from sympy.core.sympify import _sympify
 from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, Transpose
 
@@ -26,7 +26,21 @@ from derivations.engine.vocabulary import (
     PolarFactor,
     _Derived,
 )
-from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _m, _n, _tall, rewrite_nodes, stated_by
+from derivations.lemmas.base import (
+    _LARGE,
+    _SMALL,
+    Case,
+    Lemma,
+    NotApplicable,
+    _fresh,
+    _k,
+    _m,
+    _n,
+    _tall,
+    rewrite_nodes,
+    stated_by,
+)
+from derivations.lemmas.statement import Clause, Statement
 
 #: the split of an exponent into two equal halves (``X^p = X^{p·HALF} X^{p·HALF}``)
 HALF = Rational(1, 2)
@@ -183,10 +197,26 @@ def _power_add_ids():
             InstanceSampler(_SMALL))
 
 
+def _power_add_statement() -> Statement:
+    """Powers of the SPD matrix ``X = Fᵀ F`` (``F`` of full column rank) add, ``X^0 = I``, ``X^1 = X``, and its
+    square root is the Gram root ``C_F``: clauses applied left to right until none applies. The self-check
+    evaluates them at ``a = -3/4``, ``b = 1/3``."""
+    f = FactMatrix("F", _m, _n, [FULL_COLUMN_RANK])
+    a, b = Symbol("a"), Symbol("b")
+    x, c, ci, eye = product(transpose(f), f), GramSqrt(f), GramInvSqrt(f), Identity(_n)
+    clauses = (Clause(product(SPDPower(x, a), SPDPower(x, b)), SPDPower(x, a + b)),
+               Clause(product(SPDPower(x, a), x), SPDPower(x, a + 1)),
+               Clause(product(x, SPDPower(x, a)), SPDPower(x, a + 1)),
+               Clause(SPDPower(x, S.Zero), eye), Clause(SPDPower(x, S.One), x),
+               Clause(product(ci, x), c), Clause(product(x, ci), c), Clause(product(ci, c), eye),
+               Clause(product(c, ci), eye), Clause(product(c, c), x))
+    return Statement(clauses, closure="rewrite", sizes=(_SMALL, _LARGE),
+                     scalars={a: Rational(-3, 4), b: Rational(1, 3)})
+
+
 POWER_ADD = Lemma(
     key="spd_power_add", number="B1", title="Powers of one SPD matrix add",
-    statement=r"X^{a} X^{b} = X^{a+b},\quad X^{0} = I,\quad X^{1/2} = C_W \text{ for } X = W^{\top}W",
-    conditions=(r"X \text{ symmetric positive definite}",),
+    statement=_power_add_statement(),
     rewrite=_power_add_rewrite, identities=_power_add_ids,
     not_modelled="powers of an SPD matrix other than ±1/2 have no exact explicit model",
 )
@@ -223,10 +253,20 @@ def _power_inverse_ids():
             InstanceSampler(_SMALL))
 
 
+def _power_inverse_statement() -> Statement:
+    """``(C_W⁻¹ (FᵀF)^a)^{-1} = (FᵀF)^{-a} C_W`` and ``((FᵀF)^a C_W⁻¹)^{-1} = C_W (FᵀF)^{-a}`` (``W``, ``F`` of full
+    column rank): the inverse of a product of two SPD powers, in the form the balance uses it (``C_W⁻¹ =
+    (WᵀW)^{-1/2}``); the self-check evaluates it at ``a = 1/4``."""
+    w, f, a = FactMatrix("W", _m, _n, [FULL_COLUMN_RANK]), FactMatrix("F", _k, _n, [FULL_COLUMN_RANK]), Symbol("a")
+    x = product(transpose(f), f)
+    return Statement((Clause(Inverse(product(GramInvSqrt(w), SPDPower(x, a))), product(SPDPower(x, -a), GramSqrt(w))),
+                      Clause(Inverse(product(SPDPower(x, a), GramInvSqrt(w))), product(GramSqrt(w), SPDPower(x, -a)))),
+                     sizes=(_SMALL, _LARGE), scalars={a: QUARTER})
+
+
 POWER_INVERSE = Lemma(
     key="spd_power_inverse", number="B2", title="Inverse of a product of SPD powers",
-    statement=r"(X_1^{a_1} \cdots X_k^{a_k})^{-1} = X_k^{-a_k} \cdots X_1^{-a_1}",
-    conditions=(r"X_i \text{ symmetric positive definite}",),
+    statement=_power_inverse_statement(),
     rewrite=_power_inverse_rewrite, identities=_power_inverse_ids,
     not_modelled="powers of an SPD matrix other than ±1/2 have no exact explicit model",
 )
@@ -248,10 +288,19 @@ def _power_split_ids():
     return [(SPDPower(y, HALF), product(half, half))], InstanceSampler(_SMALL)
 
 
+def _power_split_statement() -> Statement:
+    """``X^p = X^{p/2} (X^{p/2})ᵀ`` for the SPD matrix ``X = Fᵀ F`` (``F`` of full column rank); the
+    self-check evaluates it at ``p = 1/2``."""
+    f, p = FactMatrix("F", _m, _n, [FULL_COLUMN_RANK]), Symbol("p")
+    x = product(transpose(f), f)
+    half = SPDPower(x, p * HALF)
+    return Statement((Clause(SPDPower(x, p), product(half, Transpose(half))),), sizes=(_SMALL, _LARGE),
+                     scalars={p: HALF})
+
+
 POWER_SPLIT = Lemma(
     key="spd_power_split", number="B3", title="Symmetric split of an SPD power",
-    statement=r"X^{p} = X^{p/2} \left(X^{p/2}\right)^{\top}",
-    conditions=(r"X \text{ symmetric positive definite}",),
+    statement=_power_split_statement(),
     rewrite=_power_split_rewrite, identities=_power_split_ids,
     not_modelled="powers of an SPD matrix other than ±1/2 have no exact explicit model",
 )
@@ -340,10 +389,19 @@ def _congruence_ids():
                     params={"factor": f})], InstanceSampler(_SMALL))
 
 
+def _congruence_statement() -> Statement:
+    """``F X F + Y = F (X + F⁻¹ Y F⁻¹) F`` for ``F = C_W⁻¹`` (``W`` of full column rank, so ``F⁻¹ = C_W``): the
+    symmetric invertible ``F`` every step uses."""
+    w = FactMatrix("W", _m, _n, [FULL_COLUMN_RANK])
+    x, y = _fresh("X", _n, _n), _fresh("Y", _n, _n)
+    f, f_inv = GramInvSqrt(w), GramSqrt(w)
+    return Statement((Clause(total(product(f, x, f), y), product(f, total(x, product(f_inv, y, f_inv)), f)),),
+                     sizes=(_SMALL, _LARGE))
+
+
 CONGRUENCE = Lemma(
     key="congruence_factor", number="B5", title="Factor a congruence out of a sum",
-    statement=r"F X F + Y = F \left(X + F^{-1} Y F^{-1}\right) F",
-    conditions=(r"F \text{ symmetric and invertible}",),
+    statement=_congruence_statement(),
     rewrite=_congruence_rewrite, identities=_congruence_ids,
     not_modelled="uses the inverse of a Gram root as a rewrite parameter",
 )
@@ -394,10 +452,21 @@ def _gram_of_product_ids():
              (SPDPower(product(transpose(a), a), -HALF), GramInvSqrt(a))], InstanceSampler(_SMALL))
 
 
+def _gram_of_product_statement() -> Statement:
+    """The SPD power ``(Fᵀ F)^p`` of the product is the Gram power ``C_F^{2p}`` of ``F`` (``F`` of full column
+    rank; at ``p = ±1/2`` the Gram roots ``C_F``, ``C_F⁻¹``); the self-check evaluates it at ``p = -1/4``."""
+    f, p = FactMatrix("F", _m, _n, [FULL_COLUMN_RANK]), Symbol("p")
+    x = product(transpose(f), f)
+    return Statement((Clause(SPDPower(x, p), GramPower(f, 0, "right", p)),
+                      Clause(SPDPower(x, HALF), GramSqrt(f)), Clause(SPDPower(x, -HALF), GramInvSqrt(f))),
+                     sizes=(_SMALL, _LARGE), scalars={p: -QUARTER})
+
+
 GRAM_OF_PRODUCT = Lemma(
     key="gram_of_product", number="B6", title="A power of XᵀX is a Gram power of X",
-    statement=r"\left(X^{\top}X\right)^{p} = C_X^{2p}\quad (X = W_Q C_K \text{ and its like})",
-    conditions=(r"X^{\top}X \text{ symmetric positive definite}",),
+    statement=_gram_of_product_statement(),
+    conditions=(r"\left(F^{\top}F\right)^{p} \text{ on the left: the SPD power of the product; on the right: the "
+                r"Gram power } C_F^{2p}",),
     rewrite=_gram_of_product_rewrite, identities=_gram_of_product_ids,
     not_modelled="powers of an SPD matrix other than ±1/2 have no exact explicit model",
 )
@@ -434,10 +503,20 @@ def _polar_form_ids():
              (product(x, GramInvSqrt(x)), PolarFactor(x))], InstanceSampler(_SMALL))
 
 
+def _polar_form_statement() -> Statement:
+    """``F (FᵀF)^p = U_F (FᵀF)^{p+1/2}`` (Gram powers) and ``F C_F⁻¹ = U_F`` for ``F`` of full column rank; the
+    self-check evaluates the first at ``p = -1/4``."""
+    f, p = FactMatrix("F", _m, _n, [FULL_COLUMN_RANK]), Symbol("p")
+    return Statement((Clause(product(f, GramPower(f, 0, "right", p)),
+                             product(PolarFactor(f), GramPower(f, 0, "right", p + HALF))),
+                      Clause(product(f, GramInvSqrt(f)), PolarFactor(f))),
+                     sizes=(_SMALL, _LARGE), scalars={p: -QUARTER})
+
+
 POLAR_FORM = Lemma(
     key="polar_form", number="B7", title="A whitened factor in polar form",
-    statement=r"X \left(X^{\top}X\right)^{p} = U_X \left(X^{\top}X\right)^{p + 1/2},\quad U_X = X C_X^{-1}",
-    conditions=(r"X \text{ has full column rank}",),
+    statement=_polar_form_statement(),
+    conditions=(r"U_F = F C_F^{-1}",),
     rewrite=_polar_form_rewrite, identities=_polar_form_ids,
     not_modelled="powers of an SPD matrix other than ±1/2 have no exact explicit model",
 )

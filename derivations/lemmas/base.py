@@ -183,6 +183,31 @@ class Lemma:
     from automatic differentiation). ``solution(A, β) -> (argmin, value)`` for Lemma 1. ``applies`` says
     where ``derive()``'s search tries the lemma (:class:`Applies`); a lemma without it is not a search move
     unless a researcher passes it to ``derive(..., lemmas=[...])`` (then it is tried on every state).
+
+    Examples:
+      Lemma 2 drops a factor with orthonormal columns from an operator norm, and says which side
+      condition it used; where the fact is not known it refuses:
+
+      >>> from sympy.matrices.expressions import MatrixSymbol
+      >>> from derivations import ORTHONORMAL_COLUMNS, FactMatrix, OpNorm, dimension, product
+      >>> from derivations import lemmas as L
+      >>> m, n = dimension("m"), dimension("n")
+      >>> U, Z = FactMatrix("U", m, n, [ORTHONORMAL_COLUMNS]), MatrixSymbol("Z", n, n)
+      >>> lemma = L.ORTHONORMAL_INVARIANCE
+      >>> print(f"Lemma {lemma.number}: {lemma.title}")
+      Lemma 2: Isometries leave the operator norm
+      >>> lemma.apply(OpNorm(product(U, Z)))
+      (||Z||_op, ['U has orthonormal columns'])
+      >>> lemma.apply(OpNorm(product(MatrixSymbol("A", m, n), Z)))
+      Traceback (most recent call last):
+      ...
+      derivations.lemmas.base.NotApplicable: no operator norm with an outer factor known to have orthonormal columns
+
+      Its self-check evaluates the statement in float64 at two sizes and in mpmath at 50 digits:
+
+      >>> import numpy as np
+      >>> lemma.self_check(np.random.default_rng(0), trials=1).passed
+      True
     """
 
     key: str

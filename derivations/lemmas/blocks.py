@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sympy import Add, Basic, Integer, S, sympify
+from sympy import Add, Basic, Integer, S, Symbol, sympify
 from sympy.core.symbol import Str
 from sympy.core.sympify import _sympify
 from sympy.matrices.expressions import MatMul, MatrixExpr, MatrixSymbol, Transpose
@@ -36,6 +36,7 @@ from derivations.engine.evaluate import InstanceSampler, evaluate
 from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     BlockDiag,
+    FactMatrix,
     GramInvSqrt,
     GramSqrt,
     HStack,
@@ -45,7 +46,8 @@ from derivations.engine.vocabulary import (
     dimension,
     positive_symbol,
 )
-from derivations.lemmas.base import _NP, _SMALL, Lemma, _fresh, _tall, rewrite_nodes
+from derivations.lemmas.base import _LARGE, _NP, _SMALL, Lemma, _fresh, _n, _tall, rewrite_nodes
+from derivations.lemmas.statement import Clause, Statement
 
 _SMALL_BLOCKS = _SMALL
 
@@ -196,11 +198,20 @@ def bound_check(lemma, rng) -> dict:
     return errors
 
 
+def _stacking_statement() -> Statement:
+    """``max_i ‖X_i‖_op ≤ ‖X‖_op`` for the row blocks and for the column blocks of ``X`` (blocks of ``b`` rows or
+    columns): a bound, so a step citing it is a restriction (the stacked constraint implies the per-block one)."""
+    m, n, b = dimension("m"), dimension("n"), dimension("b")
+    x = MatrixSymbol("X", m, n)
+    return Statement(tuple(Clause(BlockMaxOpNorm(x, b, axis), OpNorm(x), "<=") for axis in AXES),
+                     sizes=({m: 6, n: 4, b: 2}, {m: 32, n: 32, b: 16}), integers=frozenset({b}))
+
+
 BLOCK_STACKING = Restriction(
     key="block_stacking", number="K", title="A block's operator norm is at most the stacked matrix's",
-    statement=(r"\max_i \|X_i\|_{\mathrm{op}} \le \|X\|_{\mathrm{op}}"
-               r"\quad (X_i \text{ the row blocks or the column blocks of } X)"),
-    conditions=(r"X_i = E_i^{\top} X \text{ or } X E_i,\ E_i^{\top} E_i = I",),
+    statement=_stacking_statement(),
+    conditions=(r"b \text{ divides the rows (row blocks) or the columns (column blocks) of } X",
+                r"X_i = E_i^{\top} X \text{ or } X E_i,\ E_i^{\top} E_i = I"),
     rewrite=_stacking_rewrite, check=lambda rng, lemma: bound_check(lemma, rng),
     not_modelled="an inequality (checked on random instances, not an identity of the explicit model)",
 )
@@ -376,12 +387,18 @@ def _block_root_ids():
     return cases, InstanceSampler(_SMALL_BLOCKS)
 
 
+def _block_root_statement() -> Statement:
+    """``C_{blockdiag(A, B)}^{±1} = blockdiag(C_A^{±1}, C_B^{±1})`` (Gram roots with damping ``λ ≥ 0``) for two
+    blocks of full column rank: the form every step uses (two blocks)."""
+    a, b = _tall("A", FULL_COLUMN_RANK), FactMatrix("B", dimension("k"), _n, [FULL_COLUMN_RANK])
+    lam = Symbol("lambda", nonnegative=True)
+    return Statement(tuple(Clause(node(BlockDiag(a, b), lam), BlockDiag(node(a, lam), node(b, lam)))
+                           for node in (GramInvSqrt, GramSqrt)), sizes=(_SMALL, _LARGE))
+
+
 BLOCK_DIAGONAL_ROOT = Lemma(
     key="block_diagonal_root", number="BD", title="Gram roots of a block-diagonal matrix, block by block",
-    statement=(r"\left(\operatorname{blockdiag}(B_1, \dots, B_k)^{\top}\operatorname{blockdiag}(B_1, \dots, B_k)"
-               r" + \lambda I\right)^{p} = \operatorname{blockdiag}\left((B_1^{\top}B_1 + \lambda I)^{p}, \dots,"
-               r" (B_k^{\top}B_k + \lambda I)^{p}\right),\ p = \pm\tfrac12"),
-    conditions=(r"B_i \text{ of full column rank, or } \lambda > 0 \ (p = -\tfrac12)",),
+    statement=_block_root_statement(),
     rewrite=_block_root_rewrite, identities=_block_root_ids,
     not_modelled="Gram roots of explicit symbolic matrices are not formed by the explicit model",
 )

@@ -18,6 +18,7 @@ from derivations.engine.evaluate import InstanceSampler, evaluate, free_symbols
 from derivations.engine.spectral_nodes import Entries, Flops, Group, Least, Rank, _Count
 from derivations.engine.vocabulary import dimension
 from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _k, _m, _n, rewrite_nodes, stated_by
+from derivations.lemmas.statement import Clause, Statement
 
 
 def _sampler(**extra):
@@ -93,9 +94,28 @@ def _flops_ids():
             (Flops(product(a, Group(product(b, c)))), 2 * _k * _m * _n + 2 * _m * _k * _n)], _sampler()
 
 
+def _flops_statement():
+    """The cost of a product as written, clause by clause: a matrix symbol (or its transpose) costs nothing;
+    ``X B`` (``B`` a matrix symbol, ``X`` the factors before it) costs ``X`` and ``2 m k n``; ``X (Y)`` costs
+    ``X``, ``Y`` and ``2 m k n``; a parenthesized ``(X)`` costs ``X``. Applied left to right until none applies
+    (``closure="rewrite"``), they give the count of any product of matrix symbols, grouped or not.
+    The statement's self-check evaluates each clause with ``X``, ``Y`` matrix symbols; the lemma's cases
+    evaluate whole grouped products (``(A B) C`` and ``A (B C)``), so the clauses' left-to-right reading of
+    an ungrouped product is exercised too."""
+    a, b = _fresh("A", _m, _k), _fresh("B", _k, _n)
+    x, y = _fresh("X", _m, _k), _fresh("Y", _k, _n)
+    cost = 2 * _m * _k * _n
+    clauses = (Clause(Flops(a), S.Zero), Clause(Flops(product(x, b)), Flops(x) + cost),
+               Clause(Flops(product(x, Group(y))), Flops(x) + Flops(y) + cost), Clause(Flops(Group(x)), Flops(x)))
+    sizes = (dict(_sampler().dims), {_m: 16, _n: 17, _k: 18})
+    return Statement(clauses, closure="rewrite", leaves=frozenset({a, b}), sizes=sizes)
+
+
 PRODUCT_COST = Lemma(
     key="product_cost", number="Fl", title="Cost of a matrix product",
-    statement=r"\operatorname{flops}(A_{m\times k} B_{k\times p}) = 2mkp,\ \text{summed over the products as grouped}",
+    statement=_flops_statement(),
+    conditions=(r"A, B \text{ matrix symbols (or their transposes)}",
+                r"\text{a product without parentheses is evaluated left to right}"),
     rewrite=_flops_rewrite, identities=_flops_ids, not_modelled="a count, checked by executing the products",
 )
 

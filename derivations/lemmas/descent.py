@@ -8,8 +8,9 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from derivations.engine.algebra import product, tidy
 from derivations.engine.evaluate import evaluate
-from derivations.engine.vocabulary import Msign, NuclearNorm, positive_symbol
+from derivations.engine.vocabulary import Inner, Msign, NuclearNorm, OpNorm, dimension, positive_symbol
 from derivations.lemmas.base import _NP, Lemma, NotApplicable
+from derivations.lemmas.statement import Clause, Statement
 
 
 # ---- Lemma 1: linear steepest descent (Muon) ----------------------------------------------
@@ -89,10 +90,24 @@ def _lsd_check(rng, lemma):
     return errors
 
 
+def _lsd_statement() -> Statement:
+    """Lemma 1 is an argmin, not an identity: its statement is the three facts it follows from, each checked
+    exactly. ``Z* = −β msign(A)`` attains ``⟨A, Z*⟩ = −β ‖A‖_*``; it is feasible, ``‖Z*‖_op ≤ β``; and every
+    ``Z`` has ``⟨A, Z⟩ ≥ −‖A‖_* ‖Z‖_op`` (Hölder), so no ``Z`` of the ball goes below ``−β ‖A‖_*``. A step that
+    cites it is a solve step, certified by duality on its instances (not matched by the kernel)."""
+    m, n = dimension("m"), dimension("n")
+    a, z, beta = MatrixSymbol("A", m, n), MatrixSymbol("Z", m, n), positive_symbol("beta")
+    best = product(-beta, Msign(a))
+    return Statement((Clause(Inner(a, best), -beta * NuclearNorm(a)), Clause(OpNorm(best), beta, "<="),
+                      Clause(-NuclearNorm(a) * OpNorm(z), Inner(a, z), "<=")),
+                     sizes=({m: 6, n: 4}, {m: 20, n: 16}))
+
+
 LINEAR_STEEPEST_DESCENT = Lemma(
     key="linear_steepest_descent", number="1", title="Linear steepest descent (Muon)",
-    statement=(r"\operatorname*{argmin}_{\|Z\|_{\mathrm{op}} \le \beta} \langle A, Z\rangle"
-               r" = -\beta \operatorname{msign}(A), \quad \text{value } -\beta \|A\|_{*}"),
-    conditions=(r"\beta > 0",), rewrite=_lsd_rewrite, check=_lsd_check, solution=_lsd_solution,
+    statement=_lsd_statement(),
+    conditions=(r"\text{hence } \operatorname*{argmin}_{\|Z\|_{\mathrm{op}} \le \beta} \langle A, Z\rangle"
+                r" = -\beta \operatorname{msign}(A) \text{ with value } -\beta \|A\|_{*}",),
+    rewrite=_lsd_rewrite, check=_lsd_check, solution=_lsd_solution,
     not_modelled="certified by duality (nuclear norm from an SVD), not symbolically",
 )

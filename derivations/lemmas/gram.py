@@ -26,6 +26,7 @@ from derivations.engine.evaluate import EvaluationError, InstanceSampler
 from derivations.engine.spectral_nodes import Flops
 from derivations.engine.vocabulary import SYMMETRIC, FactMatrix, dimension
 from derivations.lemmas.base import Case, Lemma, NotApplicable, rewrite_nodes, stated_by
+from derivations.lemmas.statement import Clause, Statement
 
 SIDES = ("left", "right")
 
@@ -334,11 +335,22 @@ def _iteration_ids(kind):
     return cases, InstanceSampler(_SIZES, definitions=defs)
 
 
+def _definitions_statement(new: str, old: str, param: str, first: bool = False) -> Statement:
+    """The definitions ``new = q_t old`` (left) and ``new = old q_t`` (right), ``q_t`` any square matrix (the step's
+    polynomial): a step that names them in its parameter ``param`` is an instance when its two sides agree with
+    every definition unfolded (``closure="rewrite"``). ``first``: ``old`` may be absent (``Q_1 = q_0``, ``Q_0 = I``).
+    Definitions only: the lemma's cases check the unrolled chains numerically."""
+    x1, x0 = MatrixSymbol(new, _n, _m), MatrixSymbol(old, _n, _m)
+    left, right = MatrixSymbol("q_t", _n, _n), MatrixSymbol("q_t", _m, _m)
+    clauses = (Clause(x1, product(left, x0), defines=True), Clause(x1, product(x0, right), defines=True))
+    return Statement(clauses, optional=frozenset({x0} if first else ()), closure="rewrite", defined_by=(param,))
+
+
 UNROLL = Lemma(
     key="gram_unroll", number="GU", title="Unrolling the iterates",
-    statement=(r"X_{t+1} = q_t(A_t) X_t,\ A_t = X_tX_t^{\top}\ \Rightarrow\ "
-               r"X_T = q_{T-1}(A_{T-1}) \cdots q_0(A_0)\, X_0"),
-    conditions=(r"\text{the iteration's definition (Lemma GF), step by step}",),
+    statement=_definitions_statement("X_t+1", "X_t", "iterates"),
+    conditions=(r"q_t = q_t(A_t) \text{ the step's polynomial (Lemma GF)}",
+                r"\text{so } X_T = q_{T-1} \cdots q_0\, X_0 \text{ (the definitions unfolded)}"),
     rewrite=_unroll_rewrite, identities=lambda: _iteration_ids("unroll"),
     not_modelled="the unrolled iterates are polynomials of degree 5^T: numeric only",
 )
@@ -354,9 +366,9 @@ GRAM_RECURRENCE = Lemma(
 
 TELESCOPING = Lemma(
     key="gram_telescoping", number="GT", title="Telescoping the steps into Q",
-    statement=(r"Q_0 = I,\ Q_{t+1} = q_t(R_t)\,Q_t\ \Rightarrow\ "
-               r"q_{T-1}(R_{T-1}) \cdots q_0(R_0)\, X_0 = Q_T X_0"),
-    conditions=(r"\text{associativity of the product}",),
+    statement=_definitions_statement("Q_t+1", "Q_t", "products", first=True),
+    conditions=(r"Q_0 = I", r"q_t = q_t(R_t) \text{ the step's polynomial}",
+                r"\text{so } q_{T-1} \cdots q_0\, X_0 = Q_T X_0 \text{ (the definitions unfolded, associativity)}"),
     rewrite=_telescope_rewrite, identities=lambda: _iteration_ids("telescope"),
     not_modelled="Q_T has degree 5^T in X_0: numeric only",
 )

@@ -11,23 +11,30 @@ pushed inward, identities dropped): nothing else is taken on trust.
 The matcher (:func:`match`) is first-order with two liberties that the statements need:
 a pattern matrix in a product may stand for a run of factors (``X`` matches ``A B``), and an
 *optional* pattern matrix may stand for no factor at all (``⟨G, A X B⟩`` covers ``⟨G, X B⟩``).
-Sums are matched up to the order of their terms.
+Sums are matched up to the order of their terms; a *leaf* pattern matrix stands for one matrix symbol only.
+
+Beyond one replacement per subexpression: a ``closure="ring"`` statement admits sides with one free-ring normal
+form; a ``closure="rewrite"`` statement admits sides that its clauses, applied left to right until none applies
+(a chain of instances), bring to one normal form; a step's own definitions (``defined_by``) must be instances of
+the statement's definition clauses and then unfold like clauses; a ``restrict`` step must replace the whole
+constraint ``σ(lhs)`` by ``σ(rhs)`` for a bound ``lhs ≤ rhs``, its objective unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import permutations
 
 from sympy import Add, Basic, Mul, Pow, S, Symbol, expand
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.algebra import map_bottom_up, product, replace_free, tidy, total, transpose
+from derivations.engine.algebra import map_bottom_up, product, rebuild, replace_free, tidy, total, transpose
 from derivations.engine.vocabulary import facts_of
 from derivations.lemmas.statement import Clause, Statement, known
 
 MAX_SEGMENT = 6  # factors a pattern matrix may stand for
 MAX_PERMUTED = 6  # terms of a sum matched up to order
+MAX_REWRITES = 64  # passes of a ``closure="rewrite"`` statement's clauses over one side of a step
 
 
 def _is_matrix(e) -> bool:
@@ -46,18 +53,19 @@ def _factors(e) -> tuple[Basic, list]:
 class Matcher:
     """Matches expressions against one statement's pattern symbols."""
 
-    def __init__(self, variables, dimensions, optional=frozenset(), assumed=frozenset()):
+    def __init__(self, variables, dimensions, optional=frozenset(), assumed=frozenset(), leaves=frozenset()):
         self.variables = frozenset(variables)
+        self.leaves = frozenset(leaves)  # pattern matrices that stand for a matrix symbol or its transpose only
         self.assumed = frozenset(assumed)  # expressions a step declares to have every fact it needs
         self.dimensions = frozenset(dimensions)
         self.optional = frozenset(optional)
 
     # ---- dimensions -----------------------------------------------------------------------
     def _dim(self, p, e, b) -> dict | None:
-        p = p.xreplace({k: v for k, v in b.items() if k in self.dimensions})
-        if p in self.dimensions:
+        if p in self.dimensions and p not in b:
             return {**b, p: e}
-        return b if p == e else None
+        # a bound dimension compares by its value (never re-bound, even where that value is named like a pattern's)
+        return b if p.xreplace({k: v for k, v in b.items() if k in self.dimensions}) == e else None
 
     def _shape(self, p, e, b) -> dict | None:
         for pd, ed in zip(p.shape, e.shape, strict=True):
@@ -65,6 +73,9 @@ class Matcher:
             if b is None:
                 return None
         return b
+
+    def _leaf(self, p, e) -> bool:
+        return p not in self.leaves or isinstance(e.arg if isinstance(e, Transpose) else e, MatrixSymbol)
 
     def _known(self, fact, e) -> bool:
         return e in self.assumed or known(fact, e)
@@ -74,6 +85,9 @@ class Matcher:
         """Every extension of the binding ``b`` under which ``p`` equals ``e`` (in normal form)."""
         if p in self.variables:
             yield from self._bind(p, e, b)
+        elif isinstance(p, (Add, Mul)) and not _is_matrix(p) and self._all_bound(p, b):
+            if tidy(p.xreplace(b)) == tidy(e):  # a scalar of bound symbols (an exponent ``p/2``): its value
+                yield b
         elif isinstance(p, Transpose):
             target = e.arg if isinstance(e, Transpose) else transpose(e)
             yield from self.match(p.arg, target, b)
@@ -88,11 +102,21 @@ class Matcher:
                 found = self._dim(p.rows, e.rows, b)
                 if found is not None:
                     yield found
-        elif not p.args:
-            if p == e or p.xreplace({k: v for k, v in b.items() if k in self.dimensions}) == e:
-                yield b
+        elif p in self.dimensions or not p.args:
+            yield from self._atom(p, e, b)
         elif type(p) is type(e) and len(p.args) == len(e.args):
             yield from self._args(list(p.args), list(e.args), b)
+
+    def _all_bound(self, p, b) -> bool:
+        return p.free_symbols & (self.variables | self.dimensions) <= set(b)
+
+    def _atom(self, p, e, b) -> Iterator[dict]:
+        if p in self.dimensions:  # an integer pattern symbol outside a shape (a block size)
+            found = self._dim(p, e, b)
+            if found is not None:
+                yield found
+        elif p == e or p.xreplace({k: v for k, v in b.items() if k in self.dimensions}) == e:
+            yield b
 
     def _args(self, ps, es, b) -> Iterator[dict]:
         if not ps:
@@ -107,7 +131,7 @@ class Matcher:
                 yield b
             return
         if isinstance(p, MatrixSymbol):
-            if not _is_matrix(e) or not all(self._known(f, e) for f in facts_of(p)):
+            if not _is_matrix(e) or not all(self._known(f, e) for f in facts_of(p)) or not self._leaf(p, e):
                 return
             found = self._shape(p, e, b)
             if found is not None:
@@ -136,15 +160,16 @@ class Matcher:
     def _runs(self, head, var, em, b) -> Iterator[tuple[int, dict]]:
         """The runs ``em[:k]`` an unbound pattern matrix can stand for (``k = 0``: an absent optional one)."""
         if var in self.optional:
-            size = em[0].rows if em else var.rows.xreplace(b)
-            found = None if size in self.dimensions else self._shape(var, Identity(size), b)
+            unbound = var.rows in self.dimensions and var.rows not in b  # (a concrete dimension may share its name)
+            size = em[0].rows if em else None if unbound else var.rows.xreplace(b)
+            found = None if size is None else self._shape(var, Identity(size), b)
             if found is not None:
                 yield 0, {**found, var: Identity(size)}
         for k in range(1, min(len(em), MAX_SEGMENT) + 1):
             run = product(*em[:k])
             value = transpose(run) if isinstance(head, Transpose) else run
             found = self._shape(var, value, b)
-            if found is not None and all(self._known(f, value) for f in facts_of(var)):
+            if found is not None and all(self._known(f, value) for f in facts_of(var)) and self._leaf(var, value):
                 yield k, {**found, var: value}
 
     def _sequence(self, pm, em, b) -> Iterator[dict]:
@@ -203,7 +228,8 @@ class InstanceChecker:
 
     def __init__(self, statement, extra_clauses=(), assumed=()):
         self.statement = statement
-        pattern = Matcher(statement.variables, statement.dimensions, statement.optional, assumed)
+        pattern = Matcher(statement.variables, statement.pattern_dimensions, statement.optional, assumed,
+                          statement.leaves)
         concrete = Matcher((), ())  # a step's own definitions have no pattern symbols
         self.clauses = ([(c, pattern) for c in statement.clauses if c.relation == "=" and not c.defines]
                         + [(c, concrete) for c in extra_clauses])
@@ -253,7 +279,7 @@ class InstanceChecker:
         """The side conditions on the symbols this instance binds (a clause of the other side binds others)."""
         bound = set(binding)
         return all(c.holds(binding) for c in self.statement.conditions
-                   if c.subject.atoms(MatrixSymbol, Symbol) - set(self.statement.dimensions) <= bound)
+                   if c.subject.atoms(MatrixSymbol, Symbol) - self.statement.pattern_dimensions <= bound)
 
     def explains(self, b: Basic, a: Basic) -> bool:
         """``a`` is ``b`` with subexpressions replaced by clause instances."""
@@ -334,7 +360,7 @@ def is_instance(statement, before, after, extra_clauses=(), assumed=()) -> tuple
 
 def _defines(statement, lhs, rhs) -> bool:
     """``lhs = rhs`` (a step's definition) is an instance of one of the statement's definition clauses."""
-    matcher = Matcher(statement.variables, statement.dimensions, statement.optional)
+    matcher = Matcher(statement.variables, statement.pattern_dimensions, statement.optional, leaves=statement.leaves)
     return any(True for c in statement.clauses if c.defines for binding in matcher.match(c.lhs, lhs, {})
                for _ in matcher.match(c.rhs, tidy(rhs), binding))
 
@@ -347,7 +373,7 @@ def _back_substituted(statement, b, a, depth: int = 3) -> bool:
         return True
     if depth == 0:
         return False
-    matcher = Matcher(statement.variables, statement.dimensions, statement.optional)
+    matcher = Matcher(statement.variables, statement.pattern_dimensions, statement.optional, leaves=statement.leaves)
     for c in statement.clauses:
         if not c.defines:
             continue
@@ -358,14 +384,70 @@ def _back_substituted(statement, b, a, depth: int = 3) -> bool:
     return False
 
 
-def step_instance(lemma, kind: str, before, after, *, substitution=None, params=None) -> tuple[str, str | None]:
+def _restricted(statement, before, after) -> bool:
+    """A restriction ``(objective, constraint) → (objective, constraint')``: the objective unchanged and the whole
+    constraint ``σ(lhs)`` replaced by ``σ(rhs)`` for a clause ``lhs ≤ rhs`` (the side conditions holding), so
+    that ``constraint' ≤ β`` implies ``constraint ≤ β``: the feasible set only shrinks."""
+    if len(before) != 2 or len(after) != 2 or tidy(before[0]) != tidy(after[0]):
+        return False
+    checker = InstanceChecker(statement)
+    matcher = Matcher(statement.variables, statement.pattern_dimensions, statement.optional, leaves=statement.leaves)
+    return any(checker._conditions(binding) for clause in statement.clauses if clause.relation == "<="
+               for bound in matcher.match(clause.lhs, tidy(before[1]), {})
+               for binding in matcher.match(clause.rhs, tidy(after[1]), bound))
+
+
+def _parts(e) -> Iterator[tuple[Basic, Callable]]:
+    """``(part, put)``: ``e`` itself and every run of two or more factors of a product, each with the
+    function that puts a replacement for it back into ``e``."""
+    yield e, lambda new: new
+    if isinstance(e, MatMul):
+        c, mats = _factors(e)
+        for i in range(len(mats)):
+            for j in range(i + 2, min(len(mats), i + MAX_SEGMENT) + 1):
+                if (i, j) != (0, len(mats)) or c != 1:  # the whole run too when a coefficient stands before it
+                    yield product(*mats[i:j]), lambda new, i=i, j=j: product(c, *mats[:i], new, *mats[j:])
+
+
+def rewrite_normal_form(statement, expr, extra_clauses=()) -> Basic | None:
+    """``expr`` with ``statement``'s clauses applied left to right (``σ(lhs) → σ(rhs)``, the side conditions
+    holding for ``σ``) and ``extra_clauses`` (a step's own definitions, ``name → definition``) to whole nodes and
+    runs of product factors, pass after pass, until none applies: a chain of clause instances. ``None`` when the
+    chain does not end within :data:`MAX_REWRITES` passes."""
+    checker = InstanceChecker(statement, extra_clauses)
+
+    def once(e):
+        for part, put in _parts(e):
+            for clause, matcher in checker.clauses:
+                for binding in matcher.match(clause.lhs, part, {}):
+                    if all(v in binding for v in matcher.variables if clause.rhs.has(v)) and checker._conditions(
+                            binding):
+                        return put(substitute(clause.rhs, binding))
+        return e
+
+    def deep_tidy(e):  # the normal form of tidy, inside derived nodes too (a power's base)
+        return map_bottom_up(e, lambda x: rebuild(x, x.args) if isinstance(x, (MatMul, MatAdd, Transpose)) else x,
+                             enter_derived=True)
+
+    expr = deep_tidy(expr)
+    for _ in range(MAX_REWRITES):
+        new = deep_tidy(map_bottom_up(expr, once, enter_derived=True))
+        if new == expr:
+            return expr
+        expr = new
+    return None
+
+
+def step_instance(lemma, kind: str, before, after, *, substitution=None, params=None,
+                  definitions=None) -> tuple[str, str | None]:
     """The kernel's verdict on one step: ``(status, failure)``.
 
     ``status`` says how the step was shown to be an instance of ``lemma``'s statement (or why that
     does not apply); ``failure`` is ``None`` or the reason the step is *not* an instance. A step's own
     definitions (a change of variables' ``X = Z C⁻¹``, a chain-rule step's factor gradients) must be
     instances of the statement's definition clauses; the change of variables is then applied
-    everywhere outside derived nodes, and a factor gradient's definition may be replaced by its name.
+    everywhere outside derived nodes, and a factor gradient's definition may be replaced by its name. A definition
+    in a ``defined_by`` parameter must also agree with the derivation's own ``definitions`` of that name.
     A statement with ``closure="ring"`` admits a step whose sides have one normal form in the free ring.
     """
     statement = lemma.statement
@@ -375,22 +457,36 @@ def step_instance(lemma, kind: str, before, after, *, substitution=None, params=
         ok = all(_back_substituted(statement, b, a) for b, a in zip(before, after, strict=True))
         return ("instance of the definition", None) if ok else (
             "", "the back-substitution is not the statement's definition applied to the solution")
+    if kind == "restrict":
+        return ("instance of a bound: the new constraint implies the old", None) if _restricted(
+            statement, before, after) else ("", "the new constraint is not an instance of a bound c_old ≤ c_new of "
+                                                "the statement (the objective unchanged)")
     if kind not in ("rewrite", "change_of_variables"):
         return f"n/a: a {kind.replace('_', ' ')} step", None
     if statement.closure == "ring":
         same = all(ring_normal_form(b) == ring_normal_form(a) for b, a in zip(before, after, strict=True))
         return ("instance: one normal form in the free ring", None) if same else (
             "", "the two sides differ in the free ring (not a consequence of the ring axioms)")
-    extra = []
     if kind == "change_of_variables":
         old, new = substitution
         if not _defines(statement, old, new):
             return "", f"the substitution {old} = {new} is not an instance of the statement's definition"
         before = [replace_free(b, old, new) for b in before]
-    for name, definition in ((params or {}).get("gradients") or {}).items():
-        if not _defines(statement, name, definition):
-            return "", f"the definition {name} = {definition} is not an instance of the statement's definition"
-        extra.append(Clause(name, definition))
+    extra, context = [], definitions or {}
+    for key in ("gradients", *statement.defined_by):
+        for name, definition in ((params or {}).get(key) or {}).items():
+            definition = product(*definition) if isinstance(definition, tuple) else definition  # its factors
+            if not _defines(statement, name, definition):
+                return "", f"the definition {name} = {definition} is not an instance of the statement's definition"
+            if key != "gradients" and name in context and tidy(context[name]) != tidy(definition):
+                return "", f"the definition {name} = {definition} is not the derivation's {name} = {context[name]}"
+            extra.append(Clause(name, definition))
+    if statement.closure == "rewrite":  # the step's own definitions unfold (name → definition) with the clauses
+        forms = [(rewrite_normal_form(statement, b, extra), rewrite_normal_form(statement, a, extra))
+                 for b, a in zip(before, after, strict=True)]
+        same = all(x is not None and y is not None and ring_normal_form(x) == ring_normal_form(y) for x, y in forms)
+        return ("instance: the clauses, applied left to right, give both sides one normal form", None) if same else (
+            "", "the clauses, applied left to right, do not give both sides one normal form")
     assumed = tuple((params or {}).get("targets") or ())  # facts the rule module declares (msign's polar form)
     ok, used = is_instance(statement, before, after, extra, assumed)
     if not ok:

@@ -7,7 +7,7 @@ from sympy.matrices.expressions import MatAdd, MatMul, ZeroMatrix
 
 from derivations.engine.algebra import product, tidy, total
 from derivations.engine.evaluate import InstanceSampler
-from derivations.engine.vocabulary import FULL_COLUMN_RANK, RegularizedSylvester, positive_symbol
+from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix, RegularizedSylvester, positive_symbol
 from derivations.lemmas.base import _LARGE, _SMALL, Lemma, _fresh, _k, _m, _n, _tall, rewrite_nodes
 from derivations.lemmas.statement import Clause, Statement
 
@@ -45,12 +45,26 @@ def _sylvester_ids():
             InstanceSampler(_SMALL))
 
 
+def _sylvester_statement() -> Statement:
+    """``A Aᵀ H_λ + H_λ B Bᵀ = D − 2λ H_λ`` for ``H_λ`` the solution of ``(A Aᵀ + λI) H + H (B Bᵀ + λI) = D``
+    (``λ > 0``), and ``Eᵀ E X + X Fᵀ F = R`` for ``X`` the solution of that equation (``E``, ``F`` of full column
+    rank): the solutions are the nodes :class:`RegularizedSylvester`, which the self-check evaluates by solving."""
+    lam = positive_symbol("lambda")
+    a, b, dd = _fresh("A", _m, _n), _fresh("B", _m, _n), _fresh("D", _m, _m)
+    e, f = FactMatrix("E", _m, _n, [FULL_COLUMN_RANK]), FactMatrix("F", _k, _n, [FULL_COLUMN_RANK])
+    r = _fresh("R", _n, _n)
+    h, x = RegularizedSylvester(a, b, lam, dd), RegularizedSylvester(e, f, 0, r, "inner")
+    return Statement((Clause(total(product(a, a.T, h), product(h, b, b.T)), total(dd, product(-2 * lam, h))),
+                      Clause(total(product(e.T, e, x), product(x, f.T, f)), r)),
+                     sizes=({_m: 4, _n: 2, _k: 3}, _LARGE))  # small first: mpmath solves a 16-unknown system
+
+
 SYLVESTER_EQUATION = Lemma(
     key="sylvester_equation", number="S", title="Regularized Sylvester equation",
-    statement=(r"(\mathcal{A} + \lambda I) H + H (\mathcal{B} + \lambda I) = D \;\Rightarrow\;"
-               r" \mathcal{A} H + H \mathcal{B} = D - 2\lambda H,\ "
-               r"\mathcal{A} = AA^{\top} \text{ or } A^{\top}A"),
-    conditions=(r"\lambda > 0 \text{ (outer) or full-rank factors (inner)}",), rewrite=_sylvester_rewrite,
+    statement=_sylvester_statement(),
+    conditions=(r"H_{\lambda} \text{ solves } (AA^{\top} + \lambda I) H + H (BB^{\top} + \lambda I) = D",
+                r"X \text{ solves } E^{\top}E X + X F^{\top}F = R"),
+    rewrite=_sylvester_rewrite,
     identities=_sylvester_ids,
 )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from sympy import Rational, S
+from sympy import Rational, S, Symbol
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, Transpose
 
 from derivations.engine.algebra import product, tidy, total, transpose
@@ -26,6 +26,7 @@ from derivations.engine.spectral_nodes import (
 )
 from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
+    FULL_ROW_RANK,
     ORTHONORMAL_COLUMNS,
     ORTHONORMAL_ROWS,
     FactMatrix,
@@ -39,6 +40,7 @@ from derivations.engine.vocabulary import (
     positive_symbol,
 )
 from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _k, _m, _n, rewrite_nodes, stated_by
+from derivations.lemmas.statement import Clause, Statement
 
 
 # ---- self-check instances -------------------------------------------------------------------------
@@ -156,10 +158,21 @@ def _diag_powers_ids():
             (product(Singular(x, Rational(-1, 2)), s, Singular(x, Rational(-1, 2))), Identity(_n))], _sampler()
 
 
+def _diag_powers_statement() -> Statement:
+    """``Σ^p Σ^q = Σ^{p+q}`` and ``Σ^0 = I`` for ``Σ`` the singular values of a full-column-rank ``X`` (positive,
+    diagonal), applied left to right until none applies; the self-check evaluates them at ``p = -3/4``,
+    ``q = 5/3``."""
+    x, p, q = _full("X"), Symbol("p"), Symbol("q")
+    return Statement((Clause(product(Singular(x, p), Singular(x, q)), Singular(x, p + q)),
+                      Clause(Singular(x, S.Zero), Identity(_n))),
+                     closure="rewrite", sizes=(_SVD_SIZES, {_m: 40, _n: 16, _k: 24, _r: 2}),
+                     scalars={p: Rational(-3, 4), q: Rational(5, 3)})
+
+
 DIAGONAL_POWERS = Lemma(
     key="diagonal_powers", number="Σp", title="Powers of a positive diagonal matrix add",
-    statement=r"\Sigma^{p}\Sigma^{q} = \Sigma^{p+q},\quad \Sigma^{0} = I\quad (\Sigma \text{ diagonal}, \Sigma > 0)",
-    conditions=(r"\Sigma \text{ diagonal with positive entries}",),
+    statement=_diag_powers_statement(),
+    conditions=(r"\Sigma = \operatorname{diag}(\sigma_1(X), \dots, \sigma_n(X)),\ \sigma_i(X) > 0",),
     rewrite=_diag_powers_rewrite, identities=_diag_powers_ids,
     not_modelled="fractional powers of Σ have no polynomial model",
 )
@@ -182,10 +195,25 @@ def _gram_power_ids():
             (GramInvSqrt(x), PsdPower(product(transpose(x), x), Rational(-1, 2)))], _sampler()
 
 
+def _gram_power_statement() -> Statement:
+    """An undamped Gram power (or root) of ``W`` is the PSD power of its Gram matrix: ``C_W^{2p} = (WᵀW)^p`` for
+    ``W`` of full column rank, ``(WWᵀ)^p`` likewise for ``V`` of full row rank (so that a negative ``p`` is
+    defined); the self-check evaluates the general clauses at ``p = -1/4``."""
+    w, v, p = _full("W"), FactMatrix("V", _n, _m, [FULL_ROW_RANK]), Symbol("p")
+    wg, vg = product(transpose(w), w), product(v, transpose(v))
+    return Statement((Clause(GramPower(w, 0, "right", p), PsdPower(wg, p)),
+                      Clause(GramPower(v, 0, "left", p), PsdPower(vg, p)),
+                      Clause(GramSqrt(w), PsdPower(wg, Rational(1, 2))),
+                      Clause(GramInvSqrt(w), PsdPower(wg, Rational(-1, 2))),
+                      Clause(GramSqrt(v, 0, "left"), PsdPower(vg, Rational(1, 2))),
+                      Clause(GramInvSqrt(v, 0, "left"), PsdPower(vg, Rational(-1, 2)))),
+                     sizes=(_SVD_SIZES, {_m: 40, _n: 16, _k: 24, _r: 2}), scalars={p: Rational(-1, 4)})
+
+
 GRAM_POWER = Lemma(
     key="gram_power", number="Gp", title="A Gram root is a PSD power of the Gram matrix",
-    statement=r"(W^{\top}W)^{p} \text{ and } (WW^{\top})^{p}: \text{ powers of symmetric PSD matrices}",
-    conditions=(r"p < 0 \text{ needs the Gram matrix positive definite}",),
+    statement=_gram_power_statement(),
+    conditions=(r"\text{on the left a Gram power } C_W^{2p} \text{, on the right the PSD power of the Gram matrix}",),
     rewrite=_gram_power_rewrite, identities=_gram_power_ids,
     not_modelled="matrix powers have no polynomial model",
 )
@@ -218,10 +246,20 @@ def _spectral_ids():
             (PsdPower(product(v, s, transpose(v)), 3), product(v, Singular(x, 3), transpose(v)))], _sampler()
 
 
+def _spectral_statement() -> Statement:
+    """``(Q Σ^a Qᵀ)^p = Q Σ^{a p} Qᵀ`` for an orthogonal ``Q`` and ``Σ`` the (positive) singular values of a
+    full-column-rank ``X``; the self-check evaluates it at ``a = 2``, ``p = -1/4``."""
+    q = FactMatrix("Q", _n, _n, [ORTHONORMAL_COLUMNS, ORTHONORMAL_ROWS])
+    x, a, p = _full("X"), Symbol("a"), Symbol("p")
+    return Statement((Clause(PsdPower(product(q, Singular(x, a), transpose(q)), p),
+                             product(q, Singular(x, a * p), transpose(q))),),
+                     sizes=(_SVD_SIZES, {_m: 40, _n: 16, _k: 24, _r: 2}), scalars={a: 2, p: Rational(-1, 4)})
+
+
 SPECTRAL_CALCULUS = Lemma(
     key="spectral_calculus", number="f", title="Spectral calculus of a symmetric positive definite matrix",
-    statement=r"Q^{\top}Q = QQ^{\top} = I,\ D = \operatorname{diag}(d_i > 0):\ (Q D Q^{\top})^{p} = Q D^{p} Q^{\top}",
-    conditions=(r"Q \text{ orthogonal}", r"D \text{ diagonal with positive entries}"),
+    statement=_spectral_statement(),
+    conditions=(r"\Sigma = \operatorname{diag}(\sigma_1(X), \dots, \sigma_n(X)),\ \sigma_i(X) > 0",),
     rewrite=_spectral_rewrite, identities=_spectral_ids,
     not_modelled="fractional matrix powers have no polynomial model",
 )

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import mpmath
 import numpy as np
 from sympy import Basic, Symbol
-from sympy.matrices.expressions import Identity, MatrixSymbol
+from sympy.matrices.expressions import Identity, MatMul, MatrixSymbol
 
 from derivations.engine.evaluate import InstanceSampler, evaluate, free_symbols, relative_error
 from derivations.engine.latex_notation import latex
@@ -130,6 +130,14 @@ def known(fact: str, expr: Basic) -> bool:
             return False
         need = FULL_COLUMN_RANK if expr.side == "right" else FULL_ROW_RANK
         return need in facts_of(expr.base) or bool(expr.damping.is_positive)
+    if fact in (FULL_COLUMN_RANK, FULL_ROW_RANK) and known("invertible", expr):
+        return True  # an invertible matrix has full rank
+    full_rank = {FULL_COLUMN_RANK, FULL_ROW_RANK}
+    if fact in full_rank and facts_of(expr) & full_rank and expr.shape[0] == expr.shape[1]:
+        return True  # a square matrix of full column rank has full row rank, and conversely
+    if fact in (FULL_COLUMN_RANK, FULL_ROW_RANK) and isinstance(expr, MatMul):
+        coeff, mats = expr.as_coeff_matrices()  # full-rank factors, full-rank product: A B x = 0 ⇒ B x = 0 ⇒ x = 0
+        return bool(coeff.is_nonzero) and all(known(fact, m) for m in mats)
     return fact in facts_of(expr)
 
 
@@ -147,8 +155,17 @@ class Statement:
     conditions: tuple = ()
     optional: frozenset = field(default_factory=frozenset)
     #: ``"ring"``: a step is an instance when both sides have one normal form in the free ring that the
-    #: clauses generate (distributivity, collection, associativity); otherwise clause by clause
+    #: clauses generate (distributivity, collection, associativity); ``"rewrite"``: when both sides, with
+    #: the clauses applied left to right wherever they match until none does, have one normal form in the
+    #: free ring (a chain of instances in one step); otherwise clause by clause
     closure: str = ""
+    #: pattern matrices that stand for one matrix symbol or its transpose only (never a product or a node)
+    leaves: frozenset = field(default_factory=frozenset)
+    #: the step parameters that carry a step's own definitions (``{name: definition or its factors}``): each must be
+    #: an instance of a definition clause (``defines=True``), and then counts as a clause ``name = definition``
+    defined_by: tuple = ()
+    #: integer pattern symbols that are no matrix dimension (a block size), bound like dimensions
+    integers: frozenset = field(default_factory=frozenset)
     sizes: tuple = field(default=(), compare=False)  # dicts: not part of equality or hashing
     #: symbols defined by others (``R = X Xᵀ``) and fixed scalars, for the random instances
     definitions: dict = field(default_factory=dict, compare=False)
@@ -159,9 +176,11 @@ class Statement:
     def __post_init__(self):
         if not self.clauses or not all(isinstance(c, Clause) for c in self.clauses):
             raise ValueError("a statement needs at least one Clause")
-        unknown = set(self.optional) - set(self.variables)
+        unknown = (set(self.optional) | set(self.leaves)) - set(self.variables)
         if unknown:
-            raise ValueError(f"optional symbols {sorted(map(str, unknown))} are not in the statement")
+            raise ValueError(f"optional or leaf symbols {sorted(map(str, unknown))} are not in the statement")
+        if self.closure not in ("", "ring", "rewrite"):
+            raise ValueError(f"a statement's closure is '', 'ring' or 'rewrite', got {self.closure!r}")
 
     @property
     def variables(self) -> tuple:
@@ -173,6 +192,11 @@ class Statement:
         """The dimension symbols of the pattern matrices."""
         dims = {d for e in self._sides() for m in e.atoms(MatrixSymbol) for d in m.shape if isinstance(d, Symbol)}
         return tuple(sorted(dims, key=str))
+
+    @property
+    def pattern_dimensions(self) -> frozenset:
+        """What the kernel binds like a dimension: the matrix dimensions and the integer pattern symbols."""
+        return frozenset(self.dimensions) | self.integers
 
     def _sides(self) -> list:
         return [s for c in self.clauses for s in (c.lhs, c.rhs)]
@@ -233,8 +257,9 @@ class Statement:
             if clause.where is not None:
                 old, expr = clause.where
                 env = {**env, old: evaluate(expr, env, backend, dims)}
-            a = evaluate(clause.lhs, env, backend, dims)
-            b = evaluate(clause.rhs, env, backend, dims)
+            # fixed scalars enter the clauses themselves: a node's exponent is a number, never a variable
+            a = evaluate(clause.lhs.xreplace(self.scalars), env, backend, dims)
+            b = evaluate(clause.rhs.xreplace(self.scalars), env, backend, dims)
             if clause.relation == "=":
                 worst = max(worst, relative_error(a, b, backend))
             else:

@@ -1,0 +1,236 @@
+"""The lemma statements made SymPy objects in issue 19's second pass (1, K, BD, Fl, S, Σp, Gp, f, GU, GT, B1–B3,
+B5–B7).
+
+For each: a false variant of its statement fails the statement's self-check (float64 at both sizes and mpmath),
+and a step that is not an instance of it is refused by the trusted kernel while the true step is accepted.
+GU and GT state definitions only (``X_{t+1} = q_t X_t``): they make no claim a false variant could break, so
+their tests are the kernel's (a step whose unfolded sides differ, a definition of another form).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from sympy import Rational, Symbol
+from sympy.matrices.expressions import Identity, Inverse, MatrixSymbol
+
+from derivations.engine import norms
+from derivations.engine.algebra import product, total
+from derivations.engine.norm_nodes import FrobeniusNorm, MaxAbsNorm
+from derivations.engine.spectral_nodes import Flops, PsdPower, Singular
+from derivations.engine.vocabulary import (
+    FULL_COLUMN_RANK,
+    ORTHONORMAL_COLUMNS,
+    ORTHONORMAL_ROWS,
+    SYMMETRIC,
+    BlockDiag,
+    FactMatrix,
+    GramInvSqrt,
+    GramPower,
+    GramSqrt,
+    NuclearNorm,
+    OpNorm,
+    PolarFactor,
+    RegularizedSylvester,
+    dimension,
+)
+from derivations.lemmas import balance, blocks, counting, descent, gram, ring, spectral
+from derivations.lemmas.balance import SPDPower
+from derivations.lemmas.kernel import step_instance
+from derivations.lemmas.statement import Clause, Statement
+
+d, h = dimension("d"), dimension("d_h")
+W = FactMatrix("W_K", d, h, [FULL_COLUMN_RANK])
+V = FactMatrix("W_Q", d, h, [FULL_COLUMN_RANK])
+C, CI = GramSqrt(W), GramInvSqrt(W)
+F = product(V, C)  # a full-column-rank product: the balance's W_Q C_K
+Y = product(C, V.T, V, C)  # Fᵀ F
+P = Symbol("p")
+
+
+def _ok(lemma, before, after, **params):
+    return step_instance(lemma, "rewrite", [before], [after], params=params or None)[1] is None
+
+
+def _falsified(statement: Statement, index: int, rhs) -> Statement:
+    clauses = list(statement.clauses)
+    clauses[index] = Clause(clauses[index].lhs, rhs)
+    return dataclasses.replace(statement, clauses=tuple(clauses))
+
+
+def _pattern(statement: Statement, name: str):
+    return next(v for v in statement.variables if str(v) == name)
+
+
+def _false_statements():
+    """``(lemma, the statement with one clause made false)``."""
+    out = []
+    fl = counting.PRODUCT_COST.statement
+    x, m, k = _pattern(fl, "X"), *(next(s for s in fl.dimensions if str(s) == n) for n in "mk")
+    out.append(("Fl", _falsified(fl, 1, Flops(x) + 2 * m * k * k)))
+    s = ring.SYLVESTER_EQUATION.statement
+    hh = next(a for a in s.clauses[0].lhs.atoms(RegularizedSylvester))
+    out.append(("S", _falsified(s, 0, total(hh.rhs, product(-hh.damping, hh)))))
+    sp = spectral.DIAGONAL_POWERS.statement
+    sig = s_q = None
+    for a in sp.clauses[0].lhs.args:
+        sig, s_q = (a, s_q) if sig is None else (sig, a)
+    out.append(("Σp", _falsified(sp, 0, Singular(sig.base, sig.power * s_q.power))))
+    b1 = balance.POWER_ADD.statement
+    first, second = b1.clauses[0].lhs.args
+    out.append(("B1", _falsified(b1, 0, SPDPower(first.arg, first.exponent - second.exponent))))
+    b3 = balance.POWER_SPLIT.statement
+    whole = b3.clauses[0].lhs
+    out.append(("B3", _falsified(b3, 0, product(SPDPower(whole.arg, whole.exponent / 2),
+                                                 SPDPower(whole.arg, whole.exponent / 4)))))
+    b6 = balance.GRAM_OF_PRODUCT.statement
+    f6 = _pattern(b6, "F")
+    out.append(("B6", _falsified(b6, 0, GramPower(f6, 0, "right", 2 * _pattern(b6, "p")))))
+    b7 = balance.POLAR_FORM.statement
+    f7 = _pattern(b7, "F")
+    out.append(("B7", _falsified(b7, 0, product(PolarFactor(f7), GramPower(f7, 0, "right", _pattern(b7, "p"))))))
+    gp = spectral.GRAM_POWER.statement
+    w = _pattern(gp, "W")
+    out.append(("Gp", _falsified(gp, 0, PsdPower(product(w.T, w), 2 * _pattern(gp, "p")))))
+    f = spectral.SPECTRAL_CALCULUS.statement
+    q, xs = _pattern(f, "Q"), _pattern(f, "X")
+    out.append(("f", _falsified(f, 0, product(q, Singular(xs, _pattern(f, "a") + _pattern(f, "p")), q.T))))
+    b2 = balance.POWER_INVERSE.statement
+    inv = b2.clauses[0]
+    out.append(("B2", _falsified(b2, 0, product(*reversed(inv.rhs.args)))))  # the factors of the inverse swapped
+    b5 = balance.CONGRUENCE.statement
+    f5, x5, y5 = b5.clauses[0].lhs.args[0].args[0], _pattern(b5, "X"), _pattern(b5, "Y")
+    out.append(("B5", _falsified(b5, 0, product(f5, total(x5, y5), f5))))  # F⁻¹ Y F⁻¹ dropped
+    bd = blocks.BLOCK_DIAGONAL_ROOT.statement
+    root = bd.clauses[0].lhs
+    out.append(("BD", _falsified(bd, 0, BlockDiag(*(GramSqrt(blk, root.damping) for blk in root.base.args)))))
+    k = blocks.BLOCK_STACKING.statement
+    out.append(("K", Statement(tuple(Clause(c.rhs, c.lhs, "<=") for c in k.clauses), sizes=k.sizes,
+                               integers=k.integers)))  # reversed: the stacked norm is not below the blocks'
+    one = descent.LINEAR_STEEPEST_DESCENT.statement
+    value = one.clauses[0]
+    a1 = _pattern(one, "A")
+    out.append(("1", _falsified(one, 0, value.rhs.xreplace({NuclearNorm(a1): OpNorm(a1)}))))
+    return out
+
+
+@pytest.mark.parametrize(("number", "false"), _false_statements(), ids=lambda v: v if isinstance(v, str) else "")
+def test_a_false_variant_of_each_new_statement_fails_its_self_check(number, false):
+    errors = false.check(np.random.default_rng(3), trials=1)
+    failing = {k for k, err in errors.items() if not err <= Statement.tolerance(k)}
+    assert any("float64" in k for k in failing) and any("mpmath" in k for k in failing), (number, errors)
+
+
+def test_every_new_statement_is_a_sympy_object():
+    lemmas = (descent.LINEAR_STEEPEST_DESCENT, blocks.BLOCK_STACKING, blocks.BLOCK_DIAGONAL_ROOT,
+              balance.POWER_INVERSE, balance.CONGRUENCE, counting.PRODUCT_COST, ring.SYLVESTER_EQUATION,
+              spectral.DIAGONAL_POWERS, spectral.GRAM_POWER,
+              spectral.SPECTRAL_CALCULUS, gram.UNROLL, gram.TELESCOPING, balance.POWER_ADD, balance.POWER_SPLIT,
+              balance.GRAM_OF_PRODUCT, balance.POLAR_FORM)
+    assert all(isinstance(lem.statement, Statement) for lem in lemmas)
+
+
+def test_sylvester_steps_must_be_instances():
+    """``Eᵀ E X + X Fᵀ F = R`` for ``X`` the (inner) solution; the wrong Gram on the right is refused, and so is a
+    solution of factors whose rank is unknown."""
+    r = MatrixSymbol("R", h, h)
+    x = RegularizedSylvester(V, W, 0, r, "inner")
+    assert _ok(ring.SYLVESTER_EQUATION, total(product(V.T, V, x), product(x, W.T, W)), r)
+    assert not _ok(ring.SYLVESTER_EQUATION, total(product(V.T, V, x), product(x, V.T, V)), r)
+    plain = MatrixSymbol("W_Q", d, h)
+    xp = RegularizedSylvester(plain, W, 0, r, "inner")
+    assert not _ok(ring.SYLVESTER_EQUATION, total(product(plain.T, plain, xp), product(xp, W.T, W)), r)
+
+
+def test_diagonal_power_steps_must_be_instances():
+    g = FactMatrix("G", d, h, [FULL_COLUMN_RANK])
+    u, vt = MatrixSymbol("U", d, h), MatrixSymbol("V", h, h).T
+    half, sig = Singular(g, Rational(-1, 2)), Singular(g)
+    assert _ok(spectral.DIAGONAL_POWERS, product(u, half, sig, half, vt), product(u, vt))
+    assert not _ok(spectral.DIAGONAL_POWERS, product(u, half, sig, half, vt), product(u, sig, vt))
+    assert _ok(spectral.DIAGONAL_POWERS, product(u, sig, sig, sig, vt), product(u, Singular(g, 3), vt))
+
+
+def test_spd_power_steps_must_be_instances():
+    """B1 merges powers of ``Fᵀ F`` and cancels Gram roots; B6 names a power of ``Fᵀ F`` a Gram power of ``F``;
+    B7 writes ``F (FᵀF)^p`` in polar form. Each refuses a wrong exponent."""
+    g, k = MatrixSymbol("G", h, h), MatrixSymbol("H", h, h)
+    assert _ok(balance.POWER_ADD, product(g, CI, W.T, W, CI, k), product(g, k))
+    quarter = SPDPower(Y, Rational(1, 4))
+    assert _ok(balance.POWER_ADD, product(quarter, quarter), SPDPower(Y, Rational(1, 2)))
+    assert not _ok(balance.POWER_ADD, product(quarter, quarter), quarter)
+    assert _ok(balance.GRAM_OF_PRODUCT, SPDPower(Y, -Rational(1, 4)), GramPower(F, 0, "right", -Rational(1, 4)))
+    assert not _ok(balance.GRAM_OF_PRODUCT, SPDPower(Y, -Rational(1, 4)), GramPower(F, 0, "right", -Rational(1, 2)))
+    before = product(F, GramPower(F, 0, "right", -Rational(1, 4)))
+    assert _ok(balance.POLAR_FORM, before, product(PolarFactor(F), GramPower(F, 0, "right", Rational(1, 4))))
+    assert not _ok(balance.POLAR_FORM, before, product(PolarFactor(F), GramPower(F, 0, "right", -Rational(1, 4))))
+
+
+def test_gram_power_and_spectral_calculus_steps_must_be_instances():
+    g = FactMatrix("G", d, d, [FULL_COLUMN_RANK])
+    power = GramPower(g, 0, "right", -Rational(1, 4))
+    assert _ok(spectral.GRAM_POWER, power, PsdPower(product(g.T, g), -Rational(1, 4)))
+    assert not _ok(spectral.GRAM_POWER, power, PsdPower(product(g, g.T), -Rational(1, 4)))  # the other Gram
+    q = FactMatrix("U", d, d, [ORTHONORMAL_COLUMNS, ORTHONORMAL_ROWS])
+    before = PsdPower(product(q, Singular(g, 2), q.T), -Rational(1, 4))
+    assert _ok(spectral.SPECTRAL_CALCULUS, before, product(q, Singular(g, -Rational(1, 2)), q.T))
+    assert not _ok(spectral.SPECTRAL_CALCULUS, before, product(q, Singular(g, -Rational(1, 4)), q.T))
+    tall = FactMatrix("U", d, d, [ORTHONORMAL_COLUMNS])  # not known to be orthogonal
+    before = PsdPower(product(tall, Singular(g, 2), tall.T), -Rational(1, 4))
+    assert not _ok(spectral.SPECTRAL_CALCULUS, before, product(tall, Singular(g, -Rational(1, 2)), tall.T))
+
+
+def test_telescoping_names_the_products_it_defines():
+    """GT: ``Q_1 = q_0`` (``Q_0 = I``), ``Q_2 = q_1 Q_1``: ``q_1 q_0 X_0 = Q_2 X_0``; a definition in the wrong
+    order (``Q_2 = Q_1 q_1`` on the left side) does not unfold to the step's other side."""
+    x0 = MatrixSymbol("X_0", d, h)
+    q0, q1 = (FactMatrix(f"q_{t}", d, d, [SYMMETRIC]) for t in range(2))
+    big1, big2 = (MatrixSymbol(f"Q_{t}", d, d) for t in (1, 2))
+    before, after = product(q1, q0, x0), product(big2, x0)
+    assert _ok(gram.TELESCOPING, before, after, products={big1: (q0,), big2: (q1, big1)})
+    assert not _ok(gram.TELESCOPING, before, after, products={big1: (q0,), big2: (big1, q1)})
+    assert not _ok(gram.TELESCOPING, before, product(big2, Identity(d), q0, x0), products={big1: (q0,),
+                                                                                          big2: (q1, big1)})
+
+
+def test_inverse_and_congruence_steps_must_be_instances():
+    """B2: ``((C_W⁻¹ Y^{1/4})⁻¹)ᵀ = C_W Y^{-1/4}`` (the transpose of an instance), not ``C_W Y^{1/4}``; B5 factors
+    ``C_W⁻¹`` out of ``C_W⁻¹ X C_W⁻¹ + Y`` with ``C_W Y C_W`` inside, not with ``Y``."""
+    x, y = MatrixSymbol("Z", h, h), MatrixSymbol("S", h, h)
+    before = Inverse(product(CI, SPDPower(Y, Rational(1, 4)))).T
+    assert _ok(balance.POWER_INVERSE, before, product(C, SPDPower(Y, -Rational(1, 4))))
+    assert not _ok(balance.POWER_INVERSE, before, product(C, SPDPower(Y, Rational(1, 4))))
+    sum_ = total(product(CI, x, CI), -y)
+    assert _ok(balance.CONGRUENCE, sum_, product(CI, total(x, -product(C, y, C)), CI))
+    assert not _ok(balance.CONGRUENCE, sum_, product(CI, total(x, -y), CI))
+
+
+def test_block_root_steps_must_be_instances():
+    g = MatrixSymbol("G", h, 2 * h)
+    both = BlockDiag(W, V)
+    before = product(g, GramInvSqrt(both))
+    assert _ok(blocks.BLOCK_DIAGONAL_ROOT, before, product(g, BlockDiag(CI, GramInvSqrt(V))))
+    assert not _ok(blocks.BLOCK_DIAGONAL_ROOT, before, product(g, BlockDiag(GramInvSqrt(V), CI)))  # blocks swapped
+    assert not _ok(blocks.BLOCK_DIAGONAL_ROOT, before, product(g, BlockDiag(C, GramSqrt(V))))
+
+
+def test_the_norm_families_isometry_and_transposition_lemmas_are_checked_statements():
+    """Lemmas 2u and Tn (``derivations.engine.norms``): a false variant fails the self-check (an isometry that
+    leaves the max-abs norm, which it does not; ``‖Aᵀ‖_* = ‖A‖_F``), and the kernel accepts a true step and
+    refuses one that keeps a factor without orthonormal columns."""
+    iso, tn = norms.UNITARY_INVARIANCE.statement, norms.NORM_TRANSPOSITION.statement
+    u, z = _pattern(iso, "U"), _pattern(iso, "Z")
+    bad_iso = Statement((Clause(MaxAbsNorm(product(u, z)), MaxAbsNorm(z)),), sizes=iso.sizes)
+    a = _pattern(tn, "A")
+    bad_tn = _falsified(tn, 1, FrobeniusNorm(a))
+    for false in (bad_iso, bad_tn):
+        errors = false.check(np.random.default_rng(3), trials=1)
+        assert any(not err <= Statement.tolerance(k) for k, err in errors.items() if "float64" in k), errors
+    q = FactMatrix("Q", d, h, [ORTHONORMAL_COLUMNS])
+    g = MatrixSymbol("G_0", h, h)
+    assert _ok(norms.UNITARY_INVARIANCE, FrobeniusNorm(product(q, g)), FrobeniusNorm(g))
+    assert not _ok(norms.UNITARY_INVARIANCE, FrobeniusNorm(product(W, g)), FrobeniusNorm(g))  # W: no isometry
+    assert _ok(norms.NORM_TRANSPOSITION, NuclearNorm(W.T), NuclearNorm(W))
+    assert not _ok(norms.NORM_TRANSPOSITION, NuclearNorm(W.T), FrobeniusNorm(W))
