@@ -94,10 +94,11 @@ def make_optimizer(steps: int) -> optax.GradientTransformation:
     schedule = optax.warmup_cosine_decay_schedule(0.0, 0.03, warmup_steps=3, decay_steps=steps, end_value=0.003)
     # As for optax.adamw: hyperparam_dtype, because inject_hyperparams stores the hyperparameters in the params'
     # dtype by default, and in bfloat16 adam_b2 = 0.999 rounds to 1 (every AdamW step NaN, so every step skipped);
-    # mu_dtype as a string, because inject_hyperparams takes every callable (jnp.float32 too) for a schedule.
+    # mu_dtype=jnp.float32 as for optax: inject_hyperparams takes the (callable) scalar type for a schedule and hands
+    # over jnp.float32(count), whose dtype compositional_muon reads (optax.adamw itself would fail there).
     # ns_steps (the length of the Newton–Schulz iteration) is part of the program: static.
     return optax.inject_hyperparams(compositional_muon, static_args=("ns_steps",), hyperparam_dtype=jnp.float32)(
-        learning_rate=schedule, pairs="auto", adamw_params=ADAMW, mu_dtype="float32", weight_decay=0.01)
+        learning_rate=schedule, pairs="auto", adamw_params=ADAMW, mu_dtype=jnp.float32, weight_decay=0.01)
 
 
 def make_train_step(opt: optax.GradientTransformation):

@@ -17,7 +17,16 @@ import numpy as np
 import optax
 import pytest
 
-from numerics.optimizer import AutoPairs, OVPair, QKPair, compositional_muon, describe_pairs, framework_pairs
+from numerics import optimizer
+from numerics.optimizer import (
+    AutoPairs,
+    OVPair,
+    QKPair,
+    compositional_muon,
+    describe_pairs,
+    framework_pairs,
+    parameter_roles,
+)
 from numerics.optimizer import auto_pairs as find_pairs
 
 D, T = 16, 5
@@ -163,6 +172,38 @@ def test_nnx_optimizer_trains_with_auto_pairs(nnx_block):
     assert losses[-1] < losses[0]
     table = describe_pairs(nnx.state(model, nnx.Param))
     assert "query/kernel  (16, 4, 4)          qk pair: heads=4 kv_heads=4 d_h=4 (head axes)" in table
+
+
+@pytest.mark.parametrize("framework", ["linen", "nnx"])
+def test_attention_biases_go_to_adamw(framework):
+    """flax's query/key/value biases are 2-D, (heads, d_h): not weight matrices. Planted before the fix: the default
+    (AdamW for fewer than 2 axes, as optax.contrib.muon's) gave them Muon, orthogonalized across the heads."""
+    x = jax.random.normal(jax.random.key(0), (T, D))
+    if framework == "linen":
+        nn = pytest.importorskip("flax.linen")
+        params = nn.MultiHeadDotProductAttention(num_heads=4, qkv_features=D, use_bias=True).init(jax.random.key(1), x)
+        prefix = "params/"
+    else:
+        nnx = pytest.importorskip("flax.nnx")
+        params = nnx.to_pure_dict(nnx.state(nnx.MultiHeadAttention(
+            num_heads=4, in_features=D, qkv_features=D, use_bias=True, decode=False, rngs=nnx.Rngs(0)), nnx.Param))
+        prefix = ""
+    biases = [f"{prefix}{n}/bias" for n in ("key", "out", "query", "value")]
+    roles = parameter_roles(params, "auto")
+    assert {n: roles[n] for n in biases} == dict.fromkeys(biases, "adam")
+    assert [roles[f"{prefix}{n}/kernel"] for n in ("key", "out", "query", "value")] == ["cm"] * 4  # the pairs
+    table = [" ".join(line.split()) for line in describe_pairs(params).splitlines()]  # columns: one space
+    assert f"{prefix}query/bias (4, 4) adamw (a bias)" in table and f"{prefix}out/bias (16,) adamw" in table
+    assert table[-1] == "2 pairs, 0 Muon matrices, 4 AdamW parameters"
+    grads = random_like(params, 6)
+    opt = compositional_muon(0.02, pairs="auto")
+    got, _ = opt.update(grads, opt.init(params), params)
+    adamw = optax.adamw(0.02, weight_decay=0.0, nesterov=True)  # compositional_muon's AdamW part
+    sub = lambda tree: {n: tree[n] for n in biases}  # noqa: E731
+    named = lambda tree: optimizer.named_leaves(tree)  # noqa: E731
+    want, _ = adamw.update(sub(named(grads)), adamw.init(sub(named(params))), sub(named(params)))
+    for n in biases:
+        assert_close(named(got)[n], want[n])
 
 
 # ---- equinox ------------------------------------------------------------------------------------

@@ -142,6 +142,41 @@ def test_momentum_keeps_its_dtype_between_steps():
     assert cm(new).mu["attn"]["wq"].dtype == jnp.bfloat16
 
 
+def _moment_dtypes(state):
+    """``(Compositional Muon momentum dtypes, AdamW first-moment dtypes)`` of compositional_muon's state."""
+    parts = state[1].inner_states
+    cm, adam = parts["cm"].inner_state[0].mu, parts["adam"].inner_state[0].mu
+    return {x.dtype for x in jax.tree.leaves(cm)}, {x.dtype for x in jax.tree.leaves(adam)}
+
+
+def test_mu_dtype_through_inject_hyperparams():
+    """``mu_dtype=jnp.bfloat16`` as an optax user passes it: ``inject_hyperparams`` takes a scalar type (callable)
+    for a schedule and hands the factory ``jnp.bfloat16(count)``, an array (optax.adamw then fails with
+    'unhashable type'); its dtype is the one meant. The momentum is stored in bfloat16, under jit too, and the step
+    is the float32-momentum one within bfloat16 rounding."""
+    params, g = model(), grads(model())
+    bf16 = ({jnp.dtype(jnp.bfloat16)}, {jnp.dtype(jnp.bfloat16)})
+    for mu_dtype in (jnp.bfloat16, "bfloat16", jnp.dtype(jnp.bfloat16)):
+        opt = optax.inject_hyperparams(compositional_muon)(0.01, pairs=PAIRS, mu_dtype=mu_dtype)
+        assert _moment_dtypes(opt.init(params).inner_state) == bf16
+    ref = compositional_muon(0.01, pairs=PAIRS)
+    want, _ = ref.update(g, ref.init(params), params)
+    got, state = opt.update(g, opt.init(params), params)  # eagerly: the compiled ops of the other tests are reused
+    assert _moment_dtypes(state.inner_state) == bf16
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        assert x.dtype == y.dtype == jnp.float32
+        assert float(jnp.linalg.norm(x - y)) <= 2 ** -7 * float(jnp.linalg.norm(y))  # bf16 momentum: 2⁻⁹
+    small = {"mlp": params["mlp"], "bias": params["bias"]}  # under jit the injected jnp.bfloat16(count) is traced
+    opt = optax.inject_hyperparams(compositional_muon)(0.01, mu_dtype=jnp.bfloat16)
+    _, state = jax.jit(opt.update)({k: g[k] for k in small}, opt.init(small), small)
+    assert _moment_dtypes(state.inner_state) == bf16
+    plain = compositional_muon(0.01, pairs=PAIRS, mu_dtype=jnp.bfloat16)  # the same dtype given directly
+    assert _moment_dtypes(plain.init(params)) == ({jnp.dtype(jnp.bfloat16)}, {jnp.dtype(jnp.bfloat16)})
+    for bad, why in ((jnp.int8, "int8 is not a floating dtype"), ("bfloat61", "'bfloat61', which is not a dtype")):
+        with pytest.raises(TypeError, match=rf"^compositional_muon: mu_dtype must be a floating dtype.*{why}"):
+            compositional_muon(0.01, mu_dtype=bad)
+
+
 def test_update_that_overflows_the_weights_dtype_is_skipped():
     """AdamW's float32 update of float16 weights: finite in float32, Inf once written into the weights."""
     params = {"bias": jnp.ones(D, jnp.float16)}
@@ -254,6 +289,34 @@ def test_presets_are_optax_schedules():
     assert len(optimizer.resolve_schedule("dion", 5)) == 5
     with pytest.raises(ValueError, match="ns_coeffs 'dio' is not a schedule"):
         compositional_muon(0.1, "dio")
+
+
+def test_optax_arguments_as_optax_users_pass_them():
+    """Found by an optax user's audit (issue 24): optax.contrib.muon's ``preconditioning`` (a TypeError before), its
+    ``ns_coeffs`` as a JAX array (refused as not a schedule before: a 0-d JAX array has ``len``), and momentum rates
+    of 1 or NaN, which made every step NaN and skipped, silently, or strings, which failed inside optax."""
+    step = [3.4445, -4.775, 2.0315]
+    assert optimizer.resolve_schedule(jnp.asarray(step, jnp.float32), 2) == optimizer.resolve_schedule(
+        np.asarray(step, np.float32), 2)
+    params, g = _muon_matrix()
+    opt = compositional_muon(0.1, jnp.asarray([3.4445, -4.775, 2.0315]), preconditioning="frobenius")
+    want = optax.contrib.muon(0.1, preconditioning="frobenius")
+    assert_trees_close(opt.update(g, opt.init(params), params)[0], want.update(g, want.init(params), params)[0],
+                       rtol=2e-4, atol=1e-6)
+    with pytest.raises(ValueError, match=r"^compositional_muon: preconditioning must be 'frobenius', got 'aol'"):
+        compositional_muon(0.1, preconditioning="aol")
+    for kwargs, error, message in [
+            ({"beta": 1.0}, ValueError, r"beta must be in \[0, 1\), got 1.0; at 1 the bias correction"),
+            ({"adam_b2": 1}, ValueError, r"adam_b2 must be in \[0, 1\), got 1"),
+            ({"beta": float("nan")}, ValueError, r"beta must be finite and >= 0, got nan"),
+            ({"adam_b1": "0.9"}, TypeError, r"adam_b1 must be a real number, got '0.9'"),
+            ({"eps": -1e-8}, ValueError, r"eps must be finite and >= 0"),
+            ({"weight_decay": "0.1"}, TypeError, r"weight_decay must be a real number"),
+            ({"learning_rate": "0.01"}, TypeError, r"learning_rate must be a real number or a schedule"),
+            ({"adam_learning_rate": float("inf")}, ValueError, r"adam_learning_rate must be finite")]:
+        with pytest.raises(error, match=rf"^compositional_muon: {message}"):
+            compositional_muon(**{"learning_rate": 0.1, **kwargs})
+    compositional_muon(-0.1, weight_decay=optax.constant_schedule(0.1), beta=jnp.asarray(0.9))  # as optax takes them
 
 
 def test_adaptive_scales_pairs_by_the_inner_product_with_the_momentum():

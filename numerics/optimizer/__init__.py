@@ -56,7 +56,7 @@ declarations), :mod:`~numerics.optimizer.options` (the typed
 
 from __future__ import annotations
 
-from .alias import compositional_muon, describe_pairs, parameter_roles
+from .alias import compositional_muon, describe_pairs, is_bias, parameter_roles
 from .groups import LORA_NAMES, LoRAPair, LoRAPlan, MLAPair, MLAPlan, auto_lora_pairs
 from .options import (
     GAUGES,
@@ -70,6 +70,7 @@ from .options import (
     check_schedule_bounded,
     damping_ok,
     flag,
+    momentum_dtype,
     real_scalar,
     resolve_schedule,
     schedule_for,
@@ -170,6 +171,8 @@ __all__ = [
     "check_schedule_bounded",
     "compositional_muon",
     "flag",
+    "is_bias",
+    "momentum_dtype",
     "group_stack",
     "group_unstack",
     "named_leaves",

@@ -16,7 +16,7 @@ import jax
 import optax
 
 from .groups import LoRAPlan
-from .options import check_hyperparameter_precision, flag
+from .options import check_hyperparameter_precision, check_hyperparameter_values, flag, momentum_dtype
 from .pairs import Pairs, adamw_selector, named_leaves, pair_declaration, plan_pairs
 from .transform import (
     check_finite_gradients,
@@ -28,12 +28,24 @@ from .transform import (
 )
 
 
+def is_bias(path: str) -> bool:
+    """Whether the parameter at ``path`` is a bias by its name: its last key is ``bias`` or ends in ``_bias``.
+
+    flax, equinox and PyTorch name every bias ``bias``; flax's attention biases are 2-D ``(heads, d_h)`` and a
+    bias of stacked layers (``nn.scan``) is ``(layers, d)``, neither a weight matrix.
+    """
+    last = path.rsplit("/", 1)[-1]
+    return last == "bias" or last.endswith("_bias")
+
+
 def parameter_roles(params: Any, pairs: Any = None, adamw_params: Any = None,
                     muon_weight_dimension_numbers: Any = None) -> dict[str, str]:
     """``{path: "cm" | "adam"}`` for every leaf, in the order of the params' leaves.
 
     ``"cm"``: a member of a declared pair, or a matrix for Muon; ``"adam"``: a parameter with fewer than
-    2 axes, one that ``adamw_params`` selects, or one whose dimension number is ``None``.
+    2 axes, a bias (:func:`is_bias`: also a 2-D one, where ``optax.contrib.muon``'s default takes every 2-D
+    array for Muon), one that ``adamw_params`` selects, or one whose dimension number is ``None`` (given
+    ``muon_weight_dimension_numbers``, they alone decide outside the pairs, as in optax).
     """
     plan = plan_pairs(pair_declaration(pairs), params)
     to_adamw = adamw_selector(adamw_params)
@@ -45,7 +57,7 @@ def parameter_roles(params: Any, pairs: Any = None, adamw_params: Any = None,
             roles[name] = "cm"
         elif dims is not None:
             roles[name] = "cm" if dims.get(name) is not None else "adam"
-        elif getattr(x, "ndim", 0) < 2 or (to_adamw is not None and to_adamw(name, x)):
+        elif getattr(x, "ndim", 0) < 2 or is_bias(name) or (to_adamw is not None and to_adamw(name, x)):
             roles[name] = "adam"
         else:
             roles[name] = "cm"
@@ -97,7 +109,8 @@ def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
     width = max((len(n) for n in leaves), default=4)
     lines = [f"{'path':<{width}}  {'shape':<18}  role"]
     for name, x in leaves.items():
-        role = where.get(name) or ("muon" if roles[name] == "cm" else "adamw")
+        role = where.get(name) or ("muon" if roles[name] == "cm" else
+                                   "adamw (a bias)" if getattr(x, "ndim", 0) >= 2 and is_bias(name) else "adamw")
         lines.append(f"{name:<{width}}  {str(tuple(getattr(x, 'shape', ()))):<18}  {role}")
     lora = sum(isinstance(g, LoRAPlan) for g in plan.groups)
     lines.append(f"{len(plan.pairs)} pairs, "
@@ -137,6 +150,7 @@ def compositional_muon(
     adaptive: bool = False,
     consistent_rms: float | None = None,
     muon_weight_dimension_numbers: Any = None,
+    preconditioning: Literal["frobenius"] = "frobenius",
 ) -> optax.GradientTransformation:
     r"""Compositional Muon: derived per-head rules on attention pairs, Muon and AdamW elsewhere.
 
@@ -179,11 +193,15 @@ def compositional_muon(
       gram_roots: ``"eigh"`` (the emitted code's Gram roots).
       adamw_params: ``(path, array) -> bool`` selecting matrices for AdamW (embeddings, heads), or as
         data a path pattern or a list of them (``fnmatch`` on the whole path: ``["embed", "*/head"]``);
-        default: AdamW exactly for the parameters with fewer than 2 axes.
+        AdamW also takes every parameter with fewer than 2 axes and every bias, whatever its shape
+        (:func:`is_bias`: flax attention's ``(heads, d_h)`` biases, stacked layers' ``(layers, d)`` ones;
+        ``optax.contrib.muon``'s default would give a 2-D bias Muon).
       adaptive, consistent_rms, muon_weight_dimension_numbers: as in ``optax.contrib.muon``
         (:func:`~numerics.optimizer.transform.scale_by_compositional_muon`); a ``None`` leaf of
         ``muon_weight_dimension_numbers`` sends that parameter to AdamW (a declared pair's members
         stay with their rule).
+      preconditioning: ``"frobenius"`` only, ``optax.contrib.muon``'s default: Newton–Schulz starts from
+        ``X/‖X‖_F``; its other starts (``"spectral"``, ``"aol"``, ``"schatten"``) are refused, naming them.
       check_finite: raise (naming the parameter) when a gradient has a NaN or Inf.
       on_nonfinite: what happens to a step whose update has a NaN or Inf although the gradients
         are finite (an overflow: float16 weights near 0 with ``damping=0``, a schedule that
@@ -222,7 +240,16 @@ def compositional_muon(
     """
     check_options(qk_rule, ov_rule, gauge, gram_roots, msign, lora_rule)
     check_hyperparameter_precision(beta=beta, eps=eps, adam_b1=adam_b1, adam_b2=adam_b2)
+    check_hyperparameter_values({"beta": beta, "adam_b1": adam_b1, "adam_b2": adam_b2},
+                                {"eps": eps, "adam_eps_root": adam_eps_root, "weight_decay": weight_decay,
+                                 "adam_weight_decay": adam_weight_decay},
+                                {"learning_rate": learning_rate, "adam_learning_rate": adam_learning_rate})
+    if preconditioning != "frobenius":
+        raise ValueError(f"compositional_muon: preconditioning must be 'frobenius', got {preconditioning!r}: the "
+                         f"project's Newton–Schulz starts from X/‖X‖_F, as optax.contrib.muon's default does; its "
+                         f"'spectral', 'aol' and 'schatten' starts are not implemented here")
     check_finite, nesterov = flag("check_finite", check_finite), flag("nesterov", nesterov)
+    mu_dtype = momentum_dtype(mu_dtype)  # also jnp.bfloat16 injected as a "schedule" by inject_hyperparams
     pairs = pair_declaration(pairs)
     to_adamw = adamw_selector(adamw_params)
     if adam_learning_rate is None:

@@ -60,6 +60,59 @@ def check_hyperparameter_precision(**values: Any) -> None:
                              f"weights pass hyperparam_dtype=jnp.float32 to optax.inject_hyperparams")
 
 
+def check_hyperparameter_values(rates: dict[str, Any], nonnegative: dict[str, Any],
+                                learning_rates: dict[str, Any]) -> None:
+    """Refuse a concrete hyperparameter outside its range, naming it (a ``TypeError`` for a string or a bool).
+
+    ``rates`` (``beta``, ``adam_b1``, ``adam_b2``): real numbers in ``[0, 1)``: at 1 the bias correction
+    ``1 − βᵗ`` is 0, so every step would be NaN and skipped, and nothing would train, silently. ``nonnegative``
+    (``eps``, weight decays): finite and ``>= 0``. ``learning_rates``: a finite real number (of either sign, as
+    optax takes it) or a schedule. A callable (schedule) and a traced value (injected under ``jit``) pass.
+    """
+    for name, value in {**rates, **nonnegative, **learning_rates}.items():
+        if value is None or callable(value) or isinstance(value, jax.core.Tracer):
+            continue
+        if name in learning_rates:
+            number = isinstance(value, numbers.Real) or (getattr(value, "shape", None) == () and jnp.issubdtype(
+                getattr(value, "dtype", object), jnp.number))
+            if not number or isinstance(value, (bool, np.bool_)) or jnp.iscomplexobj(value):
+                raise TypeError(f"compositional_muon: {name} must be a real number or a schedule (a function of the "
+                                f"step count), got {value!r}")
+            if not math.isfinite(float(value)):
+                raise ValueError(f"compositional_muon: {name} must be finite, got {value!r}")
+            continue
+        v = real_scalar(name, value)
+        if name in rates and not v < 1:
+            raise ValueError(f"compositional_muon: {name} must be in [0, 1), got {value!r}; at 1 the bias "
+                             f"correction 1 - {name}^t is 0 and every step would be NaN")
+
+
+def momentum_dtype(mu_dtype: Any) -> Any:
+    """``mu_dtype`` as a canonical floating dtype (``None`` stays ``None``: the momentum takes each parameter's).
+
+    A dtype, a scalar type (``jnp.bfloat16``) or a name (``"bfloat16"``), or a 0-d floating array: what
+    ``optax.inject_hyperparams`` hands over for a scalar type, which it takes for a schedule because it is
+    callable (``jnp.bfloat16(count)``, at ``init`` and traced under ``jit``); the array's dtype is the one meant.
+    Refused with a ``TypeError`` naming the value otherwise. (A NumPy scalar type such as ``np.float16`` does not
+    survive ``inject_hyperparams``, which casts its value to the hyperparameters' dtype; give a name or
+    ``static_args=('mu_dtype',)`` then.)
+    """
+    if mu_dtype is None:
+        return None
+    if isinstance(mu_dtype, (jax.Array, jax.core.Tracer)) and mu_dtype.shape == ():
+        dtype = mu_dtype.dtype  # jnp.bfloat16(count) from inject_hyperparams
+    else:
+        try:
+            dtype = jnp.dtype(mu_dtype)
+        except (TypeError, ValueError):
+            raise TypeError(f"compositional_muon: mu_dtype must be a floating dtype (jnp.bfloat16, 'float32', ...), "
+                            f"got {mu_dtype!r}, which is not a dtype") from None
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(f"compositional_muon: mu_dtype must be a floating dtype (jnp.bfloat16, 'float32', ...), "
+                        f"got {mu_dtype!r}: {jnp.dtype(dtype).name} is not a floating dtype")
+    return jax.dtypes.canonicalize_dtype(dtype)
+
+
 @dataclass(frozen=True)
 class DirectionOptions:
     """What every emitted rule of one step is called with.
@@ -148,7 +201,7 @@ def resolve_schedule(ns_coeffs: Any, ns_steps: int) -> Schedule:
     shape_error = ValueError(f"compositional_muon: ns_coeffs must be a registry name, (a, b, c) or a tuple of "
                              f"tuples, got {ns_coeffs!r}")
     try:
-        nested = hasattr(ns_coeffs[0], "__len__")
+        nested = hasattr(ns_coeffs[0], "__len__") and getattr(ns_coeffs[0], "ndim", 1) != 0  # a 0-d JAX array has len
         size = ((len(ns_coeffs), max(len(step) if hasattr(step, "__len__") else 1 for step in ns_coeffs)) if nested
                 else (1, len(ns_coeffs)))
     except (TypeError, IndexError, KeyError):

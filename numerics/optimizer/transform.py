@@ -39,6 +39,7 @@ from .options import (
     check_schedule_bounded,
     damping_ok,
     flag,
+    momentum_dtype,
     real_scalar,
     resolve_schedule,
     schedule_for,
@@ -312,6 +313,7 @@ def scale_by_compositional_muon(
     if consistent_rms is not None:
         consistent_rms = real_scalar("consistent_rms", consistent_rms, traced=True)
     pairs = pair_declaration(pairs)
+    mu_dtype = momentum_dtype(mu_dtype)
     damping = real_scalar("damping", damping, traced=True)
     if qk_rule == "sylvester" and not isinstance(damping, jax.core.Tracer) and not damping > 0:
         raise ValueError("compositional_muon: qk_rule='sylvester' needs damping > 0 (the regularization "
@@ -324,7 +326,7 @@ def scale_by_compositional_muon(
     def init_fn(params):
         check_damping_range(plan_pairs(pairs, params), params, damping)  # errors at init, naming the parameter
         check_matrix_dtypes(params)
-        mu = jax.tree.map(lambda x: jnp.zeros_like(x, dtype=mu_dtype or x.dtype), params)
+        mu = jax.tree.map(lambda x: jnp.zeros_like(x, dtype=x.dtype if mu_dtype is None else mu_dtype), params)
         return CompositionalMuonState(count=jnp.zeros([], jnp.int32), mu=mu)
 
     def update_fn(updates, state, params=None):
