@@ -8,9 +8,9 @@ import logging
 import sys
 from pathlib import Path
 
-# the optimizer guide's orbax example logs every save and restore at INFO through absl, and JAX logs
-# its search for a TPU: neither is a build message
-for _name in ("absl", "jax._src.xla_bridge"):
+# the optimizer guide's orbax example logs every save and restore at INFO through absl, JAX logs
+# its search for a TPU, and the notebook's client logs that it starts a kernel: none is a build message
+for _name in ("absl", "jax._src.xla_bridge", "traitlets"):
     logging.getLogger(_name).setLevel(logging.WARNING)
 
 HERE = Path(__file__).resolve().parent
@@ -27,12 +27,14 @@ extensions = [
     "sphinx.ext.mathjax",
     "sphinx.ext.viewcode",
     "sphinx_proof",
+    "myst_nb",
     "workbench_sphinx",
 ]
 
 html_theme = "furo"
 html_title = "Optimizer workbench"
-exclude_patterns = ["_build"]
+# examples/: the cross-check page's input files (Markdown and LaTeX documents), not pages
+exclude_patterns = ["_build", "examples"]
 nitpicky = False
 
 #: the rule modules whose derivations get pages (empty: every module of ``derivations`` with a
@@ -53,3 +55,15 @@ toc_object_entries = False
 suppress_warnings = ["ref.python"]
 
 proof_minimal_theme = True
+
+# The tutorial is a Jupyter notebook (tutorial.ipynb, stored without outputs): MyST-NB runs it in a fresh kernel
+# on every build, offline, and shows its outputs; a cell that raises stops the build, naming the cell
+nb_execution_mode = "force"
+nb_execution_raise_on_error = True
+nb_execution_show_tb = True
+nb_execution_timeout = 300
+# an object's Markdown (a Derivation's table of steps, a Lemma's statement) is read as MyST, display math included
+nb_render_markdown_format = "myst"
+myst_enable_extensions = ["dollarmath"]
+# MathJax typesets every page as before (MyST would restrict it to its own classes)
+myst_update_mathjax = False

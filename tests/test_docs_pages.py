@@ -25,9 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 sys.path.insert(0, str(DOCS / "_ext"))
 
-from workbench_sphinx import commands, notation, objects, proofs, rst  # noqa: E402 (found through the sys.path entry)
+from workbench_sphinx import commands, notation, objects, proofs, rst, signatures  # noqa: E402 (the sys.path entry)
 from workbench_sphinx.checks import external_assets  # noqa: E402 (as above)
+from workbench_sphinx.evidence import sizes_list  # noqa: E402 (as above)
 
+from derivations import sylvester as sylvester_rule  # noqa: E402 (after the importorskip above)
 from tests.test_docs import _plain, build, visible_words  # noqa: E402 (the small-project builder of the docs tests)
 from tests.tex_checks import balanced  # noqa: E402 (as above)
 
@@ -134,11 +136,16 @@ def test_rule_page_shows_50_digit_evidence_folded_details_and_command_output(tmp
     steps = sum(len(d.steps) for d in sylvester.derivations())
     assert len(re.findall(r"float64 \S+, mpmath (?:0|\de-\d+), symbolic", text)) == steps
     assert "not run" not in text
-    assert html.count('<details class="workbench-details">') == steps + 1   # each step's, and the legend's
+    summaries = re.findall(r'<details class="workbench-details"><summary>([^<]*)</summary>', html)
+    assert len([s for s in summaries if s.startswith("float64 ")]) == steps            # each step's, folded
+    assert len([s for s in summaries if s.startswith("What the verdicts mean")]) == 1  # the legend's
+    assert len([s for s in summaries if s.startswith("Symbols on this page (")]) == 1  # the symbols, folded
     assert text.count("Reading a step.") == 1                             # one legend per page
     assert text.count("the trusted kernel matched") == 1                  # its boilerplate said once, folded
+    # a last step that ends at the theorem's result does not print it again (sylvester.adjoint, .achieved_change)
+    assert text.count("⟹ the result stated in the theorem above.") == 2
     # what a reader sees before unfolding anything: 1,096 words before issue 23's item 4 (half-length pages)
-    assert visible_words(html) <= 900
+    assert visible_words(html) <= 700
     assert "$ python -m derivations.sylvester --help" in text and "more lines)" in text
     assert not re.search(r"Theorem \d", text)                             # no second number in the box
     record = json.loads((out / "evidence" / "sylvester.json").read_text())
@@ -219,3 +226,82 @@ def test_a_figure_block_without_a_figure_stops_the_build(tmp_path):
     with pytest.raises(SphinxError, match=r"plot\.rst, line \d+: the block has ':figure:' but made no matplotlib "
                                           r"figure"):
         build(tmp_path, {"plot": page})
+
+
+def test_emitted_signatures_say_the_shared_keyword_arguments_once(halfsplit_source):
+    found = {node.name: node.args for node in ast.parse(halfsplit_source).body if isinstance(node, ast.FunctionDef)}
+    args = {name: found[name] for name in ("halfsplit_qk", "halfsplit_v", "isotropic_qk")}
+    shared = signatures.shared_keywords(args)
+    assert {"damping=0.0", "msign='newton_schulz'", "check_finite=True"} <= set(shared)
+    sentence = " ".join(signatures.shared_sentence(args, shared))
+    for name, arguments in args.items():
+        short = signatures.short_signature(name, arguments, shared)
+        full = f"def {name}({ast.unparse(arguments)})"
+        assert short.endswith(", ...)") and "damping" not in short and len(short) < len(full) / 2, short
+        # nothing dropped: every keyword argument is in the short signature or in the one sentence
+        for pair in signatures.keyword_defaults(arguments):
+            assert pair in short or rst.literal(pair) in sentence, (name, pair)
+        assert [a.arg for a in arguments.args] == re.findall(r"\w+", short.split("(", 1)[1].split("*")[0])
+    # a function that takes only some of them is named; one with **kwargs is left as it is
+    extra = ast.parse("def adapter(W, *, eps, damping=0.0): pass\ndef kw(W, *, damping=0.0, **options): pass").body
+    args["adapter"] = extra[0].args
+    partial = signatures.shared_keywords(args)
+    assert "all but" in " ".join(signatures.shared_sentence(args, partial)) and rst.literal("adapter") in \
+        " ".join(signatures.shared_sentence(args, partial))
+    assert signatures.short_signature("adapter", extra[0].args, partial) == "def adapter(W, *, eps, ...)"
+    assert signatures.shared_keywords({"a": args["halfsplit_v"], "kw": extra[1].args}) == []
+
+
+def test_the_symbols_legend_lists_only_the_derivations_shown_and_is_folded():
+    ders = sylvester_rule.derivations()
+    lines = proofs.rule_symbols(ders[:1])                  # sylvester.adjoint shows W_Q and W_K only
+    assert lines[0] == ".. workbench-details:: Symbols on this page (2): what each means"
+    assert not any(r"G_M" in line for line in lines) and any(r"G_M" in line for line in proofs.rule_symbols(ders))
+    assert proofs.rule_symbols([]) == []
+
+
+def test_long_side_conditions_are_folded_and_short_ones_shown():
+    assert proofs.conditions_rst([]) == ["**Side conditions:** none.", ""]
+    assert proofs.conditions_rst(["β > 0"])[0].startswith("**Side conditions:** ")
+    folded = proofs.conditions_rst(CONDITIONS[:3])
+    assert folded[0] == ".. workbench-details:: Side conditions (3): unfold to read them"
+    assert len([line for line in folded if line.startswith("   * ")]) == 3
+
+
+def test_lemmas_not_yet_sympy_objects_are_named_in_one_reason():
+    why = {"Lemma GU's statement is not yet a SymPy object": 1, "a solve step (certified by duality)": 1,
+           "Lemma GR's statement is not yet a SymPy object": 2}
+    assert proofs.grouped_reasons(why) == {"the statements of Lemmas GU and GR are not yet SymPy objects": 3,
+                                           "a solve step (certified by duality)": 1}
+    one = {"Lemma K's statement is not yet a SymPy object": 1}
+    assert proofs.grouped_reasons(one) == one
+
+
+def test_an_emitted_function_reads_as_its_source_with_hand_wrapped_prose_joined(halfsplit_source):
+    found = {node.name: ast.get_docstring(node) for node in ast.parse(halfsplit_source).body
+             if isinstance(node, ast.FunctionDef)}
+    docs = {name: found[name] for name in ("halfsplit_qk", "halfsplit_v", "isotropic_qk")}
+    shown, folded = proofs.own_notes_split(docs["halfsplit_qk"], proofs.shared_notes(docs))
+    source = proofs.function_source("def halfsplit_qk(W_Q, W_K, G_Q, G_K, *, eps, ...)", shown)
+    lines = source.splitlines()
+    assert lines[0] == "def halfsplit_qk(W_Q, W_K, G_Q, G_K, *, eps, ...):" and lines[-1] == '    """'
+    assert not folded and "Arguments after *" not in source                    # shown once, as a shared note
+    # the formulas laid out one per line stay so; every word of the docstring's own notes is there
+    assert any(line.strip().startswith("dW_Q = ") for line in lines) and any(
+        line.strip().startswith("dW_K = ") for line in lines)
+    assert sorted(" ".join(text for _, text in shown).split()) == sorted(
+        proofs.own_notes(docs["halfsplit_qk"], proofs.shared_notes(docs)).split())
+    wrapped = ("head_dim is the width d_h of one head, a positive int that divides both stored head widths, with\n"
+               "H_kv dividing H; anything else is refused.")
+    assert proofs.reflowed(wrapped) == " ".join(wrapped.split())                # hard-wrapped prose: one line
+    laid_out = "dW_Q = (-epsilon/2)*msign(G_Q*C_K^-1)*C_K^-1    (halfsplit.query)\ndW_K = x    (halfsplit.key)"
+    assert proofs.reflowed(laid_out) == laid_out
+    assert proofs.function_source("def f(x)", []) == "def f(x)"
+
+
+def test_sizes_over_the_same_dimensions_are_written_as_tuples():
+    assert sizes_list([{"d": 5, "d_h": 2, "n": 10}, {"d": 4, "d_h": 3, "n": 12}]) == \
+        "(d, d_h, n) = (5, 2, 10), (4, 3, 12)"
+    assert sizes_list([{"n": 3}, {"n": 4}]) == "n = 3, 4"
+    assert sizes_list([{"d": 4, "m": 2}, {"d": 3}]) == "d = 4, m = 2; d = 3"       # different dimensions: written out
+    assert sizes_list([{}]) == ""

@@ -27,6 +27,8 @@ from sphinx import addnodes
 
 import coeffsearch.schedule
 import numerics.optimizer as optimizer
+from derivations import Context, Derivation, Problem
+from derivations.lemmas import Lemma
 from numerics.kernels.reference import NumpyBackend
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,7 +132,15 @@ def test_the_main_public_functions_have_examples():
     have = set(modules_with_examples())
     assert {"derivations", "derivations.cli", "derivations.registry", "derivations.crosscheck.checker",
             "derivations.crosscheck.params", "coeffsearch.schedule", "coeffsearch.registry", "coeffsearch.certify",
-            "coeffsearch.minimax", "numerics.kernels", "numerics.optimizer.alias", "numerics.optimizer.pairs"} <= have
+            "coeffsearch.minimax", "numerics.kernels", "numerics.optimizer.alias", "numerics.optimizer.pairs",
+            # the core classes a notebook starts from: Problem and Context, Derivation, Lemma
+            "derivations.engine.states", "derivations.engine.derivation", "derivations.lemmas.base"} <= have
+
+
+def test_the_core_classes_show_an_example():
+    """What a notebook starts from: a problem, its check settings, a derivation, a lemma."""
+    for cls in (Problem, Context, Derivation, Lemma):
+        assert ">>>" in (cls.__doc__ or ""), f"{cls.__qualname__} has no example in its docstring"
 
 
 PLANTED = '''

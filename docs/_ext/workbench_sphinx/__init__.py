@@ -10,6 +10,8 @@ Directives (each renders objects imported and built while the docs build, never 
 * ``.. classics::`` — the classic results, each checked during the build;
 * ``.. executed::`` — example code run during the build.
 
+The search page shows a snippet under each result on a site opened from disk (:mod:`.search`).
+
 An unknown name, a derivation that fails its checks, an object without a page, a public name
 without an API entry, or a page that loads an asset from a URL stops the build with a message
 naming it.
@@ -30,7 +32,7 @@ from sphinx.errors import ExtensionError
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.fileutil import copy_asset
 
-from . import api, checks, classics, commands, evidence, execute, notation, proofs, schedules
+from . import api, checks, classics, commands, evidence, execute, notation, objects, proofs, schedules, search
 
 MATHJAX_DIR = "mathjax"
 #: the parts of the MathJax distribution the site needs (the TeX-to-CHTML build and what it loads)
@@ -130,6 +132,7 @@ def setup(app):
 
     app.connect("config-inited", _config_mathjax)
     app.connect("builder-inited", schedules.start_build)
+    app.connect("env-before-read-docs", objects.preload)
     app.connect("env-purge-doc", checks.purge)
     app.connect("env-merge-info", checks.merge)
     app.connect("env-check-consistency", checks.check_consistency)
@@ -138,7 +141,9 @@ def setup(app):
     app.connect("doctree-read", api.drop_long_values)
     app.connect("html-page-context", api.no_navigation_on_source_pages, priority=400)  # before the theme's
     app.connect("build-finished", schedules.stop_band_challenge)
+    app.connect("html-page-context", search.add_search_scripts)
     app.connect("build-finished", _copy_assets)
+    app.connect("build-finished", search.write_texts)
     app.connect("build-finished", evidence.write_evidence)
     app.connect("build-finished", checks.check_site, priority=900)
     app.add_css_file("workbench.css")

@@ -161,6 +161,25 @@ def css_urls(css: str) -> list[str]:
     return [a or b for a, b in _CSS_URL.findall(css)]
 
 
+#: what can load an asset: a ``<style>`` block, and a start tag of an element that loads one or with a
+#: ``style``/``srcset`` attribute (a script's or a comment's text is not markup)
+_NOT_MARKUP = re.compile(r"(?is)<!--.*?-->|(<script\b[^>]*>).*?(</script>)")
+_STYLE_BLOCK = re.compile(r"(?is)<style\b[^>]*>.*?</style>")
+_START_TAG = re.compile(r"""<([a-zA-Z][\w-]*)(?:\s+[^\s=>/]+(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s>]+))?)*\s*/?>""")
+_LOADING_TAGS = {"link", "script", "img", "iframe", "embed", "object", "source", "video", "audio", "track", "input"}
+_LOADING_ATTRS = re.compile(r"\s(?:style|srcset)\s*=", re.IGNORECASE)
+
+
+def _asset_markup(page: str) -> str:
+    """The parts of a page that can load an asset (the parser then reads a few kB, not the whole page)."""
+    page = _NOT_MARKUP.sub(lambda m: (m.group(1) or "") + (m.group(2) or ""), page)
+    parts = _STYLE_BLOCK.findall(page)
+    parts += [m.group(0) + ("</script>" if m.group(1).lower() == "script" else "")   # the parser reads no script
+              for m in _START_TAG.finditer(_STYLE_BLOCK.sub(" ", page))
+              if m.group(1).lower() in _LOADING_TAGS or _LOADING_ATTRS.search(m.group(0))]
+    return "\n".join(parts)
+
+
 def external_assets(html_dir) -> list[tuple[str, str]]:
     """``(file, url)`` for every asset of the site at ``html_dir`` that is loaded from a URL."""
     root = Path(html_dir)
@@ -168,7 +187,7 @@ def external_assets(html_dir) -> list[tuple[str, str]]:
     for path in sorted(root.rglob("*")):
         if path.suffix == ".html":
             parser = _AssetParser()
-            parser.feed(path.read_text(encoding="utf-8", errors="replace"))
+            parser.feed(_asset_markup(path.read_text(encoding="utf-8", errors="replace")))
             urls = parser.assets
         elif path.suffix == ".css":
             urls = css_urls(path.read_text(encoding="utf-8", errors="replace"))

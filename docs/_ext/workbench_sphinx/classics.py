@@ -39,7 +39,9 @@ def classic_derivation_rst(der, documented, classic_title: str = "") -> list[str
             *rst.math_block(tidy_latex(latex(der.start.expr)))]
     for step in der.steps:
         rel = r"\le" if step.kind == "bound" else "="
-        out += step_rst(step, der, rf"{rel}\ {tidy_latex(latex(step.after.expr))}", _lemma(step.lemma, documented))
+        last = step is der.steps[-1] and latex(step.after.expr) == latex(der.formula)   # the result says it
+        after = None if last else rf"{rel}\ {tidy_latex(latex(step.after.expr))}"
+        out += step_rst(step, der, after, _lemma(step.lemma, documented), where="below")
     relation = r"\le" if any(s.kind == "bound" for s in der.steps) else "="
     out += ["**Result**", "", *rst.math_block(tidy_latex(rf"{latex(der.start.expr)} {relation} {latex(der.formula)}")),
             "Cross-check a hand formula against it: "

@@ -41,9 +41,22 @@ def sizes_text(dims: dict) -> str:
 def check_sizes(der) -> dict:
     """Where a derivation's steps are checked: float64 sizes, the mpmath size, the symbolic model's size."""
     context = der.context
-    return {"float64": "; ".join(sizes_text(d) for d in getattr(context, "check_dims", []) or []),
-            "mpmath": sizes_text(getattr(context, "mpmath_dims", {}) or {}),
-            "symbolic": sizes_text(getattr(context, "symbolic_dims", {}) or {})}
+    return {"float64": sizes_list(getattr(context, "check_dims", []) or []),
+            "mpmath": sizes_list([getattr(context, "mpmath_dims", {}) or {}]),
+            "symbolic": sizes_list([getattr(context, "symbolic_dims", {}) or {}])}
+
+
+def sizes_list(dims_list) -> str:
+    """Several sizes over the same dimensions as one tuple each: ``(d, d_h, n) = (5, 2, 10), (4, 3, 12)``
+    (one dimension, or dimensions that differ between sizes: each written out)."""
+    dims_list = [d for d in dims_list if d]
+    keys = {tuple(str(k) for k in d) for d in dims_list}
+    if len(keys) != 1:
+        return "; ".join(sizes_text(d) for d in dims_list)
+    names = next(iter(keys))
+    if len(names) == 1:
+        return f"{names[0]} = " + ", ".join(str(v) for d in dims_list for v in d.values())
+    return f"({', '.join(names)}) = " + ", ".join("(" + ", ".join(str(v) for v in d.values()) + ")" for d in dims_list)
 
 
 def sizes_sentence(sizes: dict, lead: str) -> str:
@@ -118,21 +131,23 @@ def check_details(step, der) -> list[str]:
 
 def legend(json_href: str | None = None, sizes: dict | None = None) -> list[str]:
     """How to read a step: said once per page; what each word means and how each kind of step is
-    checked is folded under it. ``sizes``: where every step of the page is checked, when they agree."""
+    checked is folded under it. ``sizes``: where the steps of the page are checked (a proof checked
+    elsewhere says so itself)."""
     ftol = getattr(engine, "FLOAT64_TOL", 1e-9)
     mtol = getattr(engine, "MPMATH_TOL", None)
     digits = getattr(engine, "MPMATH_DPS", 50)
     full = f" Every digit: `evidence JSON <{json_href}>`__." if json_href else ""
-    where = f" {sizes_sentence(sizes, 'Every step below is checked ')}" if sizes else ""
+    lead = "Unless its proof says otherwise, every step below is checked "
+    where = f" {sizes_sentence(sizes, lead)}" if sizes else ""
     lines = [".. rst-class:: workbench-legend", "",
-             (f"**Reading a step.** A step names its lemma (linked) and the expression it leads to; its evidence "
-              f"line unfolds into the side conditions it discharged and how it was checked: *float64* — worst "
-              f"relative residual over random instances (tolerance {ftol:.0e}); *mpmath* — residual at {digits} "
-              f"digits on one instance, computed while this page was built"
-              + (f" (tolerance {mtol:.0e})" if mtol else "")
-              + "; *symbolic* — see below. Numbers are rounded." + full + where), ""]
+             (f"**Reading a step.** A step names its lemma (linked) and the expression it leads to. Its evidence "
+              f"line (*float64*, *mpmath* at {digits} digits, *symbolic*; rounded) unfolds into the side conditions "
+              "it discharged and how it was checked." + full + where), ""]
     kinds = [f"* *{rst.text(kind.replace('_', ' '))}*: {rst.text(how)}." for kind, how in KINDS.items()]
-    folded = ["* *symbolic exact*: the two sides agree as rational functions of the entries of explicit symbolic "
+    folded = [f"* *float64*: the worst relative residual over random instances (tolerance {ftol:.0e}); *mpmath*: "
+              f"the residual at {digits} digits on one instance, computed while this page was built"
+              + (f" (tolerance {mtol:.0e})" if mtol else "") + ".",
+              "* *symbolic exact*: the two sides agree as rational functions of the entries of explicit symbolic "
               "matrices at the sizes given (an identity at those sizes, not a proof for every size); "
               "*not modelled*: numeric evidence only; *n/a*: a solve or restriction step, certified by duality "
               "or checked as an inequality.",

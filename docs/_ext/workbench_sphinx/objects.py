@@ -4,11 +4,20 @@ Nothing here is cached on disk. Each rule module is imported and its derivations
 per Sphinx process; building a derivation runs the float64 checks the engine records for every
 step, and the docs then run each step's mpmath check at 50 digits (a few seconds for every rule),
 so a step whose check fails stops the build (the message names the derivation).
+
+The catalogue is built in a background thread from the start of the read phase (:func:`preload`),
+and the pages that do not show derivations are read first (:func:`read_order`): their XLA
+compilations and the notebook's kernel run while the derivations are built, which is most of the
+build's time. A page that needs the catalogue waits for it; a derivation that fails in the
+background fails again, with its message, when a page asks for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import re
+import threading
 import traceback
 from dataclasses import dataclass, replace
 from functools import cache
@@ -119,15 +128,17 @@ class Catalogue:
     def __init__(self, module_paths: list[str]):
         self.module_paths = module_paths
         self._rules: dict[str, RuleEntry] | None = None
+        self._lock = threading.Lock()  # one builder at a time: a page waits for the background thread
 
     @property
     def rules(self) -> dict[str, RuleEntry]:
-        if self._rules is None:
-            rules = {}
-            for path in self.module_paths:
-                entry = load_rule(path)
-                rules[entry.name] = entry
-            self._rules = rules
+        with self._lock:
+            if self._rules is None:
+                rules = {}
+                for path in self.module_paths:
+                    entry = load_rule(path)
+                    rules[entry.name] = entry
+                self._rules = rules
         return self._rules
 
     def rule(self, name: str) -> RuleEntry:
@@ -189,3 +200,36 @@ def catalogue(config) -> Catalogue:
     if paths not in _CATALOGUES:
         _CATALOGUES[paths] = Catalogue(list(paths))
     return _CATALOGUES[paths]
+
+
+def _build_quietly(cat: Catalogue) -> None:
+    with contextlib.suppress(Exception):  # the page that needs the catalogue rebuilds what failed and reports it
+        cat.lemmas()
+
+
+def preload(app, env, docnames) -> None:
+    """``env-before-read-docs``: build the catalogue in a background thread while pages are read."""
+    if docnames:
+        threading.Thread(target=_build_quietly, args=(catalogue(app.config),), name="workbench-catalogue",
+                         daemon=True).start()
+        read_order(env, docnames)
+
+
+#: directives that print from the catalogue (a page with one waits for it)
+_CATALOGUE_DIRECTIVES = re.compile(r"^\.\. (derivation|rule-derivations|emitted-functions|emitted-listing|"
+                                   r"lemma-reference|classics|other-rules|other-listings|symbol-table)::",
+                                   re.MULTILINE)
+#: what runs code while a page is read (XLA compilations, a notebook's kernel: time the catalogue overlaps)
+_RUNS_CODE = re.compile(r"^\.\. (executed|command-output)::", re.MULTILINE)
+
+
+def read_order(env, docnames: list) -> None:
+    """Reorder ``docnames`` in place: pages that run code and need no derivation first, then the other pages
+    that need none, then the pages printed from the catalogue (the output does not depend on the order)."""
+    def key(item):
+        position, docname = item
+        path = env.doc2path(docname)
+        text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+        notebook = path.suffix == ".ipynb"
+        return (bool(_CATALOGUE_DIRECTIVES.search(text)), not (notebook or _RUNS_CODE.search(text)), position)
+    docnames[:] = [name for _, name in sorted(enumerate(docnames), key=key)]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 from typing import ClassVar
 
@@ -27,7 +28,7 @@ from derivations.cli import render
 from derivations.engine.derivation import Solution
 from derivations.printing.latex import latex, state_latex
 
-from . import rst
+from . import rst, signatures
 from .evidence import EVIDENCE_DIR, check_details, check_sizes, evidence_line, legend, sizes_sentence, sizes_text
 from .notation import condition_rst, docstring_rst, symbol_lines, symbols_in, tidy_latex
 from .objects import FailedDerivation, catalogue
@@ -85,24 +86,68 @@ def tex(text: str) -> str:
     return tidy_latex(text)
 
 
+_NOT_YET = re.compile(r"Lemma (\S+)'s statement is not yet a SymPy object")
+
+
+def grouped_reasons(why: dict) -> dict:
+    """``{reason: steps}`` with the lemmas whose statements are not yet SymPy objects named in one reason."""
+    lemmas = {m.group(1): n for reason, n in why.items() if (m := _NOT_YET.fullmatch(reason))}
+    if len(lemmas) < 2:
+        return dict(why)
+    names = list(lemmas)
+    joined = f"the statements of Lemmas {', '.join(names[:-1])} and {names[-1]} are not yet SymPy objects"
+    out = {joined: sum(lemmas.values())}
+    out.update({reason: n for reason, n in why.items() if not _NOT_YET.fullmatch(reason)})
+    return out
+
+
 def proof_summary(der) -> str:
     """The proof's first line: how many steps are proven for all sizes (the legend says what that
     means), why the others are checked at instances only, and the derivation's fingerprint."""
     status = der.proof_status()
-    why = "; ".join(reason if n == 1 else f"{n}: {reason}" for reason, n in status["why"].items())
+    reasons = grouped_reasons(status["why"])   # one reason: its count is the "at instances only" count
+    why = "; ".join(reason if n == 1 or len(reasons) == 1 else f"{n}: {reason}" for reason, n in reasons.items())
     rest = status["at instances"]
     text = (f"Proven for all sizes: {status['for all sizes']} of {len(der.steps)} steps"
             + (f"; at instances only: {rest}" + (f" — {why}" if why else "") if rest else "") + ".")
     return f"{rst.text(text)} Fingerprint {rst.literal(der.fingerprint())}."
 
 
-def step_rst(step, der, after_latex: str, lemma: str) -> list[str]:
-    """One step: its lemma and note, its evidence line (the details folded under it), its result."""
+def step_rst(step, der, after_latex: str | None, lemma: str, where: str = "in the theorem above") -> list[str]:
+    """One step: its lemma and note, its evidence line (the details folded under it), its result
+    (``after_latex``; ``None`` for a last step whose result is printed ``where``, not twice)."""
     note = f" — {condition_rst(step.note)}" if step.note else ""
+    result = rst.math_block(after_latex) if after_latex is not None else [
+        rst.text(f"⟹ the result stated {where}."), ""]
     item = [f"**Step {step.index}** · {lemma}{note}.", "",
             f".. workbench-details:: {evidence_line(step)}", "", *rst.indent(check_details(step, der)), "",
-            *rst.math_block(after_latex)]
+            *result]
     return [".. container:: workbench-step", "", *rst.indent(item)]
+
+
+def ends_at_result(der) -> bool:
+    """Whether the last step's expression is the theorem's result (then the proof does not repeat it)."""
+    if not der.steps:
+        return False
+    last = tex(state_latex(der.steps[-1].after))
+    if isinstance(der.state, Solution):
+        return last == tex(theorem_result(der))
+    return last == tex(latex(der.formula))
+
+
+#: side conditions longer than this (characters, as the engine records them) are folded under a summary
+FOLD_CONDITIONS_CHARS = 100
+
+
+def conditions_rst(conds) -> list[str]:
+    """A theorem's side conditions: inline when short, else folded (each step's details repeat its own)."""
+    if not conds:
+        return ["**Side conditions:** none.", ""]
+    if sum(len(c) for c in conds) <= FOLD_CONDITIONS_CHARS:
+        return ["**Side conditions:** " + "; ".join(condition_rst(c) for c in conds) + ".", ""]
+    items = [f"* {condition_rst(c)}" for c in conds]
+    return [f".. workbench-details:: Side conditions ({len(conds)}): unfold to read them", "",
+            *rst.indent(items), ""]
 
 
 def derivation_rst(der, rule_name: str, heading: str = "-", page_sizes: dict | None = None) -> list[str]:
@@ -114,36 +159,43 @@ def derivation_rst(der, rule_name: str, heading: str = "-", page_sizes: dict | N
     out += [".. prf:theorem::", "   :nonumber:", f"   :label: theorem-{rst.label(der.name)}", ""]
     body = [f"{rst.literal(der.name)} — {condition_rst(der.statement or title)}.", "",
             ".. rst-class:: workbench-label", "", "**Starting from**", "",
-            *rst.math_block(tex(state_latex(der.start))),
-            "**Side conditions:** " + ("; ".join(condition_rst(c) for c in conds) if conds else "none") + ".", "",
+            *rst.math_block(tex(state_latex(der.start))), *conditions_rst(conds),
             ".. rst-class:: workbench-label", "", "**Result**", "", *rst.math_block(tex(theorem_result(der)))]
     out += rst.indent(body) + [".. prf:proof::", ""]
     proof = [proof_summary(der), ""]
     sizes = check_sizes(der)
     if sizes != page_sizes:
-        proof += [sizes_sentence(sizes, "Every step is checked "), ""]
+        proof += [".. workbench-details:: Checked at sizes of its own (not the legend's)", "",
+                  *rst.indent([sizes_sentence(sizes, "Every step of this proof is checked "), ""])]
+    last = der.steps[-1] if ends_at_result(der) else None
     for step in der.steps:
-        proof += step_rst(step, der, r"\Longrightarrow\ " + tex(state_latex(step.after)), lemma_ref(step.lemma))
+        after = None if step is last else r"\Longrightarrow\ " + tex(state_latex(step.after))
+        proof += step_rst(step, der, after, lemma_ref(step.lemma))
     out += rst.indent(proof)
     return out
 
 
 def common_sizes(derivations) -> dict | None:
-    """Where the steps are checked, when every derivation of a page agrees (said once, in the legend)."""
+    """Where most derivations of a page check their steps (said once, in the legend; a derivation
+    checked elsewhere says so in its proof)."""
     found = [check_sizes(der) for der in derivations]
-    return found[0] if found and all(s == found[0] for s in found) else None
+    if not found:
+        return None
+    return max(found, key=lambda sizes: (found.count(sizes), -found.index(sizes)))
 
 
-def rule_symbols(entry) -> list[str]:
-    """The "Symbols on this page" legend: every symbol of :data:`notation.SYMBOLS` the page shows."""
+def rule_symbols(shown) -> list[str]:
+    """The "Symbols on this page" legend (folded): every symbol of :data:`notation.SYMBOLS` that the
+    derivations ``shown`` on the page display."""
     texts = []
-    for der in entry.derivations:
+    for der in shown:
         texts.append(tex(state_latex(der.start)))
         texts += [tex(state_latex(step.after)) for step in der.steps]
     keys = symbols_in(texts)
     if not keys:
         return []
-    return [".. rst-class:: workbench-legend", "", "**Symbols on this page.**", "", *symbol_lines(keys)]
+    return [f".. workbench-details:: Symbols on this page ({len(keys)}): what each means", "",
+            *rst.indent(symbol_lines(keys))]
 
 
 # ---- directives ----------------------------------------------------------------------------
@@ -180,12 +232,12 @@ class RuleDerivationsDirective(SphinxDirective):
         depth = "../" * self.env.docname.count("/")
         own = [der for der in entry.derivations if cat.home(der) == entry.name]
         sizes = common_sizes(own)
-        lines += legend(json_href=f"{depth}{EVIDENCE_DIR}/{entry.name}.json", sizes=sizes) + rule_symbols(entry)
+        lines += legend(json_href=f"{depth}{EVIDENCE_DIR}/{entry.name}.json", sizes=sizes) + rule_symbols(own)
         for der in entry.derivations:
             home = cat.home(der)
             if home != entry.name:
-                lines += [(f"* {rst.literal(der.name)} (used here) is derived on the page of "
-                          f"{rst.literal(home)}: {rst.ref(der.title, derivation_label(der.name))}."), ""]
+                lines += [(f"* {rst.literal(der.name)} (used here) is derived on the {rst.literal(home)} page: "
+                          f"{rst.ref(der.title, derivation_label(der.name))}."), ""]
                 continue
             mark_rendered(self.env, "derivation", der.name)
             lines += derivation_rst(der, entry.name, page_sizes=sizes)
@@ -197,7 +249,8 @@ def emitted_source(entry, target: str = "jax") -> str:
 
 
 def public_functions(entry, source: str) -> list:
-    """``(name, signature, docstring)`` of every public function of the emitted module."""
+    """``(name, arguments, docstring)`` of every public function of the emitted module (the arguments
+    as an ``ast.arguments``)."""
     tree = ast.parse(source)
     wanted = [fn.name for fn in entry.functions]
     if entry.rule.jax_extra:
@@ -208,7 +261,7 @@ def public_functions(entry, source: str) -> list:
         node = found.get(name)
         if node is None:
             raise FailedDerivation(f"emitted module of {entry.name} has no function {name!r}")
-        out.append((name, f"def {name}({ast.unparse(node.args)})", ast.get_docstring(node) or ""))
+        out.append((name, node.args, ast.get_docstring(node) or ""))
     return out
 
 
@@ -223,29 +276,75 @@ class EmittedFunctionsDirective(SphinxDirective):
         mark_rendered(self.env, "emitted", entry.name)
         source = emitted_source(entry)
         derived = {fn.name: fn for fn in entry.functions}
-        lines = [(f"Generated by {rst.literal(f'python -m derivations.{entry.name} --emit jax')}; the full module, "
-                 f"as emitted when these pages were built: :doc:`{listing_doc(entry.name)}`."), ""]
+        lines = [(f"Generated by {rst.literal(f'python -m derivations.{entry.name} --emit jax')}; the whole module, "
+                 f"as built: :doc:`{listing_doc(entry.name)}`."), ""]
         functions = public_functions(entry, source)
         shared = shared_notes({name: doc for name, _, doc in functions})
         for names, units in shared:  # said once, folded: the same notes on every rule page
             who = ("every function below" if len(names) == len(functions)
                    else ", ".join(names[:-1]) + " and " + names[-1])
-            topics = "; ".join(" ".join(text.split()[:3]) + " …" for _, text in units)
+            topics = notes_summary(units)
             notes = [".. rst-class:: workbench-doc", "", *rst.literal_block(joined_notes(units), "text")]
             lines += [f".. workbench-details:: Notes shared by {who}: {topics}", "", *rst.indent(notes)]
-        for name, signature, doc in functions:
-            lines += [rst.text(name), "~" * (len(rst.text(name)) + 4), "", ".. rst-class:: workbench-doc", "",
-                      *rst.literal_block(signature, "python")]
+        arguments = {name: args for name, args, _ in functions}
+        common = signatures.shared_keywords(arguments)
+        lines += signatures.shared_sentence(arguments, common)
+        for name, args, doc in functions:
+            lines += [rst.text(name), "~" * (len(rst.text(name)) + 4), ""]
             fn = derived.get(name)
             if fn is not None:
                 refs = ", ".join(rst.ref(der.name, derivation_label(der.name)) for der in fn.derivations()
                                  if hasattr(der, "steps"))
                 if refs:
-                    lines += [f"Printed from the derivations {refs}.", ""]
-            own = own_notes(doc, shared)
-            if own:
-                lines += [".. rst-class:: workbench-doc", "", *rst.literal_block(own, "text")]
+                    lines += [".. rst-class:: workbench-from", "", f"Printed from {refs}.", ""]
+            shown, folded = own_notes_split(doc, shared)
+            lines += [".. rst-class:: workbench-doc", "",
+                      *rst.literal_block(function_source(signatures.short_signature(name, args, common), shown),
+                                         "python")]
+            if folded:
+                notes = [".. rst-class:: workbench-doc", "", *rst.literal_block(joined_notes(folded), "text")]
+                lines += [f".. workbench-details:: Notes: {notes_summary(folded)}", "", *rst.indent(notes)]
         return rst.parse(self, lines)
+
+
+#: a function's own docstring unit at least this long is folded under its first words
+FOLD_NOTE_CHARS = 600
+
+
+def notes_summary(units) -> str:
+    return "; ".join(" ".join(text.split()[:3]) + " …" for _, text in units)
+
+
+def own_notes_split(doc: str, shared) -> tuple[list, list]:
+    """A function's docstring units without the shared notes: ``(shown, folded)``, the long ones folded
+    and hard-wrapped prose joined into one line per unit (the page wraps it to its width)."""
+    common = {text for _, units in shared for _, text in units}
+    units = [(n, reflowed(text)) for n, text in doc_units(doc) if text not in common]
+    return ([u for u in units if len(u[1]) < FOLD_NOTE_CHARS], [u for u in units if len(u[1]) >= FOLD_NOTE_CHARS])
+
+
+#: a docstring line that the next line's first word would have pushed past this width was wrapped by hand
+WRAP_WIDTH = 80
+
+
+def reflowed(unit: str) -> str:
+    """A unit of hard-wrapped prose on one line (the page wraps it to its width); a unit laid out by
+    hand (a line that ends short, an indented line, columns aligned with spaces) as it is."""
+    lines = unit.splitlines()
+    wrapped = all(len(line) + 1 + len(nxt.split()[0] if nxt.split() else "") > WRAP_WIDTH and "   " not in line
+                  and not nxt[:1].isspace() for line, nxt in zip(lines, lines[1:], strict=False))
+    return " ".join(line.strip() for line in lines) if len(lines) > 1 and wrapped else unit
+
+
+def function_source(signature: str, units) -> str:
+    """The signature with the docstring units under it, as the function reads in its module."""
+    if not units:
+        return signature
+    body = [units[0][1], "", *(text for _, text in units[1:])] if len(units) > 1 else [units[0][1]]
+    body = "\n".join(body).splitlines()   # a blank line after the summary only: a unit wrapped by the page
+    # starts at the left edge, each unit indented
+    return "\n".join([signature + ":", '    """' + body[0], *("    " + line if line else "" for line in body[1:]),
+                      '    """'])
 
 
 def doc_units(doc: str) -> list[tuple[int, str]]:
