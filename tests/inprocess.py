@@ -44,26 +44,29 @@ def main_of(kind):
     return lambda argv: rule_cli.main(module, argv)
 
 
+def run_case(kind, argv, catch=Exception) -> dict:
+    """One command line called in this process: ``{argv, rc, stderr, stdout, escaped}`` (``escaped``: the repr
+    of an exception of class ``catch`` that left ``main``; ``rc`` is then None). The subprocess runner of
+    ``tests/test_hostile_cli.py`` passes ``BaseException``; here a pytest-timeout stop must pass through."""
+    out, err = io.StringIO(), io.StringIO()
+    saved, escaped = sys.stdout, ""
+    try:
+        sys.stdout = out
+        with contextlib.redirect_stderr(err):
+            try:
+                rc = main_of(kind)(argv)
+            except SystemExit as e:
+                rc = e.code
+    except catch as e:  # what escaped is the finding
+        rc, escaped = None, repr(e)[:400]
+    finally:
+        sys.stdout = saved
+    return {"argv": argv, "rc": rc, "stderr": err.getvalue(), "stdout": out.getvalue(), "escaped": escaped}
+
+
 def call_mains(cases, tmp_path, monkeypatch):
-    """``[(kind, argv)]`` → one row per case, ``{argv, rc, stderr, stdout, escaped}`` (``escaped``: the repr of
-    an exception that left ``main``; ``rc`` is then None), run in this process with ``tmp_path`` as the
+    """``[(kind, argv)]`` → one :func:`run_case` row per case, run in this process with ``tmp_path`` as the
     working directory and the emit gate shared (:func:`share_emit_gate`)."""
     share_emit_gate(monkeypatch)
     monkeypatch.chdir(tmp_path)
-    rows = []
-    for kind, argv in cases:
-        out, err = io.StringIO(), io.StringIO()
-        saved, escaped = sys.stdout, ""
-        try:
-            sys.stdout = out
-            with contextlib.redirect_stderr(err):
-                try:
-                    rc = main_of(kind)(argv)
-                except SystemExit as e:
-                    rc = e.code
-        except Exception as e:  # what escaped is the finding (a pytest-timeout stop is not an Exception)
-            rc, escaped = None, repr(e)[:400]
-        finally:
-            sys.stdout = saved
-        rows.append({"argv": argv, "rc": rc, "stderr": err.getvalue(), "stdout": out.getvalue(), "escaped": escaped})
-    return rows
+    return [run_case(kind, argv) for kind, argv in cases]

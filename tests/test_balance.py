@@ -1,7 +1,5 @@
 """The balancing gauge: derived in derivations.balance, computed by numerics.gauge_balance."""
 
-import subprocess
-import sys
 
 import jax.numpy as jnp
 import mpmath
@@ -17,6 +15,7 @@ from derivations.engine.evaluate import evaluate
 from derivations.lemmas import balance as LB
 from numerics.gauge_balance import balance
 from numerics.kernels.reference import MpmathBackend
+from tests.inprocess import call_mains
 
 DERIVED = (B.congruence, B.whitening, B.riccati, B.factor, B.inverse_transpose, B.equal_grams, B.product_kept,
            B.stable_query, B.stable_key)
@@ -127,19 +126,18 @@ def test_kernel_balances_batched_stacked_groups():
     np.testing.assert_allclose(bq @ bk.mT, q @ k.mT, rtol=1e-9, atol=1e-10)
 
 
-def test_cli_checks_and_prints_the_derivation():
-    out = subprocess.run([sys.executable, "-m", "derivations.balance", "--emit", "text"], capture_output=True,
-                         text=True, check=False, timeout=300)
-    assert out.returncode == 0 and "balance.factor" in out.stdout and "Lemma B3" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "derivations.balance", "--emit", "jax", "--trials", "0"],
-                         capture_output=True, text=True, check=False, timeout=300)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+def test_cli_checks_and_prints_the_derivation(tmp_path, monkeypatch):
+    """``python -m derivations.balance``'s ``main`` (in this process; the exit status of a real ``python -m`` is
+    tested once for every rule in tests/test_cli.py): the derivation as text, and a bad option in one line."""
+    text, bad = call_mains([("balance", ["--emit", "text"]), ("balance", ["--emit", "jax", "--trials", "0"])],
+                           tmp_path, monkeypatch)
+    assert text["rc"] == 0 and "balance.factor" in text["stdout"] and "Lemma B3" in text["stdout"]
+    assert bad["rc"] == 2 and bad["stderr"].count("\n") == 1 and not bad["escaped"]
 
 
-def test_cli_check_exits_0():
-    """``python -m derivations.balance --check`` as a user runs it: every step, lemma and measurement passes."""
-    out = subprocess.run([sys.executable, "-m", "derivations.balance", "--check", "--trials", "1"],
-                         capture_output=True, text=True, check=False, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stderr == "" and "FAIL" not in out.stdout
-    assert "15/15 steps passed, 9/9 lemma self-checks passed" in out.stdout
+def test_cli_check_exits_0(tmp_path, monkeypatch):
+    """``python -m derivations.balance --check``: every step, lemma and measurement passes."""
+    (out,) = call_mains([("balance", ["--check", "--trials", "1"])], tmp_path, monkeypatch)
+    assert out["rc"] == 0, out["stderr"]
+    assert out["stderr"] == "" and "FAIL" not in out["stdout"]
+    assert "15/15 steps passed, 9/9 lemma self-checks passed" in out["stdout"]

@@ -76,9 +76,21 @@ def test_internal_names_become_the_papers_notation():
     assert tidy(r"W_{Q} C_{K}^{-1}") == r"W_{Q} C_{K}^{-1}"             # ordinary names untouched
 
 
+def test_step_notes_with_delta_bars_and_subscripted_operators_are_one_formula():
+    """gqa's first step note: Δ, a combining macron (W̄) and ``max_h`` stay inside the math, and ``^T`` is a
+    transpose (they used to fall out of it as raw text)."""
+    rst_text = notation.condition_rst("max_h ‖W_{Q,h} ΔW_Kᵀ‖_op ≤ ‖W̄ ΔW_Kᵀ‖_op")
+    assert rst_text.startswith(":math:`") and rst_text.count(":math:") == 1 and rst_text.endswith("`"), rst_text
+    assert r"\max_{h}" in rst_text and r"\Delta W_{K}" in rst_text and r"\bar{W}" in rst_text, rst_text
+    assert r"^{\top}" in notation.condition_rst("C_K = (W_K^T W_K)^1/2")
+
+
 def test_symbols_are_found_in_the_displayed_math():
     keys = notation.symbols_in([r"\bar{W}_{Q} \tilde{G}_{M} P_{V}", r"C_{K}^{-1}"])
     assert {"Qbar", "Mheads", "P_V", "C_K"} <= set(keys) and "W_O" not in keys
+    # a symbol inside a longer name is not that symbol: no group size G or product M in G_M
+    assert notation.symbols_in([r"G_{M} W_{Q}"]) == ["W_Q", "G_M"]
+    assert {"G", "M", "epsilon", "Z"} <= set(notation.symbols_in([r"G W_{Q} + M", r"\frac{\epsilon}{2} Z_{Q}"]))
 
 
 def test_every_command_is_discovered_and_its_subcommands_read_from_usage():

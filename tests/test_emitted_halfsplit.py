@@ -32,8 +32,11 @@ def instance(rng, batch, d, d_h, cond=10.0):
     return W_Q, W_K, G_Q, G_K, G_M
 
 
+# The shapes come from a small set, so that the 25 examples share about 8 compilations instead of compiling one
+# program each (a compile is 1-3 s); they cover a single column, square and tall partners, with and without
+# two leading batch axes. The values (spectra, condition, ε, seed) stay drawn.
 @settings(max_examples=25, deadline=None)
-@given(d_h=st.integers(1, 6), extra=st.integers(0, 9), batch=st.lists(st.integers(1, 3), max_size=2),
+@given(d_h=st.sampled_from([1, 4]), extra=st.sampled_from([0, 5]), batch=st.sampled_from([[], [3, 2]]),
        cond=st.sampled_from([1.0, 3.0, 100.0]), eps=st.floats(1e-3, 10.0), seed=st.integers(0, 2**31))
 def test_matches_hand_formula_svd_x64(halfsplit_jax, d_h, extra, batch, cond, eps, seed):
     rng = np.random.default_rng(seed)

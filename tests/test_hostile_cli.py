@@ -47,35 +47,11 @@ VECTORS = {
 # Runs the commands' main(argv) in one process; argv[1] is a JSON list of [kind, argv] cases, one
 # JSON line out per case: exit status, stderr, stdout (start), or the exception that escaped.
 RUNNER = r'''
-import contextlib, io, json, sys
-cases = json.loads(open(sys.argv[1]).read())
-def main_of(kind):
-    if kind == "coeffsearch":
-        import coeffsearch.__main__ as C
-        return C.main
-    if kind == "bench-coeffsearch":
-        import benchmarks.coeffsearch as B
-        return B.main
-    import importlib
-    from derivations.cli import main
-    module = importlib.import_module("derivations." + kind).rule_module()
-    return lambda argv: main(module, argv)
-for kind, argv in cases:
-    out, err = io.StringIO(), io.StringIO()
-    saved, escaped = sys.stdout, ""
-    try:
-        sys.stdout = out
-        with contextlib.redirect_stderr(err):
-            try:
-                rc = main_of(kind)(argv)
-            except SystemExit as e:
-                rc = e.code
-    except BaseException as e:
-        rc, escaped = None, repr(e)[:400]
-    finally:
-        sys.stdout = saved
-    print(json.dumps({"argv": argv, "rc": rc, "stderr": err.getvalue(), "stdout": out.getvalue()[:400000],
-                      "escaped": escaped}), flush=True)
+import json, sys
+from tests.inprocess import run_case
+for kind, argv in json.loads(open(sys.argv[1]).read()):
+    row = run_case(kind, argv, catch=BaseException)
+    print(json.dumps({**row, "stdout": row["stdout"][:400000]}), flush=True)
 '''
 
 

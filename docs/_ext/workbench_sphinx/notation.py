@@ -46,6 +46,9 @@ SYMBOLS: dict[str, tuple[str, str]] = {
     "G": (r"G", "group size in grouped-query attention: query heads per key/value head"),
 }
 
+#: symbols that stand for a family of subscripted names (the Z of Z_Q and Z_K)
+SUBSCRIPTED_FAMILIES = frozenset({"Z"})
+
 _LATEX_SUB = re.compile(r"(\\?[A-Za-z]+)_\{([A-Za-z0-9_]+)\}")
 
 
@@ -82,18 +85,18 @@ def tidy_latex(tex: str) -> str:
 
 _WORD_MATH = {"epsilon": r"\epsilon", "lambda": r"\lambda", "Sigma": r"\Sigma", "sigma": r"\sigma",
               "msign": r"\operatorname{msign}", "blockdiag": r"\operatorname{blockdiag}",
-              "diag": r"\operatorname{diag}", "tr": r"\operatorname{tr}"}
+              "diag": r"\operatorname{diag}", "tr": r"\operatorname{tr}", "max": r"\max", "min": r"\min"}
 _CHAR_MATH = {"ᵀ": r"^{\top}", "⁻¹": r"^{-1}", "²": r"^{2}", "≤": r"\le ", "≥": r"\ge ", "⟺": r"\iff ", "…": r"\dots ",
               "‖": r"\|", "⟨": r"\langle ", "⟩": r"\rangle ", "×": r"\times ", "·": r"\cdot ", "σ": r"\sigma ",
               "Σ": r"\Sigma ", "λ": r"\lambda ", "ε": r"\epsilon ", "β": r"\beta ", "−": "-", "|": r"\,|\,",
-              "⁻": "^{-}", "∈": r"\in ", "→": r"\to "}
+              "⁻": "^{-}", "∈": r"\in ", "→": r"\to ", "Δ": r"\Delta "}
 _TOKEN = re.compile(r"""
-    (?P<id>[A-Za-z][A-Za-z0-9]*(?:_(?:\([^()\s]+\)|[A-Za-z0-9]+))*)
+    (?P<id>[A-Za-z]\u0304?[A-Za-z0-9]*(?:_(?:\([^()\s]+\)|[A-Za-z0-9]+))*)
   | (?P<num>\d+(?:\.\d+)?)
   | (?P<pow>\*\*\(?-?[\w/+]+\)?|\^\{[^{}]+\}|\^\(?-?[\w/+]+\)?)
   | (?P<tr>\.T\b)
   | (?P<sub>_[A-Za-z0-9]+|_\{[^{}]+\})
-  | (?P<op>⁻¹|[=+\-*/()\[\],ᵀ²≤≥⟺…‖⟨⟩×·σΣλεβ−|<>∈→])
+  | (?P<op>⁻¹|[=+\-*/()\[\],ᵀ²≤≥⟺…‖⟨⟩×·σΣλεβ−|<>∈→Δ])
   | (?P<space>\s+)
   | (?P<other>.)
 """, re.VERBOSE)
@@ -101,11 +104,13 @@ _PROSE_SINGLE = {"a", "A"}
 
 
 def _is_math_id(word: str) -> bool:
-    return "_" in word or word in _WORD_MATH or (len(word) == 1 and word not in _PROSE_SINGLE) \
+    return "_" in word or "\u0304" in word or word in _WORD_MATH or (len(word) == 1 and word not in _PROSE_SINGLE) \
         or bool(re.fullmatch(r"[A-Z][a-z]?\d*", word) and word not in ("Lemma", "I'm"))
 
 
 def _id_latex(word: str) -> str:
+    if word[1:2] == "\u0304":  # W̄ (a combining macron): the stacked group's matrix
+        return rf"\bar{{{word[0]}}}" + _id_latex(word[0] + word[2:])[1:]
     if word in _WORD_MATH:
         return _WORD_MATH[word]
     if word == "dW_Q" or word.startswith("dW_"):
@@ -113,6 +118,8 @@ def _id_latex(word: str) -> str:
     base, _, sub = word.partition("_")
     if not sub:
         return word
+    if base in _WORD_MATH:  # max_h, msign_…: the operator with its subscript
+        return _WORD_MATH[base] + "_{" + sub.replace("(", "").replace(")", "") + "}"
     sub = sub.replace("(", "").replace(")", "")
     return _display(base, sub) if re.fullmatch(r"[A-Za-z0-9_]+", sub) else rf"{base}_{{{sub}}}"
 
@@ -121,7 +128,7 @@ def _pow_latex(text: str) -> str:
     body = text[2:] if text.startswith("**") else text[1:]
     if body.startswith("{") or body.startswith("("):
         body = body[1:-1]
-    return "^{" + body + "}"
+    return r"^{\top}" if body == "T" else "^{" + body + "}"
 
 
 def _span_latex(tokens) -> str:
@@ -241,11 +248,15 @@ def condition_rst(text: str) -> str:
 
 def symbols_in(latex_texts) -> list[str]:
     """Keys of :data:`SYMBOLS` whose display form appears in any of ``latex_texts``."""
-    joined = " ".join(latex_texts)
+    joined = " ".join(latex_texts).replace("{", "").replace("}", "")
     found = []
     for key, (tex, _) in SYMBOLS.items():
         plain = tex.replace("{", "").replace("}", "")
-        if re.search(re.escape(plain) + r"(?![A-Za-z])", joined.replace("{", "").replace("}", "")):
+        # a whole symbol: not the tail of a longer name or a subscript (the M of G_M), nor its head (the G of
+        # G_M); Z stands for its whole family (Z_Q, Z_K, ...)
+        before = r"(?<![A-Za-z_\\])" if plain[0].isalpha() else ""
+        after = r"(?![A-Za-z])" if key in SUBSCRIPTED_FAMILIES else r"(?![A-Za-z_])"
+        if re.search(before + re.escape(plain) + after, joined):
             found.append(key)
     return found
 
