@@ -8,6 +8,7 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import gqa, hybrid_ov
 from derivations import lemmas as L
+from derivations.engine import derivation as engine_derivation
 from derivations.engine.derivation import Context, Derivation, DerivationError, Problem, StepCheckFailed
 from derivations.engine.evaluate import evaluate
 from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix, Inner, OpNorm, dimension, positive_symbol
@@ -18,7 +19,9 @@ from derivations.printing.text import derivation_text
 def test_block_stacking_passes_its_self_check():
     result = L.BLOCK_STACKING.self_check(np.random.default_rng(0))
     assert result.passed, result.failures
-    assert set(result.errors) == {"bound (before ≤ after)", "rewrite fires"}
+    assert {"bound (before ≤ after)", "rewrite fires"} <= set(result.errors)
+    assert any(k.startswith("statement (float64") for k in result.errors)  # the statement itself, at both sizes
+    assert "statement (mpmath 50 digits)" in result.errors
 
 
 def _planted(rewrite_to):
@@ -50,11 +53,16 @@ def _key_problem():
     return problem, ctx, w, delta
 
 
-def test_a_wrong_restriction_step_fails_its_engine_check():
+def test_a_wrong_restriction_step_fails_its_engine_check(monkeypatch):
+    """The trusted kernel refuses it first (not a bound clause of K's statement); with the kernel's verdict taken
+    away, the numerical check still finds the constraint tightened."""
     problem, ctx, _, _ = _key_problem()
-    der = Derivation("planted.restriction", "planted", problem, ctx)
+    wrong = _planted(lambda x, e: OpNorm(x) / 2)
+    with pytest.raises(StepCheckFailed, match="sub-check 'instance of the statement' failed"):
+        Derivation("planted.restriction", "planted", problem, ctx).apply(wrong)
+    monkeypatch.setattr(engine_derivation, "step_instance", lambda *a, **k: ("(bypassed)", None))
     with pytest.raises(StepCheckFailed, match="constraint tightened"):
-        der.apply(_planted(lambda x, e: OpNorm(x) / 2))
+        Derivation("planted.restriction", "planted", problem, ctx).apply(wrong)
 
 
 def test_a_restriction_must_leave_the_objective_alone():
