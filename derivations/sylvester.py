@@ -94,7 +94,8 @@ def normal_operator():
     q, k = adjoint_components(H)
     der = identity_chain("sylvester.normal_operator", "Sylvester rule: the regularized normal operator TT* + μI",
                          total(forward(q, k), product(MU, H)), context(),
-                         statement="T(T*(H)) + μH, μ = 2λ: the operator of the push-through form T*(TT* + μI)⁻¹; "
+                         statement="T(T*(H)) + μH with μ = 2λ: the operator T T* + μI of the push-through form "
+                                   "T*(T T* + μI)⁻¹; "
                                    "the sound normal form already gives (H W_K)W_Kᵀ = H W_K W_Kᵀ, "
                                    "W_Q(Hᵀ W_Q)ᵀ = W_Q W_Qᵀ H")
     with contextlib.suppress(DerivationError):  # nothing left to collect: the normal form is the collected operator

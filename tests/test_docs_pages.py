@@ -317,3 +317,13 @@ def test_sizes_over_the_same_dimensions_are_written_as_tuples():
     assert sizes_list([{"n": 3}, {"n": 4}]) == "n = 3, 4"
     assert sizes_list([{"d": 4, "m": 2}, {"d": 3}]) == "d = 4, m = 2; d = 3"       # different dimensions: written out
     assert sizes_list([{}]) == ""
+
+
+def test_a_derivation_without_steps_states_its_start_as_the_result():
+    """``sylvester.normal_operator`` needs no step (the normal form is the collected operator): its theorem says so
+    instead of printing ``X = X``, and the proof says no step is needed."""
+    der = sylvester_rule.normal_operator()
+    assert not der.steps
+    text = "\n".join(proofs.derivation_rst(der, "sylvester"))
+    assert "no step changes it" in text and "No step is needed" in text and "**Result**" not in text
+    assert "Proven for all sizes: 0 of 0" not in text

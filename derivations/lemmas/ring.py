@@ -26,7 +26,8 @@ def _sylvester_rewrite(expr, **_):
                 terms.remove(left)
                 terms.remove(right)
                 terms += [h.rhs] + ([product(-2 * h.damping, h)] if h.damping != 0 else [])
-                conditions.append(f"{h} solves ({ga} + λI) {h} + {h} ({gb} + λI) = {h.rhs}, λ = {h.damping}"
+                lam = "λ" if str(h.damping) in ("lambda", "λ") else f"λ = {h.damping}"  # never "λ = λ"
+                conditions.append(f"{h} solves ({ga} + λI) {h} + {h} ({gb} + λI) = {h.rhs}, {lam}"
                                   + (" > 0" if h.side == "outer" else " (SPD Grams: full column rank)"))
         return (total(*terms), conditions) if conditions else None
 

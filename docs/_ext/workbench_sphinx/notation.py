@@ -89,14 +89,14 @@ _WORD_MATH = {"epsilon": r"\epsilon", "lambda": r"\lambda", "Sigma": r"\Sigma", 
 _CHAR_MATH = {"ᵀ": r"^{\top}", "⁻¹": r"^{-1}", "²": r"^{2}", "≤": r"\le ", "≥": r"\ge ", "⟺": r"\iff ", "…": r"\dots ",
               "‖": r"\|", "⟨": r"\langle ", "⟩": r"\rangle ", "×": r"\times ", "·": r"\cdot ", "σ": r"\sigma ",
               "Σ": r"\Sigma ", "λ": r"\lambda ", "ε": r"\epsilon ", "β": r"\beta ", "−": "-", "|": r"\,|\,",
-              "⁻": "^{-}", "∈": r"\in ", "→": r"\to ", "Δ": r"\Delta "}
+              "⁻": "^{-}", "∈": r"\in ", "→": r"\to ", "Δ": r"\Delta ", "μ": r"\mu "}
 _TOKEN = re.compile(r"""
     (?P<id>[A-Za-z]\u0304?[A-Za-z0-9]*(?:_(?:\([^()\s]+\)|[A-Za-z0-9]+))*)
   | (?P<num>\d+(?:\.\d+)?)
   | (?P<pow>\*\*\(?-?[\w/+]+\)?|\^\{[^{}]+\}|\^\(?-?[\w/+]+\)?)
   | (?P<tr>\.T\b)
   | (?P<sub>_[A-Za-z0-9]+|_\{[^{}]+\})
-  | (?P<op>⁻¹|[=+\-*/()\[\],ᵀ²≤≥⟺…‖⟨⟩×·σΣλεβ−|<>∈→Δ])
+  | (?P<op>⁻¹|[=+\-*/()\[\],ᵀ²≤≥⟺…‖⟨⟩×·σΣλεβ−|<>∈→Δμ])
   | (?P<space>\s+)
   | (?P<other>.)
 """, re.VERBOSE)
@@ -131,10 +131,19 @@ def _pow_latex(text: str) -> str:
     return r"^{\top}" if body == "T" else "^{" + body + "}"
 
 
+def _adjoint_star(tokens, i) -> bool:
+    """Whether the ``*`` at ``i`` marks an adjoint (``T*(H)``, ``TT*``): right after a name, before ``(``,
+    ``)`` or the end, never between two factors (``a * b``)."""
+    after = tokens[i + 1][1] if i + 1 < len(tokens) else ""
+    return i > 0 and tokens[i - 1][0] == "id" and (after in ("", "(", ")") or after.isspace())
+
+
 def _span_latex(tokens) -> str:
     out = []
-    for kind, value in tokens:
-        if kind == "id":
+    for i, (kind, value) in enumerate(tokens):
+        if value == "*" and _adjoint_star(tokens, i):
+            out.append("^{*}")
+        elif kind == "id":
             out.append(_id_latex(value) + (" " if value in _WORD_MATH or value[-1:].isalpha() else ""))
         elif kind == "pow":
             out.append(_pow_latex(value))

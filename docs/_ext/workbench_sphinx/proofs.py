@@ -159,10 +159,14 @@ def derivation_rst(der, rule_name: str, heading: str = "-", page_sizes: dict | N
     out += [".. prf:theorem::", "   :nonumber:", f"   :label: theorem-{rst.label(der.name)}", ""]
     body = [f"{rst.literal(der.name)} — {condition_rst(der.statement or title)}.", "",
             ".. rst-class:: workbench-label", "", "**Starting from**", "",
-            *rst.math_block(tex(state_latex(der.start))), *conditions_rst(conds),
-            ".. rst-class:: workbench-label", "", "**Result**", "", *rst.math_block(tex(theorem_result(der)))]
+            *rst.math_block(tex(state_latex(der.start))), *conditions_rst(conds)]
+    if der.steps:
+        body += [".. rst-class:: workbench-label", "", "**Result**", "", *rst.math_block(tex(theorem_result(der)))]
+    else:  # nothing to rewrite: the start is the result (printing "X = X" would say nothing)
+        body += ["**Result:** the start itself, as it stands: no step changes it.", ""]
     out += rst.indent(body) + [".. prf:proof::", ""]
-    proof = [proof_summary(der), ""]
+    proof = [proof_summary(der) if der.steps else
+             f"No step is needed. Fingerprint {rst.literal(der.fingerprint())}.", ""]
     sizes = check_sizes(der)
     if sizes != page_sizes:
         proof += [".. workbench-details:: Checked at sizes of its own (not the legend's)", "",
