@@ -327,3 +327,13 @@ def test_a_derivation_without_steps_states_its_start_as_the_result():
     text = "\n".join(proofs.derivation_rst(der, "sylvester"))
     assert "no step changes it" in text and "No step is needed" in text and "**Result**" not in text
     assert "Proven for all sizes: 0 of 0" not in text
+
+
+def test_an_identity_prints_its_start_once():
+    """An identity chain's theorem shows the start under "Starting from" and only the other side under its result
+    (``start = end`` repeated the whole start, the longest formula of most balance theorems)."""
+    der = sylvester_rule.adjoint()
+    text = "\n".join(proofs.derivation_rst(der, "sylvester"))
+    start = proofs.tex(proofs.state_latex(der.start))
+    assert text.count(start) == 1, text
+    assert "the start equals" in text and proofs.tex(proofs.latex(der.formula)) in text

@@ -160,8 +160,11 @@ def derivation_rst(der, rule_name: str, heading: str = "-", page_sizes: dict | N
     body = [f"{rst.literal(der.name)} — {condition_rst(der.statement or title)}.", "",
             ".. rst-class:: workbench-label", "", "**Starting from**", "",
             *rst.math_block(tex(state_latex(der.start))), *conditions_rst(conds)]
-    if der.steps:
+    if der.steps and isinstance(der.state, Solution):
         body += [".. rst-class:: workbench-label", "", "**Result**", "", *rst.math_block(tex(theorem_result(der)))]
+    elif der.steps:  # an identity: its start is printed just above, so the result is its other side only
+        body += [".. rst-class:: workbench-label", "", "**Result:** the start equals", "",
+                 *rst.math_block(tex(latex(der.formula)))]
     else:  # nothing to rewrite: the start is the result (printing "X = X" would say nothing)
         body += ["**Result:** the start itself, as it stands: no step changes it.", ""]
     out += rst.indent(body) + [".. prf:proof::", ""]
