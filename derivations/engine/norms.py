@@ -50,18 +50,15 @@ from derivations.engine.norm_nodes import (
 from derivations.engine.numeric import NumericEvaluator, evaluate
 from derivations.engine.vocabulary import (
     ORTHONORMAL_COLUMNS,
-    ORTHONORMAL_ROWS,
-    FactMatrix,
     Inner,
     Msign,
     NuclearNorm,
     OpNorm,
-    dimension,
 )
 from derivations.lemmas import _SMALL, Lemma, _k, _lsd_rewrite, _n, _tall
 from derivations.lemmas.base import _LARGE, Applies, everywhere, rewrite_nodes
 from derivations.lemmas.descent import no_improving_direction
-from derivations.lemmas.isometry import drop_transpose, strip_isometries
+from derivations.lemmas.isometry import drop_transpose, isometry_statement, strip_isometries
 from derivations.lemmas.statement import Clause, Statement
 from numerics.kernels.reference import NumpyBackend
 
@@ -223,16 +220,6 @@ def _transpose_rewrite(expr, **_):
                          "no Frobenius, nuclear, max-abs or entrywise-1 norm of a transpose")
 
 
-def _isometry_statement() -> Statement:
-    """``‖c U Z V‖ = ‖c Z‖`` in the Frobenius and the nuclear norm, ``U`` with orthonormal columns and ``V`` with
-    orthonormal rows (either may be absent): both norms are functions of the singular values alone."""
-    p = dimension("p")
-    u, v = _tall("U", ORTHONORMAL_COLUMNS), FactMatrix("V", _k, p, [ORTHONORMAL_ROWS])
-    z, c = MatrixSymbol("Z", _n, _k), Symbol("c", real=True)
-    return Statement(tuple(Clause(norm(c * u * z * v), norm(c * z)) for norm in (FrobeniusNorm, NuclearNorm)),
-                     optional=frozenset({u, v}), sizes=({**_SMALL, p: 6}, {**_LARGE, p: 30}))
-
-
 def _transposition_statement() -> Statement:
     """``‖Aᵀ‖ = ‖A‖`` in the Frobenius, nuclear, max-abs and entrywise-1 norms (each a function of the entries'
     or the singular values' multiset, which transposition keeps)."""
@@ -274,7 +261,7 @@ def _lemmas():
 
     isometry = Lemma(
         key="unitary_invariance", number="2u", title="Isometries leave the Frobenius and nuclear norms",
-        statement=_isometry_statement(),
+        statement=isometry_statement((FrobeniusNorm, NuclearNorm)),
         conditions=(r"U \text{ has orthonormal columns}",), rewrite=_isometry_rewrite, identities=isometry_ids,
         check=by_evaluator(isometry_ids), applies=Applies(everywhere, order=32))
     transposition = Lemma(

@@ -72,19 +72,20 @@ def _ortho_norm_ids():
             InstanceSampler(_SMALL))
 
 
-def _ortho_norm_statement() -> Statement:
-    """``‖c U Z V‖_op = ‖c Z‖_op`` for ``U`` with orthonormal columns and ``V`` with orthonormal rows (either
-    may be absent)."""
+def isometry_statement(norm_types) -> Statement:
+    """``‖c U Z V‖ = ‖c Z‖`` in each of ``norm_types`` (unitarily invariant: functions of the singular values
+    alone), ``U`` with orthonormal columns and ``V`` with orthonormal rows (either may be absent): Lemma 2 for
+    the operator norm, Lemma 2u (:mod:`derivations.engine.norms`) for the Frobenius and nuclear norms."""
     p = dimension("p")
     u, v = _tall("U", ORTHONORMAL_COLUMNS), FactMatrix("V", _k, p, [ORTHONORMAL_ROWS])
     z, c = _fresh("Z", _n, _k), Symbol("c", real=True)
-    return Statement((Clause(OpNorm(c * u * z * v), OpNorm(c * z)),), optional=frozenset({u, v}),
-                     sizes=({**_SMALL, p: 6}, {**_LARGE, p: 30}))
+    return Statement(tuple(Clause(norm(c * u * z * v), norm(c * z)) for norm in norm_types),
+                     optional=frozenset({u, v}), sizes=({**_SMALL, p: 6}, {**_LARGE, p: 30}))
 
 
 ORTHONORMAL_INVARIANCE = Lemma(
     key="orthonormal_invariance", number="2", title="Isometries leave the operator norm",
-    statement=_ortho_norm_statement(),
+    statement=isometry_statement((OpNorm,)),
     rewrite=_ortho_norm_rewrite, identities=_ortho_norm_ids, applies=Applies(everywhere, order=30),
 )
 
