@@ -95,9 +95,7 @@ def normal_operator():
     der = identity_chain("sylvester.normal_operator", "Sylvester rule: the regularized normal operator TT* + μI",
                          total(forward(q, k), product(MU, H)), context(),
                          statement="T(T*(H)) + μH with μ = 2λ: the operator T T* + μI of the push-through form "
-                                   "T*(T T* + μI)⁻¹; "
-                                   "the sound normal form already gives (H W_K)W_Kᵀ = H W_K W_Kᵀ, "
-                                   "W_Q(Hᵀ W_Q)ᵀ = W_Q W_Qᵀ H")
+                                   "T*(T T* + μI)⁻¹, already collected by the normal form")
     with contextlib.suppress(DerivationError):  # nothing left to collect: the normal form is the collected operator
         der.apply(L.RING)
     return der

@@ -45,6 +45,7 @@ workbench_rule_modules = {modules!r}
 workbench_api_packages = {api!r}
 workbench_require_complete = {complete!r}
 workbench_band_challenge = {{}}
+workbench_derivation_workers = 0  # the suite's process has the rule modules built already
 """
 
 PLANTED_RULE = '''

@@ -29,7 +29,9 @@ from workbench_sphinx import commands, notation, objects, proofs, rst, signature
 from workbench_sphinx.checks import external_assets  # noqa: E402 (as above)
 from workbench_sphinx.evidence import sizes_list  # noqa: E402 (as above)
 
-from derivations import sylvester as sylvester_rule  # noqa: E402 (after the importorskip above)
+from derivations import registry  # noqa: E402 (after the importorskip above)
+from derivations import sylvester as sylvester_rule  # noqa: E402 (as above)
+from derivations.printing.latex import derivation_latex  # noqa: E402 (as above)
 from tests.test_docs import _plain, build, visible_words  # noqa: E402 (the small-project builder of the docs tests)
 from tests.tex_checks import balanced  # noqa: E402 (as above)
 
@@ -155,7 +157,7 @@ def test_rule_page_shows_50_digit_evidence_folded_details_and_command_output(tmp
     assert text.count("Reading a step.") == 1                             # one legend per page
     assert text.count("the trusted kernel matched") == 1                  # its boilerplate said once, folded
     # a last step that ends at the theorem's result does not print it again (sylvester.adjoint, .achieved_change)
-    assert text.count("⟹ the result stated in the theorem above.") == 2
+    assert text.count("⟹ the theorem's result.") == 2
     # what a reader sees before unfolding anything: 1,096 words before issue 23's item 4 (half-length pages)
     assert visible_words(html) <= 700
     assert "$ python -m derivations.sylvester --help" in text and "more lines)" in text
@@ -276,7 +278,7 @@ def test_long_side_conditions_are_folded_and_short_ones_shown():
     assert proofs.conditions_rst([]) == ["**Side conditions:** none.", ""]
     assert proofs.conditions_rst(["β > 0"])[0].startswith("**Side conditions:** ")
     folded = proofs.conditions_rst(CONDITIONS[:3])
-    assert folded[0] == ".. workbench-details:: Side conditions (3): unfold to read them"
+    assert folded[0] == ".. workbench-details:: Side conditions (3)"
     assert len([line for line in folded if line.startswith("   * ")]) == 3
 
 
@@ -297,11 +299,13 @@ def test_an_emitted_function_reads_as_its_source_with_hand_wrapped_prose_joined(
     source = proofs.function_source("def halfsplit_qk(W_Q, W_K, G_Q, G_K, *, eps, ...)", shown)
     lines = source.splitlines()
     assert lines[0] == "def halfsplit_qk(W_Q, W_K, G_Q, G_K, *, eps, ...):" and lines[-1] == '    """'
-    assert not folded and "Arguments after *" not in source                    # shown once, as a shared note
+    assert "Arguments after *" not in source                                    # shown once, as a shared note
+    assert all(len(text) >= proofs.FOLD_NOTE_CHARS for _, text in folded)       # a long note is folded
+    assert all(len(text) < proofs.FOLD_NOTE_CHARS for _, text in shown)
     # the formulas laid out one per line stay so; every word of the docstring's own notes is there
     assert any(line.strip().startswith("dW_Q = ") for line in lines) and any(
         line.strip().startswith("dW_K = ") for line in lines)
-    assert sorted(" ".join(text for _, text in shown).split()) == sorted(
+    assert sorted(" ".join(text for _, text in shown + folded).split()) == sorted(
         proofs.own_notes(docs["halfsplit_qk"], proofs.shared_notes(docs)).split())
     wrapped = ("head_dim is the width d_h of one head, a positive int that divides both stored head widths, with\n"
                "H_kv dividing H; anything else is refused.")
@@ -337,3 +341,41 @@ def test_an_identity_prints_its_start_once():
     start = proofs.tex(proofs.state_latex(der.start))
     assert text.count(start) == 1, text
     assert "the start equals" in text and proofs.tex(proofs.latex(der.formula)) in text
+
+
+# ---- the catalogue built in worker processes --------------------------------------------------------------------
+
+@pytest.mark.parametrize("rule", objects._rule_module_names())
+def test_a_rule_module_survives_the_trip_from_a_worker(rule):
+    """What a worker sends back (:func:`objects.built_in_worker`) prints as the original: every step's
+    text, LaTeX and recorded checks, and every emitted function's derivations."""
+    built = registry.rule_module(rule)
+    ders, functions = list(built.derivations()), list(built.functions())
+    sent = objects.pickle.loads(objects.cloudpickle.dumps(("ok", ders, functions)))
+    assert sent[0] == "ok" and len(sent[1]) == len(ders) and len(sent[2]) == len(functions)
+    for old, new in zip(ders, sent[1], strict=True):
+        assert [(str(s.before), str(s.after), s.lemma.key, s.check, s.symbolic, s.instance) for s in new.steps] \
+            == [(str(s.before), str(s.after), s.lemma.key, s.check, s.symbolic, s.instance) for s in old.steps]
+        assert new.fingerprint() == old.fingerprint() and derivation_latex(new) == derivation_latex(old)
+    for old, new in zip(functions, sent[2], strict=True):
+        assert [(name, str(_formula(d))) for name, d in new.outputs] == \
+            [(name, str(_formula(d))) for name, d in old.outputs]
+
+
+def _formula(output):
+    """An emitted output's formula: a derivation's result, or a :class:`DerivedOutput`'s formula."""
+    return output.formula() if callable(output.formula) else output.formula
+
+
+def test_a_derivation_that_fails_in_a_worker_stops_the_build_with_its_message(monkeypatch):
+    def failing(path):
+        raise objects.FailedDerivation(f"derivation x.y of module {path} could not be built: ValueError: planted")
+    monkeypatch.setattr(objects, "load_rule", failing)
+    sent = objects.built_in_worker("derivations.halfsplit")
+    future = objects.Future()
+    future.set_result(sent)
+    cat = objects.Catalogue(["derivations.halfsplit"])
+    cat._pending = {"derivations.halfsplit": future}
+    with pytest.raises(objects.FailedDerivation, match="derivation x.y of module derivations.halfsplit could not be "
+                                                        "built: ValueError: planted"):
+        cat.rules  # noqa: B018 (the property builds the catalogue)

@@ -59,6 +59,11 @@ def short_name(matrix: Basic) -> str:
     return str(matrix.name).removeprefix("W_")
 
 
+def latex_subscript(matrix: Basic, printer) -> str:
+    """:func:`short_name` in LaTeX: ``K`` for ``W_K``; a compound base as its own LaTeX (``W_{Q} C_{K}``)."""
+    return short_name(matrix) if hasattr(matrix, "name") else printer._print(matrix)
+
+
 class FactMatrix(MatrixSymbol):
     """A matrix symbol that carries its structural facts as data.
 
@@ -184,7 +189,7 @@ class GramSqrt(_GramNode):
         return self.label()
 
     def _latex(self, printer):
-        return f"C_{{{short_name(self.base)}}}"
+        return f"C_{{{latex_subscript(self.base, printer)}}}"
 
 
 class GramInvSqrt(_GramNode):
@@ -196,7 +201,7 @@ class GramInvSqrt(_GramNode):
         return f"{self.label()}^-1"
 
     def _latex(self, printer):
-        return f"C_{{{short_name(self.base)}}}^{{-1}}"
+        return f"C_{{{latex_subscript(self.base, printer)}}}^{{-1}}"
 
 
 
@@ -226,7 +231,7 @@ class GramPower(GramSqrt):
 
     def _latex(self, printer):
         """``C_W^{2p}``: the Gram root's power, as the docs write it (``C_W`` is ``(WᵀW + λI)^{1/2}``)."""
-        return rf"C_{{{short_name(self.base)}}}^{{{printer._print(2 * self.exponent)}}}"
+        return rf"C_{{{latex_subscript(self.base, printer)}}}^{{{printer._print(2 * self.exponent)}}}"
 
 
 class PolarFactor(_Derived):
@@ -262,7 +267,7 @@ class PolarFactor(_Derived):
         return f"U_{short_name(self.base)}"
 
     def _latex(self, printer):
-        return f"U_{{{short_name(self.base)}}}"
+        return f"U_{{{latex_subscript(self.base, printer)}}}"
 
 
 class HStack(MatrixExpr):
@@ -330,7 +335,7 @@ class Projector(_Derived):
         return f"P_{short_name(self.base)}"
 
     def _latex(self, printer):
-        return f"P_{{{short_name(self.base)}}}"
+        return f"P_{{{latex_subscript(self.base, printer)}}}"
 
 
 class RegularizedSylvester(_Derived):
@@ -476,7 +481,7 @@ class IsotropicScale(_MatrixScalar):
         return f"c_{short_name(self.base)}"
 
     def _latex(self, printer):
-        return f"c_{{{short_name(self.base)}}}"
+        return f"c_{{{latex_subscript(self.base, printer)}}}"
 
 
 def positive_symbol(name: str) -> Symbol:

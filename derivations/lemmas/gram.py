@@ -402,6 +402,7 @@ class KernelFlops(Expr):
     is_real = True
 
     def __new__(cls, kind, side, n, m, steps, restarts=S.Zero):
+        kind, side = (getattr(a, "name", a) for a in (kind, side))  # a Str when unpickled
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         _check_side(side)

@@ -106,6 +106,7 @@ def setup(app):
     app.add_config_value("workbench_rule_modules", [], "env")
     app.add_config_value("workbench_api_packages", [], "env")
     app.add_config_value("workbench_require_complete", True, "env")
+    app.add_config_value("workbench_derivation_workers", 2, "")  # processes building the rule modules (0: none)
     app.add_config_value("workbench_band_challenge",
                          {"steps": 5, "band": [0.7, 1.3], "lowers": ["1e-2", "1e-3"], "upper": "1"}, "env")
 
@@ -141,6 +142,7 @@ def setup(app):
     app.connect("doctree-read", api.drop_long_values)
     app.connect("html-page-context", api.no_navigation_on_source_pages, priority=400)  # before the theme's
     app.connect("build-finished", schedules.stop_band_challenge)
+    app.connect("build-finished", objects.stop_workers)
     app.connect("html-page-context", search.add_search_scripts)
     app.connect("build-finished", _copy_assets)
     app.connect("build-finished", search.write_texts)

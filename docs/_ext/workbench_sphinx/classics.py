@@ -41,7 +41,7 @@ def classic_derivation_rst(der, documented, classic_title: str = "") -> list[str
         rel = r"\le" if step.kind == "bound" else "="
         last = step is der.steps[-1] and latex(step.after.expr) == latex(der.formula)   # the result says it
         after = None if last else rf"{rel}\ {tidy_latex(latex(step.after.expr))}"
-        out += step_rst(step, der, after, _lemma(step.lemma, documented), where="below")
+        out += step_rst(step, der, after, _lemma(step.lemma, documented), where="the result stated below")
     relation = r"\le" if any(s.kind == "bound" for s in der.steps) else "="
     out += ["**Result**", "", *rst.math_block(tidy_latex(rf"{latex(der.start.expr)} {relation} {latex(der.formula)}")),
             "Cross-check a hand formula against it: "

@@ -136,13 +136,13 @@ def legend(json_href: str | None = None, sizes: dict | None = None) -> list[str]
     ftol = getattr(engine, "FLOAT64_TOL", 1e-9)
     mtol = getattr(engine, "MPMATH_TOL", None)
     digits = getattr(engine, "MPMATH_DPS", 50)
-    full = f" Every digit: `evidence JSON <{json_href}>`__." if json_href else ""
-    lead = "Unless its proof says otherwise, every step below is checked "
-    where = f" {sizes_sentence(sizes, lead)}" if sizes else ""
+    full = f" (every digit: `evidence JSON <{json_href}>`__)" if json_href else ""
     lines = [".. rst-class:: workbench-legend", "",
-             (f"**Reading a step.** A step names its lemma (linked) and the expression it leads to. Its evidence "
-              f"line (*float64*, *mpmath* at {digits} digits, *symbolic*; rounded) unfolds into the side conditions "
-              "it discharged and how it was checked." + full + where), ""]
+             (f"**Reading a step.** Its lemma, then its evidence: *float64* and *mpmath* ({digits} digits) "
+              f"residuals, rounded, and the *symbolic* verdict{full}. Unfold it for the side conditions and "
+              "checks."), ""]
+    where = [f"* {sizes_sentence(sizes, 'Unless its proof says otherwise, every step on this page is checked ')}"
+             ] if sizes else []
     kinds = [f"* *{rst.text(kind.replace('_', ' '))}*: {rst.text(how)}." for kind, how in KINDS.items()]
     folded = [f"* *float64*: the worst relative residual over random instances (tolerance {ftol:.0e}); *mpmath*: "
               f"the residual at {digits} digits on one instance, computed while this page was built"
@@ -155,8 +155,8 @@ def legend(json_href: str | None = None, sizes: dict | None = None) -> list[str]
               "the statement of the lemma it cites (*Kernel* in a step's details); every other step is checked "
               "at instances only.",
               "* *Fingerprint*: a hash of a derivation's start and every step's result.",
-              "* How each kind of step is checked:", "", *rst.indent(kinds), ""]
-    return [*lines, ".. workbench-details:: What the verdicts mean; how each kind of step is checked", "",
+              *where, "* How each kind of step is checked:", "", *rst.indent(kinds), ""]
+    return [*lines, ".. workbench-details:: What the verdicts mean; where and how each step is checked", "",
             *rst.indent(folded), ""]
 
 

@@ -91,7 +91,7 @@ _CHAR_MATH = {"ᵀ": r"^{\top}", "⁻¹": r"^{-1}", "²": r"^{2}", "≤": r"\le 
               "Σ": r"\Sigma ", "λ": r"\lambda ", "ε": r"\epsilon ", "β": r"\beta ", "−": "-", "|": r"\,|\,",
               "⁻": "^{-}", "∈": r"\in ", "→": r"\to ", "Δ": r"\Delta ", "μ": r"\mu "}
 _TOKEN = re.compile(r"""
-    (?P<id>[A-Za-z]\u0304?[A-Za-z0-9]*(?:_(?:\([^()\s]+\)|[A-Za-z0-9]+))*)
+    (?P<id>[A-Za-z]\u0304?[A-Za-z0-9]*(?:_(?:\([^()\s]+\)|[A-Za-z0-9λεμσβ]+))*(?:'(?![A-Za-z])|'s\b)?)
   | (?P<num>\d+(?:\.\d+)?)
   | (?P<pow>\*\*\(?-?[\w/+]+\)?|\^\{[^{}]+\}|\^\(?-?[\w/+]+\)?)
   | (?P<tr>\.T\b)
@@ -104,11 +104,16 @@ _PROSE_SINGLE = {"a", "A"}
 
 
 def _is_math_id(word: str) -> bool:
+    if word.endswith("'s"):  # a possessive: prose
+        return False
+    word = word.removesuffix("'")  # a prime (W_Q')
     return "_" in word or "\u0304" in word or word in _WORD_MATH or (len(word) == 1 and word not in _PROSE_SINGLE) \
         or bool(re.fullmatch(r"[A-Z][a-z]?\d*", word) and word not in ("Lemma", "I'm"))
 
 
 def _id_latex(word: str) -> str:
+    if word.endswith("'"):  # a prime: W_Q' → W_{Q}'
+        return _id_latex(word[:-1]) + "'"
     if word[1:2] == "\u0304":  # W̄ (a combining macron): the stacked group's matrix
         return rf"\bar{{{word[0]}}}" + _id_latex(word[0] + word[2:])[1:]
     if word in _WORD_MATH:
@@ -121,7 +126,9 @@ def _id_latex(word: str) -> str:
     if base in _WORD_MATH:  # max_h, msign_…: the operator with its subscript
         return _WORD_MATH[base] + "_{" + sub.replace("(", "").replace(")", "") + "}"
     sub = sub.replace("(", "").replace(")", "")
-    return _display(base, sub) if re.fullmatch(r"[A-Za-z0-9_]+", sub) else rf"{base}_{{{sub}}}"
+    if re.fullmatch(r"[A-Za-z0-9_]+", sub):
+        return _display(base, sub)
+    return rf"{base}_{{{''.join(_CHAR_MATH.get(ch, ch) for ch in sub).strip()}}}"  # H_λ
 
 
 def _pow_latex(text: str) -> str:
@@ -135,7 +142,7 @@ def _adjoint_star(tokens, i) -> bool:
     """Whether the ``*`` at ``i`` marks an adjoint (``T*(H)``, ``TT*``): right after a name, before ``(``,
     ``)`` or the end, never between two factors (``a * b``)."""
     after = tokens[i + 1][1] if i + 1 < len(tokens) else ""
-    return i > 0 and tokens[i - 1][0] == "id" and (after in ("", "(", ")") or after.isspace())
+    return i > 0 and tokens[i - 1][0] == "id" and (after in ("", "(", ")", "⁻", "ᵀ", "⁻¹") or after.isspace())
 
 
 def _span_latex(tokens) -> str:
@@ -162,6 +169,8 @@ def _span_latex(tokens) -> str:
             out.append(value)
     tex = "".join(out)
     tex = re.sub(r"\^\{\\top\}\^\{-1\}|\^\{-1\}\^\{\\top\}", r"^{-\\top}", tex)
+    while re.search(r"\^\{[^{}]*\}\s*\^\{", tex):  # S*⁻ᵀ: one superscript, never a double one
+        tex = re.sub(r"\^\{([^{}]*)\}\s*\^\{([^{}]*)\}", r"^{\1\2}", tex)
     return " ".join(tex.split())
 
 

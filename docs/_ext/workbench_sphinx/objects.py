@@ -1,27 +1,33 @@
 """The live objects the pages are printed from: rule modules, their derivations, lemmas, schedules.
 
-Nothing here is cached on disk. Each rule module is imported and its derivations are built once
-per Sphinx process; building a derivation runs the float64 checks the engine records for every
-step, and the docs then run each step's mpmath check at 50 digits (a few seconds for every rule),
-so a step whose check fails stops the build (the message names the derivation).
+Nothing here is cached on disk. Each rule module's derivations are built once per build;
+building a derivation runs the float64 checks the engine records for every step, and the docs
+then run each step's mpmath check at 50 digits (a few seconds for every rule), so a step whose
+check fails stops the build (the message names the derivation).
 
-The catalogue is built in a background thread from the start of the read phase (:func:`preload`),
-and the pages that do not show derivations are read first (:func:`read_order`): their XLA
-compilations and the notebook's kernel run while the derivations are built, which is most of the
-build's time. A page that needs the catalogue waits for it; a derivation that fails in the
-background fails again, with its message, when a page asks for it.
+Building the derivations is most of the build's time, and it is pure Python (SymPy, mpmath), so a
+thread of the Sphinx process would hold the interpreter lock the pages need. From the start of the
+read phase (:func:`preload`) the rule modules are built in ``workbench_derivation_workers`` worker
+processes (default 2, one per core of the machine the docs are built on; 0 builds them in the Sphinx process;
+``spawn``: a fresh interpreter, no forked JAX runtime) and sent back pickled (``cloudpickle``: the
+lemmas carry lambdas), while the pages that do not show derivations are read first
+(:func:`read_order`). A page that needs the catalogue waits for it; a derivation that fails in a
+worker stops the build with the worker's message, naming the derivation.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
+import multiprocessing
+import pickle
 import re
 import threading
 import traceback
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
 
+import cloudpickle
 from sphinx.errors import ExtensionError
 
 from derivations import Derivation, registry
@@ -128,7 +134,32 @@ class Catalogue:
     def __init__(self, module_paths: list[str]):
         self.module_paths = module_paths
         self._rules: dict[str, RuleEntry] | None = None
-        self._lock = threading.Lock()  # one builder at a time: a page waits for the background thread
+        self._lock = threading.Lock()  # one builder at a time
+        self._pending: dict[str, Future] = {}
+        self._pool: ProcessPoolExecutor | None = None
+
+    def start_workers(self, workers: int) -> None:
+        """Build every rule module in ``workers`` worker processes from now on (:func:`built_in_worker`)."""
+        with self._lock:
+            if self._rules is not None or self._pool is not None or workers < 1:
+                return
+            self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            self._pending = {path: self._pool.submit(built_in_worker, path) for path in self.module_paths}
+
+    def stop_workers(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def _entry(self, path: str) -> RuleEntry:
+        future = self._pending.pop(path, None)
+        if future is None:
+            return load_rule(path)
+        outcome = pickle.loads(future.result())
+        if outcome[0] == "failed":
+            raise FailedDerivation(outcome[1])
+        module = importlib.import_module(path)
+        return RuleEntry(module, module.rule_module(), outcome[1], outcome[2])
 
     @property
     def rules(self) -> dict[str, RuleEntry]:
@@ -136,9 +167,10 @@ class Catalogue:
             if self._rules is None:
                 rules = {}
                 for path in self.module_paths:
-                    entry = load_rule(path)
+                    entry = self._entry(path)
                     rules[entry.name] = entry
                 self._rules = rules
+                self.stop_workers()
         return self._rules
 
     def rule(self, name: str) -> RuleEntry:
@@ -202,17 +234,27 @@ def catalogue(config) -> Catalogue:
     return _CATALOGUES[paths]
 
 
-def _build_quietly(cat: Catalogue) -> None:
-    with contextlib.suppress(Exception):  # the page that needs the catalogue rebuilds what failed and reports it
-        cat.lemmas()
+def built_in_worker(module_path: str) -> bytes:
+    """In a worker process: :func:`load_rule` pickled, as ``("ok", derivations, functions)`` or
+    ``("failed", message)``."""
+    try:
+        entry = load_rule(module_path)
+    except FailedDerivation as exc:
+        return cloudpickle.dumps(("failed", str(exc)))
+    return cloudpickle.dumps(("ok", entry.derivations, entry.functions))
 
 
 def preload(app, env, docnames) -> None:
-    """``env-before-read-docs``: build the catalogue in a background thread while pages are read."""
+    """``env-before-read-docs``: build the catalogue in worker processes while pages are read."""
     if docnames:
-        threading.Thread(target=_build_quietly, args=(catalogue(app.config),), name="workbench-catalogue",
-                         daemon=True).start()
+        catalogue(app.config).start_workers(app.config.workbench_derivation_workers)
         read_order(env, docnames)
+
+
+def stop_workers(app, exception) -> None:
+    """``build-finished``: no worker outlives the build (one is still running if the build failed early)."""
+    for cat in _CATALOGUES.values():
+        cat.stop_workers()
 
 
 #: directives that print from the catalogue (a page with one waits for it)

@@ -16,6 +16,12 @@ def text(s: str) -> str:
     return _SPECIAL.sub(r"\\\1", " ".join(str(s).split()))
 
 
+def prose(s: str) -> str:
+    """A docstring sentence: ````code```` spans as inline code, everything else as :func:`text`."""
+    parts = re.split(r"``(.+?)``", " ".join(str(s).split()))
+    return "".join(literal(p) if i % 2 else text_keep_spaces(p) for i, p in enumerate(parts) if p)
+
+
 def text_keep_spaces(s: str) -> str:
     """Like :func:`text`, keeping one leading and one trailing space (a piece of a longer line)."""
     s = str(s)
