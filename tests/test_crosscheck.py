@@ -305,3 +305,11 @@ def test_a_numeric_verdict_has_no_sizes_and_a_count_identity_holds_for_all_sizes
     count = compare(target, target.expr)
     assert (count.verdict, count.method_text, count.as_json()["symbolic_sizes"]) == (
         "equal", "symbolic, for all sizes", "all")
+
+
+def test_a_formula_that_needs_the_gram_root_tied_to_its_matrix_is_shown_symbolically(query):
+    """``C_K⁻¹ = (W_Kᵀ W_K)⁻¹ C_K`` holds because ``C_K² = W_Kᵀ W_K``: the model with facts shows it at the symbolic
+    sizes (the generic model, where ``C_K`` is any symmetric matrix, could not). The wrong power stays different."""
+    v = check(query, "-eps/2*msign(G_Q*C_K^-1)*(W_K^T W_K)^-1*C_K")
+    assert (v.verdict, v.method) == ("equal", "symbolic")
+    assert check(query, "-eps/2*msign(G_Q*C_K^-1)*(W_K^T W_K)^-1*C_K^-1").verdict == "different"

@@ -16,9 +16,10 @@ import pytest
 from sympy import Rational, Symbol
 from sympy.matrices.expressions import Identity, Inverse, MatrixSymbol
 
+from derivations import gram_ns, joint
 from derivations.engine import norms
 from derivations.engine.algebra import product, total
-from derivations.engine.norm_nodes import FrobeniusNorm, MaxAbsNorm
+from derivations.engine.norm_nodes import AspectScale, FrobeniusNorm, MaxAbsNorm, RmsOpNorm
 from derivations.engine.spectral_nodes import Flops, PsdPower, Singular
 from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
@@ -36,10 +37,11 @@ from derivations.engine.vocabulary import (
     RegularizedSylvester,
     dimension,
 )
-from derivations.lemmas import balance, blocks, counting, descent, gram, ring, spectral
+from derivations.lemmas import balance, blocks, counting, descent, gram, isometry, ring, spectral
 from derivations.lemmas.balance import SPDPower
 from derivations.lemmas.kernel import step_instance
 from derivations.lemmas.statement import Clause, Statement
+from numerics.kernels import reference
 
 d, h = dimension("d"), dimension("d_h")
 W = FactMatrix("W_K", d, h, [FULL_COLUMN_RANK])
@@ -234,3 +236,122 @@ def test_the_norm_families_isometry_and_transposition_lemmas_are_checked_stateme
     assert not _ok(norms.UNITARY_INVARIANCE, FrobeniusNorm(product(W, g)), FrobeniusNorm(g))  # W: no isometry
     assert _ok(norms.NORM_TRANSPOSITION, NuclearNorm(W.T), NuclearNorm(W))
     assert not _ok(norms.NORM_TRANSPOSITION, NuclearNorm(W.T), FrobeniusNorm(W))
+
+
+# ---- GR and GX: claims proven by induction from the derivation's definitions (issue 19, item 1) -------------------
+def _claims_ok(lemma, before, after, definitions, **params):
+    return step_instance(lemma, "rewrite", [before], [after], params=params, definitions=definitions)[1] is None
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_the_gram_recurrence_claims_are_proven_from_the_definitions(side):
+    """GR: ``A_t = R_t`` for t = 0, 1, 2 follows from ``A_t = X_t X_tᵀ``, ``X_{t+1} = q_t(A_t) X_t``,
+    ``R_{t+1} = q_t(R_t) R_t q_t(R_t)`` (base case, then each step with the claims before it). Planted: a recurrence
+    missing its second ``q_t`` (the numbers of a random instance would disagree too, but the kernel refuses it
+    for all sizes), a wrong pairing ``A_1 = R_2``, and a step that leaves an ``A_t`` in place."""
+    it = gram_ns.iteration(side)
+    der = gram_ns.telescoping(side)
+    step = der.steps[1]
+    before, after = step.before.parts()[0], step.after.parts()[0]
+    grams = dict(zip(it.a, it.r, strict=True))
+    assert _claims_ok(gram.GRAM_RECURRENCE, before, after, it.definitions, grams=grams)
+    wrong = dict(it.definitions)
+    wrong[it.r[2]] = product(it.qr[1], it.r[1])
+    assert not _claims_ok(gram.GRAM_RECURRENCE, before, after, wrong, grams=grams)
+    swapped = {it.a[0]: it.r[0], it.a[1]: it.r[2], it.a[2]: it.r[1]}
+    assert not _claims_ok(gram.GRAM_RECURRENCE, before, after.xreplace({it.r[1]: it.r[2], it.r[2]: it.r[1]}),
+                          it.definitions, grams=swapped)
+    assert not _claims_ok(gram.GRAM_RECURRENCE, before, after.xreplace({it.r[2]: it.a[2]}), it.definitions,
+                          grams=grams)
+    assert not _claims_ok(gram.GRAM_RECURRENCE, before, after, it.definitions, grams={})
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_a_restart_claim_is_proven_and_its_iterate_must_be_the_derivations(side):
+    """GX: the recomputed Gram ``G_2 = Y_2 Y_2ᵀ`` with ``Y_2 = Q_2 X_0`` equals ``R_2``; refused: ``G_2 = R_1``, and a
+    restarted iterate ``Y_2 = Q_1 X_0`` that is not the derivation's definition."""
+    it = gram_ns.iteration(side)
+    step = gram_ns.restart(side).steps[0]
+    before, after = step.before.parts()[0], step.after.parts()[0]
+    restarted = {it.y: it.definitions[it.y]}
+    assert _claims_ok(gram.RESTART, before, after, it.definitions, restarted=restarted, grams={it.g: it.r[2]})
+    assert not _claims_ok(gram.RESTART, before, after.xreplace({it.r[2]: it.r[1]}), it.definitions,
+                          restarted=restarted, grams={it.g: it.r[1]})
+    early = {it.y: it.definitions[it.y].xreplace({it.q[2]: it.q[1]})}
+    assert not _claims_ok(gram.RESTART, before, after.xreplace({it.q[2]: it.q[1]}), it.definitions,
+                          restarted=early, grams={it.g: it.r[2]})
+
+
+def test_false_variants_of_the_induction_identities_fail_their_self_check():
+    """GR with one ``q(R)`` dropped from the Gram matrix of the next iterate, GX with ``Q R Q`` for ``Q R Qᵀ``."""
+    gr, gx = gram.GRAM_RECURRENCE.statement, gram.RESTART.statement
+    c0, c2 = gr.clauses[0], gx.clauses[2]
+    q, r = c0.rhs.args[0], c0.where[0]
+    false_gr = dataclasses.replace(gr, clauses=(dataclasses.replace(c0, rhs=product(q, r)), *gr.clauses[1:]))
+    big_q = c2.rhs.args[0]
+    wrong = dataclasses.replace(c2, rhs=product(big_q, c2.where[0], big_q))
+    false_gx = dataclasses.replace(gx, clauses=(*gx.clauses[:2], wrong, *gx.clauses[3:]))
+    for false in (false_gr, false_gx):
+        errors = false.check(np.random.default_rng(3), trials=1)
+        failing = {k for k, err in errors.items() if not err <= Statement.tolerance(k)}
+        assert any("float64" in k for k in failing) and any("mpmath" in k for k in failing), errors
+
+
+def test_gram_power_statements_evaluate_one_side_independently(monkeypatch):
+    """B6 and Gp state that two nodes (a Gram power, the PSD power of the Gram matrix) agree; both evaluate by the
+    eigendecomposition of the Gram matrix, so their self-check compares the left side computed from the SVD of the
+    factor instead. Planted: a PSD power that computes ``A^{2p}`` in both backends; the two nodes still agree with
+    each other (error 0), the SVD side does not."""
+    for backend in (reference.NumpyBackend, reference.MpmathBackend):
+        wrong = backend.psd_power
+        monkeypatch.setattr(backend, "psd_power", staticmethod(lambda a, p, wrong=wrong: wrong(a, 2 * p)))
+    for statement in (balance.GRAM_OF_PRODUCT.statement, spectral.GRAM_POWER.statement):
+        errors = statement.check(np.random.default_rng(3), trials=1)
+        failing = {k for k, err in errors.items() if not err <= Statement.tolerance(k)}
+        assert any("float64" in k for k in failing) and any("mpmath" in k for k in failing), errors
+        shared = dataclasses.replace(statement, reference=None)  # both sides by the same (wrong) numerics
+        assert all(err <= Statement.tolerance(k) for k, err in shared.check(np.random.default_rng(3), 1).items())
+
+
+def test_the_rms_isometry_lemma_is_a_checked_statement():
+    """2r: ``‖c U Z V‖_rms = ‖c Z‖_rms / (√(m/n) √(k/p))``. A false variant (no aspect scale) fails the self-check;
+    the kernel accepts the rewrite's steps (a polar factor scaled by its partner's shape) and refuses an inverted
+    scale, a dropped scale and a factor without orthonormal columns."""
+    lemma = isometry.RMS_ISOMETRY
+    stmt = lemma.statement
+    unscaled = next(a for a in stmt.clauses[0].rhs.args if isinstance(a, RmsOpNorm))
+    errors = _falsified(stmt, 0, unscaled).check(np.random.default_rng(3), trials=1)
+    assert any(not err <= Statement.tolerance(k) for k, err in errors.items() if "float64" in k), errors
+    for case in lemma.cases()[0]:
+        assert _ok(lemma, case.lhs, lemma.apply(case.lhs)[0]), case.lhs
+    u, y = FactMatrix("U", d, h, [ORTHONORMAL_COLUMNS]), MatrixSymbol("Y", h, h)
+    assert _ok(lemma, RmsOpNorm(product(u, y)), RmsOpNorm(y) / AspectScale(u))
+    assert _ok(lemma, RmsOpNorm(product(PolarFactor(W), y)), RmsOpNorm(y) / AspectScale(W))
+    assert not _ok(lemma, RmsOpNorm(product(u, y)), RmsOpNorm(y) * AspectScale(u))
+    assert not _ok(lemma, RmsOpNorm(product(u, y)), RmsOpNorm(y))
+    assert not _ok(lemma, RmsOpNorm(product(W, y)), RmsOpNorm(y) / AspectScale(W))
+
+
+def test_the_concatenation_step_is_an_instance_and_wrong_abbreviations_are_refused():
+    """J: joint's concatenation (``P = blockdiag(W_K, W_Q)``, ``G̃ = [G_M | G_Mᵀ]``, the sizes ``n = 2d``,
+    ``m = 2d_h`` fixed by them) is an instance. Refused: the partner's blocks swapped, the gradient's blocks swapped;
+    a false variant of the statement (the blocks of the partner swapped) fails the self-check."""
+    der = joint.joint()
+    step = next(s for s in der.steps if s.lemma.number == "J")
+
+    def ok(names):
+        params = {**step.params, "names": names}
+        return step_instance(blocks.CONCATENATION, "rewrite", step.before.parts(), step.after.parts(), params=params,
+                             definitions=der.context.definitions)[1] is None
+
+    names = dict(step.params["names"])
+    assert ok(names)
+    partner_swapped = {e if s == joint.G_tilde else type(e)(*reversed(e.args)): s for e, s in names.items()}
+    gradient_swapped = {e if s == joint.P else type(e)(*reversed(e.args)): s for e, s in names.items()}
+    assert not ok(partner_swapped) and not ok(gradient_swapped)
+    stmt = blocks.CONCATENATION.statement
+    first = stmt.clauses[0]
+    stacked, partner = first.rhs.args[0], first.rhs.args[1].arg
+    false = _falsified(stmt, 0, product(stacked, type(partner)(*reversed(partner.args)).T))
+    errors = false.check(np.random.default_rng(3), trials=1)
+    assert any(not err <= Statement.tolerance(k) for k, err in errors.items() if "float64" in k), errors

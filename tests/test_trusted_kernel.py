@@ -19,7 +19,7 @@ from sympy.matrices.expressions import MatrixSymbol
 from derivations import halfsplit
 from derivations import lemmas as L
 from derivations.engine.algebra import product
-from derivations.engine.derivation import Derivation, Problem, StepCheckFailed
+from derivations.engine.derivation import Context, Derivation, Problem, StepCheckFailed, identity_chain
 from derivations.engine.norms import NORM_LEMMAS
 from derivations.engine.spectral_nodes import Flops, Group
 from derivations.engine.vocabulary import (
@@ -301,3 +301,22 @@ def test_a_restriction_replaces_the_whole_constraint_by_an_upper_bound_and_keeps
     assert not ok([objective, stacked], [objective, blocked])
     assert not ok([objective, blocked], [Inner(MatrixSymbol("H", 2 * d, h), x), stacked])
     assert not ok([objective, 2 * blocked], [objective, stacked])
+
+
+def test_a_chain_rule_gradient_must_be_the_derivations_definition():
+    """Item 4: the derivation defines ``G_Q = G_M W_K``; a chain-rule step that names ``G_M W_Q`` as ``G_Q`` is
+    consistent with itself (its numbers come from differentiating a loss through its own definition), so only the
+    comparison with the derivation's definition refuses it."""
+    w_q = FactMatrix("W_Q", d, h, [FULL_COLUMN_RANK])
+    g_q, a = MatrixSymbol("G_Q", d, h), MatrixSymbol("A", h, h)
+    context = {g_q: product(G, W)}
+    wrong = {g_q: product(G, w_q)}
+    failure = step_instance(L.CHAIN_RULE, "rewrite", [product(G, w_q, a)], [product(g_q, a)], params={
+        "gradients": wrong}, definitions=context)[1]
+    assert failure and "is not the derivation's G_Q" in failure
+    assert step_instance(L.CHAIN_RULE, "rewrite", [product(G, W, a)], [product(g_q, a)],
+                         params={"gradients": context}, definitions=context)[1] is None
+    der = identity_chain("planted.chain", "planted", product(G, w_q, a),
+                         Context(definitions=context, check_dims=[{d: 5, h: 2}], mpmath_dims={d: 4, h: 2}))
+    with pytest.raises(StepCheckFailed, match="is not the derivation's G_Q"):
+        der.apply(L.CHAIN_RULE, gradients=wrong)

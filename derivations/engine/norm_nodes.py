@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import mpmath
 import numpy as np
+from sympy import S
+from sympy.core.sympify import _sympify
+from sympy.matrices.expressions import Identity, Transpose
 
-from derivations.engine.vocabulary import MatrixFunction, OpNorm, _MatrixScalar
+from derivations.engine.vocabulary import MatrixFunction, OpNorm, PolarFactor, _MatrixScalar
 
 # ---- entrywise helpers shared by the float64 and mpmath backends ----------------------------
 
@@ -112,9 +115,23 @@ class EntrywiseL1Norm(_MatrixScalar):
 
 
 class AspectScale(_MatrixScalar):
-    """``√(m/n)`` for an ``m × n`` matrix: the RMS→RMS norm is ``‖A‖_op / √(m/n)``."""
+    """``√(m/n)`` for an ``m × n`` matrix: the RMS→RMS norm is ``‖A‖_op / √(m/n)``.
+
+    It depends on the shape alone, so it is built on a canonical matrix of that shape: a polar factor ``U_W`` (or its
+    transpose) stands for its partner ``W`` (the same shape, and the matrix the emitted code holds), and a square
+    identity gives ``1``."""
 
     is_positive = True
+
+    def __new__(cls, arg):
+        arg = _sympify(arg)
+        if isinstance(arg, Identity):
+            return S.One
+        if isinstance(arg, PolarFactor):
+            arg = arg.base
+        elif isinstance(arg, Transpose) and isinstance(arg.arg, PolarFactor):
+            arg = Transpose(arg.arg.base)
+        return _MatrixScalar.__new__(cls, arg)
 
     def _numeric(self, ev):
         m, n = ev.shape(self.args[0])

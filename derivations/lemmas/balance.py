@@ -14,7 +14,7 @@ from sympy.core.sympify import _sympify
 from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, Transpose
 
 from derivations.engine.algebra import product, tidy, total, transpose
-from derivations.engine.evaluate import InstanceSampler
+from derivations.engine.evaluate import InstanceSampler, evaluate
 from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
     SPD,
@@ -40,6 +40,7 @@ from derivations.lemmas.base import (
     rewrite_nodes,
     stated_by,
 )
+from derivations.lemmas.spectral import svd_gram_power
 from derivations.lemmas.statement import Clause, Statement
 
 #: the split of an exponent into two equal halves (``X^p = X^{p·HALF} X^{p·HALF}``)
@@ -452,6 +453,16 @@ def _gram_of_product_ids():
              (SPDPower(product(transpose(a), a), -HALF), GramInvSqrt(a))], InstanceSampler(_SMALL))
 
 
+def _spd_power_reference(lhs, env, backend, dims):
+    """The SPD power ``(FᵀF)^p`` of a Gram matrix from the SVD of ``F`` (independent of the eigendecomposition of
+    ``FᵀF`` that both sides' nodes evaluate by): the self-check's left side."""
+    if isinstance(lhs, SPDPower) and isinstance(lhs.arg, MatMul):
+        coeff, mats = lhs.arg.as_coeff_matrices()
+        if coeff == 1 and len(mats) == 2 and mats[0] == transpose(mats[1]):
+            return svd_gram_power(evaluate(mats[1], env, backend, dims), "right", Rational(lhs.exponent), backend)
+    return None
+
+
 def _gram_of_product_statement() -> Statement:
     """The SPD power ``(Fᵀ F)^p`` of the product is the Gram power ``C_F^{2p}`` of ``F`` (``F`` of full column
     rank; at ``p = ±1/2`` the Gram roots ``C_F``, ``C_F⁻¹``); the self-check evaluates it at ``p = -1/4``."""
@@ -459,7 +470,7 @@ def _gram_of_product_statement() -> Statement:
     x = product(transpose(f), f)
     return Statement((Clause(SPDPower(x, p), GramPower(f, 0, "right", p)),
                       Clause(SPDPower(x, HALF), GramSqrt(f)), Clause(SPDPower(x, -HALF), GramInvSqrt(f))),
-                     sizes=(_SMALL, _LARGE), scalars={p: -QUARTER})
+                     sizes=(_SMALL, _LARGE), scalars={p: -QUARTER}, reference=_spd_power_reference)
 
 
 GRAM_OF_PRODUCT = Lemma(

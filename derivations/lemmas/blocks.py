@@ -222,6 +222,8 @@ class ColumnBlock(MatrixExpr):
     """The ``index``-th of ``count`` equal column blocks of ``X`` (``ΔW_Q = [Δ]_0``, ``ΔW_K = [Δ]_1``
     for ``Δ = [ΔW_Q | ΔW_K]``), printed by its ``name``."""
 
+    label_args = (3,)  # the name is a print label: the trusted kernel matches blocks whatever their names
+
     def __new__(cls, x, index, count, name):
         x = _sympify(x)
         index, count = int(index), int(count)
@@ -353,12 +355,29 @@ def _concatenation_instance(env, rng, backend, dims, *, names=None, **_):
     return out, set((names or {}).values())
 
 
+def _concatenation_statement() -> Statement:
+    """``[A_1 B_1ᵀ | A_2 B_2ᵀ] = [A_1 | A_2] blockdiag(B_1, B_2)ᵀ``, ``⟨G_1, A_1 B_1ᵀ⟩ + ⟨G_2, A_2 B_2ᵀ⟩ =
+    ⟨[G_1 | G_2], [A_1 | A_2] blockdiag(B_1, B_2)ᵀ⟩`` and ``[X_1 | X_2] = X`` for the two column blocks of ``X``; the
+    step's abbreviations ``P = blockdiag(B_1, B_2)``, ``G̃ = [G_1 | G_2]`` are instances of its definitions. A step is an
+    instance when the clauses and its abbreviations, applied left to right, give both sides one normal form."""
+    a1, a2 = _fresh("A_1", _c, _b), _fresh("A_2", _c, _b)
+    b1, b2 = _fresh("B_1", _k, _b), _fresh("B_2", _k, _b)
+    g1, g2 = _fresh("G_1", _c, _k), _fresh("G_2", _c, _k)
+    x = _fresh("X", _c, 2 * _b)
+    partner, stacked = BlockDiag(b1, b2), HStack(a1, a2)
+    clauses = (Clause(HStack(a1 * b1.T, a2 * b2.T), product(stacked, transpose(partner))),
+               Clause(Inner(g1, a1 * b1.T) + Inner(g2, a2 * b2.T), Inner(HStack(g1, g2), product(stacked,
+                                                                                        transpose(partner)))),
+               Clause(HStack(ColumnBlock(x, 0, 2, "X_1"), ColumnBlock(x, 1, 2, "X_2")), x),
+               Clause(_fresh("P", 2 * _k, 2 * _b), partner, defines=True),
+               Clause(_fresh("G", _c, 2 * _k), HStack(g1, g2), defines=True))
+    return Statement(clauses, closure="rewrite", defined_by=("names",),
+                     sizes=({_b: 2, _c: 5, _k: 3}, {_b: 16, _c: 20, _k: 18}))
+
+
 CONCATENATION = Reduction(
     key="concatenation", number="J", title="Side-by-side products concatenate through a block-diagonal partner",
-    statement=(r"\left[A_1 B_1^{\top} \,\middle|\, A_2 B_2^{\top}\right] = \left[A_1 \,\middle|\, A_2\right]"
-               r"\operatorname{blockdiag}(B_1, B_2)^{\top},\quad \langle G_1, X_1\rangle + \langle G_2, X_2\rangle"
-               r" = \left\langle \left[G_1 \,\middle|\, G_2\right], \left[X_1 \,\middle|\, X_2\right]\right\rangle"),
-    conditions=(r"\text{the blocks have equal row counts}",),
+    statement=_concatenation_statement(),
     rewrite=_concatenation_rewrite, identities=_concatenation_ids, instance=_concatenation_instance,
     not_modelled=("the abbreviated partner and gradient are bound on the step's own instances, which the explicit "
                   "model does not see"),

@@ -12,14 +12,19 @@ each iteration executes; its check counts the products the JAX kernels actually 
 
 The symbol-level lemmas (GU, GR, GT, GX) rewrite with definitions the rule module passes in (which
 symbol is which product); the engine checks every such step on random instances of *all* the
-definitions, so a wrong pairing fails its check.
+definitions, so a wrong pairing fails its check. The trusted kernel proves them too, for all sizes: GU and GT
+unfold the step's definitions (which must be the derivation's); GR and GX prove each claimed equality of Gram
+matrices (``A_t = R_t``, ``G_s = R_s``) from the derivation's definitions, the earlier claims first (the base
+case, then each induction step, whose identity is the statement their self-check evaluates). What the kernel
+proves is the claims for the steps the derivation names (three); that they hold for every ``t`` is the
+induction, stated in the side conditions and checked at instances only.
 """
 
 from __future__ import annotations
 
 from sympy import Basic, Expr, S, Symbol, sympify
 from sympy.core.symbol import Str
-from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol
+from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose
 
 from derivations.engine.algebra import product, replace_free, rewrite_adjacent, total, transpose
 from derivations.engine.evaluate import EvaluationError, InstanceSampler
@@ -355,11 +360,41 @@ UNROLL = Lemma(
     not_modelled="the unrolled iterates are polynomials of degree 5^T: numeric only",
 )
 
+def _induction_statement(restart: bool) -> Statement:
+    """The one-step identity of an induction over the iteration's definitions (``closure="induction"``).
+
+    GR: the Gram matrix of the next iterate, ``(q(A) X)(q(A) X)ᵀ = q(A) A q(A)`` for ``A = X Xᵀ`` (and
+    ``(X q(S))ᵀ (X q(S)) = q(S) S q(S)`` for ``S = XᵀX``), ``q`` a polynomial with scalar coefficients. GX: a restarted
+    iterate ``Y = Q X`` (``X Q``) has the Gram matrix ``Q R Qᵀ`` (``Qᵀ S Q``). The self-check evaluates these clauses;
+    the kernel proves each claim ``A_t = R_t`` (``G_s = R_s``) a step makes from the derivation's own definitions,
+    one after the other (the base case, then each step with the claims before it): for all sizes, for the ``t`` the
+    step names. That the claim holds for *every* ``t`` is the induction this identity drives, stated, not checked.
+    """
+    x, r, s = _wide()
+    if restart:
+        q_left, q_right = MatrixSymbol("Q", _n, _n), MatrixSymbol("Q'", _m, _m)  # the right orientation primed
+        y_left, y_right = MatrixSymbol("Y", _n, _m), MatrixSymbol("Y'", _n, _m)
+        left, right = MatMul(q_left, x), MatMul(x, q_right)
+        clauses = (Clause(y_left, left, defines=True), Clause(y_right, right, defines=True),
+                   Clause(MatMul(left, Transpose(left)), MatMul(q_left, r, Transpose(q_left)), where=(r, x * x.T)),
+                   Clause(MatMul(Transpose(right), right), MatMul(Transpose(q_right), s, q_right),
+                          where=(s, x.T * x)))
+        return Statement(clauses, closure="induction", defined_by=("restarted",), claims=("grams",),
+                         sizes=(_SIZES, {_n: 16, _m: 20}))
+    left, right = MatMul(gram_polynomial(r, _C), x), MatMul(x, gram_polynomial(s, _C))
+    clauses = (Clause(MatMul(left, Transpose(left)), product(gram_polynomial(r, _C), r, gram_polynomial(r, _C)),
+                      where=(r, x * x.T)),
+               Clause(MatMul(Transpose(right), right), product(gram_polynomial(s, _C), s, gram_polynomial(s, _C)),
+                      where=(s, x.T * x)))
+    return Statement(clauses, closure="induction", claims=("grams",), sizes=(_SIZES, {_n: 16, _m: 20}))
+
+
 GRAM_RECURRENCE = Lemma(
     key="gram_recurrence", number="GR", title="The Gram recurrence reproduces the iterates' Gram matrices",
-    statement=(r"A_t = X_tX_t^{\top} = R_t,\quad R_0 = X_0X_0^{\top},\ "
-               r"R_{t+1} = q_t(R_t)\,R_t\,q_t(R_t)"),
-    conditions=(r"\text{Lemma GG at every step, by induction on } t",),
+    statement=_induction_statement(restart=False),
+    conditions=(r"\text{so, by induction on } t\text{: } A_t = X_tX_t^{\top} = R_t \text{ for } R_0 = X_0X_0^{\top},\ "
+                r"R_{t+1} = q_t(R_t)\,R_t\,q_t(R_t) \text{ (each claimed } A_t = R_t \text{ proven from the "
+                r"definitions)}",),
     rewrite=_recurrence_rewrite, identities=lambda: _iteration_ids("recurrence"),
     not_modelled="the recurrence has degree 5^t in X_0: numeric only",
 )
@@ -375,9 +410,9 @@ TELESCOPING = Lemma(
 
 RESTART = Lemma(
     key="gram_restart", number="GX", title="A restart continues the same iteration",
-    statement=(r"Y_s = Q_s X_0,\ Y_sY_s^{\top} = Q_s R_0 Q_s^{\top} = R_s\ \Rightarrow\ "
-               r"q_{T-1}(\cdot) \cdots q_s(Y_sY_s^{\top})\, Y_s = Q_T X_0"),
-    conditions=(r"R_s = Q_s R_0 Q_s^{\top} \text{ (Lemmas GG and GT)}",),
+    statement=_induction_statement(restart=True),
+    conditions=(r"\text{so, by induction on } s\text{: } Y_sY_s^{\top} = Q_s R_0 Q_s^{\top} = R_s "
+                r"\text{ for } Y_s = Q_s X_0 \text{ (each claimed } G_s = R_s \text{ proven from the definitions)}",),
     rewrite=_restart_rewrite, identities=lambda: _iteration_ids("restart"),
     not_modelled="the restarted iterate has degree 5^s in X_0: numeric only",
 )

@@ -139,12 +139,21 @@ def _rms_isometry_ids():
             InstanceSampler(_SMALL))
 
 
+def _rms_isometry_statement() -> Statement:
+    """``‖c U Z V‖_{RMS→RMS} = ‖c Z‖_{RMS→RMS} / (√(m/n) √(k/p))`` for ``U`` (``m × n``) with orthonormal columns and
+    ``V`` (``k × p``) with orthonormal rows, either absent (its scale is then 1): the RMS→RMS norm is
+    ``√(cols/rows) ‖·‖_op`` and the isometries keep ``‖Z‖_op``. A polar factor's scale is its partner's (the same
+    shape: :class:`~derivations.engine.norm_nodes.AspectScale`)."""
+    p = dimension("p")
+    u, v = _tall("U", ORTHONORMAL_COLUMNS), FactMatrix("V", _k, p, [ORTHONORMAL_ROWS])
+    z, c = _fresh("Z", _n, _k), Symbol("c", real=True)
+    return Statement((Clause(RmsOpNorm(c * u * z * v), RmsOpNorm(c * z) / (AspectScale(u) * AspectScale(v))),),
+                     optional=frozenset({u, v}), sizes=({**_SMALL, p: 6}, {**_LARGE, p: 30}))
+
+
 RMS_ISOMETRY = Lemma(
     key="rms_isometry", number="2r", title="Isometries scale the RMS→RMS norm by their aspect",
-    statement=(r"U^{\top}U = I,\ V V^{\top} = I \;\Rightarrow\; \|U Z V\|_{\mathrm{RMS}\to\mathrm{RMS}}"
-               r" = \frac{\|Z\|_{\mathrm{RMS}\to\mathrm{RMS}}}{\sqrt{a/b}\,\sqrt{c/e}}"
-               r"\quad (U: a \times b,\ V: c \times e)"),
-    conditions=(r"U \text{ has orthonormal columns}", r"V \text{ has orthonormal rows}"),
+    statement=_rms_isometry_statement(),
     rewrite=_rms_isometry_rewrite, identities=_rms_isometry_ids, applies=Applies(everywhere, order=34),
     not_modelled="a spectral fact (isometries keep the singular values), with the RMS→RMS aspect scale",
 )

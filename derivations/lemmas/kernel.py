@@ -16,7 +16,9 @@ Sums are matched up to the order of their terms; a *leaf* pattern matrix stands 
 Beyond one replacement per subexpression: a ``closure="ring"`` statement admits sides with one free-ring normal
 form; a ``closure="rewrite"`` statement admits sides that its clauses, applied left to right until none applies
 (a chain of instances), bring to one normal form; a step's own definitions (``defined_by``) must be instances of
-the statement's definition clauses and then unfold like clauses; a ``restrict`` step must replace the whole
+the statement's definition clauses and then unfold like clauses (an abbreviation fixes the sizes its name leaves
+free); a ``closure="induction"`` statement admits a step whose claims ``old = new`` follow one after the other from
+the derivation's definitions; a ``restrict`` step must replace the whole
 constraint ``σ(lhs)`` by ``σ(rhs)`` for a bound ``lhs ≤ rhs``, its objective unchanged.
 """
 
@@ -25,12 +27,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from itertools import permutations
 
-from sympy import Add, Basic, Mul, Pow, S, Symbol, expand
+from sympy import Add, Basic, Mul, S, Symbol
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose
 
 from derivations.engine.algebra import map_bottom_up, product, rebuild, replace_free, tidy, total, transpose
 from derivations.engine.vocabulary import facts_of
-from derivations.lemmas.statement import Clause, Statement, known
+from derivations.lemmas.statement import Clause, Statement, follows, known, ring_normal_form
 
 MAX_SEGMENT = 6  # factors a pattern matrix may stand for
 MAX_PERMUTED = 6  # terms of a sum matched up to order
@@ -64,6 +66,9 @@ class Matcher:
     def _dim(self, p, e, b) -> dict | None:
         if p in self.dimensions and p not in b:
             return {**b, p: e}
+        if isinstance(p, Mul) and len(p.args) == 2 and p.args[0].is_Integer and p.args[1] in self.dimensions and (
+                p.args[1] not in b and (e / p.args[0]).as_coeff_Mul()[0].is_Integer):  # ``2 b`` binds ``b = e / 2``
+            return {**b, p.args[1]: e / p.args[0]}
         # a bound dimension compares by its value (never re-bound, even where that value is named like a pattern's)
         return b if p.xreplace({k: v for k, v in b.items() if k in self.dimensions}) == e else None
 
@@ -105,7 +110,8 @@ class Matcher:
         elif p in self.dimensions or not p.args:
             yield from self._atom(p, e, b)
         elif type(p) is type(e) and len(p.args) == len(e.args):
-            yield from self._args(list(p.args), list(e.args), b)
+            labels = getattr(type(p), "label_args", ())  # a node's print labels (a block's name): no mathematics
+            yield from self._args([e.args[i] if i in labels else a for i, a in enumerate(p.args)], list(e.args), b)
 
     def _all_bound(self, p, b) -> bool:
         return p.free_symbols & (self.variables | self.dimensions) <= set(b)
@@ -438,6 +444,37 @@ def rewrite_normal_form(statement, expr, extra_clauses=()) -> Basic | None:
     return None
 
 
+def _abbreviated_sizes(statement, params) -> dict:
+    """The sizes a step's abbreviations fix: ``P`` (``n × m``) abbreviating ``blockdiag(W_K, W_Q)`` (``2d × 2d_h``)
+    is defined only where ``n = 2d`` and ``m = 2d_h``, so each free dimension of the name is bound to the
+    definition's."""
+    out = {}
+    for key in statement.defined_by:
+        for expr, name in (params.get(key) or {}).items():  # an abbreviation ``{definition: name}``
+            if isinstance(name, MatrixSymbol) and not isinstance(expr, MatrixSymbol):
+                out.update({a: b for a, b in zip(name.shape, expr.shape, strict=True) if a != b and a.is_Symbol})
+    return out
+
+
+def _own_definitions(statement, params, context) -> tuple[list, str | None]:
+    """The step's own definitions as clauses ``name = definition``, or the reason one is refused: each must be an
+    instance of a definition clause and agree with the derivation's own definition of its name, if any."""
+    extra = []
+    for key in ("gradients", *statement.defined_by):
+        for name, definition in (params.get(key) or {}).items():
+            if isinstance(definition, MatrixSymbol) and not isinstance(name, MatrixSymbol):
+                name, definition = definition, name  # an abbreviation ``{definition: name}``
+            definition = product(*definition) if isinstance(definition, tuple) else definition  # its factors
+            if not _defines(statement, name, definition):
+                return [], f"the definition {name} = {definition} is not an instance of the statement's definition"
+            if name in context and tidy(context[name]) != tidy(definition):  # the chain rule's gradients too
+                return [], f"the definition {name} = {definition} is not the derivation's {name} = {context[name]}"
+            if name.shape != definition.shape:
+                return [], f"the definition {name} = {definition} relates matrices of different shapes"
+            extra.append(Clause(name, definition))
+    return extra, None
+
+
 def step_instance(lemma, kind: str, before, after, *, substitution=None, params=None,
                   definitions=None) -> tuple[str, str | None]:
     """The kernel's verdict on one step: ``(status, failure)``.
@@ -447,7 +484,8 @@ def step_instance(lemma, kind: str, before, after, *, substitution=None, params=
     definitions (a change of variables' ``X = Z C⁻¹``, a chain-rule step's factor gradients) must be
     instances of the statement's definition clauses; the change of variables is then applied
     everywhere outside derived nodes, and a factor gradient's definition may be replaced by its name. A definition
-    in a ``defined_by`` parameter must also agree with the derivation's own ``definitions`` of that name.
+    in a ``defined_by`` parameter, and a chain-rule factor gradient, must also agree with the derivation's own
+    ``definitions`` of that name.
     A statement with ``closure="ring"`` admits a step whose sides have one normal form in the free ring.
     """
     statement = lemma.statement
@@ -472,21 +510,25 @@ def step_instance(lemma, kind: str, before, after, *, substitution=None, params=
         if not _defines(statement, old, new):
             return "", f"the substitution {old} = {new} is not an instance of the statement's definition"
         before = [replace_free(b, old, new) for b in before]
-    extra, context = [], definitions or {}
-    for key in ("gradients", *statement.defined_by):
-        for name, definition in ((params or {}).get(key) or {}).items():
-            definition = product(*definition) if isinstance(definition, tuple) else definition  # its factors
-            if not _defines(statement, name, definition):
-                return "", f"the definition {name} = {definition} is not an instance of the statement's definition"
-            if key != "gradients" and name in context and tidy(context[name]) != tidy(definition):
-                return "", f"the definition {name} = {definition} is not the derivation's {name} = {context[name]}"
-            extra.append(Clause(name, definition))
+    context, params = definitions or {}, params or {}
+    sizes = _abbreviated_sizes(statement, params)
+    if sizes:  # the step holds where its abbreviations are defined: their names' free dimensions are the definitions'
+        before, after = [b.xreplace(sizes) for b in before], [a.xreplace(sizes) for a in after]
+        params = {k: ({n.xreplace(sizes): v.xreplace(sizes) for n, v in p.items()} if k in statement.defined_by else p)
+                  for k, p in params.items()}
+        context = {n.xreplace(sizes): v.xreplace(sizes) for n, v in context.items()}
+    extra, failure = _own_definitions(statement, params, context)
+    if failure is not None:
+        return "", failure
+    if statement.closure == "induction":
+        return _induction(statement, before, after, params, context, extra)
     if statement.closure == "rewrite":  # the step's own definitions unfold (name → definition) with the clauses
         forms = [(rewrite_normal_form(statement, b, extra), rewrite_normal_form(statement, a, extra))
                  for b, a in zip(before, after, strict=True)]
         same = all(x is not None and y is not None and ring_normal_form(x) == ring_normal_form(y) for x, y in forms)
-        return ("instance: the clauses, applied left to right, give both sides one normal form", None) if same else (
-            "", "the clauses, applied left to right, do not give both sides one normal form")
+        where = f" (at {', '.join(f'{k} = {v}' for k, v in sizes.items())}, as the abbreviations fix)" if sizes else ""
+        return (f"instance: the clauses, applied left to right, give both sides one normal form{where}", None) if same \
+            else ("", "the clauses, applied left to right, do not give both sides one normal form")
     assumed = tuple((params or {}).get("targets") or ())  # facts the rule module declares (msign's polar form)
     ok, used = is_instance(statement, before, after, extra, assumed)
     if not ok:
@@ -497,6 +539,34 @@ def step_instance(lemma, kind: str, before, after, *, substitution=None, params=
     if assumed:
         status += f" (side conditions of {', '.join(map(str, assumed))} declared by the step)"
     return status, None
+
+
+def _induction(statement, before, after, params, definitions, extra) -> tuple[str, str | None]:
+    """``closure="induction"``: the step's claims ``{old: new}`` are proven one after the other, each from the
+    derivation's definitions and the claims before it (the base case: both definitions agree; the induction step:
+    they agree once the iterate is unfolded and the earlier claims applied, which is the statement's one-step
+    identity in the free ring), and the step is its start with its own definitions and the claims applied."""
+    pending = {old: new for key in statement.claims for old, new in (params.get(key) or {}).items()}
+    if not pending:
+        return "", "the step states no claims to prove"
+    claims, proven = dict(pending), {}
+    while pending:
+        done = {old: new for old, new in pending.items() if follows(old, new, definitions, proven)}
+        if not done:
+            old, new = next(iter(pending.items()))
+            return "", (f"the claim {old} = {new} does not follow from the derivation's definitions and the claims "
+                        f"proven before it")
+        proven.update(done)
+        pending = {old: new for old, new in pending.items() if old not in done}
+    for b, a in zip(before, after, strict=True):
+        for clause in extra:
+            b = replace_free(b, clause.lhs, clause.rhs)
+        for old, new in claims.items():
+            b = replace_free(b, old, new)
+        if tidy(b) != tidy(a) and ring_normal_form(b) != ring_normal_form(a):
+            return "", "the step is not its start with the claims and its definitions applied"
+    plural = "s" if len(claims) > 1 else ""
+    return f"instance: {len(claims)} claim{plural} proven by induction from the definitions", None
 
 
 def proof_status(steps) -> dict:
@@ -520,54 +590,6 @@ def proof_status(steps) -> dict:
             reason = f"Lemma {step.lemma.number}'s statement is not yet a SymPy object"
         why[reason] = why.get(reason, 0) + 1
     return {"for all sizes": proven, "at instances": len(steps) - proven, "why": why}
-
-
-# ---- the free ring's normal form ---------------------------------------------------------------
-def _atom(e):
-    """A node that is not ring structure, keyed by its class and its arguments' normal forms."""
-    if not e.args or isinstance(e, (MatrixSymbol, Identity)):
-        return e
-    def key(a):
-        algebraic = _is_matrix(a) or getattr(a, "is_commutative", None) and not a.is_Atom
-        return ring_normal_form(a) if algebraic else a
-
-    return (type(e).__name__, *(key(a) for a in e.args))
-
-
-def _poly(e) -> dict:
-    """``e`` as ``{word: coefficient}``: words of matrix atoms (order kept) and sorted scalar atoms."""
-    e = tidy(e)
-    if isinstance(e, (MatAdd, Add)):
-        out: dict = {}
-        for t in e.args:
-            for w, c in _poly(t).items():
-                out[w] = out.get(w, 0) + c
-        return out
-    if isinstance(e, (MatMul, Mul)):
-        out = {((), ()): S.One}
-        for f in e.args:
-            nxt: dict = {}
-            for (w1, s1), c1 in out.items():
-                for (w2, s2), c2 in _poly(f).items():
-                    key = (w1 + w2, tuple(sorted(s1 + s2, key=str)))
-                    nxt[key] = nxt.get(key, 0) + c1 * c2
-            out = nxt
-        return out
-    if e.is_number or isinstance(e, Symbol):
-        return {((), ()): e}
-    if isinstance(e, Pow) and not _is_matrix(e) and e.exp.is_Integer and e.exp > 0:  # scalars commute
-        return _poly(Mul(*[e.base] * int(e.exp), evaluate=False))
-    if getattr(e, "is_ZeroMatrix", False):
-        return {}
-    atom = _atom(e)
-    return {((atom,), ()): S.One} if _is_matrix(e) else {((), (atom,)): S.One}
-
-
-def ring_normal_form(e) -> frozenset:
-    """``e`` in the free (noncommutative) ring over its atoms: distributed, collected, associated (a hashable
-    set of ``(word, coefficient)``)."""
-    terms = ((w, expand(c)) for w, c in _poly(e).items())
-    return frozenset((w, c) for w, c in terms if c != 0)
 
 
 __all__ = ["InstanceChecker", "Matcher", "is_instance", "proof_status", "ring_normal_form", "step_instance",

@@ -86,6 +86,7 @@ def _msign_extract_ids():
 MSIGN_ORTHOGONAL = Lemma(
     key="msign_orthogonal", number="5e", title="msign commutes with an orthogonal right factor",
     statement=stated_by(_msign_extract_ids), rewrite=_msign_extract_rewrite, identities=_msign_extract_ids,
+    algebraic=True,  # the symbolic model with facts takes an orthogonal factor out of msign
 )
 
 
@@ -100,6 +101,7 @@ MSIGN_ISOMETRY = Lemma(
     key="msign_isometry", number="5a", title="msign commutes with isometries",
     statement=stated_by(_msign_absorb_ids),
     rewrite=_msign_absorb_rewrite, identities=_msign_absorb_ids,
+    algebraic=True,  # the symbolic model with facts takes isometries out of msign
 )
 
 
@@ -125,6 +127,7 @@ def _msign_scale_ids():
 MSIGN_SCALE = Lemma(
     key="msign_scale", number="5b", title="msign ignores positive scale",
     statement=stated_by(_msign_scale_ids), rewrite=_msign_scale_rewrite, identities=_msign_scale_ids,
+    algebraic=True,  # the symbolic model with facts drops a positive scale inside msign
 )
 
 
@@ -146,6 +149,7 @@ MSIGN_TRANSPOSE = Lemma(
     key="msign_transpose", number="5c", title="msign commutes with transposition",
     statement=stated_by(_msign_transpose_ids),
     rewrite=_msign_transpose_rewrite, identities=_msign_transpose_ids,
+    algebraic=True,  # the symbolic model with facts has msign(Aᵀ) = msign(A)ᵀ
 )
 
 

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 
 import mpmath
 import numpy as np
-from sympy import Basic, Symbol
-from sympy.matrices.expressions import Identity, MatMul, MatrixSymbol
+from sympy import Add, Basic, Mul, Pow, S, Symbol, expand
+from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose
 
+from derivations.engine.algebra import map_bottom_up, rebuild, tidy
 from derivations.engine.evaluate import InstanceSampler, evaluate, free_symbols, relative_error
 from derivations.engine.latex_notation import latex
 from derivations.engine.vocabulary import (
@@ -76,7 +77,10 @@ class Clause:
 
     def latex(self) -> str:
         op = "=" if self.relation == "=" else r"\le"
-        return f"{latex(self.lhs)} {op} {latex(self.rhs)}"
+        text = f"{latex(self.lhs)} {op} {latex(self.rhs)}"
+        if self.where is None:
+            return text
+        return rf"{text}\ \text{{for}}\ {latex(self.where[0])} = {latex(self.where[1])}"
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,9 @@ class Statement:
     #: ``"ring"``: a step is an instance when both sides have one normal form in the free ring that the
     #: clauses generate (distributivity, collection, associativity); ``"rewrite"``: when both sides, with
     #: the clauses applied left to right wherever they match until none does, have one normal form in the
-    #: free ring (a chain of instances in one step); otherwise clause by clause
+    #: free ring (a chain of instances in one step); ``"induction"``: each claim ``old = new`` of the step parameters
+    #: named in ``claims`` is proven from the derivation's definitions and the claims proven before it, and the step
+    #: is its start with the claims (and its own definitions) applied; otherwise clause by clause
     closure: str = ""
     #: pattern matrices that stand for one matrix symbol or its transpose only (never a product or a node)
     leaves: frozenset = field(default_factory=frozenset)
@@ -166,12 +172,18 @@ class Statement:
     defined_by: tuple = ()
     #: integer pattern symbols that are no matrix dimension (a block size), bound like dimensions
     integers: frozenset = field(default_factory=frozenset)
+    #: ``closure="induction"``: the step parameters that carry its claims ``{old: new}`` (equalities of symbols)
+    claims: tuple = ()
     sizes: tuple = field(default=(), compare=False)  # dicts: not part of equality or hashing
     #: symbols defined by others (``R = X Xᵀ``) and fixed scalars, for the random instances
     definitions: dict = field(default_factory=dict, compare=False)
     scalars: dict = field(default_factory=dict, compare=False)
     #: ``(env, rng, backend, dims) -> (env, overridden)``: completes a random instance (a lemma's ``instance``)
     prepare: Callable | None = field(default=None, compare=False)
+    #: ``(lhs, env, backend, dims) -> value | None``: a clause's left side computed by a method independent of the
+    #: nodes' own numerics (a Gram power from the SVD of its factor), which the self-check compares with the right
+    #: side, so that a statement whose two sides share one evaluation can still fail
+    reference: Callable | None = field(default=None, compare=False)
 
     def __post_init__(self):
         if not self.clauses or not all(isinstance(c, Clause) for c in self.clauses):
@@ -179,8 +191,8 @@ class Statement:
         unknown = (set(self.optional) | set(self.leaves)) - set(self.variables)
         if unknown:
             raise ValueError(f"optional or leaf symbols {sorted(map(str, unknown))} are not in the statement")
-        if self.closure not in ("", "ring", "rewrite"):
-            raise ValueError(f"a statement's closure is '', 'ring' or 'rewrite', got {self.closure!r}")
+        if self.closure not in ("", "ring", "rewrite", "induction"):
+            raise ValueError(f"a statement's closure is '', 'ring', 'rewrite' or 'induction', got {self.closure!r}")
 
     @property
     def variables(self) -> tuple:
@@ -258,7 +270,9 @@ class Statement:
                 old, expr = clause.where
                 env = {**env, old: evaluate(expr, env, backend, dims)}
             # fixed scalars enter the clauses themselves: a node's exponent is a number, never a variable
-            a = evaluate(clause.lhs.xreplace(self.scalars), env, backend, dims)
+            lhs = clause.lhs.xreplace(self.scalars)
+            a = None if self.reference is None else self.reference(lhs, env, backend, dims)
+            a = evaluate(lhs, env, backend, dims) if a is None else a
             b = evaluate(clause.rhs.xreplace(self.scalars), env, backend, dims)
             if clause.relation == "=":
                 worst = max(worst, relative_error(a, b, backend))
@@ -266,3 +280,86 @@ class Statement:
                 excess = float(a) - float(b)
                 worst = max(worst, max(0.0, excess) / max(1.0, abs(float(b))))
         return worst
+
+
+def _is_matrix(e) -> bool:
+    return bool(getattr(e, "is_Matrix", False))
+
+
+# ---- the free ring's normal form ---------------------------------------------------------------
+def _atom(e):
+    """A node that is not ring structure, keyed by its class and its arguments' normal forms."""
+    if not e.args or isinstance(e, (MatrixSymbol, Identity)):
+        return e
+    def key(a):
+        algebraic = _is_matrix(a) or getattr(a, "is_commutative", None) and not a.is_Atom
+        return ring_normal_form(a) if algebraic else a
+
+    return (type(e).__name__, *(key(a) for a in e.args))
+
+
+def _poly(e) -> dict:
+    """``e`` as ``{word: coefficient}``: words of matrix atoms (order kept) and sorted scalar atoms."""
+    e = tidy(e)
+    if isinstance(e, (MatAdd, Add)):
+        out: dict = {}
+        for t in e.args:
+            for w, c in _poly(t).items():
+                out[w] = out.get(w, 0) + c
+        return out
+    if isinstance(e, (MatMul, Mul)):
+        out = {((), ()): S.One}
+        for f in e.args:
+            nxt: dict = {}
+            for (w1, s1), c1 in out.items():
+                for (w2, s2), c2 in _poly(f).items():
+                    key = (w1 + w2, tuple(sorted(s1 + s2, key=str)))
+                    nxt[key] = nxt.get(key, 0) + c1 * c2
+            out = nxt
+        return out
+    if e.is_number or isinstance(e, Symbol):
+        return {((), ()): e}
+    if isinstance(e, Pow) and not _is_matrix(e) and e.exp.is_Integer and e.exp > 0:  # scalars commute
+        return _poly(Mul(*[e.base] * int(e.exp), evaluate=False))
+    if getattr(e, "is_ZeroMatrix", False):
+        return {}
+    atom = _atom(e)
+    return {((atom,), ()): S.One} if _is_matrix(e) else {((), (atom,)): S.One}
+
+
+def ring_normal_form(e) -> frozenset:
+    """``e`` in the free (noncommutative) ring over its atoms: distributed, collected, associated (a hashable
+    set of ``(word, coefficient)``)."""
+    terms = ((w, expand(c)) for w, c in _poly(e).items())
+    return frozenset((w, c) for w, c in terms if c != 0)
+
+
+# ---- definitions unfolded (the kernel's induction) ---------------------------------------------
+MAX_UNFOLD = 64  # nested definitions one unfolding follows
+
+
+def unfolded(e, definitions: dict, proven: dict, depth: int = 0) -> Basic:
+    """``e`` with every defined symbol that stands as a factor (of a product or a transpose, outside sums and derived
+    nodes) replaced by its definition, recursively, and the proven claims applied elsewhere (inside a polynomial
+    ``a I + b R + c R²``): every replacement is an equality. Raises ``RecursionError`` on a cyclic definition."""
+    if depth > MAX_UNFOLD:
+        raise RecursionError("the definitions do not end")
+    if e in proven:
+        return unfolded(proven[e], definitions, proven, depth + 1)
+    if isinstance(e, MatrixSymbol) and e in definitions:
+        return unfolded(definitions[e], definitions, proven, depth + 1)
+    if isinstance(e, (MatMul, Transpose)):
+        return rebuild(e, [unfolded(a, definitions, proven, depth + 1) for a in e.args])
+    return tidy(map_bottom_up(e, lambda x: proven.get(x, x)))
+
+
+def follows(old, new, definitions: dict, proven: dict) -> bool:
+    """The claim ``old = new`` follows from the derivation's definitions of both and the claims ``proven`` before
+    it: both definitions, unfolded (:func:`unfolded`), have one normal form in the free ring."""
+    if old not in definitions or new not in definitions:
+        return False
+    try:
+        a, b = (unfolded(tidy(definitions[s]), definitions, proven) for s in (old, new))
+    except RecursionError:
+        return False
+    return a == b or ring_normal_form(a) == ring_normal_form(b)
