@@ -166,10 +166,11 @@ def derivation_rst(der, rule_name: str, heading: str = "-", page_sizes: dict | N
         body += [".. rst-class:: workbench-label", "", "**Result:** the start equals", "",
                  *rst.math_block(tex(latex(der.formula)))]
     else:  # nothing to rewrite: the start is the result (printing "X = X" would say nothing)
-        body += ["**Result:** the start itself (no step changes it).", ""]
+        body += [f"**Result:** the start itself: no step changes it, so there is no proof to show (fingerprint "
+                 f"{rst.literal(der.fingerprint())}).", ""]
+        return out + rst.indent(body)
     out += rst.indent(body) + [".. prf:proof::", ""]
-    proof = [proof_summary(der) if der.steps else
-             f"No step is needed. Fingerprint {rst.literal(der.fingerprint())}.", ""]
+    proof = [proof_summary(der), ""]
     sizes = check_sizes(der)
     if sizes != page_sizes:
         proof += [".. workbench-details:: Checked at sizes of its own (not the legend's)", "",
