@@ -2,6 +2,7 @@
 
     python -m benchmarks.step [--repeats N] [--shapes gpt2,llama3] [--dtype float32|bfloat16]
                               [--rows attention,full] [--msign auto|newton_schulz|gram_newton_schulz] [--small]
+                              [--layers N]
 
 Times the first step's compilation, then ``jit(update)`` (momentum included) of the optimizers, interleaved
 in one run. Attention rows: the four attention matrices of one layer, GPT-2-small (``d = 768``, 12 heads
@@ -15,8 +16,12 @@ pairs: every matrix ``√max(1, fan_out/fan_in) msign(m)``). Compositional Muon 
 matrix whole. All use the same 5-step Polar Express schedule; the project's optimizers compute msign by
 ``--msign`` (default ``auto``: Gram Newton–Schulz with its default restart after iteration 2 where the
 flop model says it is cheaper, the standard iteration elsewhere). ``--small`` divides ``d``, ``d_h``
-and ``f`` by :data:`SMALL_FACTOR` (head counts kept), for a CPU. Each ratio is the median over rounds of
-the two updates' times within a round (see :mod:`benchmarks.interleave`); each row also prints the flop
+and ``f`` by :data:`SMALL_FACTOR` (head counts kept), for a CPU. ``--layers N`` makes every row a model of
+``N`` such layers, each layer's matrices separate leaves (``layer0/wq``, …, as an unscanned model stores
+them): ``optax.contrib.muon`` compiles one Newton–Schulz per matrix, Compositional Muon one call per
+rule and shape (:mod:`numerics.optimizer.batching`), so the compile-time ratio (``comp ratio``) falls as
+``N`` grows. Each ratio of step times is the median over rounds of the two updates' times within a round
+(see :mod:`benchmarks.interleave`); each row also prints the flop
 model of both updates (:func:`flop_model`, :func:`layer_flop_model`), the floor the measured ratio would
 reach if every flop ran at the same rate. The last line is ``cm/muon median step time ratio: R``, the
 largest Compositional Muon / ``optax.contrib.muon`` ratio over every row printed.
@@ -45,6 +50,7 @@ SHAPES = {"gpt2": (768, 12, 12, 64), "llama3": (4096, 32, 8, 128)}
 MLP_WIDTH = {"gpt2": 3072, "llama3": 14336}
 SMALL_FACTOR = 8  # --small: d, d_h and f divided by this, head counts kept
 ROWS = ("attention", "full")
+MAX_LAYERS = 96  # --layers: at most this many (GPT-3's 96 layers)
 GRAM_CHOICES = tuple(m for m in MSIGN_METHODS if m != "svd")  # the methods the flop model counts
 
 
@@ -72,6 +78,18 @@ def full_layer(rng, d, heads, kv_heads, head_dim, f, dtype):
     params = layer(rng, d, heads, kv_heads, head_dim, dtype)
     params.update({k: jnp.asarray(rng.standard_normal(s) / np.sqrt(s[0]), dtype) for k, s in mlp_shapes(d, f).items()})
     return params
+
+
+def stacked_model(make, layers):
+    """``make()`` (one layer's params) for one layer, else ``{"layer0": make(), …}``: ``layers`` separate layers."""
+    return make() if layers == 1 else {f"layer{i}": make() for i in range(layers)}
+
+
+def attention_pairs(heads, kv_heads, layers):
+    """The pairing function of :func:`stacked_model`'s params: each layer's QK and OV pair."""
+    prefixes = [""] if layers == 1 else [f"layer{i}/" for i in range(layers)]
+    return lambda params: [p for x in prefixes for p in (QKPair(f"{x}wq", f"{x}wk", heads, kv_heads),
+                                                         OVPair(f"{x}wo", f"{x}wv", heads, kv_heads))]
 
 
 def ns_flops(m, n, steps, degree):
@@ -141,9 +159,9 @@ def layer_flop_model(d, heads, kv_heads, head_dim, f, steps, degree, msign="auto
             "optax": sum(ns_flops(m, n, steps, degree) for m, n in attention + mlp)}
 
 
-def measure(name, repeats, dtype, msign="newton_schulz", small=False):
+def measure(name, repeats, dtype, msign="newton_schulz", small=False, layers=1):
     """``(median cm seconds, median muon seconds, paired cm/muon ratio)`` over interleaved rounds."""
-    return measure_with_compile(name, repeats, dtype, msign, small)[2:]
+    return measure_with_compile(name, repeats, dtype, msign, small, layers)[2:]
 
 
 def run_compiled(optimizers, params, grads, repeats):
@@ -159,33 +177,31 @@ def run_compiled(optimizers, params, grads, repeats):
     return compile_s, interleaved(runs, repeats, warmup=1)
 
 
-def measure_with_compile(name, repeats, dtype, msign="newton_schulz", small=False):
+def measure_with_compile(name, repeats, dtype, msign="newton_schulz", small=False, layers=1):
     """``(cm compile s, muon compile s, median cm s, median muon s, paired cm/muon ratio)`` on the attention
-    matrices (``muon``: ``optax.contrib.muon``)."""
+    matrices of ``layers`` layers (``muon``: ``optax.contrib.muon``)."""
     d, heads, kv, hd, _ = dims(name, small)
     rng = np.random.default_rng(0)
-    params = layer(rng, d, heads, kv, hd, dtype)
+    params = stacked_model(lambda: layer(rng, d, heads, kv, hd, dtype), layers)
     grads = jax.tree.map(lambda x: jnp.asarray(rng.standard_normal(x.shape), dtype), params)
     schedule = resolve_schedule("polar-express-5", 5)
-    cm = compositional_muon(0.02, pairs=lambda p: [QKPair("wq", "wk", heads, kv), OVPair("wo", "wv", heads, kv)],
-                            msign=msign)
+    cm = compositional_muon(0.02, pairs=attention_pairs(heads, kv, layers), msign=msign)
     muon = optax.contrib.muon(0.02, ns_coeffs=schedule)
     compile_s, times = run_compiled({"cm": cm, "muon": muon}, params, grads, repeats)
     return (compile_s["cm"], compile_s["muon"], statistics.median(times["cm"]), statistics.median(times["muon"]),
             paired_ratio(times["cm"], times["muon"]))
 
 
-def measure_full(name, repeats, dtype, msign="auto", small=False):
-    """A full layer (attention and gated MLP): ``{label: (compile s, median s, paired ratio to optax)}`` for
+def measure_full(name, repeats, dtype, msign="auto", small=False, layers=1):
+    """Full layers (attention and gated MLP): ``{label: (compile s, median s, paired ratio to optax)}`` for
     ``"cm"``, ``"muon-path"`` (``compositional_muon`` without pairs) and ``"optax"`` (ratio 1)."""
     d, heads, kv, hd, f = dims(name, small)
     rng = np.random.default_rng(0)
-    params = full_layer(rng, d, heads, kv, hd, f, dtype)
+    params = stacked_model(lambda: full_layer(rng, d, heads, kv, hd, f, dtype), layers)
     grads = jax.tree.map(lambda x: jnp.asarray(rng.standard_normal(x.shape), dtype), params)
     schedule = resolve_schedule("polar-express-5", 5)
     optimizers = {
-        "cm": compositional_muon(0.02, pairs=lambda p: [QKPair("wq", "wk", heads, kv), OVPair("wo", "wv", heads, kv)],
-                                 msign=msign),
+        "cm": compositional_muon(0.02, pairs=attention_pairs(heads, kv, layers), msign=msign),
         "muon-path": compositional_muon(0.02, pairs=None, msign=msign),
         "optax": optax.contrib.muon(0.02, ns_coeffs=schedule)}
     compile_s, times = run_compiled(optimizers, params, grads, repeats)
@@ -202,17 +218,20 @@ def _names(text, known, what):
 
 def attention_rows(names, args, dtype, steps, degree) -> list:
     """Print the attention rows; their cm/optax ratios."""
-    print(f"attention (four matrices); msign={args.msign}{SMALL_NOTE if args.small else ''}")
+    print(f"attention (four matrices per layer), {args.layers} layer{'s' if args.layers > 1 else ''}; "
+          f"msign={args.msign}{SMALL_NOTE if args.small else ''}")
     print(f"{'shape':<8} {'d':>5} {'H':>3} {'H_kv':>4} {'d_h':>4} {'cm comp s':>9} {'muon comp s':>11} "
-          f"{'cm ms':>10} {'muon ms':>10} {'ratio':>6} "
+          f"{'comp ratio':>10} {'cm ms':>10} {'muon ms':>10} {'ratio':>6} "
           f"{'cm GF':>7} {'muon GF':>8} {'flop ratio':>10}")
     ratios = []
     for name in names:
         d, h, kv, hd, _ = dims(name, args.small)
-        c_cm, c_muon, t_cm, t_muon, ratio = measure_with_compile(name, args.repeats, dtype, args.msign, args.small)
+        c_cm, c_muon, t_cm, t_muon, ratio = measure_with_compile(name, args.repeats, dtype, args.msign, args.small,
+                                                                 args.layers)
         ratios.append(ratio)
         f_cm, f_muon = flop_model(d, h, kv, hd, steps, degree, args.msign)
-        print(f"{name:<8} {d:>5} {h:>3} {kv:>4} {hd:>4} {c_cm:>9.2f} {c_muon:>11.2f} {1e3 * t_cm:>10.1f} "
+        print(f"{name:<8} {d:>5} {h:>3} {kv:>4} {hd:>4} {c_cm:>9.2f} {c_muon:>11.2f} {c_cm / c_muon:>10.2f} "
+              f"{1e3 * t_cm:>10.1f} "
               f"{1e3 * t_muon:>10.1f} {ratios[-1]:>6.3f} "
               f"{f_cm / 1e9:>7.2f} {f_muon / 1e9:>8.2f} {f_cm / f_muon:>10.3f}", flush=True)
     return ratios
@@ -223,19 +242,20 @@ SMALL_NOTE = f"; --small: d, d_h and f divided by {SMALL_FACTOR}"
 
 def full_rows(names, args, dtype, steps, degree) -> dict:
     """Print the full-layer rows; ``{"cm": [ratios], "muon-path": [ratios]}`` against ``optax.contrib.muon``."""
-    print(f"full layer (attention + gated MLP), each against optax.contrib.muon; msign={args.msign}"
-          f"{SMALL_NOTE if args.small else ''}")
+    print(f"full layer (attention + gated MLP), {args.layers} layer{'s' if args.layers > 1 else ''}, each against "
+          f"optax.contrib.muon; msign={args.msign}{SMALL_NOTE if args.small else ''}")
     print(f"{'shape':<8} {'d':>5} {'H':>3} {'H_kv':>4} {'d_h':>4} {'f':>6} {'optimizer':<10} {'comp s':>7} "
-          f"{'ms':>10} {'optax ms':>10} {'ratio':>6} {'GF':>8} {'optax GF':>8} {'flop ratio':>10}")
+          f"{'optax comp s':>12} {'ms':>10} {'optax ms':>10} {'ratio':>6} {'GF':>8} {'optax GF':>8} {'flop ratio':>10}")
     ratios: dict = {"cm": [], "muon-path": []}
     for name in names:
         d, h, kv, hd, f = dims(name, args.small)
-        found = measure_full(name, args.repeats, dtype, args.msign, args.small)
+        found = measure_full(name, args.repeats, dtype, args.msign, args.small, args.layers)
         flops = layer_flop_model(d, h, kv, hd, f, steps, degree, args.msign)
         for label in ratios:
             comp, t, ratio = found[label]
             ratios[label].append(ratio)
-            print(f"{name:<8} {d:>5} {h:>3} {kv:>4} {hd:>4} {f:>6} {label:<10} {comp:>7.2f} {1e3 * t:>10.1f} "
+            print(f"{name:<8} {d:>5} {h:>3} {kv:>4} {hd:>4} {f:>6} {label:<10} {comp:>7.2f} {found['optax'][0]:>12.2f} "
+                  f"{1e3 * t:>10.1f} "
                   f"{1e3 * found['optax'][1]:>10.1f} {ratio:>6.3f} {flops[label] / 1e9:>8.2f} "
                   f"{flops['optax'] / 1e9:>8.2f} {flops[label] / flops['optax']:>10.3f}", flush=True)
     return ratios
@@ -255,6 +275,9 @@ def main(argv=None) -> int:
                         "flop model says it is cheaper)")
     p.add_argument("--small", action="store_true", help=f"divide d, d_h and f by {SMALL_FACTOR} (for a CPU)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    p.add_argument("--layers", type=int, default=1,
+                   help="layers per model, each layer's matrices separate leaves (default 1); the flop model "
+                        "columns are per layer")
     p.add_argument("--lapack-threads", type=int, default=1,
                    help="OpenBLAS threads for jaxlib's CPU eigh (default 1; 0 leaves the library default; "
                         "see numerics.kernels.lapack_threads)")
@@ -266,6 +289,8 @@ def main(argv=None) -> int:
             p.error(f"argument --repeats: must be >= 1, got {args.repeats}")
         if args.lapack_threads < 0:
             p.error(f"argument --lapack-threads: must be >= 0, got {args.lapack_threads}")
+        if not 1 <= args.layers <= MAX_LAYERS:
+            p.error(f"argument --layers: must be between 1 and {MAX_LAYERS}, got {args.layers}")
     except UsageError as exc:
         return usage_error("benchmarks.step", exc)
     if args.lapack_threads:

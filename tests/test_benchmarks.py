@@ -55,6 +55,11 @@ def test_step_measure_returns_times_and_the_paired_ratio(monkeypatch):
     assert t_cm > 0 and t_muon > 0 and ratio > 0
     c_cm, c_muon, *rest = step.measure_with_compile("tiny", 3, jnp.float32)  # the first step's compile times first
     assert c_cm > 0 and c_muon > 0 and len(rest) == 3 and all(x > 0 for x in rest)
+    assert len(step.measure_with_compile("tiny", 2, jnp.float32, layers=3)) == 5  # --layers: three layers' leaves
+    model = step.stacked_model(lambda: {"wq": 0}, 3)
+    assert list(model) == ["layer0", "layer1", "layer2"] and step.stacked_model(lambda: {"wq": 0}, 1) == {"wq": 0}
+    assert [p[0] for p in step.attention_pairs(2, 1, 2)(model)] == ["layer0/wq", "layer0/wo", "layer1/wq",
+                                                                    "layer1/wo"]
     full = step.measure_full("tiny", 2, jnp.float32)  # attention and gated MLP: three optimizers, ratios to optax
     assert set(full) == {"cm", "muon-path", "optax"} and full["optax"][2] == 1.0
     assert all(c > 0 and t > 0 and r > 0 for c, t, r in full.values())
@@ -96,7 +101,8 @@ def test_full_layer_flop_model_adds_the_gated_mlp():
                                          (["--repeats", "0"], "argument --repeats: must be >= 1"),
                                          (["--dtype", "int8"], "argument --dtype: invalid choice"),
                                          (["--rows", "mlp"], "argument --rows: unknown ['mlp']"),
-                                         (["--msign", "svd"], "argument --msign: invalid choice")])
+                                         (["--msign", "svd"], "argument --msign: invalid choice"),
+                                         (["--layers", "0"], "argument --layers: must be between 1 and 96")])
 def test_step_benchmark_rejects_bad_arguments_with_one_line(args, needle, capsys):
     """In-process (``main`` returns the exit status): one ``benchmarks.step: error:`` line, exit 2."""
     assert step.main(args) == 2

@@ -19,6 +19,7 @@ import json
 import re
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -149,24 +150,30 @@ def test_pages_that_run_code_are_read_first_and_pages_printed_from_the_catalogue
     assert docnames == ["guide", "tour", "tutorial", "api", "lemmas", "rules/halfsplit"]
 
 
-def test_a_page_waits_for_the_catalogue_the_background_thread_builds(monkeypatch):
-    """One build of each rule module: the page that asks while the thread builds gets the thread's result."""
+def test_a_page_waits_for_the_catalogue_the_workers_build(monkeypatch):
+    """One build of each rule module, by a worker (a thread pool stands in for the process pool here; the real
+    processes run in every docs build): a page that asks meanwhile waits and gets the worker's result, sent back
+    pickled. No worker outlives the catalogue, and ``workbench_derivation_workers = 0`` starts none."""
     built, started, release = [], threading.Event(), threading.Event()
 
     def slow_load(path):
         built.append(path)
         started.set()
         release.wait(5)
-        return SimpleNamespace(name=path.split(".")[-1], derivations=[])
+        return SimpleNamespace(derivations=["the worker's derivations"], functions=[])
 
     monkeypatch.setattr(objects, "load_rule", slow_load)
-    cat = objects.Catalogue(["pkg.one"])
-    worker = threading.Thread(target=objects._build_quietly, args=(cat,))
-    worker.start()
+    monkeypatch.setattr(objects, "ProcessPoolExecutor", lambda workers, mp_context: ThreadPoolExecutor(workers))
+    idle = objects.Catalogue(["derivations.sylvester"])
+    idle.start_workers(0)
+    assert idle._pool is None and not idle._pending
+    cat = objects.Catalogue(["derivations.sylvester"])
+    cat.start_workers(1)
     assert started.wait(5)
-    asked = threading.Thread(target=lambda: cat.rules)
+    seen = {}
+    asked = threading.Thread(target=lambda: seen.update(cat.rules))
     asked.start()
     release.set()
-    worker.join(5)
     asked.join(5)
-    assert built == ["pkg.one"] and list(cat.rules) == ["one"]
+    assert built == ["derivations.sylvester"] and seen["sylvester"].derivations == ["the worker's derivations"]
+    assert cat._pool is None and list(cat.rules) == ["sylvester"] and built == ["derivations.sylvester"]

@@ -5,6 +5,7 @@ Each test plants the mistake its fix exists to catch: the guard monkeypatched of
 of NumPy scalars, raw errors from internal names.
 """
 
+import re
 from decimal import Decimal
 from fractions import Fraction
 
@@ -117,8 +118,11 @@ def test_raise_mode_names_the_parameter_eagerly_and_under_jit():
     opt = compositional_muon(1.0, pairs=pairs_of(), damping=0.0, on_nonfinite="raise")
     state = opt.init(params)
     message = r"the update of 'attn/w[qk]' \(float16\) contains NaN or Inf.*the step was not applied"
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as raised:
         opt.update(grads(params), state, params)
+    # both factors of the pair are NaN: the others are named, and said to share the result of one call
+    assert re.search(r"\(also 1 more: 'attn/w[qk]'; parameters updated in one stacked call share a NaN/Inf "
+                     r"result, so it may have arisen in any of them\)", str(raised.value)), str(raised.value)
     with pytest.raises(Exception, match=message):
         jax.block_until_ready(jax.jit(opt.update)(grads(params), state, params))
     healthy = model(dtype=jnp.float16, qk_scale=0.3)  # no error when the update is finite

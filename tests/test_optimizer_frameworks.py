@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from optax.contrib import MuonDimensionNumbers
 
 from numerics import optimizer
 from numerics.optimizer import (
@@ -114,6 +115,29 @@ def test_a_wrong_head_axes_reshape_fails_the_comparison(linen_block, monkeypatch
     monkeypatch.setattr(framework_pairs, "merge_head_axes", head_minor)
     got = linen_plain(_run(compositional_muon(0.02, pairs="auto"), params, grads, 1)[0])
     assert not np.allclose(np.asarray(got["wq"]), np.asarray(want["wq"]), rtol=1e-3)
+
+
+def test_unpaired_head_axes_kernels_are_orthogonalized_as_whole_matrices(linen_block):
+    """Found in issue 24: a kernel with head axes in no pair got Muon per head slice (``(H, d_h)`` slices of
+    ``d`` rows); it is one ``d → H·d_h`` map, which optax.contrib.muon orthogonalizes whole given its dimension
+    numbers. Here ``pairs=None`` sends all four kernels of the linen block to Muon."""
+    _, _, params = linen_block
+    grads = random_like(params, 3)
+    dims = {"params": {n: {"kernel": MuonDimensionNumbers(0, (1, 2))} for n in ("query", "key", "value")}
+            | {"out": {"kernel": MuonDimensionNumbers((0, 1), 2)}}}
+    want = optax.contrib.muon(0.02, muon_weight_dimension_numbers=dims)
+    want = want.update(grads, want.init(params), params)[0]
+    got = _run(compositional_muon(0.02, "standard", pairs=None), params, grads, 1)[0]
+    for n in ("query", "key", "value", "out"):
+        np.testing.assert_allclose(got["params"][n]["kernel"], want["params"][n]["kernel"], rtol=2e-4, atol=1e-6)
+    assert describe_pairs(params, pairs=None).count("muon (head axes merged: one matrix)") == 4
+    # stacked layers (nn.scan, nnx's tree alike): the leading axis stays batched, each layer one (d, H·d_h) matrix
+    layers = jax.tree.map(lambda x: jnp.stack([x, -2 * x]), params["params"])
+    got = _run(compositional_muon(0.02, "standard", pairs=None), layers, layers, 1)[0]["query"]["kernel"]
+    flat = {"w": layers["query"]["kernel"].reshape(2, D, -1)}  # (layers, d, H·d_h): Muon on the last two axes
+    direction = optimizer.scale_by_compositional_muon(None, "standard")
+    want = -0.02 * direction.update(flat, direction.init(flat), flat)[0]["w"]
+    np.testing.assert_allclose(got.reshape(2, D, -1), want, rtol=2e-4, atol=1e-6)
 
 
 # ---- flax nnx -----------------------------------------------------------------------------------

@@ -305,6 +305,18 @@ def test_optax_arguments_as_optax_users_pass_them():
                        rtol=2e-4, atol=1e-6)
     with pytest.raises(ValueError, match=r"^compositional_muon: preconditioning must be 'frobenius', got 'aol'"):
         compositional_muon(0.1, preconditioning="aol")
+    # the direction alone takes it too, as optax.contrib.scale_by_muon does, with the same check
+    direction = optimizer.scale_by_compositional_muon(None, "standard", preconditioning="frobenius")
+    muon_direction = optax.contrib.scale_by_muon(preconditioning="frobenius",
+                                                 weight_dimension_numbers={"w": MuonDimensionNumbers()})
+    shape_scale = np.sqrt(40 / 24)  # optax.contrib.muon applies √max(1, fan_out/fan_in) after scale_by_muon
+    assert_trees_close(direction.update(g, direction.init(params), params)[0],
+                       jax.tree.map(lambda u: shape_scale * u,
+                                    muon_direction.update(g, muon_direction.init(params), params)[0]),
+                       rtol=2e-4, atol=1e-6)
+    for bad in ("spectral", "Frobenius", None):
+        with pytest.raises(ValueError, match=rf"^compositional_muon: preconditioning must be 'frobenius', got {bad!r}"):
+            optimizer.scale_by_compositional_muon(preconditioning=bad)
     for kwargs, error, message in [
             ({"beta": 1.0}, ValueError, r"beta must be in \[0, 1\), got 1.0; at 1 the bias correction"),
             ({"adam_b2": 1}, ValueError, r"adam_b2 must be in \[0, 1\), got 1"),

@@ -50,7 +50,9 @@ The package by concern: :mod:`~numerics.optimizer.pairs` (pair declarations, the
 declarations), :mod:`~numerics.optimizer.options` (the typed
 :class:`~numerics.optimizer.options.DirectionOptions`, schedules, scalar checks),
 :mod:`~numerics.optimizer.rules` (the direction rules as ``{name: function}`` registries),
-:mod:`~numerics.optimizer.transform` (the optax transformations and the non-finite guard) and
+:mod:`~numerics.optimizer.transform` (the optax transformations and the non-finite guard),
+:mod:`~numerics.optimizer.batching` (the pairs and Muon matrices of one shape, every layer's, as one stacked
+call), :mod:`~numerics.optimizer.head_axes` (unpaired flax kernels with head axes as whole matrices) and
 :mod:`~numerics.optimizer.alias` (:func:`compositional_muon`).
 """
 

@@ -16,7 +16,14 @@ import jax
 import optax
 
 from .groups import LoRAPlan
-from .options import check_hyperparameter_precision, check_hyperparameter_values, flag, momentum_dtype
+from .head_axes import head_axes_dimension_numbers
+from .options import (
+    check_hyperparameter_precision,
+    check_hyperparameter_values,
+    check_preconditioning,
+    flag,
+    momentum_dtype,
+)
 from .pairs import Pairs, adamw_selector, named_leaves, pair_declaration, plan_pairs
 from .transform import (
     check_finite_gradients,
@@ -106,10 +113,12 @@ def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
                 f"with {group.members[0]!r}")
         where.update({m: f"{what}, {role}" for m, role in zip(group.members, group.roles, strict=True)})
     leaves = named_leaves(params)
+    merged = head_axes_dimension_numbers(params) if muon_weight_dimension_numbers is None else {}
     width = max((len(n) for n in leaves), default=4)
     lines = [f"{'path':<{width}}  {'shape':<18}  role"]
     for name, x in leaves.items():
-        role = where.get(name) or ("muon" if roles[name] == "cm" else
+        muon = "muon (head axes merged: one matrix)" if name in merged else "muon"
+        role = where.get(name) or (muon if roles[name] == "cm" else
                                    "adamw (a bias)" if getattr(x, "ndim", 0) >= 2 and is_bias(name) else "adamw")
         lines.append(f"{name:<{width}}  {str(tuple(getattr(x, 'shape', ()))):<18}  {role}")
     lora = sum(isinstance(g, LoRAPlan) for g in plan.groups)
@@ -220,7 +229,10 @@ def compositional_muon(
 
     with :math:`\hat m` the (Nesterov) momentum, computed in the parameter's dtype (float64 gradients of
     float32 weights are cast to float32). Matrices of more than two axes are batched over the
-    leading axes (stacked layers). The state is a tuple: the gradient check's, the partition's (the
+    leading axes (stacked layers), and the pairs, groups (Muon matrices) of one shape in separate
+    leaves, every layer's, run as one stacked call (:mod:`~numerics.optimizer.batching`: the step
+    compiles each rule once).
+    The state is a tuple: the gradient check's, the partition's (the
     ``"cm"`` and ``"adam"`` parts) and the :class:`SkipNonFiniteState`.
 
     Examples:
@@ -244,10 +256,7 @@ def compositional_muon(
                                 {"eps": eps, "adam_eps_root": adam_eps_root, "weight_decay": weight_decay,
                                  "adam_weight_decay": adam_weight_decay},
                                 {"learning_rate": learning_rate, "adam_learning_rate": adam_learning_rate})
-    if preconditioning != "frobenius":
-        raise ValueError(f"compositional_muon: preconditioning must be 'frobenius', got {preconditioning!r}: the "
-                         f"project's Newton–Schulz starts from X/‖X‖_F, as optax.contrib.muon's default does; its "
-                         f"'spectral', 'aol' and 'schatten' starts are not implemented here")
+    check_preconditioning(preconditioning)
     check_finite, nesterov = flag("check_finite", check_finite), flag("nesterov", nesterov)
     mu_dtype = momentum_dtype(mu_dtype)  # also jnp.bfloat16 injected as a "schedule" by inject_hyperparams
     pairs = pair_declaration(pairs)
@@ -263,7 +272,7 @@ def compositional_muon(
                                         qk_rule=qk_rule, ov_rule=ov_rule, lora_rule=lora_rule, damping=damping,
                                         gauge=gauge,
                                         msign=msign, gram_roots=gram_roots, adaptive=adaptive,
-                                        consistent_rms=consistent_rms,
+                                        consistent_rms=consistent_rms, preconditioning=preconditioning,
                                         weight_dimension_numbers=muon_weight_dimension_numbers),
             optax.add_decayed_weights(weight_decay, weight_decay_mask),
             optax.scale_by_learning_rate(learning_rate)]

@@ -261,6 +261,18 @@ def check_schedule_bounded(schedule: Schedule, bound: float = SCHEDULE_BOUND, po
     return schedule
 
 
+#: the Newton–Schulz starts the project implements (``optax.contrib.muon``'s default, ``X/‖X‖_F``)
+PRECONDITIONINGS = ("frobenius",)
+
+
+def check_preconditioning(preconditioning: Any) -> None:
+    """Refuse a ``preconditioning`` other than ``"frobenius"``, naming ``optax.contrib.muon``'s other starts."""
+    if not isinstance(preconditioning, str) or preconditioning not in PRECONDITIONINGS:
+        raise ValueError(f"compositional_muon: preconditioning must be 'frobenius', got {preconditioning!r}: the "
+                         f"project's Newton–Schulz starts from X/‖X‖_F, as optax.contrib.muon's default does; its "
+                         f"'spectral', 'aol' and 'schatten' starts are not implemented here")
+
+
 def flag(name: str, value: Any) -> bool:
     """``value`` as a bool: only ``True``/``False`` (or a NumPy bool), never a truthy string like ``'no'``."""
     if isinstance(value, (bool, np.bool_)):

@@ -394,7 +394,7 @@ class AutoLayout:
     paths: tuple[str, str, str, str]
 
 
-def _auto_layouts(leaves: dict) -> list[AutoLayout]:
+def auto_layouts(leaves: dict) -> list[AutoLayout]:
     """Every attention block: a parent path with children named like one row of :data:`AUTO_NAMES`."""
     found = {}
     for path in leaves:
@@ -464,7 +464,7 @@ def auto_pairs(params: Any, heads: int | None = None, kv_heads: int | None = Non
     leaves = named_leaves(params)
     module_heads = module_head_counts(params, path_name)
     out: list = auto_lora_pairs(leaves) + auto_mla_pairs(leaves, heads, qk_nope_head_dim, AUTO_LEAVES)
-    for layout in _auto_layouts(leaves):
+    for layout in auto_layouts(leaves):
         arrays = [leaves[q] for q in layout.paths]
         if any(getattr(x, "ndim", 0) < 2 for x in arrays):
             continue  # vectors: not an attention block's matrices

@@ -28,7 +28,9 @@ from numerics.emitted import gauge as _gauge
 from numerics.emitted import halfsplit as _halfsplit
 from numerics.gauge_balance import balance
 
+from .batching import array_key, same_key_batches, stacked_call, unnamed
 from .framework_pairs import merged_pair
+from .head_axes import head_axes_dimension_numbers
 from .options import (
     GAUGES,
     GRAM_ROOTS,
@@ -36,6 +38,7 @@ from .options import (
     NONFINITE_POLICIES,
     DirectionOptions,
     check_damping_range,
+    check_preconditioning,
     check_schedule_bounded,
     damping_ok,
     flag,
@@ -82,7 +85,11 @@ def direction_dtype(param_dtype: Any, moment_dtype: Any) -> Any:
 
 def dimension_numbers_by_path(weight_dimension_numbers: Any, params: Any) -> dict:
     """``{path: MuonDimensionNumbers or None}`` from a ``MuonDimensionNumbers`` (every matrix), a pytree of
-    them (``None`` leaves: not a Muon matrix) or a function of the params giving either."""
+    them (``None`` leaves: not a Muon matrix) or a function of the params giving either. ``None`` (not given):
+    the attention kernels with head axes as their ``(d, H·d_h)`` matrices (:mod:`.head_axes`), every other
+    matrix by its last two axes."""
+    if weight_dimension_numbers is None:
+        return head_axes_dimension_numbers(params)
     dn = weight_dimension_numbers(params) if callable(weight_dimension_numbers) else weight_dimension_numbers
     if dn is None:
         return {}
@@ -221,31 +228,77 @@ def _momentum_estimate(mu: Any, updates: Any, count: Any, beta: Any, nesterov: b
 
 
 def _declared_directions(plan: Plan, w: dict, g: dict, s: StepSettings, options: DirectionOptions) -> dict:
-    """``{path: direction}`` of every declared pair and group: the named rule at ``ε = 2``, sign flipped."""
+    """``{path: direction}`` of every declared pair and group: the named rule at ``ε = 2``, sign flipped.
+
+    Pairs and groups of one layout and shape (every layer's) run as one stacked call (:mod:`.batching`)."""
     out = {}
-    for pair in plan.pairs:
-        a, b = pair.first, pair.second
-        direction = qk_direction if pair.kind == "qk" else ov_direction
-        da, db = direction(s.qk_rule if pair.kind == "qk" else s.ov_rule, w[a], w[b], g[a], g[b], pair, options)
-        out[a], out[b] = -da, -db
-    for group in plan.groups:
-        out.update({k: -d for k, d in group_direction(s.lora_rule, w, g, group, options).items()})
+
+    def layout(pair: Any) -> tuple:
+        return unnamed(pair), array_key(w[pair.first], w[pair.second], g[pair.first], g[pair.second])
+
+    for batch in same_key_batches(plan.pairs, layout):
+        pair = batch[0]
+        direction = functools.partial(qk_direction if pair.kind == "qk" else ov_direction,
+                                      s.qk_rule if pair.kind == "qk" else s.ov_rule)
+        found = stacked_call(lambda *x, pair=pair, direction=direction: direction(*x, pair, options),
+                             [(w[p.first], w[p.second], g[p.first], g[p.second]) for p in batch])
+        for p, (da, db) in zip(batch, found, strict=True):
+            out[p.first], out[p.second] = -da, -db
+    out.update(_group_directions(plan, w, g, s, options))
     if s.adaptive:  # each factor's direction times its inner product with the momentum
         out = {k: jnp.sum(g[k] * d) * d for k, d in out.items()}
     return out
 
 
-def _muon_direction(name: str, x: jax.Array, dims: Any, s: StepSettings) -> jax.Array:
-    """``√max(1, fan_out/fan_in) msign(m)`` (or ``optax.contrib.muon``'s ``adaptive``/``consistent_rms`` forms)."""
-    if x.ndim < 2:
-        raise ValueError(f"scale_by_compositional_muon: {name!r} has shape {tuple(x.shape)}, not a matrix; "
-                         f"compositional_muon gives vectors to AdamW, this transformation takes matrices only")
-    if x.size == 0:  # (0, n) or (n, 0): nothing to orthogonalize, the update is empty too
-        return jnp.zeros_like(x)
-    to_matrix, from_matrix = _muon_reshape(x, dims, name)
-    y = to_matrix(x)
-    fan_in, fan_out = y.shape[-2], y.shape[-1]
-    sign = from_matrix(_halfsplit.spectral_sign(y, s.options.msign, schedule_for(_halfsplit, s.options.schedule)))
+def _group_directions(plan: Plan, w: dict, g: dict, s: StepSettings, options: DirectionOptions) -> dict:
+    """``{path: direction}`` of the LoRA pairs and MLA blocks, those of one layout and shape as one stacked call
+    that runs as the batch's first group (whose paths its errors name)."""
+    out = {}
+
+    def operands(group: Any) -> tuple:
+        return (*(w[m] for m in group.members), *(g[m] for m in group.members))
+
+    for batch in same_key_batches(plan.groups, lambda group: (unnamed(group), array_key(*operands(group)))):
+        first = batch[0].members
+
+        def group_rule(*arrays: jax.Array, group: Any = batch[0], first: tuple = first) -> tuple:
+            n = len(first)
+            found = group_direction(s.lora_rule, dict(zip(first, arrays[:n], strict=True)),
+                                    dict(zip(first, arrays[n:], strict=True)), group, options)
+            return tuple(found[m] for m in first)
+
+        for group, ds in zip(batch, stacked_call(group_rule, [operands(grp) for grp in batch]), strict=True):
+            out.update({m: -d for m, d in zip(group.members, ds, strict=True)})
+    return out
+
+
+def _muon_directions(g: dict, dims: dict, s: StepSettings) -> dict:
+    """``{path: √max(1, fan_out/fan_in) msign(m)}`` (or ``optax.contrib.muon``'s ``adaptive``/``consistent_rms``
+    forms) of every matrix in ``g``; the matrices of one shape (after their dimension numbers) share one stacked
+    ``msign`` call (:mod:`.batching`)."""
+    out, matrices = {}, {}
+    for name, x in g.items():
+        if x.ndim < 2:
+            raise ValueError(f"scale_by_compositional_muon: {name!r} has shape {tuple(x.shape)}, not a matrix; "
+                             f"compositional_muon gives vectors to AdamW, this transformation takes matrices only")
+        if x.size == 0:  # (0, n) or (n, 0): nothing to orthogonalize, the update is empty too
+            out[name] = jnp.zeros_like(x)
+            continue
+        to_matrix, from_matrix = _muon_reshape(x, dims.get(name), name)
+        matrices[name] = (to_matrix(x), from_matrix)
+    schedule = schedule_for(_halfsplit, s.options.schedule)
+    for batch in same_key_batches(matrices, lambda name: array_key(matrices[name][0])):
+        signs = stacked_call(lambda y: (_halfsplit.spectral_sign(y, s.options.msign, schedule),),
+                             [(matrices[name][0],) for name in batch])
+        for name, (sign,) in zip(batch, signs, strict=True):
+            y, from_matrix = matrices[name]
+            out[name] = _muon_scaled(g[name], from_matrix(sign), y.shape[-2], y.shape[-1], s)
+    return out
+
+
+def _muon_scaled(x: jax.Array, sign: jax.Array, fan_in: int, fan_out: int, s: StepSettings) -> jax.Array:
+    """A Muon matrix's direction from its ``msign``: ``optax.contrib.muon``'s ``adaptive`` inner product, then
+    ``√max(1, fan_out/fan_in)``, or ``r √max(fan_in, fan_out)`` with ``consistent_rms = r``."""
     if s.adaptive:  # optax.contrib.muon's: the sign times its inner product with the momentum
         sign = jnp.sum(x * sign) * sign
     scale = (s.consistent_rms * math.sqrt(max(fan_in, fan_out)) if s.consistent_rms is not None
@@ -283,6 +336,7 @@ def scale_by_compositional_muon(
     consistent_rms: Any = None,
     weight_dimension_numbers: Any = None,
     lora_rule: Literal["half_split", "joint"] = "half_split",
+    preconditioning: Literal["frobenius"] = "frobenius",
 ) -> optax.GradientTransformation:
     """The direction of Compositional Muon (before weight decay and the learning rate).
 
@@ -292,7 +346,8 @@ def scale_by_compositional_muon(
     factor ``√max(1, fan_out/fan_in)`` by ``r √max(fan_in, fan_out)`` (Liu et al. 2025; pairs keep their
     derived budget); ``weight_dimension_numbers`` (a ``MuonDimensionNumbers``, a pytree of them, or a
     function of the params giving one) says which axes of a Muon matrix are its rows (reduction) and
-    columns (output), the others batched, as in optax.
+    columns (output), the others batched, as in optax. ``preconditioning``: ``"frobenius"`` only
+    (``optax.contrib.scale_by_muon``'s default, Newton–Schulz from ``X/‖X‖_F``); its other starts are refused.
 
     Pairs get the derived rule at budget ``ε = 2`` with the sign flipped, i.e. a direction whose
     halves have operator norm 1; LoRA pairs the rule named ``lora_rule`` and MLA blocks the rules of
@@ -310,6 +365,7 @@ def scale_by_compositional_muon(
     """
     schedule = check_schedule_bounded(resolve_schedule(ns_coeffs, ns_steps))
     check_options(qk_rule, ov_rule, gauge, gram_roots, msign, lora_rule)
+    check_preconditioning(preconditioning)
     if consistent_rms is not None:
         consistent_rms = real_scalar("consistent_rms", consistent_rms, traced=True)
     pairs = pair_declaration(pairs)
@@ -347,7 +403,7 @@ def scale_by_compositional_muon(
         mu_hat = _momentum_estimate(mu, updates, count, beta, settings.nesterov)
         g = {k: x.astype(ct[k]) for k, x in named_leaves(mu_hat).items()}  # the rules take one dtype
         out = _declared_directions(plan, w, g, settings, replace(settings.options, damping=lam))
-        out.update({k: _muon_direction(k, x, dims.get(k), settings) for k, x in g.items() if k not in out})
+        out.update(_muon_directions({k: x for k, x in g.items() if k not in out}, dims, settings))
         new = jax.tree_util.tree_unflatten(jax.tree.structure(mu_hat), [out[k].astype(p[k].dtype) for k in g])
         mu = jax.tree.map(lambda new_mu, old: new_mu.astype(old.dtype), mu, state.mu)  # the state keeps its dtypes
         return new, CompositionalMuonState(count=count, mu=mu)
@@ -521,9 +577,13 @@ def skip_nonfinite_updates(*transforms: optax.GradientTransformation, on_nonfini
             dtypes = {n: jnp.dtype(x.dtype).name for n, x in named.items()}
 
             def message(bad):
+                more = ""
+                if len(bad) > 1:  # same-shape layers run as one call (batching.py): they share a NaN/Inf result
+                    shown = ", ".join(repr(n) for n in bad[1:4]) + (", …" if len(bad) > 4 else "")
+                    more = (f" (also {len(bad) - 1} more: {shown}; parameters updated in one stacked call share a "
+                            "NaN/Inf result, so it may have arisen in any of them)")
                 return (f"compositional_muon.update: the update of {bad[0]!r} ({dtypes[bad[0]]}) contains "
-                        f"NaN or Inf" + (f" (also {len(bad) - 1} more)" if len(bad) > 1 else "")
-                        + f"; the step was not applied{hint}")
+                        f"NaN or Inf{more}; the step was not applied{hint}")
 
             _fail_unless_all(flags, tuple(named), message)
         ok = jnp.all(flags)
