@@ -3,6 +3,7 @@
 
 import subprocess
 import sys
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -99,6 +100,26 @@ def test_the_counter_counts_only_the_branch_that_runs():
         return jax.lax.cond(flag, lambda: (a @ a.T) @ a, lambda: a @ (a.T @ a))
     assert executed_matmul_flops(fn, jnp.asarray(True)) == 2 * 3 * 4 * 3 + 2 * 3 * 3 * 4
     assert executed_matmul_flops(fn, jnp.asarray(False)) == 2 * 4 * 3 * 4 + 2 * 3 * 4 * 4
+
+
+def test_counting_without_computing_the_matrices_equals_running_the_program():
+    """The count decides the kernels' branches from their flags without computing a matrix; running the whole
+    program on the data (``concrete=True``) gives the same count, restarts and orientations included."""
+    for kind, side, (n, m), steps, restarts in [("gram", "left", (3, 7), 5, 2), ("gram", "right", (2, 5), 4, 3),
+                                                ("gram", "left", (4, 4), 3, 0), ("standard", "right", (3, 6), 3, 0)]:
+        x = jnp.zeros((n, m) if side == "left" else (m, n), jnp.float32)
+        schedule = ((1.875, -1.25, 0.375),) * steps
+        positions = tuple(range(1, restarts + 1))
+        fn = (partial(newton_schulz, schedule=schedule) if kind == "standard" else
+              partial(gram_newton_schulz_oriented, schedule=schedule, restarts=positions, wide=side == "left"))
+        assert executed_matmul_flops(fn, x) == executed_matmul_flops(fn, x, concrete=True) > 0
+
+
+def test_a_branch_the_matrix_decides_is_counted_by_running_it():
+    def fn(x):
+        return jax.lax.cond(jnp.sum(x) > 0, lambda: x @ x, lambda: x)
+    assert executed_matmul_flops(fn, jnp.ones((4, 4))) == 2 * 4 ** 3
+    assert executed_matmul_flops(fn, -jnp.ones((4, 4))) == 0
 
 
 # ---- the kernel ---------------------------------------------------------------------------------------
