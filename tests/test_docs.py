@@ -124,7 +124,7 @@ def test_directives_render_live_objects(tmp_path):
        from derivations import sylvester
        print("steps:", len(sylvester.derivations()[0].steps))
     """
-    pages = {"page": page, "lemmas": "Lemmas\n======\n\n.. lemma-reference::\n",
+    pages = {"page": page, "lemmas": "Lemmas\n======\n\n.. lemma-reference::\n\n.. proof-status-totals::\n",
              "listings/sylvester": "Listing\n=======\n\n.. emitted-listing:: sylvester\n"}
     out = build(tmp_path, pages)
     html = (out / "page.html").read_text()
@@ -136,7 +136,11 @@ def test_directives_render_live_objects(tmp_path):
     assert len(re.findall(r'class="[^"]*\bworkbench-step\b', html)) == steps
     for step in der.steps:                                 # each lemma linked to its reference entry
         assert f'href="lemmas.html#lemma-{step.lemma.key.replace("_", "-")}"' in html
-    assert "sylvester.adjoint" in (out / "lemmas.html").read_text()   # "used by"
+    lemma_page = _plain((out / "lemmas.html").read_text())
+    assert "sylvester.adjoint" in lemma_page                                 # "used by"
+    proven = sum(d.proof_status()["for all sizes"] for d in sylvester.derivations())
+    checked = sum(d.proof_status()["at instances"] for d in sylvester.derivations())
+    assert f"{proven} proven for all sizes, {checked} checked at instances only" in " ".join(lemma_page.split())
     text = _plain(html)
     assert "def sylvester_qk(" in text and 'href="listings/sylvester.html"' in html
     assert f"steps: {len(der.steps)}" in text              # the example ran during the build

@@ -130,6 +130,7 @@ def setup(app):
     app.add_directive("executed", execute.ExecutedDirective)
     app.add_directive("api-reference", api.ApiReferenceDirective)
     app.add_directive("classics", classics.ClassicsDirective)
+    app.add_directive("proof-status-totals", evidence.ProofStatusTotalsDirective)
 
     app.connect("config-inited", _config_mathjax)
     app.connect("builder-inited", schedules.start_build)

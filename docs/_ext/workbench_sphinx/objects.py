@@ -259,7 +259,8 @@ def stop_workers(app, exception) -> None:
 
 #: directives that print from the catalogue (a page with one waits for it)
 _CATALOGUE_DIRECTIVES = re.compile(r"^\.\. (derivation|rule-derivations|emitted-functions|emitted-listing|"
-                                   r"lemma-reference|classics|other-rules|other-listings|symbol-table)::",
+                                   r"lemma-reference|classics|other-rules|other-listings|symbol-table|"
+                                   r"proof-status-totals)::",
                                    re.MULTILINE)
 #: what runs code while a page is read (XLA compilations, a notebook's kernel: time the catalogue overlaps)
 _RUNS_CODE = re.compile(r"^\.\. (executed|command-output)::", re.MULTILINE)
