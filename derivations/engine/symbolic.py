@@ -135,13 +135,10 @@ class ExplicitModel(Interpreter):
             return self._eval_MatrixFunction(e)
         sign, left, core, right = self._msign_core(e.arg)
         arg = self.value(core)
-        seen = self.opaque.setdefault(("Msign", arg.shape), [])
-        out = next((value for known, value in seen if _equal(known, arg)), None)
-        if out is None:  # msign(Aᵀ) = msign(A)ᵀ: the transposed argument's matrix, transposed
-            flipped = self.opaque.get(("Msign", arg.shape[::-1]), [])
-            out = next((value.T for known, value in flipped if _equal(known, arg.T)), None)
-            seen.append((arg, self._fresh(*arg.shape) if out is None else out))
-            out = seen[-1][1]
+        # msign(Aᵀ) = msign(A)ᵀ: a new argument whose transpose was seen takes that matrix, transposed
+        out = self._opaque("Msign", arg, lambda: next(
+            (value.T for known, value in self.opaque.get(("Msign", arg.shape[::-1]), []) if _equal(known, arg.T)),
+            None))
         for m in reversed(left):
             out = self.value(m) * out
         for m in right:
@@ -252,13 +249,18 @@ class ExplicitModel(Interpreter):
 
     def _eval_MatrixFunction(self, e):
         """msign and the sharp maps: opaque, one fresh matrix per function and (equal) argument."""
-        arg = self.value(e.arg)
-        seen = self.opaque.setdefault((type(e).__name__, arg.shape), [])
-        for known, value in seen:
-            if _equal(known, arg):
-                return value
-        seen.append((arg, self._fresh(*arg.shape)))
-        return seen[-1][1]
+        return self._opaque(type(e).__name__, self.value(e.arg))
+
+    def _opaque(self, name: str, arg, known_as=lambda: None):
+        """The one matrix the model gives ``name(arg)``: the same for arguments equal as rational functions; a new
+        argument gets ``known_as()`` when that is not ``None``, else a fresh matrix of symbols."""
+        seen = self.opaque.setdefault((name, arg.shape), [])
+        out = next((value for known, value in seen if _equal(known, arg)), None)
+        if out is None:
+            out = known_as()
+            seen.append((arg, self._fresh(*arg.shape) if out is None else out))
+            out = seen[-1][1]
+        return out
 
     def _eval_Inner(self, e):
         a, b = self.value(e.args[0]), self.value(e.args[1])
