@@ -400,8 +400,6 @@ def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedul
              (f"GRAM_METHODS = {jax_spectral_sign.GRAM_METHODS!r}\nGRAM_ASPECT = {jax_spectral_sign.GRAM_ASPECT!r}"
               f"  # msign='auto': Gram Newton–Schulz when long side > this * short side\nGRAM_RESTARTS = "
               f"{jax_spectral_sign.GRAM_RESTARTS!r}  # default restart positions of Gram Newton–Schulz\n"),
-             f"UNROLL_LIMIT = {jax_lapack_calls.UNROLL_LIMIT!r}  # matrices per batched LAPACK call unrolled on the "
-             f"CPU\n",
              (f"GRAM_ROUTE_RATIO = {jax_damped_gram.GRAM_ROUTE_RATIO!r}  # Gram eigh while e_min >= this * e_max, "
               f"else QR + SVD of W\nNS_UNROLL_STEPS = {jax_msign.NS_UNROLL_STEPS!r}  # Newton–Schulz schedules up to "
               f"this long are unrolled\nMAX_SCHEDULE_STEPS = {jax_msign.MAX_SCHEDULE_STEPS!r}  # longer schedules are "

@@ -88,7 +88,7 @@ def gram_eigh(w, damping, side):
         return jnp.sqrt(jnp.maximum(evals, 0)), evecs
 
     def by_svd(_):
-        sv, v = per_matrix_on_cpu(right_singular, lapack_guard(a)[0], unroll=False)  # rare route: one call compiled
+        sv, v = per_matrix_on_cpu(right_singular, lapack_guard(a)[0])
         return jnp.sqrt(sv * sv + lam[..., 0]), v
 
     r, v = jax.lax.cond(jnp.all(well), by_gram, by_svd, None)

@@ -8,10 +8,7 @@ instead of once per layer, which is what its compile time scales with (XLA compi
 the program; ``optax.contrib.muon`` holds one Newton–Schulz per matrix).
 What a stacked call shares: the route of
 :func:`~numerics.kernels.jax_damped_gram.gram_eigh`, taken for the whole batch (the SVD route as soon as one
-partner of the batch is ill-conditioned; the two routes agree to rounding), and on the CPU a batch of more
-than ``UNROLL_LIMIT`` matrices runs its LAPACK calls in a loop
-(:func:`~numerics.kernels.jax_lapack_calls.per_matrix_on_cpu`: one matrix at a time, where up to that limit
-two run at once on two cores). And the emitted rules check their outputs per call: a NaN or Inf in one
+partner of the batch is ill-conditioned; the two routes agree to rounding). And the emitted rules check their outputs per call: a NaN or Inf in one
 layer's result makes every layer's result of that call NaN, as for layers stored stacked in one leaf. The
 step is skipped either way (``on_nonfinite``); ``on_nonfinite="raise"`` names the first of the call's
 parameters and says the others share the result (the layer that overflowed may be any of them). The
