@@ -6,13 +6,13 @@ leading axes, and each matrix is scaled, whitened and orthogonalized on its own 
 over its last two axes), so stacking does not mix the layers. The step's program then holds each rule once
 instead of once per layer, which is what its compile time scales with (XLA compiles every fused kernel of
 the program; ``optax.contrib.muon`` holds one Newton–Schulz per matrix).
-What a stacked call shares: the route of
-:func:`~numerics.kernels.jax_damped_gram.gram_eigh`, taken for the whole batch (the SVD route as soon as one
-partner of the batch is ill-conditioned; the two routes agree to rounding). And the emitted rules check their outputs per call: a NaN or Inf in one
-layer's result makes every layer's result of that call NaN, as for layers stored stacked in one leaf. The
-step is skipped either way (``on_nonfinite``); ``on_nonfinite="raise"`` names the first of the call's
-parameters and says the others share the result (the layer that overflowed may be any of them). The
-stacked operands are copies, made while the rules run (XLA may fuse them into their first use).
+What a stacked call shares: the route of :func:`~numerics.kernels.jax_damped_gram.gram_eigh`, taken for the
+whole batch (the SVD route as soon as one partner of the batch is ill-conditioned; the two routes agree to
+rounding). And the emitted rules check their outputs per call: a NaN or Inf in one layer's result makes every
+layer's result of that call NaN, as for layers stored stacked in one leaf. The step is skipped either way
+(``on_nonfinite``); ``on_nonfinite="raise"`` names the first of the call's parameters and says the others
+share the result (the layer that overflowed may be any of them). The stacked operands are copies, made while
+the rules run (XLA may fuse them into their first use).
 Measured (``python -m benchmarks.step --small --layers 12``, 2-core CPU): the first step of 12 GPT-2-shaped
 layers compiled in 12.5 s stacked against 28.9 s unstacked.
 """
