@@ -1,8 +1,8 @@
 """Benchmark: one full optimizer update, Compositional Muon against ``optax.contrib.muon``.
 
     python -m benchmarks.step [--repeats N] [--shapes gpt2,llama3] [--dtype float32|bfloat16]
-                              [--rows attention,full] [--msign auto|newton_schulz|gram_newton_schulz] [--small]
-                              [--layers N]
+                              [--rows attention,full,train] [--msign auto|newton_schulz|gram_newton_schulz]
+                              [--small] [--layers N]
 
 Times the first step's compilation, then ``jit(update)`` (momentum included) of the optimizers, interleaved
 in one run. Attention rows: the four attention matrices of one layer, GPT-2-small (``d = 768``, 12 heads
@@ -23,7 +23,10 @@ rule and shape (:mod:`numerics.optimizer.batching`), so the compile-time ratio (
 ``N`` grows. Each ratio of step times is the median over rounds of the two updates' times within a round
 (see :mod:`benchmarks.interleave`); each row also prints the flop
 model of both updates (:func:`flop_model`, :func:`layer_flop_model`), the floor the measured ratio would
-reach if every flop ran at the same rate. The last line is ``cm/muon median step time ratio: R``, the
+reach if every flop ran at the same rate. Training rows (``train``): the first training step as a training loop
+compiles it, one program of the model's forward pass, its gradient, the update and the new params
+(:func:`train_step`, full layers of :func:`block_forward`, inputs :data:`TRAIN_BATCH`), CM against
+``optax.contrib.muon``: compile time first, then the steady-state step. The last line is ``cm/muon median step time ratio: R``, the
 largest Compositional Muon / ``optax.contrib.muon`` ratio over every row printed.
 """
 
@@ -49,7 +52,7 @@ SHAPES = {"gpt2": (768, 12, 12, 64), "llama3": (4096, 32, 8, 128)}
 #: the gated MLP's width f per shape: Llama-3-8B's 14336; GPT-2-small's (ungated) MLP width 4d = 3072
 MLP_WIDTH = {"gpt2": 3072, "llama3": 14336}
 SMALL_FACTOR = 8  # --small: d, d_h and f divided by this, head counts kept
-ROWS = ("attention", "full")
+ROWS = ("attention", "full", "train")
 MAX_LAYERS = 96  # --layers: at most this many (GPT-3's 96 layers)
 GRAM_CHOICES = tuple(m for m in MSIGN_METHODS if m != "svd")  # the methods the flop model counts
 
@@ -164,17 +167,22 @@ def measure(name, repeats, dtype, msign="newton_schulz", small=False, layers=1):
     return measure_with_compile(name, repeats, dtype, msign, small, layers)[2:]
 
 
-def run_compiled(optimizers, params, grads, repeats):
-    """``(compile seconds, [seconds per round])`` per optimizer label: ``jit(update).lower(...).compile()`` of
-    the first step (tracing included, wall clock), then interleaved rounds of the compiled updates."""
+def run_compiled(programs, repeats):
+    """``(compile seconds, [seconds per round])`` per label of ``programs`` (``{label: (function, args)}``):
+    ``jit(function).lower(*args).compile()`` (tracing included, wall clock), then interleaved rounds of the
+    compiled programs."""
     runs, compile_s = {}, {}
-    for label, opt in optimizers.items():
-        state = opt.init(params)
+    for label, (function, args) in programs.items():
         start = time.perf_counter()
-        fn = jax.jit(opt.update).lower(grads, state, params).compile()
+        fn = jax.jit(function).lower(*args).compile()
         compile_s[label] = time.perf_counter() - start
-        runs[label] = lambda fn=fn, state=state: fn(grads, state, params)
+        runs[label] = lambda fn=fn, args=args: fn(*args)
     return compile_s, interleaved(runs, repeats, warmup=1)
+
+
+def first_updates(optimizers, params, grads):
+    """``{label: (optimizer.update, (grads, state, params))}``: the first update of each optimizer."""
+    return {label: (opt.update, (grads, opt.init(params), params)) for label, opt in optimizers.items()}
 
 
 def measure_with_compile(name, repeats, dtype, msign="newton_schulz", small=False, layers=1):
@@ -187,7 +195,7 @@ def measure_with_compile(name, repeats, dtype, msign="newton_schulz", small=Fals
     schedule = resolve_schedule("polar-express-5", 5)
     cm = compositional_muon(0.02, pairs=attention_pairs(heads, kv, layers), msign=msign)
     muon = optax.contrib.muon(0.02, ns_coeffs=schedule)
-    compile_s, times = run_compiled({"cm": cm, "muon": muon}, params, grads, repeats)
+    compile_s, times = run_compiled(first_updates({"cm": cm, "muon": muon}, params, grads), repeats)
     return (compile_s["cm"], compile_s["muon"], statistics.median(times["cm"]), statistics.median(times["muon"]),
             paired_ratio(times["cm"], times["muon"]))
 
@@ -204,7 +212,59 @@ def measure_full(name, repeats, dtype, msign="auto", small=False, layers=1):
         "cm": compositional_muon(0.02, pairs=attention_pairs(heads, kv, layers), msign=msign),
         "muon-path": compositional_muon(0.02, pairs=None, msign=msign),
         "optax": optax.contrib.muon(0.02, ns_coeffs=schedule)}
-    compile_s, times = run_compiled(optimizers, params, grads, repeats)
+    compile_s, times = run_compiled(first_updates(optimizers, params, grads), repeats)
+    return {k: (compile_s[k], statistics.median(times[k]), paired_ratio(times[k], times["optax"])) for k in optimizers}
+
+
+#: ``(batch, tokens)`` of the training rows' inputs
+TRAIN_BATCH = (8, 128)
+
+
+def block_forward(params, x, heads, kv_heads, head_dim):
+    """One transformer block of :func:`full_layer`'s params on ``x`` (``batch × tokens × d``): causal attention
+    with ``heads`` query and ``kv_heads`` key/value heads (the layouts :func:`attention_pairs` declares:
+    ``q = x W_Q``, ``k = x W_K``, ``v = x W_Vᵀ``, output ``a W_Oᵀ``), then the gated MLP
+    ``(silu(x W_gate) ⊙ x W_up) W_down``, each with a residual connection."""
+    b, t, _ = x.shape
+    q = (x @ params["wq"]).reshape(b, t, heads, head_dim)
+    k = (x @ params["wk"]).reshape(b, t, kv_heads, head_dim)
+    v = (x @ params["wv"].T).reshape(b, t, kv_heads, head_dim)
+    attended = jax.nn.dot_product_attention(q, k, v, is_causal=True).reshape(b, t, heads * head_dim)
+    x = x + attended @ params["wo"].T
+    return x + (jax.nn.silu(x @ params["w_gate"]) * (x @ params["w_up"])) @ params["w_down"]
+
+
+def train_step(optimizer, heads, kv_heads, head_dim, layers):
+    """``(params, state, x, y) → (params, state, loss)``: the model's loss (mean squared error of its output
+    against ``y``), its gradient, ``optimizer``'s update and the new params, one program as a training loop
+    jits it."""
+    def loss(params, x, y):
+        for block in [params] if layers == 1 else [params[f"layer{i}"] for i in range(layers)]:
+            x = block_forward(block, x, heads, kv_heads, head_dim)
+        return jnp.mean((x - y) ** 2)
+
+    def step(params, state, x, y):
+        value, grads = jax.value_and_grad(loss)(params, x, y)
+        updates, state = optimizer.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, value
+
+    return step
+
+
+def measure_train(name, repeats, dtype, msign="auto", small=False, layers=1):
+    """The first training step (forward, backward, update, :func:`train_step`) of ``layers`` full layers on
+    :data:`TRAIN_BATCH` inputs: ``{label: (compile s, median s, paired ratio to optax)}`` for ``"cm"`` and
+    ``"optax"`` (ratio 1)."""
+    d, heads, kv, hd, f = dims(name, small)
+    rng = np.random.default_rng(0)
+    params = stacked_model(lambda: full_layer(rng, d, heads, kv, hd, f, dtype), layers)
+    x = jnp.asarray(rng.standard_normal((*TRAIN_BATCH, d)), dtype)
+    y = jnp.roll(x, 1, axis=1)  # any fixed target: the step's cost does not depend on it
+    optimizers = {"cm": compositional_muon(0.02, pairs=attention_pairs(heads, kv, layers), msign=msign),
+                  "optax": optax.contrib.muon(0.02, ns_coeffs=resolve_schedule("polar-express-5", 5))}
+    compile_s, times = run_compiled(
+        {label: (train_step(opt, heads, kv, hd, layers), (params, opt.init(params), x, y))
+         for label, opt in optimizers.items()}, repeats)
     return {k: (compile_s[k], statistics.median(times[k]), paired_ratio(times[k], times["optax"])) for k in optimizers}
 
 
@@ -261,15 +321,34 @@ def full_rows(names, args, dtype, steps, degree) -> dict:
     return ratios
 
 
+def train_rows(names, args, dtype) -> list:
+    """Print the training-step rows; their ``(compile ratio, step ratio)`` of CM to ``optax.contrib.muon``."""
+    print(f"first training step (forward, backward, update; batch {TRAIN_BATCH[0]} x {TRAIN_BATCH[1]} tokens) of "
+          f"{args.layers} full layer{'s' if args.layers > 1 else ''}, CM against optax.contrib.muon; "
+          f"msign={args.msign}{SMALL_NOTE if args.small else ''}")
+    print(f"{'shape':<8} {'d':>5} {'H':>3} {'H_kv':>4} {'d_h':>4} {'f':>6} {'cm comp s':>9} {'optax comp s':>12} "
+          f"{'comp ratio':>10} {'cm ms':>10} {'optax ms':>10} {'ratio':>6}")
+    found_ratios = []
+    for name in names:
+        d, h, kv, hd, f = dims(name, args.small)
+        found = measure_train(name, args.repeats, dtype, args.msign, args.small, args.layers)
+        (c_cm, t_cm, ratio), (c_optax, t_optax, _) = found["cm"], found["optax"]
+        found_ratios.append((c_cm / c_optax, ratio))
+        print(f"{name:<8} {d:>5} {h:>3} {kv:>4} {hd:>4} {f:>6} {c_cm:>9.2f} {c_optax:>12.2f} {c_cm / c_optax:>10.2f} "
+              f"{1e3 * t_cm:>10.1f} {1e3 * t_optax:>10.1f} {ratio:>6.3f}", flush=True)
+    return found_ratios
+
+
 def main(argv=None) -> int:
     if stdout_closed("benchmarks.step"):
         return 2
     p = OneLineParser(prog="python -m benchmarks.step", description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=9, help="timed updates per optimizer and shape (default 9)")
     p.add_argument("--shapes", default="gpt2,llama3", help="comma-separated: gpt2, llama3 (default both)")
-    p.add_argument("--rows", default="attention,full",
+    p.add_argument("--rows", default="attention,full,train",
                    help="comma-separated: attention (the four attention matrices), full (attention + gated MLP, "
-                        "CM and the project's Muon path); default both")
+                        "CM and the project's Muon path), train (the first training step of full layers: forward, "
+                        "backward and update); default all three")
     p.add_argument("--msign", choices=GRAM_CHOICES, default="auto",
                    help="how the project's optimizers compute msign (default auto: Gram Newton-Schulz where the "
                         "flop model says it is cheaper)")
@@ -304,6 +383,11 @@ def main(argv=None) -> int:
         cm_ratios += full["cm"]
         print(f"full layer, largest over the shapes: cm/optax {max(full['cm']):.3f}, muon-path/optax "
               f"{max(full['muon-path']):.3f}")
+    if "train" in rows:
+        train = train_rows(names, args, dtype)
+        cm_ratios += [ratio for _, ratio in train]
+        print(f"first training step, largest over the shapes: cm/optax compile time ratio "
+              f"{max(c for c, _ in train):.2f}, step time ratio {max(r for _, r in train):.3f}")
     blas = ", ".join(f"{i['prefix']} {i['num_threads']}" for i in threadpool_info() if i["user_api"] == "blas")
     print(f"device: {jax.devices()[0].device_kind}, dtype {args.dtype}, {args.repeats} interleaved repeats; "
           f"BLAS/LAPACK threads: {blas or 'none loaded'}")

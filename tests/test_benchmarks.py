@@ -63,6 +63,52 @@ def test_step_measure_returns_times_and_the_paired_ratio(monkeypatch):
     full = step.measure_full("tiny", 2, jnp.float32)  # attention and gated MLP: three optimizers, ratios to optax
     assert set(full) == {"cm", "muon-path", "optax"} and full["optax"][2] == 1.0
     assert all(c > 0 and t > 0 and r > 0 for c, t, r in full.values())
+    train = step.measure_train("tiny", 2, jnp.float32, layers=2)  # the first training step: CM and optax
+    assert set(train) == {"cm", "optax"} and train["optax"][2] == 1.0
+    assert all(c > 0 and t > 0 and r > 0 for c, t, r in train.values())
+
+
+def test_the_training_row_runs_the_block_it_declares_and_trains_with_compositional_muon():
+    """:func:`benchmarks.step.block_forward` against an independent NumPy block (GQA: query head h reads key and
+    value head h // G), so a transposed ``W_V`` or a wrong head layout fails; then the jitted training step of
+    two such layers with CM (the declared pairs) lowers the loss. Planted: ``W_V`` read as if stored ``d × H_kv·d_h``."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    d, heads, kv, hd, f = 16, 4, 2, 4, 24
+    rng = np.random.default_rng(5)
+    params = step.full_layer(rng, d, heads, kv, hd, f, jnp.float64)
+    x = rng.standard_normal((2, 5, d))
+
+    def reference(p, x, transpose_v=True):
+        p = {k: np.asarray(v) for k, v in p.items()}
+        q, k_ = (x @ p["wq"]).reshape(2, 5, heads, hd), (x @ p["wk"]).reshape(2, 5, kv, hd)
+        v = (x @ (p["wv"].T if transpose_v else p["wv"].reshape(d, kv * hd))).reshape(2, 5, kv, hd)
+        out = np.zeros((2, 5, heads, hd))
+        for h in range(heads):
+            g = h // (heads // kv)
+            s = np.einsum("bti,bsi->bts", q[:, :, h], k_[:, :, g]) / np.sqrt(hd)
+            s = np.where(np.tril(np.ones((5, 5), bool)), s, -np.inf)
+            w = np.exp(s - s.max(-1, keepdims=True))
+            out[:, :, h] = np.einsum("bts,bsi->bti", w / w.sum(-1, keepdims=True), v[:, :, g])
+        x = x + out.reshape(2, 5, heads * hd) @ p["wo"].T
+        silu = lambda z: z / (1 + np.exp(-z))  # noqa: E731
+        return x + (silu(x @ p["w_gate"]) * (x @ p["w_up"])) @ p["w_down"]
+
+    got = np.asarray(step.block_forward(params, jnp.asarray(x), heads, kv, hd))  # float64: the suite enables x64
+    np.testing.assert_allclose(got, reference(params, x), rtol=1e-5, atol=1e-6)  # jax.nn attention: ~1e-7
+    assert not np.allclose(got, reference(params, x, transpose_v=False), atol=1e-3)  # the planted transpose
+
+    model = step.stacked_model(lambda: step.full_layer(rng, d, heads, kv, hd, f, jnp.float32), 2)
+    opt = step.compositional_muon(0.02, pairs=step.attention_pairs(heads, kv, 2))
+    run = jax.jit(step.train_step(opt, heads, kv, hd, 2))
+    state, xs = opt.init(model), jnp.asarray(x, jnp.float32)
+    losses = []
+    for _ in range(4):
+        model, state, loss = run(model, state, xs, jnp.roll(xs, 1, axis=1))
+        losses.append(float(loss))
+    assert losses[-1] < losses[0], losses
 
 
 def test_paired_ratio_is_the_median_of_per_round_ratios():
