@@ -23,11 +23,11 @@ rule and shape (:mod:`numerics.optimizer.batching`), so the compile-time ratio (
 ``N`` grows. Each ratio of step times is the median over rounds of the two updates' times within a round
 (see :mod:`benchmarks.interleave`); each row also prints the flop
 model of both updates (:func:`flop_model`, :func:`layer_flop_model`), the floor the measured ratio would
-reach if every flop ran at the same rate. Training rows (``train``): the first training step as a training loop
-compiles it, one program of the model's forward pass, its gradient, the update and the new params
+reach if every flop ran at the same rate. Training rows (``train``): the first training step as a training
+loop compiles it, one program of the model's forward pass, its gradient, the update and the new params
 (:func:`train_step`, full layers of :func:`block_forward`, inputs :data:`TRAIN_BATCH`), CM against
-``optax.contrib.muon``: compile time first, then the steady-state step. The last line is ``cm/muon median step time ratio: R``, the
-largest Compositional Muon / ``optax.contrib.muon`` ratio over every row printed.
+``optax.contrib.muon``: compile time first, then the steady-state step. The last line is ``cm/muon median step
+time ratio: R``, the largest Compositional Muon / ``optax.contrib.muon`` ratio over every row printed.
 """
 
 from __future__ import annotations
