@@ -71,7 +71,8 @@ def test_step_measure_returns_times_and_the_paired_ratio(monkeypatch):
 def test_the_training_row_runs_the_block_it_declares_and_trains_with_compositional_muon():
     """:func:`benchmarks.step.block_forward` against an independent NumPy block (GQA: query head h reads key
     and value head h // G), so a transposed ``W_V`` or a wrong head layout fails; then the jitted training step
-    of two such layers with CM (the declared pairs) lowers the loss. Planted: ``W_V`` read as if stored ``d × H_kv·d_h``."""
+    of two such layers with CM (the declared pairs) lowers the loss.
+    Planted: ``W_V`` read as if stored ``d × H_kv·d_h``."""
     import jax
     import jax.numpy as jnp
     import numpy as np
