@@ -220,18 +220,25 @@ def measure_full(name, repeats, dtype, msign="auto", small=False, layers=1):
 TRAIN_BATCH = (8, 128)
 
 
+def rms_norm(x, eps=1e-6):
+    """``x / rms(x)`` over the last axis, without a gain (the params are :func:`full_layer`'s matrices only)."""
+    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
+
+
 def block_forward(params, x, heads, kv_heads, head_dim):
-    """One transformer block of :func:`full_layer`'s params on ``x`` (``batch × tokens × d``): causal attention
-    with ``heads`` query and ``kv_heads`` key/value heads (the layouts :func:`attention_pairs` declares:
-    ``q = x W_Q``, ``k = x W_K``, ``v = x W_Vᵀ``, output ``a W_Oᵀ``), then the gated MLP
-    ``(silu(x W_gate) ⊙ x W_up) W_down``, each with a residual connection."""
+    """One pre-norm transformer block of :func:`full_layer`'s params on ``x`` (``batch × tokens × d``): causal
+    attention with ``heads`` query and ``kv_heads`` key/value heads (the layouts :func:`attention_pairs`
+    declares: ``q = x W_Q``, ``k = x W_K``, ``v = x W_Vᵀ``, output ``a W_Oᵀ``), then the gated MLP
+    ``(silu(x W_gate) ⊙ x W_up) W_down``, each on :func:`rms_norm` of its input and added to it."""
     b, t, _ = x.shape
-    q = (x @ params["wq"]).reshape(b, t, heads, head_dim)
-    k = (x @ params["wk"]).reshape(b, t, kv_heads, head_dim)
-    v = (x @ params["wv"].T).reshape(b, t, kv_heads, head_dim)
+    h = rms_norm(x)
+    q = (h @ params["wq"]).reshape(b, t, heads, head_dim)
+    k = (h @ params["wk"]).reshape(b, t, kv_heads, head_dim)
+    v = (h @ params["wv"].T).reshape(b, t, kv_heads, head_dim)
     attended = jax.nn.dot_product_attention(q, k, v, is_causal=True).reshape(b, t, heads * head_dim)
     x = x + attended @ params["wo"].T
-    return x + (jax.nn.silu(x @ params["w_gate"]) * (x @ params["w_up"])) @ params["w_down"]
+    h = rms_norm(x)
+    return x + (jax.nn.silu(h @ params["w_gate"]) * (h @ params["w_up"])) @ params["w_down"]
 
 
 def train_step(optimizer, heads, kv_heads, head_dim, layers):

@@ -84,8 +84,10 @@ def test_the_training_row_runs_the_block_it_declares_and_trains_with_composition
 
     def reference(p, x, transpose_v=True):
         p = {k: np.asarray(v) for k, v in p.items()}
-        q, k_ = (x @ p["wq"]).reshape(2, 5, heads, hd), (x @ p["wk"]).reshape(2, 5, kv, hd)
-        v = (x @ (p["wv"].T if transpose_v else p["wv"].reshape(d, kv * hd))).reshape(2, 5, kv, hd)
+        norm = lambda z: z / np.sqrt(np.mean(z * z, axis=-1, keepdims=True) + 1e-6)  # noqa: E731
+        h_ = norm(x)
+        q, k_ = (h_ @ p["wq"]).reshape(2, 5, heads, hd), (h_ @ p["wk"]).reshape(2, 5, kv, hd)
+        v = (h_ @ (p["wv"].T if transpose_v else p["wv"].reshape(d, kv * hd))).reshape(2, 5, kv, hd)
         out = np.zeros((2, 5, heads, hd))
         for h in range(heads):
             g = h // (heads // kv)
@@ -95,7 +97,8 @@ def test_the_training_row_runs_the_block_it_declares_and_trains_with_composition
             out[:, :, h] = np.einsum("bts,bsi->bti", w / w.sum(-1, keepdims=True), v[:, :, g])
         x = x + out.reshape(2, 5, heads * hd) @ p["wo"].T
         silu = lambda z: z / (1 + np.exp(-z))  # noqa: E731
-        return x + (silu(x @ p["w_gate"]) * (x @ p["w_up"])) @ p["w_down"]
+        h_ = norm(x)
+        return x + (silu(h_ @ p["w_gate"]) * (h_ @ p["w_up"])) @ p["w_down"]
 
     got = np.asarray(step.block_forward(params, jnp.asarray(x), heads, kv, hd))  # float64: the suite enables x64
     np.testing.assert_allclose(got, reference(params, x), rtol=1e-5, atol=1e-6)  # jax.nn attention: ~1e-7
