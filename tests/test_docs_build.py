@@ -35,7 +35,7 @@ from sphinx.util.docutils import docutils_namespace, patch_docutils
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 
-from workbench_sphinx import objects  # noqa: E402 (found through the sys.path entry above)
+from workbench_sphinx import DIRECTIVES, objects  # noqa: E402 (found through the sys.path entry above)
 from workbench_sphinx.search import TEXTS_JS, page_text  # noqa: E402 (as above)
 
 TUTORIAL = ROOT / "docs" / "tutorial.ipynb"
@@ -146,8 +146,36 @@ def test_pages_that_run_code_are_read_first_and_pages_printed_from_the_catalogue
         path.write_text(text or "{}")
     env = SimpleNamespace(doc2path=lambda name: next(tmp_path.glob(f"{name}.*")))
     docnames = sorted(pages)
-    objects.read_order(env, docnames)
+    objects.read_order(env, docnames, DIRECTIVES)
     assert docnames == ["guide", "tour", "tutorial", "api", "lemmas", "rules/halfsplit"]
+
+
+def _misdeclared(directives: dict) -> list:
+    """The directives whose ``reads_catalogue`` disagrees with their source: a class that calls ``catalogue(``
+    must declare it (its page is then read last), and one that does not must not."""
+    import inspect
+    return [name for name, cls in directives.items()
+            if ("catalogue(" in inspect.getsource(cls)) != bool(getattr(cls, "reads_catalogue", False))]
+
+
+def test_every_directive_that_prints_from_the_catalogue_says_so():
+    """The read order comes from the directive classes, so it cannot drift from them (a hand-kept list of
+    names had ``symbol-table``, which never reads the catalogue). Planted: a directive that calls
+    ``catalogue(`` without the flag, and a flag on one that does not."""
+    assert _misdeclared(DIRECTIVES) == []
+    assert {n for n, c in DIRECTIVES.items() if getattr(c, "runs_code", False)} == {"executed", "command-output"}
+
+    class Undeclared:
+        def run(self):
+            return objects.catalogue(self.config).rules
+
+    class Overdeclared:
+        reads_catalogue = True
+
+        def run(self):
+            return []
+
+    assert _misdeclared({"undeclared": Undeclared, "overdeclared": Overdeclared}) == ["undeclared", "overdeclared"]
 
 
 def test_a_page_waits_for_the_catalogue_the_workers_build(monkeypatch):

@@ -23,6 +23,7 @@ reading) and typesets the full LaTeX the printers emit.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 
@@ -102,6 +103,29 @@ class DetailsDirective(SphinxDirective):
         return [node]
 
 
+#: every directive of the extension by name; a class's ``reads_catalogue`` or ``runs_code`` orders the reading of
+#: pages (:func:`~workbench_sphinx.objects.read_order`)
+DIRECTIVES = {
+    "workbench-details": DetailsDirective,
+    "symbol-table": notation.SymbolTableDirective,
+    "command-tour": commands.CommandTourDirective,
+    "command-output": commands.CommandOutputDirective,
+    "other-rules": proofs.OtherRulesDirective,
+    "other-listings": proofs.OtherListingsDirective,
+    "derivation": proofs.DerivationDirective,
+    "rule-derivations": proofs.RuleDerivationsDirective,
+    "emitted-functions": proofs.EmittedFunctionsDirective,
+    "emitted-listing": proofs.EmittedListingDirective,
+    "lemma-reference": proofs.LemmaReferenceDirective,
+    "schedule": schedules.ScheduleDirective,
+    "schedule-comparison": schedules.ScheduleComparisonDirective,
+    "band-challenge": schedules.BandChallengeDirective,
+    "executed": execute.ExecutedDirective,
+    "api-reference": api.ApiReferenceDirective,
+    "classics": classics.ClassicsDirective,
+    "proof-status-totals": evidence.ProofStatusTotalsDirective,
+}
+
 def setup(app):
     app.add_config_value("workbench_rule_modules", [], "env")
     app.add_config_value("workbench_api_packages", [], "env")
@@ -113,28 +137,12 @@ def setup(app):
     app.add_node(details, html=(_visit_details_html, _depart_details_html), latex=(_visit_plain, _depart_plain),
                  text=(_visit_plain, _depart_plain), man=(_visit_plain, _depart_plain),
                  texinfo=(_visit_plain, _depart_plain))
-    app.add_directive("workbench-details", DetailsDirective)
-    app.add_directive("symbol-table", notation.SymbolTableDirective)
-    app.add_directive("command-tour", commands.CommandTourDirective)
-    app.add_directive("command-output", commands.CommandOutputDirective)
-    app.add_directive("other-rules", proofs.OtherRulesDirective)
-    app.add_directive("other-listings", proofs.OtherListingsDirective)
-    app.add_directive("derivation", proofs.DerivationDirective)
-    app.add_directive("rule-derivations", proofs.RuleDerivationsDirective)
-    app.add_directive("emitted-functions", proofs.EmittedFunctionsDirective)
-    app.add_directive("emitted-listing", proofs.EmittedListingDirective)
-    app.add_directive("lemma-reference", proofs.LemmaReferenceDirective)
-    app.add_directive("schedule", schedules.ScheduleDirective)
-    app.add_directive("schedule-comparison", schedules.ScheduleComparisonDirective)
-    app.add_directive("band-challenge", schedules.BandChallengeDirective)
-    app.add_directive("executed", execute.ExecutedDirective)
-    app.add_directive("api-reference", api.ApiReferenceDirective)
-    app.add_directive("classics", classics.ClassicsDirective)
-    app.add_directive("proof-status-totals", evidence.ProofStatusTotalsDirective)
+    for name, cls in DIRECTIVES.items():
+        app.add_directive(name, cls)
 
     app.connect("config-inited", _config_mathjax)
     app.connect("builder-inited", schedules.start_build)
-    app.connect("env-before-read-docs", objects.preload)
+    app.connect("env-before-read-docs", functools.partial(objects.preload, directives=DIRECTIVES))
     app.connect("env-purge-doc", checks.purge)
     app.connect("env-merge-info", checks.merge)
     app.connect("env-check-consistency", checks.check_consistency)

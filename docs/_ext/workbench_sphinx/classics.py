@@ -51,6 +51,7 @@ def classic_derivation_rst(der, documented, classic_title: str = "") -> list[str
 
 
 class ClassicsDirective(SphinxDirective):
+    reads_catalogue = True  # prints from the catalogue: objects.read_order reads its page last
     has_content = False
 
     def run(self):

@@ -139,6 +139,8 @@ class CommandTourDirective(SphinxDirective):
 class CommandOutputDirective(SphinxDirective):
     """``.. command-output:: python -m MODULE ARGS…`` — a command and what it printed."""
 
+    runs_code = True  # runs code while its page is read: objects.read_order reads its page first
+
     required_arguments = 1
     final_argument_whitespace = True
     option_spec: ClassVar[dict] = {"lines": directives.positive_int, "returncode": int}

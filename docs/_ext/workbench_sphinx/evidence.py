@@ -194,6 +194,8 @@ class ProofStatusTotalsDirective(SphinxDirective):
     """``.. proof-status-totals::`` — over every derivation of the build's catalogue: how many steps the trusted
     kernel proved for all sizes and how many are checked at instances only (``Derivation.proof_status``)."""
 
+    reads_catalogue = True  # prints from the catalogue: objects.read_order reads its page last
+
     has_content = False
 
     def run(self):

@@ -35,6 +35,8 @@ class ExampleFailed(ExtensionError):
 class ExecutedDirective(SphinxDirective):
     """Run the content, show it and what it printed (and, with ``:figure:``, the plot it made)."""
 
+    runs_code = True  # runs code while its page is read: objects.read_order reads its page first
+
     has_content = True
     option_spec = {"figure": lambda text: " ".join((text or "").split())}
 

@@ -244,11 +244,12 @@ def built_in_worker(module_path: str) -> bytes:
     return cloudpickle.dumps(("ok", entry.derivations, entry.functions))
 
 
-def preload(app, env, docnames) -> None:
-    """``env-before-read-docs``: build the catalogue in worker processes while pages are read."""
+def preload(app, env, docnames, directives: dict) -> None:
+    """``env-before-read-docs``: build the catalogue in worker processes while pages are read (``directives``:
+    the extension's ``{name: class}``, for :func:`read_order`)."""
     if docnames:
         catalogue(app.config).start_workers(app.config.workbench_derivation_workers)
-        read_order(env, docnames)
+        read_order(env, docnames, directives)
 
 
 def stop_workers(app, exception) -> None:
@@ -257,22 +258,27 @@ def stop_workers(app, exception) -> None:
         cat.stop_workers()
 
 
-#: directives that print from the catalogue (a page with one waits for it)
-_CATALOGUE_DIRECTIVES = re.compile(r"^\.\. (derivation|rule-derivations|emitted-functions|emitted-listing|"
-                                   r"lemma-reference|classics|other-rules|other-listings|symbol-table|"
-                                   r"proof-status-totals)::",
-                                   re.MULTILINE)
-#: what runs code while a page is read (XLA compilations, a notebook's kernel: time the catalogue overlaps)
-_RUNS_CODE = re.compile(r"^\.\. (executed|command-output)::", re.MULTILINE)
+def _directive_pattern(names) -> re.Pattern:
+    """A line that starts one of the directives ``names`` (never matches for none)."""
+    return re.compile(r"^\.\. (" + "|".join(map(re.escape, sorted(names))) + r")::" if names else r"(?!)",
+                      re.MULTILINE)
 
 
-def read_order(env, docnames: list) -> None:
+def read_order(env, docnames: list, directives: dict) -> None:
     """Reorder ``docnames`` in place: pages that run code and need no derivation first, then the other pages
-    that need none, then the pages printed from the catalogue (the output does not depend on the order)."""
+    that need none, then the pages printed from the catalogue (the output does not depend on the order).
+
+    ``directives`` (``{name: class}``) says which is which: a class with ``reads_catalogue`` prints from the
+    catalogue (its page waits for it), one with ``runs_code`` runs code while its page is read (XLA
+    compilations; a notebook's kernel too), which is time the catalogue's workers overlap.
+    """
+    reads = _directive_pattern([n for n, cls in directives.items() if getattr(cls, "reads_catalogue", False)])
+    runs = _directive_pattern([n for n, cls in directives.items() if getattr(cls, "runs_code", False)])
+
     def key(item):
         position, docname = item
         path = env.doc2path(docname)
         text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
         notebook = path.suffix == ".ipynb"
-        return (bool(_CATALOGUE_DIRECTIVES.search(text)), not (notebook or _RUNS_CODE.search(text)), position)
+        return (bool(reads.search(text)), not (notebook or runs.search(text)), position)
     docnames[:] = [name for _, name in sorted(enumerate(docnames), key=key)]

@@ -212,6 +212,8 @@ def rule_symbols(shown) -> list[str]:
 class DerivationDirective(SphinxDirective):
     """``.. derivation:: NAME`` — one derivation as theorem and proof."""
 
+    reads_catalogue = True  # prints from the catalogue: objects.read_order reads its page last
+
     required_arguments = 1
     has_content = False
 
@@ -225,6 +227,8 @@ class DerivationDirective(SphinxDirective):
 
 class RuleDerivationsDirective(SphinxDirective):
     """``.. rule-derivations:: MODULE`` — every derivation of a rule module."""
+
+    reads_catalogue = True  # prints from the catalogue: objects.read_order reads its page last
 
     required_arguments = 1
     has_content = False
@@ -275,6 +279,8 @@ def public_functions(entry, source: str) -> list:
 
 class EmittedFunctionsDirective(SphinxDirective):
     """``.. emitted-functions:: MODULE`` — signature and docstring of each emitted JAX function."""
+
+    reads_catalogue = True  # prints from the catalogue: objects.read_order reads its page last
 
     required_arguments = 1
     has_content = False
@@ -411,6 +417,8 @@ def own_notes(doc: str, shared) -> str:
 class EmittedListingDirective(SphinxDirective):
     """``.. emitted-listing:: MODULE`` — the whole emitted JAX module."""
 
+    reads_catalogue = True  # prints from the catalogue: objects.read_order reads its page last
+
     required_arguments = 1
     has_content = False
 
@@ -484,6 +492,8 @@ def self_check_result(lemma, rng) -> list[str]:
 class LemmaReferenceDirective(SphinxDirective):
     """``.. lemma-reference::`` — every lemma, with the derivations that use it."""
 
+    reads_catalogue = True  # prints from the catalogue: objects.read_order reads its page last
+
     has_content = False
     option_spec: ClassVar[dict] = {"seed": directives.nonnegative_int}
 
@@ -523,6 +533,8 @@ class OtherRulesDirective(SphinxDirective):
     """``.. other-rules::`` — every rule module without its own page under ``rules/``: its
     derivations and emitted functions, so a new rule module is documented before anyone writes a page."""
 
+    reads_catalogue = True  # prints from the catalogue: objects.read_order reads its page last
+
     has_content = False
 
     def run(self):
@@ -544,6 +556,8 @@ class OtherRulesDirective(SphinxDirective):
 
 class OtherListingsDirective(SphinxDirective):
     """``.. other-listings::`` — the emitted module of every rule module without a listing page."""
+
+    reads_catalogue = True  # prints from the catalogue: objects.read_order reads its page last
 
     has_content = False
 
