@@ -107,7 +107,7 @@ def test_audit_case_float16_near_1e_5_never_writes_nan():
 
 def test_guard_off_lets_nan_into_the_parameters(monkeypatch):
     """Planted mistake: the old behaviour (no check of the update) writes NaN into W_Q and W_K."""
-    monkeypatch.setattr(optimizer.transform, "_finite_flags", lambda named: jnp.ones(len(named), bool))
+    monkeypatch.setattr(optimizer.transform, "_all_finite", lambda named: jnp.asarray(True))
     params, opt = tiny_float16(), compositional_muon(1.0, pairs=pairs_of(), damping=0.0)
     with pytest.raises(AssertionError, match="reached the parameters"):
         assert_skipped_and_counted(opt, params, grads(params))
@@ -131,6 +131,29 @@ def test_raise_mode_names_the_parameter_eagerly_and_under_jit():
     with pytest.raises(ValueError, match="on_nonfinite must be one of"):
         compositional_muon(0.01, on_nonfinite="ignore")
 
+
+@pytest.mark.parametrize("where", ["layer6/w", "layer11/w", "head", "bias"])
+def test_a_nonfinite_gradient_is_named_among_many_same_shape_leaves_under_jit(where):
+    """The gradient check reduces same-shape leaves stacked (one reduction per shape and dtype, not per leaf)
+    and names the culprit on the host: the leaf named is the one with the NaN, wherever it sits in its group
+    (a planted grouping that dropped a group's later members, or named a group's first, fails here)."""
+    params = {f"layer{i}": {"w": jnp.ones((4, 6))} for i in range(12)}
+    params.update(head=jnp.ones((6, 4)), bias=jnp.ones(4, jnp.float64))
+    grads = jax.tree.map(jnp.ones_like, params)
+    if where == "layer6/w" or where == "layer11/w":
+        grads[where.split("/")[0]]["w"] = grads[where.split("/")[0]]["w"].at[2, 3].set(jnp.nan)
+    else:
+        grads[where] = grads[where].at[0].set(jnp.inf)
+    check = optimizer.check_finite_gradients()
+    assert bool(optimizer.transform._all_finite(optimizer.pairs.named_leaves(params)))
+    assert not bool(jax.jit(optimizer.transform._all_finite)(optimizer.pairs.named_leaves(grads)))
+    message = rf"the gradient of '{where}' contains NaN or Inf$"
+    with pytest.raises(ValueError, match=message):
+        check.update(grads, check.init(params))
+    with pytest.raises(Exception, match=rf"the gradient of '{where}' contains NaN or Inf \(jit the step"):
+        jax.block_until_ready(jax.jit(check.update)(grads, check.init(params)))
+    with pytest.raises(ValueError, match=message):
+        optimizer.checked_jit(check.update)(grads, check.init(params))
 
 def test_nan_gradient_without_the_gradient_check_is_skipped():
     """check_finite=False: the NaN reaches the update, which is skipped; the momentum is not poisoned."""

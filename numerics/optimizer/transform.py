@@ -20,6 +20,7 @@ from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.experimental import checkify
 from optax.contrib import MuonDimensionNumbers
@@ -442,7 +443,7 @@ def check_finite_gradients() -> optax.GradientTransformation:
 
     Eagerly, and in a step jitted by :func:`checked_jit`, the error is a one-line ``ValueError``.
     Under a plain ``jax.jit`` it is raised from a host callback that runs only when a gradient is
-    non-finite (one fused reduction per leaf on the hot path), and JAX reports it as a multi-line
+    non-finite (:func:`_all_finite` on the hot path), and JAX reports it as a multi-line
     ``JaxRuntimeError`` carrying the same message. Either way no NaN reaches the params.
     """
 
@@ -452,16 +453,55 @@ def check_finite_gradients() -> optax.GradientTransformation:
 
     def update_fn(updates, state, params=None):
         del params
-        named = named_leaves(updates)
-        _fail_unless_all(_finite_flags(named), tuple(named), message)
+        _fail_unless_finite(named_leaves(updates), message)
         return updates, state
 
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
 
 
-def _finite_flags(named: dict):
-    """One boolean per leaf of ``{name: array}``: every entry finite (one fused reduction per leaf)."""
-    return jnp.stack([jnp.all(jnp.isfinite(x)) for x in named.values()]) if named else jnp.ones(0, bool)
+def _all_finite(named: dict) -> jax.Array:
+    """Whether every entry of every array of ``{name: array}`` is finite, as a boolean scalar.
+
+    One reduction per shape and dtype over the arrays of that shape stacked (XLA fuses the stacking into it),
+    not one per array: a model of many layers then adds no kernel per parameter to the compiled step. Stacking
+    along a new axis keeps each array's sharding (a flattened concatenation would not).
+    """
+    groups: dict = {}
+    for x in named.values():
+        groups.setdefault((tuple(jnp.shape(x)), jnp.result_type(x)), []).append(x)
+    ok = jnp.asarray(True)
+    for arrays in groups.values():
+        ok = ok & jnp.all(jnp.isfinite(jnp.stack(arrays) if len(arrays) > 1 else arrays[0]))
+    return ok
+
+
+def _nonfinite_names(named: dict) -> list:
+    """The names of the arrays of ``{name: array}`` (concrete) that hold a NaN or Inf, in order."""
+    return [name for name, x in named.items() if not np.all(np.isfinite(np.asarray(x)))]
+
+
+def _fail_unless_finite(named: dict, message: Callable[[list], str]) -> jax.Array:
+    """:func:`_all_finite` of ``named``; unless it holds, ``ValueError(message(names of the non-finite arrays))``.
+
+    As :func:`_fail_unless_all`, but under a plain ``jit`` the hot path has only :func:`_all_finite`: the
+    arrays go to the host callback, which names them, only when it runs (on failure).
+    """
+    ok = _all_finite(named)
+    if not isinstance(ok, jax.core.Tracer):
+        if not bool(ok):
+            raise ValueError(message(_nonfinite_names(named)))
+        return ok
+    if getattr(_TRACING, "checked", False):
+        flags = jnp.stack([jnp.all(jnp.isfinite(x)) for x in named.values()])
+        _fail_unless_all(flags, tuple(named), message)
+        return ok
+
+    def fail(arrays):
+        hint = " (jit the step with numerics.optimizer.checked_jit for this error as one line)"
+        raise ValueError(message(_nonfinite_names(dict(zip(named, arrays, strict=True)))) + hint)
+
+    jax.lax.cond(ok, lambda xs: None, lambda xs: jax.debug.callback(fail, xs), list(named.values()))
+    return ok
 
 
 _TRACING = threading.local()  # .checked: True while checked_jit traces (its checks are functionalized)
@@ -542,15 +582,14 @@ def skip_nonfinite_updates(*transforms: optax.GradientTransformation, on_nonfini
                            hint: str = "") -> optax.GradientTransformation:
     """``optax.chain(*transforms)`` whose NaN/Inf updates never reach the parameters.
 
-    The chain's final update is checked leaf by leaf (one fused reduction per leaf, under ``jit``
-    too). A step with a NaN or Inf anywhere is skipped as a whole, as ``optax.apply_if_finite``
-    skips one: every update is zero and every state of the chain stays as it was (momentum,
-    counts, schedules), and the step is counted in a :class:`SkipNonFiniteState`, the state's last
-    element (so ``state[i]`` is still the state of ``transforms[i]``). Unlike ``apply_if_finite``
-    there is no count after which a non-finite update goes through. With ``on_nonfinite="raise"``
-    the step is skipped and a ``ValueError`` names the first parameter whose update is NaN/Inf
-    (eagerly and under :func:`checked_jit`; under a plain ``jit`` from a host callback that runs only
-    on failure, as :func:`check_finite_gradients`); ``hint`` ends that message.
+    The chain's final update is checked (:func:`_all_finite`, under ``jit`` too). A step with a NaN or Inf
+    anywhere is skipped as a whole, as ``optax.apply_if_finite`` skips one: every update is zero and every state
+    of the chain stays as it was (momentum, counts, schedules), and the step is counted in a
+    :class:`SkipNonFiniteState`, the state's last element (so ``state[i]`` is still the state of
+    ``transforms[i]``). Unlike ``apply_if_finite`` there is no count after which a non-finite update goes
+    through. With ``on_nonfinite="raise"`` the step is skipped and a ``ValueError`` names the first parameter
+    whose update is NaN/Inf (eagerly and under :func:`checked_jit`; under a plain ``jit`` from a host callback
+    that runs only on failure, as :func:`check_finite_gradients`); ``hint`` ends that message.
     """
     if on_nonfinite not in NONFINITE_POLICIES:
         raise ValueError(f"compositional_muon: on_nonfinite must be one of {NONFINITE_POLICIES}, got {on_nonfinite!r}")
@@ -572,7 +611,6 @@ def skip_nonfinite_updates(*transforms: optax.GradientTransformation, on_nonfini
             held = named_leaves(params)
             named = {n: u.astype(held[n].dtype) if n in held and hasattr(held[n], "dtype") else u
                      for n, u in named.items()}
-        flags = _finite_flags(named)
         if on_nonfinite == "raise":
             dtypes = {n: jnp.dtype(x.dtype).name for n, x in named.items()}
 
@@ -585,8 +623,9 @@ def skip_nonfinite_updates(*transforms: optax.GradientTransformation, on_nonfini
                 return (f"compositional_muon.update: the update of {bad[0]!r} ({dtypes[bad[0]]}) contains "
                         f"NaN or Inf{more}; the step was not applied{hint}")
 
-            _fail_unless_all(flags, tuple(named), message)
-        ok = jnp.all(flags)
+            ok = _fail_unless_finite(named, message)
+        else:
+            ok = _all_finite(named)
         if isinstance(ok, jax.core.Tracer) or not bool(ok):
             updates = jax.tree.map(lambda u: jnp.where(ok, u, jnp.zeros_like(u)), updates)
             new_inner = jax.tree.map(lambda new, old: jnp.where(ok, new, old), tuple(new_inner), tuple(inner))
