@@ -107,7 +107,7 @@ def test_audit_case_float16_near_1e_5_never_writes_nan():
 
 def test_guard_off_lets_nan_into_the_parameters(monkeypatch):
     """Planted mistake: the old behaviour (no check of the update) writes NaN into W_Q and W_K."""
-    monkeypatch.setattr(optimizer.transform, "_all_finite", lambda named: jnp.asarray(True))
+    monkeypatch.setattr(optimizer.nonfinite, "_all_finite", lambda named: jnp.asarray(True))
     params, opt = tiny_float16(), compositional_muon(1.0, pairs=pairs_of(), damping=0.0)
     with pytest.raises(AssertionError, match="reached the parameters"):
         assert_skipped_and_counted(opt, params, grads(params))
@@ -145,8 +145,8 @@ def test_a_nonfinite_gradient_is_named_among_many_same_shape_leaves_under_jit(wh
     else:
         grads[where] = grads[where].at[0].set(jnp.inf)
     check = optimizer.check_finite_gradients()
-    assert bool(optimizer.transform._all_finite(optimizer.pairs.named_leaves(params)))
-    assert not bool(jax.jit(optimizer.transform._all_finite)(optimizer.pairs.named_leaves(grads)))
+    assert bool(optimizer.nonfinite._all_finite(optimizer.pairs.named_leaves(params)))
+    assert not bool(jax.jit(optimizer.nonfinite._all_finite)(optimizer.pairs.named_leaves(grads)))
     message = rf"the gradient of '{where}' contains NaN or Inf$"
     with pytest.raises(ValueError, match=message):
         check.update(grads, check.init(params))
@@ -491,7 +491,7 @@ def test_checked_jit_without_functionalized_checks_gives_the_runtime_error(monke
     class Never:  # checked_jit's flag is never set
         checked = property(lambda self: False, lambda self, value: None)
 
-    monkeypatch.setattr(optimizer.transform, "_TRACING", Never())
+    monkeypatch.setattr(optimizer.nonfinite, "_TRACING", Never())
     params = model()
     opt = compositional_muon(0.01, pairs=pairs_of())
     with pytest.raises(Exception, match="the gradient of 'attn/wv' contains NaN or Inf") as info:

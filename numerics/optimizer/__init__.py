@@ -50,7 +50,8 @@ The package by concern: :mod:`~numerics.optimizer.pairs` (pair declarations, the
 declarations), :mod:`~numerics.optimizer.options` (the typed
 :class:`~numerics.optimizer.options.DirectionOptions`, schedules, scalar checks),
 :mod:`~numerics.optimizer.rules` (the direction rules as ``{name: function}`` registries),
-:mod:`~numerics.optimizer.transform` (the optax transformations and the non-finite guard),
+:mod:`~numerics.optimizer.transform` (the optax transformations), :mod:`~numerics.optimizer.nonfinite` (the
+non-finite guard and :func:`checked_jit`),
 :mod:`~numerics.optimizer.batching` (the pairs and Muon matrices of one shape, every layer's, as one stacked
 call), :mod:`~numerics.optimizer.head_axes` (unpaired flax kernels with head axes as whole matrices) and
 :mod:`~numerics.optimizer.alias` (:func:`compositional_muon`).
@@ -60,6 +61,7 @@ from __future__ import annotations
 
 from .alias import compositional_muon, describe_pairs, is_bias, parameter_roles
 from .groups import LORA_NAMES, LoRAPair, LoRAPlan, MLAPair, MLAPlan, auto_lora_pairs
+from .nonfinite import SkipNonFiniteState, check_finite_gradients, checked_jit, skip_nonfinite_updates
 from .options import (
     GAUGES,
     GRAM_ROOTS,
@@ -69,6 +71,7 @@ from .options import (
     SCHEDULE_BOUND,
     DirectionOptions,
     check_damping_range,
+    check_gradients_match,
     check_schedule_bounded,
     damping_ok,
     flag,
@@ -109,18 +112,13 @@ from .rules import (
 )
 from .transform import (
     CompositionalMuonState,
-    SkipNonFiniteState,
     _project_pair,
-    check_finite_gradients,
-    check_gradients_match,
     check_matrix_dtypes,
     check_options,
-    checked_jit,
     dimension_numbers_by_path,
     direction_dtype,
     rebalance_pairs,
     scale_by_compositional_muon,
-    skip_nonfinite_updates,
 )
 
 __all__ = [

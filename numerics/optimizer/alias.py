@@ -17,6 +17,7 @@ import optax
 
 from .groups import LoRAPlan
 from .head_axes import head_axes_dimension_numbers
+from .nonfinite import check_finite_gradients, skip_nonfinite_updates
 from .options import (
     check_hyperparameter_precision,
     check_hyperparameter_values,
@@ -26,12 +27,10 @@ from .options import (
 )
 from .pairs import Pairs, adamw_selector, named_leaves, pair_declaration, plan_pairs
 from .transform import (
-    check_finite_gradients,
     check_options,
     dimension_numbers_by_path,
     rebalance_pairs,
     scale_by_compositional_muon,
-    skip_nonfinite_updates,
 )
 
 

@@ -1,5 +1,7 @@
 """Options of the direction: the typed record the rules take, and the checks that build it.
 
+Also :func:`check_gradients_match`: ``update``'s gradients against the params.
+
 A Newton–Schulz schedule is a tuple of steps ``(c_0, …, c_k)``, each mapping a singular value
 ``σ ↦ c_0 σ + c_1 σ³ + … + c_k σ^{2k+1}`` (:func:`resolve_schedule`, refused when its iterates leave
 ``[−100, 100]`` on ``[0, 1]``: :func:`check_schedule_bounded`). The damping ``λ`` of every Gram root
@@ -369,3 +371,23 @@ def check_damping_range(plan: Plan, params: Any, damping: float) -> None:
                              f" in {ct.name}, the dtype in which the {rec.label} of {dtype.name} "
                              f"weights computes (WᵀW + λI)^(1/2); use 0 or a damping in [{float(info.tiny):.3g}, "
                              f"{float(info.max):.3g}] (λ is in the units of the squared weights)")
+
+
+def check_gradients_match(updates: Any, params: Any) -> None:
+    """Refuse gradients whose pytree differs from the params', naming the first missing or extra leaf."""
+    if params is None:
+        return
+    have, want = named_leaves(updates), named_leaves(params)  # also refuses unorderable dict keys
+    if jax.tree.structure(updates) == jax.tree.structure(params):
+        return
+    missing, extra = [n for n in want if n not in have], [n for n in have if n not in want]
+    where = "compositional_muon.update: the gradients do not match the params"
+    if missing:
+        raise ValueError(f"{where}: no gradient for the parameter {missing[0]!r}"
+                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                         + "; pass one gradient per parameter (the pytree of jax.grad of the params)")
+    if extra:
+        raise ValueError(f"{where}: a gradient at {extra[0]!r}, which is not a parameter"
+                         + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+    raise ValueError(f"{where}: the same leaves in different containers, "
+                     f"{str(jax.tree.structure(updates))[:200]} and {str(jax.tree.structure(params))[:200]}")
