@@ -49,7 +49,7 @@ def _all_finite(named: dict) -> jax.Array:
 
     One reduction per shape and dtype over the arrays of that shape stacked (XLA fuses the stacking into it),
     not one per array: a model of many layers then adds no kernel per parameter to the compiled step. Stacking
-    along a new axis keeps each array's sharding (a flattened concatenation would not).
+    along a new axis keeps the sharding that same-shape arrays share (a flattened concatenation would not).
     """
     groups: dict = {}
     for x in named.values():
@@ -68,7 +68,7 @@ def _nonfinite_names(named: dict) -> list:
 def _fail_unless_finite(named: dict, message: Callable[[list], str]) -> jax.Array:
     """:func:`_all_finite` of ``named``; unless it holds, ``ValueError(message(names of the non-finite arrays))``.
 
-    As :func:`_fail_unless_all`, but under a plain ``jit`` the hot path has only :func:`_all_finite`: the
+    As :func:`fail_unless_all`, but under a plain ``jit`` the hot path has only :func:`_all_finite`: the
     arrays go to the host callback, which names them, only when it runs (on failure).
     """
     ok = _all_finite(named)
