@@ -71,21 +71,13 @@ def _fail_unless_finite(named: dict, message: Callable[[list], str]) -> jax.Arra
     As :func:`fail_unless_all`, but under a plain ``jit`` the hot path has only :func:`_all_finite`: the
     arrays go to the host callback, which names them, only when it runs (on failure).
     """
-    ok = _all_finite(named)
-    if not isinstance(ok, jax.core.Tracer):
-        if not bool(ok):
-            raise ValueError(message(_nonfinite_names(named)))
-        return ok
     if getattr(_TRACING, "checked", False):
         flags = jnp.stack([jnp.all(jnp.isfinite(x)) for x in named.values()])
         fail_unless_all(flags, tuple(named), message)
-        return ok
-
-    def fail(arrays):
-        hint = " (jit the step with numerics.optimizer.checked_jit for this error as one line)"
-        raise ValueError(message(_nonfinite_names(dict(zip(named, arrays, strict=True)))) + hint)
-
-    jax.lax.cond(ok, lambda xs: None, lambda xs: jax.debug.callback(fail, xs), list(named.values()))
+        return jnp.all(flags)
+    ok = _all_finite(named)
+    _raise_unless(ok, list(named.values()), lambda arrays: _nonfinite_names(dict(zip(named, arrays, strict=True))),
+                  message)
     return ok
 
 
@@ -101,20 +93,28 @@ def fail_unless_all(flags, names, message: Callable[[list], str]) -> None:
     Under a plain ``jit``, from a host callback inside a ``lax.cond`` that runs only on failure: JAX
     reports its ``ValueError`` as a multi-line ``JaxRuntimeError`` carrying the message.
     """
-    if not isinstance(flags, jax.core.Tracer):
-        if not bool(jnp.all(flags)):
-            raise ValueError(message([n for n, f in zip(names, flags, strict=True) if not bool(f)]))
-        return
-    if getattr(_TRACING, "checked", False):
+    if isinstance(flags, jax.core.Tracer) and getattr(_TRACING, "checked", False):
         for i, name in enumerate(names):  # checkify formats the message: braces in a path are escaped
             checkify.check(flags[i], message([name]).replace("{", "{{").replace("}", "}}"))
+        return
+    _raise_unless(jnp.all(flags), flags, lambda values: [n for n, f in zip(names, values, strict=True) if not bool(f)],
+                  message)
+
+
+def _raise_unless(ok, operands, bad_names: Callable[[Any], list], message: Callable[[list], str]) -> None:
+    """``ValueError(message(bad_names(operands)))`` unless ``ok``: at once when ``ok`` is concrete, else (under a
+    plain ``jit``) from a host callback inside a ``lax.cond`` that runs only on failure and receives the
+    operands then."""
+    if not isinstance(ok, jax.core.Tracer):
+        if not bool(ok):
+            raise ValueError(message(bad_names(operands)))
         return
 
     def fail(values):
         hint = " (jit the step with numerics.optimizer.checked_jit for this error as one line)"
-        raise ValueError(message([n for n, f in zip(names, values, strict=True) if not f]) + hint)
+        raise ValueError(message(bad_names(values)) + hint)
 
-    jax.lax.cond(jnp.all(flags), lambda f: None, lambda f: jax.debug.callback(fail, f), flags)
+    jax.lax.cond(ok, lambda xs: None, lambda xs: jax.debug.callback(fail, xs), operands)
 
 
 def checked_jit(fn: Callable, **jit_kwargs: Any) -> Callable:
