@@ -180,6 +180,10 @@ def run_compiled(programs, repeats):
     return compile_s, interleaved(runs, repeats, warmup=1)
 
 
+def against_optax(compile_s, times):
+    """``{label: (compile s, median s, paired ratio to the "optax" label)}`` from :func:`run_compiled`'s result."""
+    return {k: (compile_s[k], statistics.median(times[k]), paired_ratio(times[k], times["optax"])) for k in times}
+
 def first_updates(optimizers, params, grads):
     """``{label: (optimizer.update, (grads, state, params))}``: the first update of each optimizer."""
     return {label: (opt.update, (grads, opt.init(params), params)) for label, opt in optimizers.items()}
@@ -213,7 +217,7 @@ def measure_full(name, repeats, dtype, msign="auto", small=False, layers=1):
         "muon-path": compositional_muon(0.02, pairs=None, msign=msign),
         "optax": optax.contrib.muon(0.02, ns_coeffs=schedule)}
     compile_s, times = run_compiled(first_updates(optimizers, params, grads), repeats)
-    return {k: (compile_s[k], statistics.median(times[k]), paired_ratio(times[k], times["optax"])) for k in optimizers}
+    return against_optax(compile_s, times)
 
 
 #: ``(batch, tokens)`` of the training rows' inputs
@@ -272,7 +276,7 @@ def measure_train(name, repeats, dtype, msign="auto", small=False, layers=1):
     compile_s, times = run_compiled(
         {label: (train_step(opt, heads, kv, hd, layers), (params, opt.init(params), x, y))
          for label, opt in optimizers.items()}, repeats)
-    return {k: (compile_s[k], statistics.median(times[k]), paired_ratio(times[k], times["optax"])) for k in optimizers}
+    return against_optax(compile_s, times)
 
 
 def _names(text, known, what):

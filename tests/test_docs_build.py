@@ -14,6 +14,7 @@ read order that lets the derivations build while pages run their code (issue 23)
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import re
@@ -153,7 +154,6 @@ def test_pages_that_run_code_are_read_first_and_pages_printed_from_the_catalogue
 def _misdeclared(directives: dict) -> list:
     """The directives whose ``reads_catalogue`` disagrees with their source: a class that calls ``catalogue(``
     must declare it (its page is then read last), and one that does not must not."""
-    import inspect
     return [name for name, cls in directives.items()
             if ("catalogue(" in inspect.getsource(cls)) != bool(getattr(cls, "reads_catalogue", False))]
 
