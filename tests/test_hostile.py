@@ -140,7 +140,7 @@ def planted_dense():
     d32 = -0.1 * S.msign_svd(gm.astype("float32"))
     out = np.asarray(S.sylvester_products(*(x.astype("float32") for x in w64), 1e-6, d32, "dense")[0])
     err = float(np.abs(out - ref).max() / np.abs(ref).max())
-    return err > 1e-2, f"dense float32 error {err:.2e} at damping 1e-6"
+    return not err <= 1e-2, f"dense float32 error {err:.2e} at damping 1e-6"  # NaN (some LAPACK builds) fails too
 holds("planted: the unguarded dense solve is caught by the accuracy check", planted_dense)
 holds("sylvester_qk float64 damping 1e-300: bounded", lambda: (
     float(jnp.abs(S.sylvester_qk(*w64, gm, eps=0.1, damping=1e-300)[0]).max()) < 1.0, ""))

@@ -393,16 +393,23 @@ def test_pow2_normalize_is_exact_for_subnormals():
 def _lowered(schedule_steps):
     step = (3.4445, -4.775, 2.0315)
     schedule = jax_msign.schedule_array((step,) * schedule_steps)
-    text = jax.jit(jax_msign.newton_schulz).lower(jnp.ones((6, 4)), schedule).as_text()
+    fresh = lambda x, c: jax_msign.newton_schulz(x, c)  # noqa: E731  (a new function: no cached trace)
+    text = jax.jit(fresh).lower(jnp.ones((6, 4)), schedule).as_text()
     return text.count("stablehlo.while"), text.count("call @")
 
 
-def test_long_schedules_loop_and_short_ones_unroll():
-    """Up to NS_UNROLL_STEPS the steps are unrolled (the default schedules' numbers stay); beyond, one loop."""
-    short = [_lowered(n) for n in (5, jax_msign.NS_UNROLL_STEPS)]
-    assert short[0][0] == short[1][0] == 0 and short[1][1] > short[0][1]  # unrolled: grows with the schedule
-    long = [_lowered(n) for n in (jax_msign.NS_UNROLL_STEPS + 1, jax_msign.MAX_SCHEDULE_STEPS)]
-    assert long[0] == long[1] and long[0][0] == 1  # one while loop, the same program for any length
+def test_every_schedule_runs_as_one_loop_whatever_its_length():
+    """The steps run in one loop whose body is compiled once: the program is the same for 2, 5 and 100 steps
+    (unrolled, every step would compile kernels of its own; a planted unrolled scan is caught)."""
+    programs = [_lowered(n) for n in (2, 5, jax_msign.MAX_SCHEDULE_STEPS)]
+    assert programs[0] == programs[1] == programs[2] and programs[0][0] == 1
+
+
+def test_planted_unrolled_scan_is_caught(monkeypatch):
+    scan = jax.lax.scan
+    monkeypatch.setattr(jax.lax, "scan", lambda *a, **k: scan(*a, **{**k, "unroll": True}))
+    programs = [_lowered(n) for n in (2, 5)]
+    assert not (programs[0] == programs[1] and programs[0][0] == 1)
 
 
 @pytest.mark.parametrize("rule,name", [f for f in FUNCTIONS if "schedule" in inspect.signature(_fn(*f)).parameters])

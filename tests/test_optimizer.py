@@ -67,10 +67,11 @@ def test_half_split_step_is_the_derived_rule_with_per_head_bounds():
     g = grads(rng, params)
     u = step(compositional_muon(lr, pairs=pairs_of(), msign="svd", damping=0.0), params, g)
     a = params["attn"]
-    dq, _ = emitted.halfsplit.halfsplit_qk(*(np.stack(heads(x, DH)) for x in (a["wq"], a["wk"], g["attn"]["wq"],
-                                                                               g["attn"]["wk"])),
-                                            eps=2 * lr, msign="svd")
+    dq, dk = emitted.halfsplit.halfsplit_qk(*(np.stack(heads(x, DH)) for x in (a["wq"], a["wk"], g["attn"]["wq"],
+                                                                                g["attn"]["wk"])),
+                                             eps=2 * lr, msign="svd")
     np.testing.assert_allclose(np.concatenate(list(dq), axis=-1), u["attn"]["wq"], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(np.concatenate(list(dk), axis=-1), u["attn"]["wk"], rtol=1e-10, atol=1e-12)
     for q, k, uq, uk in zip(heads(a["wq"], DH), heads(a["wk"], DH), heads(u["attn"]["wq"], DH),
                             heads(u["attn"]["wk"], DH), strict=False):
         assert op(uq @ k.T) == pytest.approx(lr, rel=1e-9)  # each half of ΔM has operator norm lr

@@ -98,3 +98,25 @@ def test_batches_keep_first_appearance_order_and_one_operand_is_not_stacked():
     assert stacked_call(fn, [(x, y)])[0][0].shape == (2, 3) and calls[-1] == (2, 3)
     with pytest.raises(ValueError):
         stacked_call(fn, [(x, y), (x,)])  # operands of different arity cannot be stacked
+
+
+def test_tall_muon_matrices_join_the_wide_ones_of_the_same_sides(monkeypatch):
+    """An MLP's ``W_down`` (``f × d``) runs in the one msign call of ``W_gate, W_up`` (``d × f``) as its transpose
+    (``msign(Yᵀ) = msign(Y)ᵀ``): the step makes one msign call, and each matrix gets
+    ``√max(1, fan_out/fan_in) msign(m)`` in its own orientation (the SVD's, to Newton–Schulz accuracy)."""
+    rng = np.random.default_rng(5)
+    params = {"w_gate": jnp.asarray(rng.standard_normal((6, 15)), jnp.float32),
+              "w_down": jnp.asarray(rng.standard_normal((15, 6)), jnp.float32)}
+    grads = jax.tree.map(lambda x: jnp.asarray(rng.standard_normal(x.shape), jnp.float32), params)
+    opt = compositional_muon(1.0, pairs=None, msign="newton_schulz", beta=0.0, nesterov=False)
+    calls, sign = [], transform._halfsplit.spectral_sign
+    monkeypatch.setattr(transform._halfsplit, "spectral_sign", lambda y, *a: calls.append(y.shape) or sign(y, *a))
+    got, _ = jax.jit(opt.update)(grads, opt.init(params), params)
+    assert calls == [(2, 6, 15)]
+    for name, g in grads.items():
+        u, _, vt = np.linalg.svd(np.asarray(g, np.float64), full_matrices=False)
+        want = -np.sqrt(max(1.0, g.shape[1] / g.shape[0])) * (u @ vt)
+        assert got[name].shape == g.shape
+        np.testing.assert_allclose(got[name], want, atol=0.35 * np.abs(want).max(), err_msg=name)
+        cosine = np.sum(np.asarray(got[name]) * want) / (np.linalg.norm(got[name]) * np.linalg.norm(want))
+        assert cosine > 0.98, (name, cosine)

@@ -401,8 +401,7 @@ def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedul
               f"  # msign='auto': Gram Newton–Schulz when long side > this * short side\nGRAM_RESTARTS = "
               f"{jax_spectral_sign.GRAM_RESTARTS!r}  # default restart positions of Gram Newton–Schulz\n"),
              (f"GRAM_ROUTE_RATIO = {jax_damped_gram.GRAM_ROUTE_RATIO!r}  # Gram eigh while e_min >= this * e_max, "
-              f"else QR + SVD of W\nNS_UNROLL_STEPS = {jax_msign.NS_UNROLL_STEPS!r}  # Newton–Schulz schedules up to "
-              f"this long are unrolled\nMAX_SCHEDULE_STEPS = {jax_msign.MAX_SCHEDULE_STEPS!r}  # longer schedules are "
+              f"else QR + SVD of W\nMAX_SCHEDULE_STEPS = {jax_msign.MAX_SCHEDULE_STEPS!r}  # longer schedules are "
               f"refused\nUNDERFLOW_BITS = {jax_output_checks.UNDERFLOW_BITS!r}  # an output below tiny * "
               f"2**(nmant - this) underflowed\n"),
              "NS_SCHEDULE = (\n" + "".join(f"    {step!r},\n" for step in schedule.as_floats()) + ")\n",

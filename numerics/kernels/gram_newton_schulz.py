@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from numerics.kernels.jax_exact_scaling import pow2_normalize
-from numerics.kernels.jax_msign import NS_UNROLL_STEPS, schedule_array
+from numerics.kernels.jax_msign import schedule_array
 
 
 def restart_flags(restarts, steps):
@@ -120,6 +120,5 @@ def gram_newton_schulz_oriented(x, schedule, restarts, wide):
     fresh = flags.at[0].set(True)
     last = jnp.concatenate([flags[1:], jnp.ones((1,), dtype=bool)])
     carry = (x, gram(x), eye)
-    (x, _, q), _ = jax.lax.scan(step, carry, (coeffs, flags, fresh, last),
-                                unroll=True if steps <= NS_UNROLL_STEPS else 1)
+    (x, _, q), _ = jax.lax.scan(step, carry, (coeffs, flags, fresh, last))
     return apply(q, x)

@@ -20,9 +20,8 @@ its relative error is about ``eps·κ(A)``, not the ``eps·κ(W)`` of the emitte
 (:func:`numerics.kernels.jax_damped_gram.gram_eigh` takes the roots from the SVD of ``W`` when ``W`` is
 ill-conditioned). It has no rank cut: it is only meant for damped partners, certified when
 :func:`certified_lower` is at least the schedule's lower end (``λ`` then bounds ``κ(A)``); below that
-the iteration is not certified and a rank-deficient partner diverges. A schedule longer than
-``NS_UNROLL_STEPS`` runs as a loop (``lax.scan``), and one longer than ``MAX_SCHEDULE_STEPS`` is
-refused, as for the Newton–Schulz msign.
+the iteration is not certified and a rank-deficient partner diverges. A schedule runs as a loop
+(``lax.scan``), and one longer than ``MAX_SCHEDULE_STEPS`` is refused, as for the Newton–Schulz msign.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from numerics.kernels.jax_msign import MAX_SCHEDULE_STEPS, NS_UNROLL_STEPS
+from numerics.kernels.jax_msign import MAX_SCHEDULE_STEPS
 
 #: the default schedule: Polar Express, 8 steps (certified on [1e-3, 1] to a 1e-20 band)
 DEFAULT_SCHEDULE = "polar-express"
@@ -65,7 +64,7 @@ def coupled_newton_schulz(a, schedule):
         return (y @ t, t @ z), None
 
     y, z = a / s, jnp.broadcast_to(eye, a.shape)
-    (y, z), _ = jax.lax.scan(step, (y, z), coeffs, unroll=True if len(schedule) <= NS_UNROLL_STEPS else 1)
+    (y, z), _ = jax.lax.scan(step, (y, z), coeffs)
     root = jnp.sqrt(s)
     return z / root, y * root
 

@@ -265,13 +265,20 @@ def _muon_directions(g: dict, dims: dict, s: StepSettings) -> dict:
         to_matrix, from_matrix = _muon_reshape(x, dims.get(name), name)
         matrices[name] = (to_matrix(x), from_matrix)
     schedule = schedule_for(_halfsplit, s.options.schedule)
-    for batch in same_key_batches(matrices, lambda name: array_key(matrices[name][0])):
+    wide = {name: _wide(y) for name, (y, _) in matrices.items()}  # msign(Yᵀ) = msign(Y)ᵀ: tall ones join wide ones
+    for batch in same_key_batches(matrices, lambda name: array_key(wide[name])):
         signs = stacked_call(lambda y: (_halfsplit.spectral_sign(y, s.options.msign, schedule),),
-                             [(matrices[name][0],) for name in batch])
+                             [(wide[name],) for name in batch])
         for name, (sign,) in zip(batch, signs, strict=True):
             y, from_matrix = matrices[name]
+            sign = sign if sign.shape == y.shape else sign.mT
             out[name] = _muon_scaled(g[name], from_matrix(sign), y.shape[-2], y.shape[-1], s)
     return out
+
+
+def _wide(y: jax.Array) -> jax.Array:
+    """``y`` with its last two axes ordered short side first (``y`` itself when it is not tall)."""
+    return y.mT if y.shape[-2] > y.shape[-1] else y
 
 
 def _muon_scaled(x: jax.Array, sign: jax.Array, fan_in: int, fan_out: int, s: StepSettings) -> jax.Array:
