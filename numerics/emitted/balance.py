@@ -448,12 +448,14 @@ def newton_schulz(x, schedule):
     lies in ``[1, mn]`` and nothing overflows or underflows; the Frobenius division is then folded
     into the first step: ``‖X‖_F² = tr(A)`` comes from that step's own Gram matrix, and
     ``c_0 X/ν + (B/ν) X`` scales a ``k × k`` matrix instead of the whole ``X`` (one pass over ``X``
-    fewer; 16-bit inputs keep an explicit float32 normalisation). ``schedule`` is data: an array
-    ``(steps, k+1)`` (or a tuple of coefficient tuples) scanned by ``jax.lax.scan``, so schedules
-    of one shape share one compilation; the scan runs as a loop, so its body compiles once whatever the
-    schedule's length (at most ``MAX_SCHEDULE_STEPS``, see :func:`check_schedule`): unrolled, every step
-    compiled kernels of its own, 14 more for one GPT-2-small layer's update, about a tenth of its compile
-    time, for no measurable gain in step time on the CPU. Runs in the input dtype.
+    fewer; 16-bit inputs keep an explicit float32 normalisation). The first step runs in the loop
+    with the others (a flag selects the scale ``1/ν``, 1 elsewhere), so no step compiles apart.
+    ``schedule`` is data: an array ``(steps, k+1)`` (or a tuple of coefficient tuples) scanned by
+    ``jax.lax.scan``, so schedules of one shape share one compilation; the scan runs as a loop, so its
+    body compiles once whatever the schedule's length (at most ``MAX_SCHEDULE_STEPS``, see
+    :func:`check_schedule`): unrolled, every step compiled kernels of its own (with the first step
+    apart, 30 more for the first training step of a GPT-2-small layer, about a sixth of its compile
+    time), for no measurable gain in step time on the CPU. Runs in the input dtype.
 
     Orientation: the same polynomial is applied as ``X (c_1 A + …)`` with ``A = XᵀX`` when ``X`` is
     held tall. On the CPU a batch of matrices runs tall (XLA's batched ``X Xᵀ`` is slow there: 24 ×
@@ -485,24 +487,25 @@ def _newton_schulz_oriented(x, schedule, wide):
             b = (b + c[j] * eye) @ a
         return b
 
-    def step(x, c):
+    def step(x, c_first):
+        """One step; the first (``first``) on ``X/ν``, ``ν = ‖X‖_F``: ``c_0 X/ν + B(A/ν²) X/ν``, ``ν² = tr A``."""
+        c, first = c_first
         c = c.astype(x.dtype)
         if degree == 1:
             return c[0] * x, None
-        return c[0] * x + times(gram_polynomial(gram(x), c), x), None
+        a = gram(x)
+        sq = jnp.trace(a, axis1=-2, axis2=-1)[..., None, None]  # ‖X‖_F² ∈ [1, 4mn) on the first step, or 0
+        s = jnp.where(first, 1 / jnp.sqrt(jnp.where(sq > 0, sq, 1)), 1).astype(x.dtype)
+        return (c[0] * s) * x + times(gram_polynomial(a * (s * s), c) * s, x), None
 
     if degree == 1 or xc.dtype != x.dtype:
         norm = jnp.sqrt(jnp.sum(xc * xc, axis=(-2, -1), keepdims=True))
         x = (xc / jnp.where(norm > 0, norm, 1)).astype(x.dtype)
-        rest = coeffs
-    else:  # first step on X/ν with ν = ‖X‖_F: c_0 X/ν + B(A/ν²) X/ν
-        a = gram(xc)
-        sq = jnp.trace(a, axis1=-2, axis2=-1)[..., None, None]  # ‖X‖_F² ∈ [1, 4mn), or 0
-        nu = jnp.sqrt(jnp.where(sq > 0, sq, 1))
-        c = coeffs[0].astype(x.dtype)
-        x = (c[0] / nu) * xc + times(gram_polynomial(a / (nu * nu), c) / nu, xc)
-        rest = coeffs[1:]
-    x, _ = jax.lax.scan(step, x, rest)
+        first = jnp.zeros(coeffs.shape[0], dtype=bool)
+    else:  # the Frobenius division folded into the first step, inside the loop: no step compiles apart
+        x = xc
+        first = jnp.arange(coeffs.shape[0]) == 0
+    x, _ = jax.lax.scan(step, x, (coeffs, first))
     return x.mT if flip else x
 
 def restart_flags(restarts, steps):
