@@ -9,7 +9,7 @@
 * The edges of the number range: gradients and weights scaled towards the subnormals give the
   right answer or one clear error, never a silently wrong number; the planted mistakes (msign
   arguments not unit-scaled, the balancing gauge's groups not rescaled) fail.
-* Schedules: longer than ``NS_UNROLL_STEPS`` they run as a loop, longer than
+* Schedules: every one runs as one loop whatever its length (the same program), longer than
   ``MAX_SCHEDULE_STEPS`` they are refused naming ``schedule`` (whatever msign is).
 * Round 2 of the audit: huge weights and tiny eps give the right update or one underflow line naming
   the function and its arguments' sizes, in every function (they were all zero); float16 outputs among

@@ -84,7 +84,7 @@ def test_injected_damping_out_of_range_is_refused_when_the_step_runs():
 
 
 def test_injected_ns_steps_with_a_repeated_step_is_refused_clearly():
-    """inject_hyperparams makes ns_steps an array; it sizes the unrolled iteration of an (a, b, c) step."""
+    """inject_hyperparams makes ns_steps an array; it sets the number of steps of an (a, b, c) schedule."""
     params, g = model(), grads(model())
     opt = optax.inject_hyperparams(compositional_muon)(0.1, (3.4445, -4.775, 2.0315), 5, pairs=PAIRS)
     state = opt.init(params)  # concrete at init: accepted

@@ -162,7 +162,7 @@ def _repeated_step(ns_coeffs: Any, ns_steps: Any, bad_coefficient: ValueError) -
     """One step ``(a, b, c, …)`` repeated ``ns_steps`` times (``1 <= ns_steps <= 100``, a concrete integer)."""
     if isinstance(ns_steps, jax.core.Tracer):
         raise TypeError(f"compositional_muon: ns_steps is a traced value (optax.inject_hyperparams injects every "
-                        f"number); with ns_coeffs = {ns_coeffs!r} it sets the length of the unrolled iteration, "
+                        f"number); with ns_coeffs = {ns_coeffs!r} it sets the number of steps of the iteration, "
                         f"so give ns_coeffs as a tuple of steps or a registry name, or pass "
                         f"static_args=('ns_steps',)")
     if getattr(ns_steps, "shape", None) == () and jnp.issubdtype(getattr(ns_steps, "dtype", float), jnp.integer):
