@@ -164,6 +164,39 @@ def test_both_routes_in_one_batch():
         assert _rel((got[i],), (want,)) <= 4 * np.finfo(np.float64).eps * 1e10
 
 
+def _lapack_inputs_of_the_svd_route(module, monkeypatch, call_lapack=True):
+    """Whether each matrix the SVD route of ``module.gram_eigh`` hands to LAPACK is finite (one flag per
+    call), for a batch of an ill-conditioned partner (which sends the batch there) and one holding an Inf."""
+    seen, inner = [], module.right_singular
+
+    def recording(a):
+        jax.debug.callback(lambda ok: seen.append(bool(ok)), jnp.all(jnp.isfinite(a)))
+        if call_lapack:
+            return inner(a)
+        n = a.shape[-1]  # a planted copy: no LAPACK
+        return jnp.zeros((*a.shape[:-2], n), a.dtype), jnp.zeros((*a.shape[:-2], n, n), a.dtype)
+
+    monkeypatch.setattr(module, "right_singular", recording)
+    rng = np.random.default_rng(8)
+    w = np.stack([_partner(rng, 1e6), rng.standard_normal((D, DH))])
+    w[1, 3, 2] = np.inf
+    r, _, _ = module.gram_eigh(jnp.asarray(w), 0.0, "right")
+    return seen, np.asarray(r)
+
+
+def test_the_svd_route_hands_lapack_finite_matrices_only(monkeypatch, tmp_path):
+    """The SVD route zeroes a non-finite partner before LAPACK (a NaN in ``dgesdd`` could spin forever) with the
+    flag of the Gram matrix: the scaled partner is all NaN or finite with entries below 2. Planted: unguarded."""
+    seen, r = _lapack_inputs_of_the_svd_route(jax_damped_gram, monkeypatch)
+    assert seen == [True, True] and np.all(np.isfinite(r[0])) and np.all(np.isnan(r[1]))
+    source = (ROOT / "numerics" / "kernels" / "jax_damped_gram.py").read_text()
+    assert source.count("jnp.where(ok, a, 0)") == 1
+    (tmp_path / "planted_gram.py").write_text(source.replace("jnp.where(ok, a, 0)", "a"))
+    planted = load_module(tmp_path / "planted_gram.py", "planted_unguarded_svd_route")
+    seen, _ = _lapack_inputs_of_the_svd_route(planted, monkeypatch, call_lapack=False)
+    assert seen == [True, False]
+
+
 def test_rank_cut_is_on_singular_values_not_their_squares():
     """``gram_eigh`` (JAX and NumPy) keeps σ just above ``max(m, n)·eps·σ_max`` and zeroes those below."""
     rng = np.random.default_rng(4)
