@@ -84,9 +84,8 @@ def half_split_heads(q: jax.Array, k: jax.Array, gq: jax.Array, gk: jax.Array,
     update being equal to ``halfsplit_qk``'s to rounding.
     """
     kw = options.kwargs(_hybrid_ov)
-    dq = _hybrid_ov.gqa_value(k, gq.mT, group_size=1.0, **kw)
-    dk = _hybrid_ov.gqa_value(q, gk.mT, group_size=1.0, **kw)
-    return dq.mT, dk.mT
+    dq, dk = (_hybrid_ov.gqa_value(partner, g.mT, group_size=1.0, **kw).mT for partner, g in ((k, gq), (q, gk)))
+    return dq, dk
 
 
 def joint_heads(q: jax.Array, k: jax.Array, gq: jax.Array, gk: jax.Array, options: DirectionOptions) -> Factors:
