@@ -422,6 +422,39 @@ def test_pow2_normalize_is_exact_for_subnormals():
             assert np.array_equal(x, np.ldexp(a, k).astype(dtype)), (dtype, c)
 
 
+
+def _pow2_scale_failures(scale):
+    """Where ``scale(x, n)`` is not ``x · 2**n`` exactly (normal x and result), ``±0`` below the normal range,
+    ``±Inf`` above it, NaN kept, for every float dtype and shifts far past each exponent range."""
+    rng = np.random.default_rng(7)
+    failures = []
+    for dtype, reach in ((jnp.float16, 40), (jnp.bfloat16, 300), (jnp.float32, 300), (jnp.float64, 2500)):
+        info = jnp.finfo(dtype)
+        x = np.ldexp(rng.uniform(1, 2, 400) * rng.choice([-1, 1], 400),
+                     rng.integers(int(info.minexp), int(info.maxexp), 400))
+        x[:3] = (np.nan, 0.0, float(info.smallest_subnormal))  # NaN kept; zero and subnormal give 0
+        n = rng.integers(-reach, reach, 400).astype(np.int32)
+        got = np.asarray(jax.jit(scale)(jnp.asarray(x, dtype), jnp.asarray(n))).astype(np.float64)
+        stored = np.asarray(jnp.asarray(x, dtype)).astype(np.float64)
+        with np.errstate(over="ignore"):
+            want = np.ldexp(stored, n)
+        want = np.where(np.abs(want) < float(info.tiny), np.copysign(0.0, stored), want)
+        want = np.where(np.abs(want) > float(info.max), np.copysign(np.inf, stored), want)
+        want[2] = 0.0
+        if not np.array_equal(got, want, equal_nan=True) or np.any(np.signbit(got[3:]) != np.signbit(want[3:])):
+            failures.append(jnp.dtype(dtype).name)
+    return failures
+
+
+def test_pow2_scale_moves_the_exponent_exactly_whatever_the_shift():
+    """``pow2_scale`` works on the bits: exact in range, ±0 below it, ±Inf above it, in every dtype; a planted
+    scaling by a multiplication with ``2**n`` formed in the dtype (which overflows to Inf or flushes to 0 for
+    shifts past the exponent range, however small the product) is caught."""
+    assert _pow2_scale_failures(jax_exact_scaling.pow2_scale) == []
+    planted = lambda x, n: x * jnp.exp2(n.astype(x.dtype))  # noqa: E731
+    assert _pow2_scale_failures(planted) == ["float16", "bfloat16", "float32", "float64"]
+
+
 # ---- item 8: schedule length ------------------------------------------------------------------
 def _lowered(schedule_steps):
     step = (3.4445, -4.775, 2.0315)

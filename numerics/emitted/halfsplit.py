@@ -92,50 +92,72 @@ def float_layout(dtype):
     info = jnp.finfo(dtype)
     return {16: jnp.int16, 32: jnp.int32, 64: jnp.int64}[info.bits], info.nmant, info.maxexp - 1
 
-def pow2(n, dtype):
-    """``2**n`` in ``dtype`` for integer ``n`` in the normal exponent range, built from its bits (exact)."""
+def exponent_fields(x):
+    """``(bits, magnitude, field)`` of float ``x`` as integers of its width: the bits, the bits without the
+    sign (ordered as ``|x|``) and the biased exponent field (0 for zeros and subnormals, all ones for NaN/Inf)."""
+    it, nmant, _ = float_layout(x.dtype)
+    bits = jax.lax.bitcast_convert_type(x, it)
+    mag = jnp.bitwise_and(bits, jnp.asarray(jnp.iinfo(it).max, it))
+    return bits, mag, jnp.right_shift(mag, nmant)
+
+def with_exponent(bits, field, mantissa, dtype):
+    """The float of ``dtype`` with the sign of ``bits``, biased exponent ``field`` (any integer) and ``mantissa``
+    bits: ``±0`` where ``field <= 0`` (below the normal range), ``±Inf`` where it is past the largest exponent."""
     it, nmant, bias = float_layout(dtype)
-    n = jnp.clip(jnp.asarray(n), 1 - bias, bias)
-    return jax.lax.bitcast_convert_type(jnp.left_shift((n + bias).astype(it), nmant), dtype)
+    top = 2 * bias + 1  # the all-ones field of Inf and NaN
+    mag = jnp.bitwise_or(jnp.left_shift(jnp.clip(field, 0, top).astype(it), nmant),
+                         jnp.where(field >= top, jnp.zeros_like(mantissa), mantissa))
+    mag = jnp.where(field <= 0, jnp.zeros_like(mag), mag)
+    sign = jnp.bitwise_and(bits, jnp.asarray(jnp.iinfo(it).min, it))
+    return jax.lax.bitcast_convert_type(jnp.bitwise_or(mag, sign), dtype)
+
+def exponent_dtype(dtype):
+    """The integer dtype exponent arithmetic runs in: int64 for float64, int32 otherwise (no 16-bit overflow)."""
+    return jnp.int64 if jnp.dtype(dtype).itemsize == 8 else jnp.int32
 
 def pow2_scale(x, n):
     """``x · 2**n`` for integer ``n`` (broadcast), exact whenever ``x`` and the result are normal numbers.
 
-    Three multiplications by powers of two of one sign, each in the normal range: the partial products
-    lie between ``x`` and the result, so nothing over- or underflows on the way (``n`` up to ±3·1022).
+    Computed on the bits: ``n`` is added to the exponent field, the mantissa kept, so nothing is multiplied
+    and no partial product can over- or underflow, whatever ``n``. A result past the largest exponent is
+    ``±Inf``; one below the normal range is ``±0``, as is a zero or subnormal ``x`` (XLA on the CPU flushes
+    subnormal numbers to zero; here every platform gets that answer); NaN and ``±Inf`` stay as they are.
     """
-    _, _, bias = float_layout(x.dtype)
-    left = jnp.asarray(n, jnp.int32)
-    for _ in range(3):
-        step = jnp.clip(left, 2 - bias, bias - 1)
-        x = x * pow2(step, x.dtype)
-        left = left - step
-    return x
+    _, nmant, bias = float_layout(x.dtype)
+    bits, mag, field = exponent_fields(x)
+    wide = exponent_dtype(x.dtype)
+    shift = jnp.clip(jnp.asarray(n), -(1 << 20), 1 << 20).astype(wide)  # far past any exponent range
+    mantissa = jnp.bitwise_and(mag, jnp.asarray((1 << nmant) - 1, mag.dtype))
+    scaled = with_exponent(bits, jnp.where(field == 0, 0, field.astype(wide) + shift), mantissa, x.dtype)
+    return jnp.where(field == 2 * bias + 1, x, scaled)
 
 def pow2_normalize(a, axes=(-2, -1)):
     """``(a · 2**k, k)`` with ``max|a · 2**k|`` in ``[1, 2)`` over ``axes`` (``k`` int32, keepdims), exact.
 
     In the compute dtype (float32 for 16-bit inputs). Exact also for subnormal entries: XLA on the
     CPU flushes subnormal operands to zero (float32 entries below 1.2e-38, float64 below 2.2e-308),
-    so the exponent is read off the bits and a subnormal entry is rebuilt from its integer mantissa,
-    never multiplied as it is. A zero matrix gets ``k = 0``; a matrix with NaN/Inf becomes all NaN
-    (``k = 0``), so the non-finite value reaches every result computed from it.
+    so everything is done on the bits: the exponent of ``max|a|`` is read off them, each entry's
+    exponent field is moved by ``k`` and its mantissa kept, and a subnormal entry is first rebuilt as
+    its integer mantissa (converted exactly) times ``2**(1 − bias − nmant)``. Entries that land below
+    the normal range (below ``2**-126`` of the largest in float32) become 0. A zero matrix gets ``k = 0``;
+    a matrix with NaN/Inf becomes all NaN (``k = 0``), so the non-finite value reaches every result
+    computed from it.
     """
     ct = compute_dtype(a.dtype)
     x = a.astype(ct)
     it, nmant, bias = float_layout(ct)
-    bits = jax.lax.bitcast_convert_type(x, it)
-    mag = jnp.bitwise_and(bits, jnp.asarray(jnp.iinfo(it).max, it))  # |x| as an integer, same order as |x|
+    bits, mag, field = exponent_fields(x)
     top = jnp.max(mag, axis=axes, keepdims=True, initial=0)
-    field = jnp.right_shift(top, nmant)  # biased exponent of max|x|; 0 for a subnormal maximum
+    top_field = jnp.right_shift(top, nmant)  # biased exponent of max|x|; 0 for a subnormal maximum
     sub = jnp.right_shift(jax.lax.bitcast_convert_type(top.astype(ct), it), nmant)  # float(mantissa)'s
-    e = jnp.where(field > 0, field - bias, sub - 2 * bias + 1 - nmant)
-    bad = field >= 2 * bias + 1  # a NaN or Inf somewhere
+    e = jnp.where(top_field > 0, top_field - bias, sub - 2 * bias + 1 - nmant)
+    bad = top_field >= 2 * bias + 1  # a NaN or Inf somewhere
     k = jnp.where((top == 0) | bad, 0, -e).astype(jnp.int32)
-    normal = pow2_scale(x, k)
-    tiny = pow2_scale(mag.astype(ct), k + 1 - bias - nmant)  # |x| = mantissa · 2^(1−bias−nmant)
-    tiny = jnp.where(bits < 0, -tiny, tiny)
-    out = jnp.where(jnp.right_shift(mag, nmant) > 0, normal, tiny)
+    rebuilt = jax.lax.bitcast_convert_type(mag.astype(ct), it)  # a subnormal entry's mantissa as a float: exact
+    normal = field > 0
+    entry_field = jnp.where(normal, field, jnp.right_shift(rebuilt, nmant) + (1 - bias - nmant))
+    mantissa = jnp.bitwise_and(jnp.where(normal, mag, rebuilt), jnp.asarray((1 << nmant) - 1, it))
+    out = with_exponent(bits, jnp.where(mag == 0, 0, entry_field + k.astype(it)), mantissa, ct)
     return jnp.where(bad, jnp.asarray(jnp.nan, ct), out), k
 
 def scale_group(arrays, damping, multiple):
