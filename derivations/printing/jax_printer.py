@@ -47,7 +47,7 @@ from numerics.kernels import (
 
 KERNELS = (jax_exact_scaling.compute_dtype, jax_lapack_calls.lapack_guard, jax_exact_scaling.max_abs,
            jax_exact_scaling.float_layout, jax_exact_scaling.exponent_fields, jax_exact_scaling.with_exponent,
-           jax_exact_scaling.exponent_dtype, jax_exact_scaling.pow2_scale,
+           jax_exact_scaling.exponent_dtype, jax_exact_scaling.max_exponent, jax_exact_scaling.pow2_scale,
            jax_exact_scaling.pow2_normalize, jax_exact_scaling.scale_group, jax_output_checks.underflow_limit,
            jax_output_checks.underflow_reason, jax_output_checks.pow2_unscale, jax_exact_scaling.unit_scale,
            jax_input_checks.real_scalar, jax_lapack_calls.per_matrix_on_cpu, jax_damped_gram.scale_with_damping,

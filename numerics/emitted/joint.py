@@ -105,6 +105,19 @@ def exponent_dtype(dtype):
     """The integer dtype exponent arithmetic runs in: int64 for float64, int32 otherwise (no 16-bit overflow)."""
     return jnp.int64 if jnp.dtype(dtype).itemsize == 8 else jnp.int32
 
+def max_exponent(mag, dtype, axes=(-2, -1)):
+    """``(k, top)``: ``top`` the largest of the magnitudes ``mag`` (:func:`exponent_fields` of a ``dtype`` array)
+    over ``axes`` (keepdims), ``k`` (int32) the power of two with ``max|x| · 2**k`` in ``[1, 2)``, read off
+    ``top``'s bits (a subnormal maximum through its mantissa converted exactly); ``k = 0`` for a zero or
+    non-finite maximum."""
+    it, nmant, bias = float_layout(dtype)
+    top = jnp.max(mag, axis=axes, keepdims=True, initial=0)
+    top_field = jnp.right_shift(top, nmant)  # biased exponent of max|x|; 0 for a subnormal maximum
+    sub = jnp.right_shift(jax.lax.bitcast_convert_type(top.astype(dtype), it), nmant)  # float(mantissa)'s
+    e = jnp.where(top_field > 0, top_field - bias, sub - 2 * bias + 1 - nmant)
+    k = jnp.where((top == 0) | (top_field >= 2 * bias + 1), 0, -e).astype(jnp.int32)
+    return k, top
+
 def pow2_scale(x, n):
     """``x · 2**n`` for integer ``n`` (broadcast), exact whenever ``x`` and the result are normal numbers.
 
@@ -137,12 +150,8 @@ def pow2_normalize(a, axes=(-2, -1)):
     x = a.astype(ct)
     it, nmant, bias = float_layout(ct)
     bits, mag, field = exponent_fields(x)
-    top = jnp.max(mag, axis=axes, keepdims=True, initial=0)
-    top_field = jnp.right_shift(top, nmant)  # biased exponent of max|x|; 0 for a subnormal maximum
-    sub = jnp.right_shift(jax.lax.bitcast_convert_type(top.astype(ct), it), nmant)  # float(mantissa)'s
-    e = jnp.where(top_field > 0, top_field - bias, sub - 2 * bias + 1 - nmant)
-    bad = top_field >= 2 * bias + 1  # a NaN or Inf somewhere
-    k = jnp.where((top == 0) | bad, 0, -e).astype(jnp.int32)
+    k, top = max_exponent(mag, ct, axes)
+    bad = jnp.right_shift(top, nmant) >= 2 * bias + 1  # a NaN or Inf somewhere
     rebuilt = jax.lax.bitcast_convert_type(mag.astype(ct), it)  # a subnormal entry's mantissa as a float: exact
     normal = field > 0
     entry_field = jnp.where(normal, field, jnp.right_shift(rebuilt, nmant) + (1 - bias - nmant))
@@ -211,8 +220,8 @@ def pow2_unscale(x, n, dtype=None):
     y = pow2_scale(xc, n)
     num, den = underflow_limit(ct).as_integer_ratio()  # a power of two: 2**limit
     limit = num.bit_length() - den.bit_length()
-    unit, k = pow2_normalize(xc)
-    lost = jnp.any(unit != 0, axis=(-2, -1), keepdims=True) & (n - k < limit)
+    k, top = max_exponent(exponent_fields(xc)[1], ct)  # the exponent of max|x| alone: nothing is rescaled
+    lost = (top != 0) & (n - k < limit)
     if jnp.dtype(dtype).itemsize < 4:
         top, k_y = pow2_normalize(y)  # the errors measured at unit scale (exact): no squares underflow
         err = pow2_scale(y.astype(dtype).astype(ct) - y, k_y)

@@ -76,6 +76,20 @@ def pow2_scale(x, n):
     return jnp.where(field == 2 * bias + 1, x, scaled)
 
 
+def max_exponent(mag, dtype, axes=(-2, -1)):
+    """``(k, top)``: ``top`` the largest of the magnitudes ``mag`` (:func:`exponent_fields` of a ``dtype`` array)
+    over ``axes`` (keepdims), ``k`` (int32) the power of two with ``max|x| · 2**k`` in ``[1, 2)``, read off
+    ``top``'s bits (a subnormal maximum through its mantissa converted exactly); ``k = 0`` for a zero or
+    non-finite maximum."""
+    it, nmant, bias = float_layout(dtype)
+    top = jnp.max(mag, axis=axes, keepdims=True, initial=0)
+    top_field = jnp.right_shift(top, nmant)  # biased exponent of max|x|; 0 for a subnormal maximum
+    sub = jnp.right_shift(jax.lax.bitcast_convert_type(top.astype(dtype), it), nmant)  # float(mantissa)'s
+    e = jnp.where(top_field > 0, top_field - bias, sub - 2 * bias + 1 - nmant)
+    k = jnp.where((top == 0) | (top_field >= 2 * bias + 1), 0, -e).astype(jnp.int32)
+    return k, top
+
+
 def pow2_normalize(a, axes=(-2, -1)):
     """``(a · 2**k, k)`` with ``max|a · 2**k|`` in ``[1, 2)`` over ``axes`` (``k`` int32, keepdims), exact.
 
@@ -92,12 +106,8 @@ def pow2_normalize(a, axes=(-2, -1)):
     x = a.astype(ct)
     it, nmant, bias = float_layout(ct)
     bits, mag, field = exponent_fields(x)
-    top = jnp.max(mag, axis=axes, keepdims=True, initial=0)
-    top_field = jnp.right_shift(top, nmant)  # biased exponent of max|x|; 0 for a subnormal maximum
-    sub = jnp.right_shift(jax.lax.bitcast_convert_type(top.astype(ct), it), nmant)  # float(mantissa)'s
-    e = jnp.where(top_field > 0, top_field - bias, sub - 2 * bias + 1 - nmant)
-    bad = top_field >= 2 * bias + 1  # a NaN or Inf somewhere
-    k = jnp.where((top == 0) | bad, 0, -e).astype(jnp.int32)
+    k, top = max_exponent(mag, ct, axes)
+    bad = jnp.right_shift(top, nmant) >= 2 * bias + 1  # a NaN or Inf somewhere
     rebuilt = jax.lax.bitcast_convert_type(mag.astype(ct), it)  # a subnormal entry's mantissa as a float: exact
     normal = field > 0
     entry_field = jnp.where(normal, field, jnp.right_shift(rebuilt, nmant) + (1 - bias - nmant))

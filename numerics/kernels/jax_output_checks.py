@@ -15,7 +15,7 @@ emitted modules.
 import jax
 import jax.numpy as jnp
 
-from numerics.kernels.jax_exact_scaling import compute_dtype, pow2_normalize, pow2_scale
+from numerics.kernels.jax_exact_scaling import compute_dtype, exponent_fields, max_exponent, pow2_normalize, pow2_scale
 
 #: an output whose largest entry is below ``tiny · 2**(nmant − UNDERFLOW_BITS) = tiny / (16 eps)`` (of the dtype
 #: it is computed in) counts as underflowed: entries flushed to zero (below ``tiny``) may then exceed ``16 eps``
@@ -62,8 +62,8 @@ def pow2_unscale(x, n, dtype=None):
     y = pow2_scale(xc, n)
     num, den = underflow_limit(ct).as_integer_ratio()  # a power of two: 2**limit
     limit = num.bit_length() - den.bit_length()
-    unit, k = pow2_normalize(xc)
-    lost = jnp.any(unit != 0, axis=(-2, -1), keepdims=True) & (n - k < limit)
+    k, top = max_exponent(exponent_fields(xc)[1], ct)  # the exponent of max|x| alone: nothing is rescaled
+    lost = (top != 0) & (n - k < limit)
     if jnp.dtype(dtype).itemsize < 4:
         top, k_y = pow2_normalize(y)  # the errors measured at unit scale (exact): no squares underflow
         err = pow2_scale(y.astype(dtype).astype(ct) - y, k_y)
