@@ -85,24 +85,35 @@ def float_layout(dtype):
     info = jnp.finfo(dtype)
     return {16: jnp.int16, 32: jnp.int32, 64: jnp.int64}[info.bits], info.nmant, info.maxexp - 1
 
+def constant(value, like):
+    """``value`` as an array of ``like``'s shape and dtype (``jax.lax`` operations do not broadcast)."""
+    return jax.lax.full(like.shape, value, like.dtype)
+
 def exponent_fields(x):
     """``(bits, magnitude, field)`` of float ``x`` as integers of its width: the bits, the bits without the
-    sign (ordered as ``|x|``) and the biased exponent field (0 for zeros and subnormals, all ones for NaN/Inf)."""
+    sign (ordered as ``|x|``) and the biased exponent field (0 for zeros and subnormals, all ones for NaN/Inf).
+
+    The bit-level kernels here use ``jax.lax`` directly: ``jnp``'s wrappers trace through a ``jit`` of their
+    own per new shape (about 40 ms per :func:`pow2_normalize` of a new shape against 3 ms), which made these
+    few integer operations a third of the time to trace an optimizer step.
+    """
     it, nmant, _ = float_layout(x.dtype)
     bits = jax.lax.bitcast_convert_type(x, it)
-    mag = jnp.bitwise_and(bits, jnp.asarray(jnp.iinfo(it).max, it))
-    return bits, mag, jnp.right_shift(mag, nmant)
+    mag = jax.lax.bitwise_and(bits, constant(jnp.iinfo(it).max, bits))
+    return bits, mag, jax.lax.shift_right_logical(mag, constant(nmant, mag))
 
 def with_exponent(bits, field, mantissa, dtype):
     """The float of ``dtype`` with the sign of ``bits``, biased exponent ``field`` (any integer) and ``mantissa``
     bits: ``±0`` where ``field <= 0`` (below the normal range), ``±Inf`` where it is past the largest exponent."""
     it, nmant, bias = float_layout(dtype)
     top = 2 * bias + 1  # the all-ones field of Inf and NaN
-    mag = jnp.bitwise_or(jnp.left_shift(jnp.clip(field, 0, top).astype(it), nmant),
-                         jnp.where(field >= top, jnp.zeros_like(mantissa), mantissa))
-    mag = jnp.where(field <= 0, jnp.zeros_like(mag), mag)
-    sign = jnp.bitwise_and(bits, jnp.asarray(jnp.iinfo(it).min, it))
-    return jax.lax.bitcast_convert_type(jnp.bitwise_or(mag, sign), dtype)
+    field = jnp.broadcast_to(field, bits.shape)
+    clipped = jax.lax.convert_element_type(jax.lax.clamp(constant(0, field), field, constant(top, field)), it)
+    mantissa = jax.lax.select(jax.lax.ge(field, constant(top, field)), constant(0, mantissa), mantissa)
+    mag = jax.lax.bitwise_or(jax.lax.shift_left(clipped, constant(nmant, clipped)), mantissa)
+    mag = jax.lax.select(jax.lax.le(field, constant(0, field)), constant(0, mag), mag)
+    sign = jax.lax.bitwise_and(bits, constant(jnp.iinfo(it).min, bits))
+    return jax.lax.bitcast_convert_type(jax.lax.bitwise_or(mag, sign), dtype)
 
 def exponent_dtype(dtype):
     """The integer dtype exponent arithmetic runs in: int64 for float64, int32 otherwise (no 16-bit overflow)."""
@@ -114,12 +125,15 @@ def max_exponent(mag, dtype, axes=(-2, -1)):
     ``top``'s bits (a subnormal maximum through its mantissa converted exactly); ``k = 0`` for a zero or
     non-finite maximum."""
     it, nmant, bias = float_layout(dtype)
-    top = jnp.max(mag, axis=axes, keepdims=True, initial=0)
-    top_field = jnp.right_shift(top, nmant)  # biased exponent of max|x|; 0 for a subnormal maximum
-    sub = jnp.right_shift(jax.lax.bitcast_convert_type(top.astype(dtype), it), nmant)  # float(mantissa)'s
-    e = jnp.where(top_field > 0, top_field - bias, sub - 2 * bias + 1 - nmant)
-    k = jnp.where((top == 0) | (top_field >= 2 * bias + 1), 0, -e).astype(jnp.int32)
-    return k, top
+    axes = tuple(a % mag.ndim for a in axes)
+    top = jax.lax.expand_dims(jax.lax.reduce_max(mag, axes), axes) if axes else mag
+    top_field = jax.lax.shift_right_logical(top, constant(nmant, top))  # 0 for a subnormal maximum
+    sub = jax.lax.shift_right_logical(jax.lax.bitcast_convert_type(jax.lax.convert_element_type(top, dtype), it),
+                                  constant(nmant, top))  # the exponent of float(mantissa)
+    e = jax.lax.select(jax.lax.gt(top_field, constant(0, top)), jax.lax.sub(top_field, constant(bias, top)),
+                   jax.lax.sub(sub, constant(2 * bias - 1 + nmant, top)))
+    none = jax.lax.bitwise_or(jax.lax.eq(top, constant(0, top)), jax.lax.ge(top_field, constant(2 * bias + 1, top)))
+    return jax.lax.convert_element_type(jax.lax.select(none, constant(0, e), jax.lax.neg(e)), jnp.int32), top
 
 def pow2_scale(x, n):
     """``x · 2**n`` for integer ``n`` (broadcast), exact whenever ``x`` and the result are normal numbers.
@@ -129,13 +143,20 @@ def pow2_scale(x, n):
     ``±Inf``; one below the normal range is ``±0``, as is a zero or subnormal ``x`` (XLA on the CPU flushes
     subnormal numbers to zero; here every platform gets that answer); NaN and ``±Inf`` stay as they are.
     """
+    x, n = jnp.asarray(x), jnp.asarray(n)
+    shape = jnp.broadcast_shapes(x.shape, n.shape)
+    x, n = jnp.broadcast_to(x, shape), jnp.broadcast_to(n, shape)
     _, nmant, bias = float_layout(x.dtype)
     bits, mag, field = exponent_fields(x)
     wide = exponent_dtype(x.dtype)
-    shift = jnp.clip(jnp.asarray(n), -(1 << 20), 1 << 20).astype(wide)  # far past any exponent range
-    mantissa = jnp.bitwise_and(mag, jnp.asarray((1 << nmant) - 1, mag.dtype))
-    scaled = with_exponent(bits, jnp.where(field == 0, 0, field.astype(wide) + shift), mantissa, x.dtype)
-    return jnp.where(field == 2 * bias + 1, x, scaled)
+    reach = 1 << 20  # far past any exponent range
+    shift = jax.lax.convert_element_type(jax.lax.clamp(constant(-reach, n), n, constant(reach, n)), wide)
+    wide_field = jax.lax.convert_element_type(field, wide)
+    mantissa = jax.lax.bitwise_and(mag, constant((1 << nmant) - 1, mag))
+    moved = jax.lax.select(jax.lax.eq(wide_field, constant(0, wide_field)), wide_field,
+                           jax.lax.add(wide_field, shift))
+    special = jax.lax.eq(field, constant(2 * bias + 1, field))  # NaN and ±Inf
+    return jax.lax.select(special, x, with_exponent(bits, moved, mantissa, x.dtype))
 
 def pow2_normalize(a, axes=(-2, -1)):
     """``(a · 2**k, k)`` with ``max|a · 2**k|`` in ``[1, 2)`` over ``axes`` (``k`` int32, keepdims), exact.
@@ -150,17 +171,20 @@ def pow2_normalize(a, axes=(-2, -1)):
     computed from it.
     """
     ct = compute_dtype(a.dtype)
-    x = a.astype(ct)
+    x = jax.lax.convert_element_type(a, ct)
     it, nmant, bias = float_layout(ct)
     bits, mag, field = exponent_fields(x)
     k, top = max_exponent(mag, ct, axes)
-    bad = jnp.right_shift(top, nmant) >= 2 * bias + 1  # a NaN or Inf somewhere
-    rebuilt = jax.lax.bitcast_convert_type(mag.astype(ct), it)  # a subnormal entry's mantissa as a float: exact
-    normal = field > 0
-    entry_field = jnp.where(normal, field, jnp.right_shift(rebuilt, nmant) + (1 - bias - nmant))
-    mantissa = jnp.bitwise_and(jnp.where(normal, mag, rebuilt), jnp.asarray((1 << nmant) - 1, it))
-    out = with_exponent(bits, jnp.where(mag == 0, 0, entry_field + k.astype(it)), mantissa, ct)
-    return jnp.where(bad, jnp.asarray(jnp.nan, ct), out), k
+    bad = jax.lax.ge(jax.lax.shift_right_logical(top, constant(nmant, top)), constant(2 * bias + 1, top))  # NaN/Inf
+    rebuilt = jax.lax.bitcast_convert_type(jax.lax.convert_element_type(mag, ct), it)  # a subnormal's mantissa, exact
+    normal = jax.lax.gt(field, constant(0, field))
+    rebuilt_field = jax.lax.shift_right_logical(rebuilt, constant(nmant, rebuilt))
+    entry_field = jax.lax.select(normal, field, jax.lax.add(rebuilt_field, constant(1 - bias - nmant, rebuilt)))
+    mantissa = jax.lax.bitwise_and(jax.lax.select(normal, mag, rebuilt), constant((1 << nmant) - 1, mag))
+    moved = jax.lax.add(entry_field, jnp.broadcast_to(jax.lax.convert_element_type(k, it), entry_field.shape))
+    moved = jax.lax.select(jax.lax.eq(mag, constant(0, mag)), constant(0, moved), moved)
+    out = with_exponent(bits, moved, mantissa, ct)
+    return jax.lax.select(jnp.broadcast_to(bad, out.shape), jax.lax.full(out.shape, jnp.nan, ct), out), k
 
 def scale_group(arrays, damping, multiple):
     """``(arrays · 2**k, λ · 4**k, k)``: one group of an emitted function's arguments brought near 1, exactly.
