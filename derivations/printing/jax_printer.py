@@ -46,7 +46,7 @@ from numerics.kernels import (
 )
 
 KERNELS = (jax_exact_scaling.compute_dtype, jax_lapack_calls.lapack_guard, jax_exact_scaling.max_abs,
-           jax_exact_scaling.float_layout, jax_exact_scaling.constant, jax_exact_scaling.exponent_fields,
+           jax_exact_scaling.float_layout, jax_exact_scaling.typed, jax_exact_scaling.exponent_fields,
            jax_exact_scaling.with_exponent,
            jax_exact_scaling.exponent_dtype, jax_exact_scaling.max_exponent, jax_exact_scaling.pow2_scale,
            jax_exact_scaling.pow2_normalize, jax_exact_scaling.scale_group, jax_output_checks.underflow_limit,

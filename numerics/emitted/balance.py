@@ -85,9 +85,10 @@ def float_layout(dtype):
     info = jnp.finfo(dtype)
     return {16: jnp.int16, 32: jnp.int32, 64: jnp.int64}[info.bits], info.nmant, info.maxexp - 1
 
-def constant(value, like):
-    """``value`` as an array of ``like``'s shape and dtype (``jax.lax`` operations do not broadcast)."""
-    return jax.lax.full(like.shape, value, like.dtype)
+def typed(value, like):
+    """``value`` as a scalar of ``like``'s dtype: ``jax.lax`` operations broadcast a scalar operand, but do not
+    promote one of another dtype."""
+    return jnp.dtype(like.dtype).type(value)
 
 def exponent_fields(x):
     """``(bits, magnitude, field)`` of float ``x`` as integers of its width: the bits, the bits without the
@@ -99,8 +100,8 @@ def exponent_fields(x):
     """
     it, nmant, _ = float_layout(x.dtype)
     bits = jax.lax.bitcast_convert_type(x, it)
-    mag = jax.lax.bitwise_and(bits, constant(jnp.iinfo(it).max, bits))
-    return bits, mag, jax.lax.shift_right_logical(mag, constant(nmant, mag))
+    mag = jax.lax.bitwise_and(bits, typed(jnp.iinfo(it).max, bits))
+    return bits, mag, jax.lax.shift_right_logical(mag, typed(nmant, mag))
 
 def with_exponent(bits, field, mantissa, dtype):
     """The float of ``dtype`` with the sign of ``bits``, biased exponent ``field`` (any integer) and ``mantissa``
@@ -108,11 +109,11 @@ def with_exponent(bits, field, mantissa, dtype):
     it, nmant, bias = float_layout(dtype)
     top = 2 * bias + 1  # the all-ones field of Inf and NaN
     field = jnp.broadcast_to(field, bits.shape)
-    clipped = jax.lax.convert_element_type(jax.lax.clamp(constant(0, field), field, constant(top, field)), it)
-    mantissa = jax.lax.select(jax.lax.ge(field, constant(top, field)), constant(0, mantissa), mantissa)
-    mag = jax.lax.bitwise_or(jax.lax.shift_left(clipped, constant(nmant, clipped)), mantissa)
-    mag = jax.lax.select(jax.lax.le(field, constant(0, field)), constant(0, mag), mag)
-    sign = jax.lax.bitwise_and(bits, constant(jnp.iinfo(it).min, bits))
+    clipped = jax.lax.convert_element_type(jax.lax.clamp(typed(0, field), field, typed(top, field)), it)
+    mantissa = jax.lax.select(jax.lax.ge(field, typed(top, field)), jnp.zeros_like(mantissa), mantissa)
+    mag = jax.lax.bitwise_or(jax.lax.shift_left(clipped, typed(nmant, clipped)), mantissa)
+    mag = jax.lax.select(jax.lax.le(field, typed(0, field)), jnp.zeros_like(mag), mag)
+    sign = jax.lax.bitwise_and(bits, typed(jnp.iinfo(it).min, bits))
     return jax.lax.bitcast_convert_type(jax.lax.bitwise_or(mag, sign), dtype)
 
 def exponent_dtype(dtype):
@@ -127,13 +128,13 @@ def max_exponent(mag, dtype, axes=(-2, -1)):
     it, nmant, bias = float_layout(dtype)
     axes = tuple(a % mag.ndim for a in axes)
     top = jax.lax.expand_dims(jax.lax.reduce_max(mag, axes), axes) if axes else mag
-    top_field = jax.lax.shift_right_logical(top, constant(nmant, top))  # 0 for a subnormal maximum
+    top_field = jax.lax.shift_right_logical(top, typed(nmant, top))  # 0 for a subnormal maximum
     sub = jax.lax.shift_right_logical(jax.lax.bitcast_convert_type(jax.lax.convert_element_type(top, dtype), it),
-                                  constant(nmant, top))  # the exponent of float(mantissa)
-    e = jax.lax.select(jax.lax.gt(top_field, constant(0, top)), jax.lax.sub(top_field, constant(bias, top)),
-                   jax.lax.sub(sub, constant(2 * bias - 1 + nmant, top)))
-    none = jax.lax.bitwise_or(jax.lax.eq(top, constant(0, top)), jax.lax.ge(top_field, constant(2 * bias + 1, top)))
-    return jax.lax.convert_element_type(jax.lax.select(none, constant(0, e), jax.lax.neg(e)), jnp.int32), top
+                                      typed(nmant, top))  # the exponent of float(mantissa)
+    e = jax.lax.select(jax.lax.gt(top_field, typed(0, top)), jax.lax.sub(top_field, typed(bias, top)),
+                   jax.lax.sub(sub, typed(2 * bias - 1 + nmant, top)))
+    none = jax.lax.bitwise_or(jax.lax.eq(top, typed(0, top)), jax.lax.ge(top_field, typed(2 * bias + 1, top)))
+    return jax.lax.convert_element_type(jax.lax.select(none, jnp.zeros_like(e), jax.lax.neg(e)), jnp.int32), top
 
 def pow2_scale(x, n):
     """``x · 2**n`` for integer ``n`` (broadcast), exact whenever ``x`` and the result are normal numbers.
@@ -150,12 +151,12 @@ def pow2_scale(x, n):
     bits, mag, field = exponent_fields(x)
     wide = exponent_dtype(x.dtype)
     reach = 1 << 20  # far past any exponent range
-    shift = jax.lax.convert_element_type(jax.lax.clamp(constant(-reach, n), n, constant(reach, n)), wide)
+    shift = jax.lax.convert_element_type(jax.lax.clamp(typed(-reach, n), n, typed(reach, n)), wide)
     wide_field = jax.lax.convert_element_type(field, wide)
-    mantissa = jax.lax.bitwise_and(mag, constant((1 << nmant) - 1, mag))
-    moved = jax.lax.select(jax.lax.eq(wide_field, constant(0, wide_field)), wide_field,
+    mantissa = jax.lax.bitwise_and(mag, typed((1 << nmant) - 1, mag))
+    moved = jax.lax.select(jax.lax.eq(wide_field, typed(0, wide_field)), wide_field,
                            jax.lax.add(wide_field, shift))
-    special = jax.lax.eq(field, constant(2 * bias + 1, field))  # NaN and ±Inf
+    special = jax.lax.eq(field, typed(2 * bias + 1, field))  # NaN and ±Inf
     return jax.lax.select(special, x, with_exponent(bits, moved, mantissa, x.dtype))
 
 def pow2_normalize(a, axes=(-2, -1)):
@@ -175,14 +176,14 @@ def pow2_normalize(a, axes=(-2, -1)):
     it, nmant, bias = float_layout(ct)
     bits, mag, field = exponent_fields(x)
     k, top = max_exponent(mag, ct, axes)
-    bad = jax.lax.ge(jax.lax.shift_right_logical(top, constant(nmant, top)), constant(2 * bias + 1, top))  # NaN/Inf
+    bad = jax.lax.ge(jax.lax.shift_right_logical(top, typed(nmant, top)), typed(2 * bias + 1, top))  # NaN/Inf
     rebuilt = jax.lax.bitcast_convert_type(jax.lax.convert_element_type(mag, ct), it)  # a subnormal's mantissa, exact
-    normal = jax.lax.gt(field, constant(0, field))
-    rebuilt_field = jax.lax.shift_right_logical(rebuilt, constant(nmant, rebuilt))
-    entry_field = jax.lax.select(normal, field, jax.lax.add(rebuilt_field, constant(1 - bias - nmant, rebuilt)))
-    mantissa = jax.lax.bitwise_and(jax.lax.select(normal, mag, rebuilt), constant((1 << nmant) - 1, mag))
+    normal = jax.lax.gt(field, typed(0, field))
+    rebuilt_field = jax.lax.shift_right_logical(rebuilt, typed(nmant, rebuilt))
+    entry_field = jax.lax.select(normal, field, jax.lax.add(rebuilt_field, typed(1 - bias - nmant, rebuilt)))
+    mantissa = jax.lax.bitwise_and(jax.lax.select(normal, mag, rebuilt), typed((1 << nmant) - 1, mag))
     moved = jax.lax.add(entry_field, jnp.broadcast_to(jax.lax.convert_element_type(k, it), entry_field.shape))
-    moved = jax.lax.select(jax.lax.eq(mag, constant(0, mag)), constant(0, moved), moved)
+    moved = jax.lax.select(jax.lax.eq(mag, typed(0, mag)), jnp.zeros_like(moved), moved)
     out = with_exponent(bits, moved, mantissa, ct)
     return jax.lax.select(jnp.broadcast_to(bad, out.shape), jax.lax.full(out.shape, jnp.nan, ct), out), k
 
