@@ -62,8 +62,8 @@ def pow2_unscale(x, n, dtype=None):
     y = pow2_scale(xc, n)
     num, den = underflow_limit(ct).as_integer_ratio()  # a power of two: 2**limit
     limit = num.bit_length() - den.bit_length()
-    k, top = max_exponent(exponent_fields(xc)[1], ct)  # the exponent of max|x| alone: nothing is rescaled
-    lost = (top != 0) & (n - k < limit)
+    k, largest = max_exponent(exponent_fields(xc)[1], ct)  # the exponent of max|x| alone: nothing is rescaled
+    lost = (largest != 0) & (n - k < limit)
     if jnp.dtype(dtype).itemsize < 4:
         top, k_y = pow2_normalize(y)  # the errors measured at unit scale (exact): no squares underflow
         err = pow2_scale(y.astype(dtype).astype(ct) - y, k_y)

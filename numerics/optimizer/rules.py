@@ -79,9 +79,9 @@ def half_split_heads(q: jax.Array, k: jax.Array, gq: jax.Array, gk: jax.Array,
     Each half is the transpose of the whitened sign ``−(ε/2) C_K⁻¹ msign(C_K⁻¹ G_Qᵀ)`` (``msign(Aᵀ) = msign(A)ᵀ``,
     ``C_K`` symmetric), the hybrid OV rule's V side with one head per group, so both halves run through that one
     emitted function (``gqa_value``, group size 1). With ``kv_heads = heads`` the two halves and the V side of the
-    layer's OV pair then have the same shapes, and XLA compiles their kernels once for the three: the first
-    training step of a GPT-2-small layer holds 187 kernels instead of 236 (:mod:`benchmarks.step`), the
-    update being equal to ``halfsplit_qk``'s to rounding.
+    layer's OV pair then have the same shapes, and XLA compiles their kernels once for the three (49 kernels
+    fewer in the first training step of a GPT-2-small layer, :mod:`benchmarks.step`), the update being equal
+    to ``halfsplit_qk``'s to rounding.
     """
     kw = options.kwargs(_hybrid_ov)
     dq, dk = (_hybrid_ov.gqa_value(partner, g.mT, group_size=1.0, **kw).mT for partner, g in ((k, gq), (q, gk)))
