@@ -1,6 +1,7 @@
 """Same-shape work of one step stacked into one call (``numerics.optimizer.batching``): the layers of a model
 share one copy of each rule in the compiled step, and each layer still gets its own update."""
 
+import re
 from types import SimpleNamespace
 
 import jax
@@ -9,8 +10,10 @@ import numpy as np
 import pytest
 
 from numerics.optimizer import LoRAPair, OVPair, QKPair, compositional_muon, transform
+from numerics.optimizer import batching as batching_module
 from numerics.optimizer.batching import same_key_batches, stacked_call
 from numerics.optimizer.pairs import named_leaves, pair_declaration, plan_pairs
+from numerics.optimizer.transform import CompositionalMuonState
 
 D, HEADS, D_H = 8, 2, 4
 
@@ -120,3 +123,87 @@ def test_tall_muon_matrices_join_the_wide_ones_of_the_same_sides(monkeypatch):
         np.testing.assert_allclose(got[name], want, atol=0.35 * np.abs(want).max(), err_msg=name)
         cosine = np.sum(np.asarray(got[name]) * want) / (np.linalg.norm(got[name]) * np.linalg.norm(want))
         assert cosine > 0.98, (name, cosine)
+
+
+def _with_slots(state, change):
+    """``state`` with ``change(slots)`` as the slots of its Compositional Muon state."""
+    def swap(x):
+        return x._replace(slots=change(x.slots)) if isinstance(x, CompositionalMuonState) else x
+    return jax.tree.map(swap, state, is_leaf=lambda x: isinstance(x, CompositionalMuonState))
+
+
+def _slots(state):
+    found = [x.slots for x in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, CompositionalMuonState))
+             if isinstance(x, CompositionalMuonState)]
+    assert len(found) == 1
+    return found[0]
+
+
+def _distinct_fusions(hlo: str) -> int:
+    """How many different fused computations an optimized HLO module's kernels run (names and metadata aside):
+    what XLA compiles once each (identical fusions share one kernel)."""
+    blocks, cur = {}, None
+    for line in hlo.splitlines():
+        m = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
+        if m and not line.startswith(" "):
+            cur = blocks.setdefault(m.group(1), [])
+        elif cur is not None and line.startswith("  "):
+            cur.append(line)
+    bodies = set()
+    for lines in blocks.values():
+        for line in lines:
+            m = re.match(r"\s+(?:ROOT )?%\S+ = (\S+) fusion\(.*calls=%([\w.\-]+)", line)
+            if m:
+                body = "\n".join(re.sub(r"%[\w.\-]+|, metadata=\{[^}]*\}", "", x) for x in blocks[m.group(2)])
+                bodies.add(m.group(1) + body)
+    return len(bodies)
+
+
+def _compiled_kernels(layers: int) -> int:
+    params, grads = _model(layers), _model(layers, 1)
+    opt = _optimizer(layers, "isotropic", full=False)
+    return _distinct_fusions(jax.jit(opt.update).lower(grads, opt.init(params), params).compile().as_text())
+
+
+def test_stacked_results_are_split_at_runtime_positions_so_layers_share_kernels(monkeypatch):
+    """Split at the state's slots (runtime values under jit), every layer's slice feeds identical kernels: the
+    compiled step has as many different kernels for 6 layers as for 3. Planted: static slices (``x[i]``), which
+    XLA fuses with each layer's offset baked in, so each layer adds kernels of its own."""
+    assert _compiled_kernels(6) == _compiled_kernels(3)
+    monkeypatch.setattr(batching_module, "_take", lambda x, i, slots: x[i])
+    assert _compiled_kernels(6) > _compiled_kernels(3)
+
+
+def test_slots_hold_the_largest_stack_and_change_no_value():
+    """``init`` holds ``0 … n − 1`` for the most same-shape matrices (a tall one counted as its transpose); a
+    state without slots (split by static slices) gives the same update bit for bit, stacked or not."""
+    params, grads = _model(3), _model(3, seed=1)
+    opt = _optimizer(3)
+    state = opt.init(params)
+    assert [int(x) for x in _slots(state)] == list(range(12))  # wq, wk, wo, wv of 3 layers: 12 matrices 8 × 8
+    assert all(x.dtype == jnp.int32 and x.shape == () for x in _slots(state))
+    update = jax.jit(opt.update)
+    got, new_state = update(grads, state, params)
+    static, _ = update(grads, _with_slots(state, lambda slots: ()), params)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(static), strict=True):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    assert [int(x) for x in _slots(new_state)] == list(range(12))
+    single = compositional_muon(0.02, pairs=None)
+    assert _slots(single.init({"w": jnp.ones((4, 6)), "b": jnp.ones(6)})) == ()  # nothing to stack
+
+
+def test_changed_slots_are_refused_eagerly_and_skip_the_step_under_jit():
+    """Slots that are not ``0 … n − 1`` (a state rebuilt by hand, a tree-map over it) would hand one layer's
+    update to another: refused with one clear error outside jit; under jit the stacked results are NaN and the
+    non-finite guard skips the step (every update zero, the skip counted)."""
+    params, grads = _model(2), _model(2, seed=1)
+    opt = _optimizer(2)
+    swapped = _with_slots(opt.init(params), lambda slots: tuple(reversed(slots)))
+    with pytest.raises(ValueError, match=r"slots must be 0, 1, \.\.\., 7 as opt\.init made them, got \[7, 6"):
+        opt.update(grads, swapped, params)
+    updates, state = jax.jit(opt.update)(grads, swapped, params)
+    assert all(not np.any(np.asarray(u)) for u in jax.tree.leaves(updates))
+    assert int(state[-1].total_notfinite) == 1
+    with pytest.raises(TypeError, match="slots must be int32 scalars"):
+        opt.update(grads, _with_slots(opt.init(params), lambda slots: tuple(x.astype(jnp.float32) for x in slots)),
+                   params)

@@ -15,13 +15,21 @@ share the result (the layer that overflowed may be any of them). The stacked ope
 the rules run (XLA may fuse them into their first use).
 Measured (``python -m benchmarks.step --small --layers 12``, 2-core CPU): the first step of 12 GPT-2-shaped
 layers compiled in 12.5 s stacked against 28.9 s unstacked.
+Splitting the results: XLA fuses each layer's slice of a stacked result into the kernels that use it (the
+update, the new parameter), and a static slice bakes its offset into them, so every layer would compile
+kernels of its own. The results are split at :class:`Positions` instead, int32 scalars ``0 … n − 1`` held in
+the optimizer's state (:func:`slot_positions`): under ``jit`` they are runtime values, every layer's kernels
+are then identical, and XLA compiles one for all. The first training step of 12 GPT-2-small layers holds
+195 kernels instead of 323 and compiles in 9.4–9.8 s instead of 13.4–14.1 s (2-core CPU); the values are
+the same bit for bit (a dynamic slice at ``i`` is the slice at ``i``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import fields, replace
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -47,13 +55,63 @@ def unnamed(record: Any) -> Any:
     return replace(record, **{f.name: "" for f in fields(record) if getattr(record, f.name) in record.members})
 
 
-def stacked_call(fn: Callable[..., Sequence[jax.Array]], operands: Sequence[Sequence[jax.Array]]) -> list[tuple]:
+def largest_stack(arrays: Iterable[Any]) -> int:
+    """An upper bound on how many of ``arrays`` one stacked call can hold: the most matrices (``ndim ≥ 2``) of
+    one shape, a tall matrix counted as its transpose (the Muon path stacks it with the wide ones)."""
+    shapes = Counter((*x.shape[:-2], *sorted(x.shape[-2:])) for x in arrays if jnp.ndim(x) >= 2)
+    return max(shapes.values(), default=0)
+
+
+def slot_positions(n: int) -> tuple[jax.Array, ...]:
+    """``(0, 1, …, n − 1)`` as int32 scalars, one array each, for the optimizer's state; none when ``n ≤ 1``
+    (nothing is stacked)."""
+    return tuple(jnp.asarray(i, jnp.int32) for i in range(n)) if n > 1 else ()
+
+
+class Positions(NamedTuple):
+    """Where :func:`stacked_call` splits its results: ``slots`` (:func:`slot_positions`, from the state) and
+    ``valid``, whether they still are ``0 … n − 1`` (a traced flag; results are NaN where it is False)."""
+
+    slots: tuple = ()
+    valid: Any = True
+
+
+#: no slots: results split by static slices (a state made before slots existed, or nothing stacked)
+STATIC = Positions()
+
+
+def checked_positions(slots: Sequence[Any]) -> Positions:
+    """:class:`Positions` of the state's ``slots``: concrete and not ``0 … n − 1``, ``ValueError``; traced, a
+    flag that turns the stacked results into NaN (the non-finite guard then skips the step)."""
+    if not slots:
+        return STATIC
+    values = jnp.stack([jnp.asarray(x) for x in slots])
+    if not jnp.issubdtype(values.dtype, jnp.integer):
+        raise TypeError(f"compositional_muon.update: the state's slots must be int32 scalars (opt.init makes them), "
+                        f"got dtype {values.dtype}")
+    valid = jnp.all(values == jnp.arange(len(slots), dtype=values.dtype))
+    if not isinstance(valid, jax.core.Tracer) and not bool(valid):
+        raise ValueError(f"compositional_muon.update: the state's slots must be 0, 1, ..., {len(slots) - 1} as "
+                         f"opt.init made them, got {values.tolist()}")
+    return Positions(tuple(slots), valid)
+
+
+def stacked_call(fn: Callable[..., Sequence[jax.Array]], operands: Sequence[Sequence[jax.Array]],
+                 at: Positions = STATIC) -> list[tuple]:
     """``[fn(*args) for args in operands]`` as one call of ``fn`` on the operands stacked along a new leading axis.
 
     Every ``args`` must have the same shapes and dtypes (:func:`array_key`) and ``fn`` must batch over leading
-    axes, returning a tuple of arrays. A single ``args`` is passed as it is (nothing is stacked).
+    axes, returning a tuple of arrays. A single ``args`` is passed as it is (nothing is stacked). The results
+    are split at ``at.slots`` (dynamic slices; a static slice beyond the last slot).
     """
     if len(operands) == 1:
         return [tuple(fn(*operands[0]))]
     outs = fn(*(jnp.stack(column) for column in zip(*operands, strict=True)))
-    return [tuple(out[i] for out in outs) for i in range(len(operands))]
+    if isinstance(at.valid, jax.core.Tracer):
+        outs = [jnp.where(at.valid, out, jnp.nan) for out in outs]
+    return [tuple(_take(out, i, at.slots) for out in outs) for i in range(len(operands))]
+
+
+def _take(x: jax.Array, i: int, slots: tuple) -> jax.Array:
+    """``x[i]``, at the runtime position ``slots[i]`` when there is one."""
+    return jax.lax.dynamic_index_in_dim(x, slots[i], keepdims=False) if i < len(slots) else x[i]

@@ -25,7 +25,17 @@ from numerics.emitted import gauge as _gauge
 from numerics.emitted import halfsplit as _halfsplit
 from numerics.gauge_balance import balance
 
-from .batching import array_key, same_key_batches, stacked_call, unnamed
+from .batching import (
+    STATIC,
+    Positions,
+    array_key,
+    checked_positions,
+    largest_stack,
+    same_key_batches,
+    slot_positions,
+    stacked_call,
+    unnamed,
+)
 from .framework_pairs import merged_pair
 from .head_axes import head_axes_dimension_numbers
 from .nonfinite import fail_unless_all
@@ -50,10 +60,14 @@ from .rules import LORA_RULES, OV_RULES, QK_RULES, group_direction, ov_direction
 
 
 class CompositionalMuonState(NamedTuple):
-    """``count``: steps taken; ``mu``: momentum of every matrix the transformation updates."""
+    """``count``: steps taken; ``mu``: momentum of every matrix the transformation updates; ``slots``: the
+    positions ``0 … n − 1`` (int32 scalars) at which the stacked calls of same-shape layers are split, held
+    here so that under ``jit`` they are runtime values and every layer shares one compiled kernel
+    (:mod:`.batching`); ``()`` when no call stacks more than one matrix."""
 
     count: jax.Array
     mu: Any
+    slots: tuple = ()
 
 
 def check_options(qk_rule: str, ov_rule: str, gauge: str, gram_roots: str, msign: str,
@@ -205,7 +219,8 @@ def _momentum_estimate(mu: Any, updates: Any, count: Any, beta: Any, nesterov: b
                         optax.tree.bias_correction(updates, beta, count))
 
 
-def _declared_directions(plan: Plan, w: dict, g: dict, s: StepSettings, options: DirectionOptions) -> dict:
+def _declared_directions(plan: Plan, w: dict, g: dict, s: StepSettings, options: DirectionOptions,
+                         at: Positions = STATIC) -> dict:
     """``{path: direction}`` of every declared pair and group: the named rule at ``ε = 2``, sign flipped.
 
     Pairs and groups of one layout and shape (every layer's) run as one stacked call (:mod:`.batching`)."""
@@ -219,16 +234,17 @@ def _declared_directions(plan: Plan, w: dict, g: dict, s: StepSettings, options:
         direction = functools.partial(qk_direction if pair.kind == "qk" else ov_direction,
                                       s.qk_rule if pair.kind == "qk" else s.ov_rule)
         found = stacked_call(lambda *x, pair=pair, direction=direction: direction(*x, pair, options),
-                             [(w[p.first], w[p.second], g[p.first], g[p.second]) for p in batch])
+                             [(w[p.first], w[p.second], g[p.first], g[p.second]) for p in batch], at)
         for p, (da, db) in zip(batch, found, strict=True):
             out[p.first], out[p.second] = -da, -db
-    out.update(_group_directions(plan, w, g, s, options))
+    out.update(_group_directions(plan, w, g, s, options, at))
     if s.adaptive:  # each factor's direction times its inner product with the momentum
         out = {k: jnp.sum(g[k] * d) * d for k, d in out.items()}
     return out
 
 
-def _group_directions(plan: Plan, w: dict, g: dict, s: StepSettings, options: DirectionOptions) -> dict:
+def _group_directions(plan: Plan, w: dict, g: dict, s: StepSettings, options: DirectionOptions,
+                      at: Positions = STATIC) -> dict:
     """``{path: direction}`` of the LoRA pairs and MLA blocks, those of one layout and shape as one stacked call
     that runs as the batch's first group (whose paths its errors name)."""
     out = {}
@@ -245,12 +261,12 @@ def _group_directions(plan: Plan, w: dict, g: dict, s: StepSettings, options: Di
                                     dict(zip(first, arrays[n:], strict=True)), group, options)
             return tuple(found[m] for m in first)
 
-        for group, ds in zip(batch, stacked_call(group_rule, [operands(grp) for grp in batch]), strict=True):
+        for group, ds in zip(batch, stacked_call(group_rule, [operands(grp) for grp in batch], at), strict=True):
             out.update({m: -d for m, d in zip(group.members, ds, strict=True)})
     return out
 
 
-def _muon_directions(g: dict, dims: dict, s: StepSettings) -> dict:
+def _muon_directions(g: dict, dims: dict, s: StepSettings, at: Positions = STATIC) -> dict:
     """``{path: √max(1, fan_out/fan_in) msign(m)}`` (or ``optax.contrib.muon``'s ``adaptive``/``consistent_rms``
     forms) of every matrix in ``g``; the matrices of one shape (after their dimension numbers) share one stacked
     ``msign`` call (:mod:`.batching`)."""
@@ -268,7 +284,7 @@ def _muon_directions(g: dict, dims: dict, s: StepSettings) -> dict:
     wide = {name: _wide(y) for name, (y, _) in matrices.items()}  # msign(Yᵀ) = msign(Y)ᵀ: tall ones join wide ones
     for batch in same_key_batches(matrices, lambda name: array_key(wide[name])):
         signs = stacked_call(lambda y: (_halfsplit.spectral_sign(y, s.options.msign, schedule),),
-                             [(wide[name],) for name in batch])
+                             [(wide[name],) for name in batch], at)
         for name, (sign,) in zip(batch, signs, strict=True):
             y, from_matrix = matrices[name]
             sign = sign if sign.shape == y.shape else sign.mT
@@ -368,12 +384,14 @@ def scale_by_compositional_muon(
         check_damping_range(plan_pairs(pairs, params), params, damping)  # errors at init, naming the parameter
         check_matrix_dtypes(params)
         mu = jax.tree.map(lambda x: jnp.zeros_like(x, dtype=x.dtype if mu_dtype is None else mu_dtype), params)
-        return CompositionalMuonState(count=jnp.zeros([], jnp.int32), mu=mu)
+        return CompositionalMuonState(count=jnp.zeros([], jnp.int32), mu=mu,
+                                      slots=slot_positions(largest_stack(jax.tree.leaves(params))))
 
     def update_fn(updates, state, params=None):
         if params is None:
             raise ValueError("compositional_muon: update needs the params: call update(grads, state, params)")
         check_gradients_match(updates, params)
+        at = checked_positions(state.slots)
         plan = plan_pairs(pairs, params)
         dims = dimension_numbers_by_path(weight_dimension_numbers, params)
         lam = _checked_damping(plan, params, damping, positive=qk_rule == "sylvester")
@@ -387,11 +405,11 @@ def scale_by_compositional_muon(
             mu = _project_momentum(plan, w, mu, ct, lam)
         mu_hat = _momentum_estimate(mu, updates, count, beta, settings.nesterov)
         g = {k: x.astype(ct[k]) for k, x in named_leaves(mu_hat).items()}  # the rules take one dtype
-        out = _declared_directions(plan, w, g, settings, replace(settings.options, damping=lam))
-        out.update(_muon_directions({k: x for k, x in g.items() if k not in out}, dims, settings))
+        out = _declared_directions(plan, w, g, settings, replace(settings.options, damping=lam), at)
+        out.update(_muon_directions({k: x for k, x in g.items() if k not in out}, dims, settings, at))
         new = jax.tree_util.tree_unflatten(jax.tree.structure(mu_hat), [out[k].astype(p[k].dtype) for k in g])
         mu = jax.tree.map(lambda new_mu, old: new_mu.astype(old.dtype), mu, state.mu)  # the state keeps its dtypes
-        return new, CompositionalMuonState(count=count, mu=mu)
+        return new, CompositionalMuonState(count=count, mu=mu, slots=state.slots)
 
     return optax.GradientTransformation(init_fn, update_fn)
 
