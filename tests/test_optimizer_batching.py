@@ -207,3 +207,26 @@ def test_changed_slots_are_refused_eagerly_and_skip_the_step_under_jit():
     with pytest.raises(TypeError, match="slots must be int32 scalars"):
         opt.update(grads, _with_slots(opt.init(params), lambda slots: tuple(x.astype(jnp.float32) for x in slots)),
                    params)
+
+
+def test_vmap_over_states_gives_each_member_its_own_update():
+    """An ensemble (``jax.vmap`` of ``update`` over stacked states, gradients and params) gives each member the
+    update it gets alone, the slots batched with the rest; a NaN gradient in one member is still refused naming
+    the parameter. Under vmap the guard's ``lax.cond`` becomes a select and its failure callback runs for every
+    member, the finite ones included (which found nothing to report)."""
+    params, grads = _model(2), _model(2, seed=1)
+    opt = _optimizer(2)
+    state = opt.init(params)
+    members = [grads, jax.tree.map(lambda g: 1e3 * g, grads)]
+    stack = lambda *trees: jax.tree.map(lambda *x: jnp.stack(x), *trees)  # noqa: E731
+    got, _ = jax.jit(jax.vmap(opt.update))(stack(*members), stack(state, state), stack(params, params))
+    update = jax.jit(opt.update)
+    for i, g in enumerate(members):
+        want, _ = update(g, state, params)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(a[i], b, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(b))))
+    bad = jax.tree.map(lambda g: g, grads)
+    bad["layer1"]["wq"] = bad["layer1"]["wq"].at[0, 0].set(jnp.nan)
+    with pytest.raises(Exception, match=r"the gradient of 'layer1/wq' contains NaN or Inf"):
+        jax.block_until_ready(jax.jit(jax.vmap(opt.update))(stack(grads, bad), stack(state, state),
+                                                            stack(params, params)))

@@ -111,8 +111,10 @@ def _raise_unless(ok, operands, bad_names: Callable[[Any], list], message: Calla
         return
 
     def fail(values):
-        hint = " (jit the step with numerics.optimizer.checked_jit for this error as one line)"
-        raise ValueError(message(bad_names(values)) + hint)
+        bad = bad_names(values)
+        if bad:  # under vmap the cond is a select: this runs for every example, the finite ones too
+            hint = " (jit the step with numerics.optimizer.checked_jit for this error as one line)"
+            raise ValueError(message(bad) + hint)
 
     jax.lax.cond(ok, lambda xs: None, lambda xs: jax.debug.callback(fail, xs), operands)
 
