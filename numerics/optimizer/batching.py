@@ -20,8 +20,8 @@ update, the new parameter), and a static slice bakes its offset into them, so ev
 kernels of its own. The results are split at :class:`Positions` instead, int32 scalars ``0 … n − 1`` held in
 the optimizer's state (:func:`slot_positions`): under ``jit`` they are runtime values, every layer's kernels
 are then identical, and XLA compiles one for all. The first training step of 12 GPT-2-small layers holds
-199 kernels instead of 323 (``optax.contrib.muon``'s compile time ×1.3 instead of ×2.0, ``python -m
-benchmarks.step --layers 12``); the values are the same bit for bit (a dynamic slice at ``i`` is the slice
+199 kernels instead of 323 (``optax.contrib.muon``'s compile time ×1.3–1.7 instead of ×1.9–2.0,
+``python -m benchmarks.step --layers 12``); the values are the same bit for bit (a dynamic slice at ``i`` is the slice
 at ``i``).
 """
 
