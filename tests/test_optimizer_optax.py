@@ -234,7 +234,8 @@ def test_auto_pairs_torch_style_weights_match_the_declared_transposed_layout():
     np.testing.assert_allclose(np.asarray(got["layers"][0]["self_attn"]["q_proj"]["weight"]),
                                np.asarray(want["wq"].T), rtol=1e-5, atol=1e-7)
     table = describe_pairs(params, AutoPairs(heads=H))
-    assert "qk pair: heads=2 kv_heads=1 d_h=4 (transposed)" in table and "layers/0/mlp/weight" in table
+    assert "qk pair: heads=2 kv_heads=1 d_h=4 (x @ Wᵀ)" in table and "layers/0/mlp/weight" in table
+    assert "ov pair: heads=2 kv_heads=1 d_h=4 (x @ Wᵀ)" in table
     assert table.splitlines()[-1] == "2 pairs, 1 Muon matrices, 0 AdamW parameters"
 
 

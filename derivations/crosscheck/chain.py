@@ -8,11 +8,22 @@
   functions of the symbols (:func:`derivations.crosscheck.checker.compare`).
 * a block ``\\min_{X} ⟨G, L(X)⟩ \\text{ s.t. } ‖N(X)‖_{op} \\le β`` is a problem. Consecutive problems
   are a step: objective, constraint and budget must agree at every point, after the change of
-  variables ``\\text{where } Z = f(X)`` when the variable changes.
+  variables ``\\text{where } Z = f(X)`` when the variable changes; and a change of variables must reach
+  every ``Z`` (``X ↦ f(X)`` onto ``Z``'s space, :mod:`~derivations.crosscheck.reachability`), or the step is
+  refused naming the rank obstruction: ``Z = ΔW_Q W_Kᵀ`` reaches only matrices of rank ``≤ d_h``, so the
+  problem in ``Z`` is a relaxation (the Compositional Muon paper, §2.1).
 * a block ``X^\\star = S`` after a problem in ``X`` is the solution step: ``S`` must satisfy the
   constraint with equality and attain the optimal value; the value is known exactly when some
   problem of the sequence has the form ``min ⟨A, Z⟩ s.t. ‖Z‖_op ≤ β`` (value ``−β‖A‖_*``, Hölder's
-  inequality), to which every other problem was shown equivalent.
+  inequality), to which every other problem was shown equivalent. A solution in a variable introduced by
+  a change of variables must be achievable (``S = f(X)`` for some ``X``).
+
+Verdict: every step holds (exit status 0); a step fails or is refused (1, the first one is reported); or
+*not proven* (:data:`EXIT_NOT_PROVEN`, 3): no step fails, but some step was not established: a solution
+that is feasible and tight but whose optimality could not be checked (no canonical problem in the
+sequence), or a change of variables whose reach could not be decided (not affine, or a variable with
+structural facts). A step that merely agrees on random instances (``numeric``) holds, as everywhere in the
+cross-checker; ``not proven`` is for a claim that was not checked at all.
 
 * a block ``L := G G^\\top`` (``\\coloneqq``, ``\\triangleq``) is a definition, and so is each ``L = …;`` before a
   block's formula and each ``\\text{where } L = …`` after it (a problem's ``where`` is its change of variables):
@@ -49,8 +60,9 @@ from derivations.crosscheck.identities import (
 )
 from derivations.crosscheck.inputs import CHAIN_MAX_BYTES, BadInput, read_input
 from derivations.crosscheck.notation import STAR, decorate
+from derivations.crosscheck.reachability import in_range, reachability
 from derivations.crosscheck.targets import Target
-from derivations.crosscheck.verdict import Verdict, format_verdict
+from derivations.crosscheck.verdict import Verdict, format_verdict, shapes_of, show
 from derivations.engine.vocabulary import Inner, NuclearNorm, OpNorm
 
 MAX_FILE = CHAIN_MAX_BYTES  # bytes: a --chain file over this (or not a regular file) is refused
@@ -66,6 +78,11 @@ _DEFINITION = re.compile(r"^\s*[^=]*?(?::=|\\coloneqq|\\coloneq|\\triangleq)|^[^
 _WHERE = re.compile(r",?\s*(?:\\quad\s*)?(?:\\(?:text|mathrm|textrm)\{\s*(?:where|with)\s*\}|\b(?:where|with)\b)")
 
 
+#: the exit status of a chain none of whose steps fails but one of which was not established (0 all steps hold,
+#: 1 a step fails, 2 bad input)
+EXIT_NOT_PROVEN = 3
+
+
 @dataclass
 class Step:
     index: int
@@ -74,6 +91,16 @@ class Step:
     after: str
     verdict: Verdict | None = None
     note: str = ""
+    #: why the step is not established though nothing in it failed (optimality, or whether a change of
+    #: variables reaches every point, not checked); empty when it holds
+    unproven: str = ""
+
+    @property
+    def status(self) -> str:
+        """``holds``, ``not proven`` (checked parts agree, but :attr:`unproven` was not established) or ``fails``."""
+        if self.verdict is None or self.verdict.verdict != "equal":
+            return "fails"
+        return "not proven" if self.unproven else "holds"
 
 
 @dataclass
@@ -83,35 +110,62 @@ class ChainReport:
     scalars: list = field(default_factory=list)  # the names read as scalars (identities.scalar_names)
 
     @property
+    def unproven(self) -> list:
+        """The steps that were not established (nothing in them failed)."""
+        return [s for s in self.steps if s.status == "not proven"]
+
+    @property
+    def status(self) -> str:
+        """``all steps hold``, ``not proven`` (no step fails, some step was not established) or ``fails``."""
+        return "fails" if self.failed is not None else "not proven" if self.unproven else "all steps hold"
+
+    @property
+    def exit_status(self) -> int:
+        """0 every step holds, 1 a step fails, :data:`EXIT_NOT_PROVEN` (3) no step fails but one is not proven."""
+        return {"all steps hold": 0, "fails": 1}.get(self.status, EXIT_NOT_PROVEN)
+
+    @property
     def ok(self) -> bool:
-        return self.failed is None
+        """Every step holds: none fails and none is merely not proven."""
+        return self.status == "all steps hold"
 
     @property
     def held(self) -> int:
-        return sum(1 for s in self.steps if s.verdict is not None and s.verdict.verdict == "equal")
+        return sum(1 for s in self.steps if s.status == "holds")
 
     def as_json(self) -> dict:
-        return {"ok": self.ok, "steps": len(self.steps), "held": self.held, "scalars": self.scalars,
+        return {"ok": self.ok, "verdict": self.status, "steps": len(self.steps), "held": self.held,
+                "scalars": self.scalars,
+                "not_proven": [{"step": s.index, "kind": s.kind, "reason": s.unproven} for s in self.unproven],
                 "first_failure": None if self.failed is None else {
                     "step": self.failed.index, "kind": self.failed.kind, "before": self.failed.before,
                     "after": self.failed.after, "note": self.failed.note, **self.failed.verdict.as_json()},
-                "results": [{"step": s.index, "kind": s.kind, "verdict": s.verdict.verdict,
+                "results": [{"step": s.index, "kind": s.kind, "status": s.status, "verdict": s.verdict.verdict,
                              "method": s.verdict.method,
-                             "symbolic_sizes": s.verdict.as_json()["symbolic_sizes"], "note": s.note}
+                             "symbolic_sizes": s.verdict.as_json()["symbolic_sizes"], "note": s.note,
+                             "not_proven": s.unproven or None}
                             for s in self.steps]}
 
     def text(self) -> str:
-        lines = [f"step {s.index} ({s.kind}): {s.verdict.verdict} ({s.verdict.method_text})"
-                 + (f" — {s.note}" if s.note else "") for s in self.steps]
+        lines = [f"step {s.index} ({s.kind}): "
+                 + (f"NOT PROVEN ({s.verdict.method_text}) — {s.unproven}" if s.status == "not proven" else
+                    f"{s.verdict.verdict} ({s.verdict.method_text})" + (f" — {s.note}" if s.note else ""))
+                 for s in self.steps]
+        open_steps = ", ".join(str(s.index) for s in self.unproven)
         if self.failed is None:
-            lines.append(f"all {len(self.steps)} steps hold")
+            if self.unproven:
+                plural = "s" * (len(self.unproven) > 1)
+                lines.append(f"NOT PROVEN: {self.held} of {len(self.steps)} steps hold; step{plural} {open_steps} "
+                             f"not established (exit status {EXIT_NOT_PROVEN})")
+            else:
+                lines.append(f"all {len(self.steps)} steps hold")
             if self.scalars:
                 lines.append(f"scalars: {', '.join(self.scalars)} (read as scalars; 'assume: NAME: matrix' in the "
                              "file declares a matrix)")
         else:
             f = self.failed
             lines.append(f"FIRST FAILURE at step {f.index} ({f.kind}); {self.held} of {f.index - 1} earlier "
-                         f"steps held")
+                         f"steps held" + (f" (not proven: step {open_steps})" if open_steps else ""))
             lines.append(f"  {f.before}\n  => {f.after}")
             lines.append(format_verdict(f.verdict, f"step {f.index}").rstrip())
         return "\n".join(lines) + "\n"
@@ -245,7 +299,7 @@ def check_blocks(blocks: list[str], assumptions: Assumptions) -> ChainReport:
     report = ChainReport(scalars=scalar_names(builder.namespace))
     for k, (kind, before, after, idx, extra) in enumerate(plan.steps, 1):
         step = Step(k, kind, before, after)
-        step.verdict, step.note = _STEP_CHECKS[kind](k, idx, extra, exprs, builder, sizes)
+        step.verdict, step.note, step.unproven = _STEP_CHECKS[kind](k, idx, extra, exprs, builder, sizes)
         step.verdict.scalars = report.scalars
         report.steps.append(step)
         if step.verdict.verdict != "equal":
@@ -365,7 +419,7 @@ class _Plan:
 
 
 def _equality_step(k, idx, extra, exprs, builder, sizes):
-    return _check_pair(exprs[idx[0]], exprs[idx[1]], builder, sizes, f"step {k}"), ""
+    return _check_pair(exprs[idx[0]], exprs[idx[1]], builder, sizes, f"step {k}"), "", ""
 
 
 def _problem_step(k, idx, extra, exprs, builder, sizes):
@@ -376,7 +430,7 @@ def _solution_step(k, idx, extra, exprs, builder, sizes):
     return _check_solution(exprs[idx[1]], extra[0], extra[1], exprs, builder, sizes, k)
 
 
-#: ``(verdict, note)`` of a step, one check per kind of step
+#: ``(verdict, note, why not proven)`` of a step, one check per kind of step
 _STEP_CHECKS = {"equality": _equality_step, "problem": _problem_step, "solution": _solution_step}
 
 
@@ -415,7 +469,7 @@ def _check_problems(first, second, exprs, builder, sizes, k):
     x, z = _variable(exprs, i1), _variable(exprs, i2)
     o1, c1, b1 = exprs[i1["objective"]], exprs[i1["constraint"]], exprs[i1["budget"]]
     o2, c2, b2 = exprs[i2["objective"]], exprs[i2["constraint"]], exprs[i2["budget"]]
-    note = ""
+    note, sub = "", None
     if x != z:
         if not p2.substitution or exprs[i2["sub_new"]] != z:
             raise BadInput(f"step {k} changes the variable from {x} to {z}: say how, e.g. "
@@ -426,8 +480,33 @@ def _check_problems(first, second, exprs, builder, sizes, k):
     for part, a, b in (("objective", o1, o2), ("constraint", c1, c2), ("budget", b1, b2)):
         v = _check_pair(a, b, builder, sizes, f"step {k} ({part})")
         if v.verdict != "equal":
-            return v, f"the {part}s differ" + (f" ({note})" if note else "")
-    return v, note
+            return v, f"the {part}s differ" + (f" ({note})" if note else ""), ""
+    if sub is None:
+        return v, note, ""
+    # equal objectives and constraints show the problem in Z equivalent only if Z = S(X) reaches every Z
+    reach = reachability(x, z, sub, builder.namespace, sizes[0], show(sub, builder.namespace))
+    if reach.status == "obstructed":
+        return _refused(reach, sub, z, builder), note, ""
+    if reach.status == "unknown":
+        return v, note, reach.text
+    return v, f"{note}; {reach.text}", ""
+
+
+def _refused(reach, expr, name, builder) -> Verdict:
+    """The verdict of a step refused for an achievable set too small (:mod:`~derivations.crosscheck.reachability`)."""
+    return Verdict("refused", "numeric", 0, diagnosis=[reach.text],
+                   reference=show(expr, builder.namespace), candidate=str(name),
+                   shapes=shapes_of([expr, name], reach.sizes))
+
+
+def _introduced(name, problems, exprs):
+    """``(X, S)`` of the change of variables ``name = S(X)`` that introduced the variable ``name`` in
+    ``problems``, or None when ``name`` was not introduced by one."""
+    found = None
+    for (_, before), (p, idx) in itertools.pairwise(problems):
+        if p.substitution and "sub_new" in idx and exprs[idx["sub_new"]] == name:
+            found = (exprs[before["variable"]], exprs[idx["sub_expr"]])
+    return found
 
 
 def _canonical_value(problems, exprs):
@@ -447,14 +526,21 @@ def _check_solution(sol, owner, problems, exprs, builder, sizes, k):
     obj, con, budget = (exprs[idx[key]].xreplace({x: sol}) for key in ("objective", "constraint", "budget"))
     v = _check_pair(con, budget, builder, sizes, f"step {k} (tightness)")
     if v.verdict != "equal":
-        return v, "the solution does not meet the constraint with equality"
+        return v, "the solution does not meet the constraint with equality", ""
+    introduced = _introduced(x, problems, exprs)
+    if introduced is not None:  # the minimiser of a problem in Z = S(X) must be S(X) of some X
+        reach = in_range(*introduced[:2], sol, builder.namespace, sizes[0], show(introduced[1], builder.namespace),
+                         f"{x}*")
+        if reach.status == "obstructed":
+            return _refused(reach, introduced[1], x, builder), "the solution is not achievable", ""
     value, source = _canonical_value(problems, exprs)
     if value is None:
-        return v, "feasible and tight; optimality not checked (no problem of the form min ⟨A, Z⟩ s.t. ‖Z‖_op ≤ β)"
+        return v, "feasible and tight", ("feasible and tight; optimality not checked (no problem of the form "
+                                         "min ⟨A, Z⟩ s.t. ‖Z‖_op ≤ β)")
     free = {s for s in value.free_symbols if isinstance(s, (MatrixSymbol, Symbol))}
     if any(isinstance(s, MatrixSymbol) and s.name == source.variable for s in free):
-        return v, "feasible and tight; optimality not checked"
+        return v, "feasible and tight", "feasible and tight; optimality not checked"
     v = _check_pair(value, obj, builder, sizes, f"step {k} (optimal value)")
     if v.verdict != "equal":
-        return v, "the solution does not attain the optimal value −β‖A‖_* (Hölder)"
-    return v, "tight, and attains −β‖A‖_* of the equivalent canonical problem"
+        return v, "the solution does not attain the optimal value −β‖A‖_* (Hölder)", ""
+    return v, "tight, and attains −β‖A‖_* of the equivalent canonical problem", ""

@@ -11,12 +11,14 @@ sides, so scaling a pair by any power of ten never changes the verdict; both sid
 agree, one side exactly zero and the other not never do). A pair that disagrees is evaluated again
 on the same instance at 100 digits, and is rounding (equal) only when its difference there agrees to
 1e-30 or has shrunk by 25 orders of magnitude: so a true identity whose sides cancel to near zero
-is not called different, and a true difference of any scale is. The verdict is then upgraded to
-*symbolic* when the two sides agree as rational functions of explicit small symbolic matrices
-(:func:`derivations.engine.symbolic.prove_equal`). When both sides are purely algebraic (products, sums,
-transposes and inverses of symbols), a disagreement is also shown symbolically. A numerical check
-at finite precision cannot see a difference hidden below the rounding of a larger intermediate
-(``(B + 10^-60 A) − B`` against ``0``); the symbolic check, where it applies, does.
+is not called different, and a true difference of any scale is. The exact check then runs whatever the
+numbers said: the verdict is upgraded to *symbolic* when the two sides agree as rational functions of
+explicit small symbolic matrices (:func:`derivations.engine.symbolic.verify_equal`); when both sides are
+purely algebraic (products, sums, transposes and inverses of symbols), a disagreement is shown
+symbolically, and so is a difference the numbers missed. A numerical check at finite precision cannot see
+a difference hidden below the rounding of a larger intermediate (``(B + 10^-60 A) − B`` against ``0`` agree
+to 50 digits on every instance); the exact check refutes it, and the verdict is *different* (symbolic), with
+a counterexample evaluated at the first of :data:`HIDDEN_DPS` digits that shows the difference.
 
 The parts, one module each: the target (:mod:`~derivations.crosscheck.targets`), found by name among
 the rule modules (:mod:`~derivations.crosscheck.rule_lookup`) and cached
@@ -28,7 +30,8 @@ the rule modules (:mod:`~derivations.crosscheck.rule_lookup`) and cached
 those, the first differing subexpression (:mod:`~derivations.crosscheck.localise`);
 identities with assumptions (:mod:`~derivations.crosscheck.identities`).
 
-Exit status: 0 equal, 1 different, 2 bad input (one line on stderr).
+Exit status: 0 equal, 1 different, 2 bad input (one line on stderr); a chain has a fourth, 3, not proven
+(:mod:`~derivations.crosscheck.chain`).
 """
 
 from __future__ import annotations
@@ -38,12 +41,21 @@ import re
 from sympy import Basic, Mul, S, cancel, factor, sstr
 
 from derivations.crosscheck.diagnosis import _diagnose
-from derivations.crosscheck.evaluation import EQUAL_TOL, NotConverged, _agree, _agree_rechecked, _instances, _value
+from derivations.crosscheck.evaluation import (
+    DPS,
+    EQUAL_TOL,
+    NotConverged,
+    _agree,
+    _agree_rechecked,
+    _difference,
+    _instances,
+    _value,
+)
 from derivations.crosscheck.formula import Builder
 from derivations.crosscheck.formula_syntax import parse_tree
 from derivations.crosscheck.inputs import BadInput
 from derivations.crosscheck.rule_lookup import find_derivation
-from derivations.crosscheck.symbolic_proofs import _symbolic_different, _symbolic_equal
+from derivations.crosscheck.symbolic_proofs import _symbolic_different, _symbolic_status
 from derivations.crosscheck.target_cache import load_target, store_target
 from derivations.crosscheck.targets import Target, _preorder, target_of
 from derivations.crosscheck.verdict import Verdict, _counterexample, shapes_of, show
@@ -98,8 +110,13 @@ def compare(target: Target, candidate: Basic, *, diagnose: bool = True, seed: in
     bad = next(([p] for p in disagree if not _agree_rechecked(ref, candidate, *p)), [])
     out = Verdict("equal", "numeric", len(pairs), **shown)
     if not bad:
-        if target.symbolic_dims and _symbolic_equal(ref, candidate, target):
+        # the exact check runs on an agreement too: a difference below the rounding of the evaluation
+        # ((B + 10^-60 A) − B against 0) agrees on every instance and is refuted exactly
+        status = _symbolic_status(ref, candidate, target) if target.symbolic_dims else "not modelled"
+        if status == "verified":
             out.method, out.sizes = "symbolic", _sizes(target)
+        elif status == "refuted" and _algebraic(ref, candidate, *target.definitions.values()):
+            return _hidden_difference(out, ref, candidate, target, pairs)
         out.scale = "1"
         return out
     out.verdict = "different"
@@ -111,6 +128,33 @@ def compare(target: Target, candidate: Basic, *, diagnose: bool = True, seed: in
         out.scale, out.diagnosis = _diagnose(target, ref, candidate, pairs)
     if not out.diagnosis:
         out.diagnosis = ["no scalar multiple and none of the near variants of the derived result matches"]
+    return out
+
+
+#: precisions at which the counterexample of a difference hidden below rounding is looked for
+HIDDEN_DPS = (2 * DPS, 4 * DPS, 8 * DPS, 16 * DPS)
+
+
+def _hidden_difference(out: Verdict, ref, candidate, target: Target, pairs) -> Verdict:
+    """``out`` made *different* (symbolic): the two sides agree on every instance to the tolerance at ``DPS``
+    digits but differ exactly as rational functions. The counterexample is the first instance (smallest sizes
+    first) whose two values, evaluated again at each precision of :data:`HIDDEN_DPS`, differ by more than that
+    precision's rounding (``10^(20 − dps)`` relative, as :data:`EQUAL_TOL` at ``DPS``)."""
+    out.verdict, out.method, out.sizes, out.scale = "different", "symbolic", _sizes(target), None
+    at = ", ".join(f"{k} = {n}" for k, n in out.sizes.items())
+    out.diagnosis = [f"the two sides differ exactly (as rational functions of the entries at {at}), "
+                     f"by less than the rounding of the {DPS}-digit evaluation on every random instance"]
+    for dps in HIDDEN_DPS:
+        for inst, _, _ in sorted(pairs, key=lambda p: sum(p[0].sizes.values())):
+            a, b = _value(ref, inst, True, dps), _value(candidate, inst, True, dps)
+            if a is None or b is None:
+                continue
+            diff, scale = _difference(a, b)
+            if diff > 10.0 ** (20 - dps) * scale:
+                out.counterexample = _counterexample([(inst, a, b)], ref, candidate, target)
+                out.diagnosis.append(f"the counterexample shows it evaluated at {dps} digits")
+                return out
+    out.diagnosis.append(f"no instance shows it at up to {HIDDEN_DPS[-1]} digits")
     return out
 
 

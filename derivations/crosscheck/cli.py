@@ -1,5 +1,7 @@
 """``python -m derivations.crosscheck``: the command line of the cross-checker (a derivation and a
-hand formula, an identity, a chain file, or ``--list``). Exit status 0 equal, 1 different, 2 bad input."""
+hand formula, an identity, a chain file, or ``--list``). Exit status 0 equal (a chain: every step holds),
+1 different (a chain: a step fails or is refused), 2 bad input, 3 a chain not proven: no step fails, but one
+was not established (a solution whose optimality, or a change of variables whose reach, was not checked)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,10 @@ def _parser() -> OneLineParser:
                "--assume 'W: orthonormal columns'\n"
                "  python -m derivations.crosscheck --chain derivation.md\n"
                "  python -m derivations.crosscheck --list\n"
-               "exit status: 0 equal, 1 different, 2 bad input")
+               "exit status: 0 equal (--chain: every step holds), 1 different (--chain: a step fails or is "
+               f"refused), 2 bad input,\n  {chain.EXIT_NOT_PROVEN} --chain: not proven (no step fails, but a step "
+               "was not established: a solution's optimality\n  or whether a change of variables reaches every "
+               "point was not checked)")
     p.add_argument("args", nargs="*", metavar="DERIVATION FORMULA | identity LHS RHS")
     p.add_argument("--chain", metavar="FILE", help="check every step of the display math in a Markdown/LaTeX file "
                                                    f"(a regular file of at most {CHAIN_MAX_BYTES:,} bytes)")
@@ -61,8 +66,8 @@ def run(argv: list[str] | None = None) -> tuple[int, str]:
         if args.args:
             raise BadInput("--chain takes a file and no positional arguments")
         report = chain.check_chain_file(args.chain, identities.parse_assumptions(args.assume))
-        return (0 if report.ok else 1), (json.dumps(report.as_json(), indent=2) + "\n" if args.json
-                                         else report.text())
+        return report.exit_status, (json.dumps(report.as_json(), indent=2) + "\n" if args.json
+                                    else report.text())
     if args.args[:1] == ["identity"]:
         if len(args.args) != 3:
             raise BadInput("identity takes two formulas: identity LHS RHS")

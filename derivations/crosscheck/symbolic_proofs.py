@@ -44,6 +44,19 @@ def _symbolic_equal(ref, cand, target) -> bool:
         return False
 
 
+def _symbolic_status(ref, cand, target) -> str:
+    """The exact check of a pair the numbers could not tell apart: ``"verified"`` (equal as rational functions
+    of the entries), ``"refuted"`` (different as rational functions, in the model with facts where the generic
+    one does not show them equal), or ``"not modelled"`` (no polynomial model, or out of time). It runs
+    whatever the numeric verdict: ``(B + 10^-60 A) − B`` and ``0`` agree to 50 digits on every instance, and
+    differ exactly."""
+    try:
+        with _time_limit(SYMBOLIC_SECONDS):
+            return verify_equal([(ref, cand)], target.symbolic_dims, target.definitions).status
+    except _TimeUp:
+        return "not modelled"
+
+
 def _symbolic_different(ref, cand, target) -> bool:
     """The two sides differ as rational functions, in the model with facts where the generic one does not show them
     equal (an isometry or a Gram root the generic model would leave unrelated to its matrix refutes nothing)."""

@@ -37,7 +37,7 @@ from derivations.lemmas.base import markdown_text
 
 @dataclass
 class Verdict:
-    verdict: str  # "equal" | "different"
+    verdict: str  # "equal" | "different" | "refused" (a chain's change of variables that misses feasible points)
     method: str  # "symbolic" | "numeric"
     instances: int
     scale: str | None = None
@@ -76,7 +76,7 @@ class Verdict:
         drawn = f"; {self.instances} random instances at {DPS} digits" if self.instances else ""
         lines = [f"**Cross-check: {self.verdict.upper()}** ({markdown_text(self.method_text + drawn)})", "",
                  f"- derived: {_code(self.reference)}", f"- candidate: {_code(self.candidate)}"]
-        if self.verdict != "different":
+        if self.verdict == "equal":
             return "\n".join(lines) + "\n"
         lines += [f"- diagnosis: {markdown_text(d)}" for d in self.diagnosis]
         ce = self.counterexample
@@ -186,7 +186,7 @@ def format_verdict(v: Verdict, what: str) -> str:
         if v.scalars:
             lines.append(f"  scalars:   {', '.join(v.scalars)} (read as scalars; --assume 'NAME: matrix' "
                          "declares a matrix)")
-    if v.verdict == "different":
+    if v.verdict != "equal":
         lines += [f"  diagnosis: {d}" for d in v.diagnosis]
         ce = v.counterexample
         if ce:

@@ -70,24 +70,32 @@ def parameter_roles(params: Any, pairs: Any = None, adamw_params: Any = None,
     return roles
 
 
+def _layout(pair: Any) -> str:
+    """How a pair's matrices are applied, as :func:`describe_pairs` prints it: ``x @ W`` (stored in × out: ``W_Q``
+    ``(d, H·d_h)``, ``W_O (H·d_h, d)``), ``x @ Wᵀ`` (out × in) or with head axes (flax ``DenseGeneral``)."""
+    return "head axes" if pair.head_axes else "x @ W" if pair.kernels == (pair.kind == "ov") else "x @ Wᵀ"
+
+
 def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
                    muon_weight_dimension_numbers: Any = None) -> str:
     """A table of what :func:`compositional_muon` does with every parameter: its pair and rule, Muon or AdamW.
 
     ``pairs``, ``adamw_params`` and ``muon_weight_dimension_numbers`` as given to the optimizer
-    (``pairs="auto"`` by default, to see what automatic pairing finds).
+    (``pairs="auto"`` by default, to see what automatic pairing finds). Each pair shows the layout it is read in:
+    ``(x @ W)`` (the matrices stored in × out, as ``q = x @ W_Q`` and ``y = o @ W_O`` use them), ``(x @ Wᵀ)``
+    (out × in: PyTorch, equinox) or ``(head axes)`` (flax ``DenseGeneral`` kernels).
 
     Examples:
       >>> import jax.numpy as jnp
       >>> from numerics.optimizer import AutoPairs, describe_pairs
       >>> params = {"attn": {n: jnp.eye(8) for n in ("wq", "wk", "wv", "wo")},
       ...           "mlp": jnp.ones((8, 16)), "bias": jnp.zeros(16)}
-      >>> print(describe_pairs(params, pairs=AutoPairs(heads=2)))
+      >>> print(describe_pairs(params, pairs=AutoPairs(heads=2, layout="kernel")))
       path     shape               role
-      attn/wk  (8, 8)              qk pair: heads=2 kv_heads=2 d_h=4, second of ('attn/wq', 'attn/wk')
-      attn/wo  (8, 8)              ov pair: heads=2 kv_heads=2 d_h=4, first of ('attn/wo', 'attn/wv')
-      attn/wq  (8, 8)              qk pair: heads=2 kv_heads=2 d_h=4, first of ('attn/wq', 'attn/wk')
-      attn/wv  (8, 8)              ov pair: heads=2 kv_heads=2 d_h=4, second of ('attn/wo', 'attn/wv')
+      attn/wk  (8, 8)              qk pair: heads=2 kv_heads=2 d_h=4 (x @ W), second of ('attn/wq', 'attn/wk')
+      attn/wo  (8, 8)              ov pair: heads=2 kv_heads=2 d_h=4 (x @ W), first of ('attn/wo', 'attn/wv')
+      attn/wq  (8, 8)              qk pair: heads=2 kv_heads=2 d_h=4 (x @ W), first of ('attn/wq', 'attn/wk')
+      attn/wv  (8, 8)              ov pair: heads=2 kv_heads=2 d_h=4 (x @ W), second of ('attn/wo', 'attn/wv')
       bias     (16,)               adamw
       mlp      (8, 16)             muon
       2 pairs, 1 Muon matrices, 1 AdamW parameters
@@ -96,8 +104,7 @@ def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
     roles = parameter_roles(params, pairs, adamw_params, muon_weight_dimension_numbers)
     where = {}
     for pair in plan.pairs:
-        layout = " (head axes)" if pair.head_axes else " (transposed)" if pair.kernels else ""
-        what = (f"{pair.kind} pair: heads={pair.heads} kv_heads={pair.kv_heads} d_h={pair.head_dim}{layout}")
+        what = f"{pair.kind} pair: heads={pair.heads} kv_heads={pair.kv_heads} d_h={pair.head_dim} ({_layout(pair)})"
         where[pair.first] = f"{what}, first of ({pair.first!r}, {pair.second!r})"
         where[pair.second] = f"{what}, second of ({pair.first!r}, {pair.second!r})"
     for group in plan.groups:

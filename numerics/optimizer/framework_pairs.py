@@ -136,3 +136,72 @@ def module_head_counts(params: Any, path_name: Any) -> dict[str, int]:
     modules, e.g. ``eqx.filter(model, eqx.is_array)``); ``path_name`` joins a key path as the optimizer does."""
     found = jax.tree_util.tree_flatten_with_path(params, is_leaf=_is_equinox_attention)[0]
     return {path_name(p): int(x.num_heads) for p, x in found if _is_equinox_attention(x)}
+
+
+# ---- the 2-D layouts of an attention block ----------------------------------------------------
+#: the 2-D layouts ``pairs="auto"`` reads, by ``AutoPairs(layout=...)``: ``(Q/K stored out × in, O/V stored
+#: in × out)``, i.e. ``QKPair(transposed=…)`` and ``OVPair(kernels=…)``
+LAYOUTS = {"kernel": (False, True), "weight": (True, False), "paper": (False, False)}
+#: what each layout means, as the error that asks for one says it
+LAYOUT_MEANINGS = {"kernel": "every projection used as x @ W, stored in × out (flax Dense, q = x @ wq, y = o @ wo)",
+                   "weight": "every projection used as x @ Wᵀ, stored out × in (PyTorch, equinox Linear)",
+                   "paper": "q = x @ wq, k = x @ wk, v = x @ wvᵀ, y = o @ woᵀ (the QKPair/OVPair defaults)"}
+#: leaf names that fix the layout: a flax ``Dense`` ``kernel`` is in × out, a PyTorch or equinox ``weight`` out × in
+NAMED_LAYOUTS = {"kernel": "kernel", "weight": "weight"}
+
+
+def _choices() -> str:
+    return "; ".join(f"{name!r}: {meaning}" for name, meaning in LAYOUT_MEANINGS.items())
+
+
+def check_layout(layout: Any) -> None:
+    """Refuse a ``layout`` that is not ``None`` or one of :data:`LAYOUTS`, in one line saying what each means."""
+    if layout is not None and (not isinstance(layout, str) or layout not in LAYOUTS):
+        raise ValueError(f"compositional_muon: AutoPairs(layout={layout!r}) is not a layout; layout= takes "
+                         f"{_choices()}")
+
+
+def _fits(layout: str, shapes: list, heads: int, kv_heads: int | None) -> bool:
+    """Whether the block's 2-D shapes ``(q, k, v, o)`` read as ``layout`` with ``heads`` query heads: one model
+    width ``d`` (the input of Q, K, V; the output of O when O maps back to it), head widths that divide into the
+    heads, ``d_h ≤ d``, and K (V) as wide as ``kv_heads`` heads."""
+    qk_t, ov_k = LAYOUTS[layout]
+    (q0, q1), (k0, k1), (v0, v1), (o0, o1) = shapes
+    (d, w), (d_k, w_k) = ((q1, q0), (k1, k0)) if qk_t else ((q0, q1), (k0, k1))
+    if d_k != d or not w or w % heads:
+        return False
+    d_h = w // heads
+    kv = kv_heads if kv_heads is not None else heads * w_k // w
+    if kv < 1 or heads % kv or w_k != kv * d_h or d_h > d:
+        return False
+    (d_v, w_v), (w_o, d_o) = ((v0, v1), (o0, o1)) if ov_k else ((v1, v0), (o1, o0))
+    if d_v != d:
+        return False
+    return d_o != d or (w_o % heads == 0 and w_v == kv * (w_o // heads))  # O/V a pair only when O maps back to d
+
+
+def block_layout(where: str, leaf: str, layout: str | None, shapes: list, heads: int, kv_heads: int | None,
+                 declare: Callable[[str], Any]) -> str:
+    """The layout of one 2-D attention block, never guessed: the one its leaf name fixes (:data:`NAMED_LAYOUTS`),
+    else the one given (``layout=``), else the one of :data:`LAYOUTS` its shapes read as (``_fits``), when every
+    layout that fits declares the same pairs (``declare(layout)``). A square ``W_O`` or ``W_V`` (or ``W_Q``, ``W_K``)
+    reads every way, so a block of them is refused, in one line naming ``layout=``; so is a ``layout=`` that its
+    leaf name contradicts, and a block that reads as none of them. ``where`` names the block in the errors."""
+    named = NAMED_LAYOUTS.get(leaf)
+    if named is not None and layout is not None and layout != named:
+        raise ValueError(f"compositional_muon: pairs='auto': {where} holds its matrices as {leaf!r}, which is "
+                         f"layout={named!r}, but layout={layout!r} was given; declare the block's pairs "
+                         f"(QKPair/OVPair) if its {leaf!r} matrices are stored the other way")
+    if named is not None or layout is not None:
+        return named or layout
+    fitting = [name for name in LAYOUTS if _fits(name, shapes, heads, kv_heads)]
+    if not fitting:
+        raise ValueError(f"compositional_muon: pairs='auto': {where} with shapes {[tuple(s) for s in shapes]} reads "
+                         f"as none of the layouts {list(LAYOUTS)} with heads={heads}"
+                         f"{'' if kv_heads is None else f', kv_heads={kv_heads}'}; declare its pairs (QKPair/OVPair)")
+    if len({repr(declare(name)) for name in fitting}) > 1:
+        raise ValueError(f"compositional_muon: pairs='auto' cannot tell how {where} is stored: its shapes "
+                         f"{[tuple(s) for s in shapes]} read as layout={' and as layout='.join(map(repr, fitting))}, "
+                         f"which pair other rows and columns (a square matrix reads both ways); pass "
+                         f"pairs=numerics.optimizer.AutoPairs(heads=H, layout=L) with L {_choices()}")
+    return fitting[0]

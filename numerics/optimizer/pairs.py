@@ -23,6 +23,10 @@ from numerics.emitted import gqa as _gqa
 
 from .framework_pairs import (
     EQUINOX_PROJECTIONS,
+    LAYOUTS,
+    NAMED_LAYOUTS,
+    block_layout,
+    check_layout,
     declared_2d_layout,
     head_axes_counts,
     is_variable_value,
@@ -415,22 +419,27 @@ class AutoPairs:
     """``pairs=AutoPairs(heads=H)``: pairs found from the parameter names (:func:`auto_pairs`), as data.
 
     Data, not a function, so that ``optax.inject_hyperparams`` keeps it static. ``pairs="auto"`` is
-    ``AutoPairs()``, which works when every block's head count can be read from its shapes. MLA blocks
-    (DeepSeek names) take ``heads`` and ``qk_nope_head_dim`` (the config's ``num_attention_heads`` and
-    ``qk_nope_head_dim``).
+    ``AutoPairs()``, which works when every block's head count can be read from its shapes. ``layout``
+    (``"kernel"``, ``"weight"`` or ``"paper"``, :data:`~numerics.optimizer.framework_pairs.LAYOUTS`) says how the
+    blocks of plain 2-D matrices are stored, which a square block needs. MLA blocks (DeepSeek names) take ``heads``
+    and ``qk_nope_head_dim`` (the config's ``num_attention_heads`` and ``qk_nope_head_dim``).
     """
 
     heads: int | None = None
     kv_heads: int | None = None
     qk_nope_head_dim: int | None = None
+    layout: str | None = None
+
+    def __post_init__(self) -> None:
+        check_layout(self.layout)
 
     def declare(self, params: Any) -> list:
         """The pairs of ``params`` (:func:`auto_pairs`)."""
-        return auto_pairs(params, self.heads, self.kv_heads, self.qk_nope_head_dim)
+        return auto_pairs(params, self.heads, self.kv_heads, self.qk_nope_head_dim, self.layout)
 
 
 def auto_pairs(params: Any, heads: int | None = None, kv_heads: int | None = None,
-               qk_nope_head_dim: int | None = None) -> list:
+               qk_nope_head_dim: int | None = None, layout: str | None = None) -> list:
     """Query/key and output/value pairs found from the parameter names (``pairs="auto"``).
 
     An attention block is a parent path whose children are named like ``q_proj/k_proj/v_proj/o_proj``,
@@ -442,14 +451,14 @@ def auto_pairs(params: Any, heads: int | None = None, kv_heads: int | None = Non
       ``DenseGeneral`` kernels ``query (..., d, H, d_h)``, ``key``/``value (..., d, H_kv, d_h)``,
       ``out (..., H, d_h, d)``) give the head counts; the pairs are declared ``head_axes=True``. A block whose
       ``out`` maps to another width than its input (``out_features != in_features``) gets its Q/K pair only.
-    * 2-D layouts: ``x @ W`` kernels ``(d, H·d_h)`` for Q, K (flax ``Dense``, plain dicts), or ``W @ x``
-      weights ``(H·d_h, d)`` (PyTorch, equinox): grouped key heads tell by the axis K shares with Q,
-      otherwise the leaf name does (``weight``: ``W @ x``). O is a kernel ``(H·d_h, d)`` (flax; V then
-      ``(d, H_kv·d_h)``) or ``(d, H·d_h)`` (this project's plain layout and ``W @ x`` weights; V then
-      ``(H_kv·d_h, d)``), by its shape, or when square by its leaf name (``kernel``). The head count is read
-      from an equinox ``MultiheadAttention`` module in the tree (its static ``num_heads``); otherwise give
-      ``heads`` (and ``kv_heads``; by default the ratio of the key and query widths) with
-      ``pairs=AutoPairs(heads=H)``, or the block is refused as ambiguous, naming it.
+    * 2-D layouts are never guessed (:func:`~numerics.optimizer.framework_pairs.block_layout`): a leaf name fixes
+      one (``kernel``: ``layout="kernel"``, every projection ``x @ W``, in × out; ``weight``: ``layout="weight"``,
+      ``W @ x``, out × in), else ``layout`` does (``"paper"``: ``W_Q``, ``W_K`` ``(d, H·d_h)`` and ``W_O (d, H·d_h)``,
+      ``W_V (H·d_h, d)``, the declarations' defaults), else the shapes do when they read as one layout only
+      (grouped key heads, or ``W_V`` shaped like ``W_Qᵀ``). A block whose shapes read two ways (square ``W_O``,
+      ``W_V``) is refused, naming ``layout=``. The head count is read from an equinox ``MultiheadAttention``
+      module in the tree (its static ``num_heads``); otherwise give ``heads`` (and ``kv_heads``; by default the
+      ratio of the key and query widths) with ``pairs=AutoPairs(heads=H)``, or the block is refused, naming it.
 
     A block that reads both ways (head axes, or a stack of 2-D matrices) is refused naming it, and so is a
     given head count that its head axes contradict. LoRA adapters are found too, without a head count:
@@ -461,24 +470,25 @@ def auto_pairs(params: Any, heads: int | None = None, kv_heads: int | None = Non
     (:func:`~numerics.optimizer.groups.auto_mla_pairs`). :func:`~numerics.optimizer.alias.describe_pairs` prints what
     was paired and where every other parameter goes.
     """
+    check_layout(layout)
     leaves = named_leaves(params)
     module_heads = module_head_counts(params, path_name)
     out: list = auto_lora_pairs(leaves) + auto_mla_pairs(leaves, heads, qk_nope_head_dim, AUTO_LEAVES)
-    for layout in auto_layouts(leaves):
-        arrays = [leaves[q] for q in layout.paths]
+    for block in auto_layouts(leaves):
+        arrays = [leaves[q] for q in block.paths]
         if any(getattr(x, "ndim", 0) < 2 for x in arrays):
             continue  # vectors: not an attention block's matrices
         counts = head_axes_counts(*arrays)
         flat = len({x.shape[:-2] for x in arrays}) == 1  # readable as (stacks of) 2-D matrices
         if counts is not None and flat:
             raise ValueError(f"compositional_muon: pairs='auto' cannot tell how the attention block "
-                             f"{layout.prefix!r} is stored: shapes {[tuple(x.shape) for x in arrays]} read both "
+                             f"{block.prefix!r} is stored: shapes {[tuple(x.shape) for x in arrays]} read both "
                              f"as kernels with head axes (d, H, d_h) and as stacked 2-D matrices; declare its "
                              f"pairs (QKPair/OVPair, head_axes=True for the former)")
         if counts is not None:
-            out += _head_axes_block(layout, counts, heads, kv_heads)
+            out += _head_axes_block(block, counts, heads, kv_heads)
         elif flat:
-            out += _flat_block(layout, arrays, module_heads.get(layout.prefix), heads, kv_heads)
+            out += _flat_block(block, arrays, module_heads.get(block.prefix), heads, kv_heads, layout)
     return out
 
 
@@ -510,29 +520,26 @@ def _block_heads(layout: AutoLayout, read: int | None, heads: int | None, width:
     return h
 
 
-def _flat_block(layout: AutoLayout, arrays: list, read: int | None, heads: int | None, kv_heads: int | None) -> list:
-    """The pairs of a block stored as 2-D matrices (stacked over leading axes)."""
-    wq, wk, wv, wo = arrays
-    q_shape, k_shape = wq.shape[-2:], wk.shape[-2:]
-    # x @ W kernels (flax Dense, plain dicts): Q (d, H·d_h), K (d, H_kv·d_h); W @ x weights (PyTorch-style,
-    # equinox Linear): Q (H·d_h, d), K (H_kv·d_h, d). Grouped K tells by the shared axis; else the leaf name.
-    if q_shape[0] == k_shape[0] and q_shape[1] != k_shape[1]:
-        kernels = True
-    elif q_shape[1] == k_shape[1] and q_shape[0] != k_shape[0]:
-        kernels = False
-    else:
-        kernels = layout.paths[0].split("/")[-1] != "weight"
-    width, kv_width, d = (q_shape[1], k_shape[1], q_shape[0]) if kernels else (q_shape[0], k_shape[0], q_shape[1])
-    o_shape = wo.shape[-2:]
-    # O as a kernel (H·d_h, d) (flax), or (d, H·d_h) (this project's plain layout, and W @ x weights)
-    o_kernel = (o_shape == (width, d)) if o_shape != (d, width) or width != d else (
-        kernels and layout.paths[3].split("/")[-1] == "kernel")
-    h = _block_heads(layout, read, heads, width)
-    kv = kv_heads if kv_heads is not None else h * kv_width // width if width else h
-    qk = QKPair(layout.paths[0], layout.paths[1], h, kv, transposed=not kernels)
-    if d not in o_shape:  # out maps to another width (equinox output_size != query_size): Q/K only
-        return [qk]
-    return [qk, OVPair(layout.paths[3], layout.paths[2], h, kv, kernels=bool(o_kernel))]
+def _flat_block(layout: AutoLayout, arrays: list, read: int | None, heads: int | None, kv_heads: int | None,
+                given: str | None) -> list:
+    """The pairs of a block stored as 2-D matrices (stacked over leading axes), in the layout
+    :func:`~numerics.optimizer.framework_pairs.block_layout` finds (never guessed: a square block needs
+    ``layout=`` or a leaf name that fixes it)."""
+    shapes = [tuple(x.shape[-2:]) for x in arrays]
+    leaf = layout.paths[0].split("/")[-1]
+    first = NAMED_LAYOUTS.get(leaf) or given or "kernel"
+    q, k, v, o = layout.paths
+    h = _block_heads(layout, read, heads, shapes[0][0] if LAYOUTS[first][0] else shapes[0][1])
+
+    def declare(name: str) -> list:
+        qk_t, ov_k = LAYOUTS[name]
+        (d, width), kv_width = shapes[0][::-1] if qk_t else shapes[0], shapes[1][0 if qk_t else 1]
+        kv = kv_heads if kv_heads is not None else h * kv_width // width if width else h
+        qk = QKPair(q, k, h, kv, transposed=qk_t)
+        return [qk] if d not in shapes[3] else [qk, OVPair(o, v, h, kv, kernels=ov_k)]  # O to another width: Q/K only
+
+    where = f"the attention block {layout.prefix!r} ({'/'.join(layout.names)})"
+    return declare(block_layout(where, leaf, given, shapes, h, kv_heads, declare))
 
 
 # ---- layouts of one pair --------------------------------------------------------------------
