@@ -8,7 +8,7 @@ import contextlib
 import signal
 import threading
 
-from derivations.engine.symbolic import prove_equal, verify_equal
+from derivations.engine.symbolic import verify_equal
 
 SYMBOLIC_SECONDS = 2.0  # a symbolic proof that takes longer leaves the verdict numeric
 
@@ -34,14 +34,6 @@ def _time_limit(seconds):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-
-
-def _symbolic_equal(ref, cand, target) -> bool:
-    try:
-        with _time_limit(SYMBOLIC_SECONDS):
-            return prove_equal([(ref, cand)], target.symbolic_dims, target.definitions) == "proved"
-    except _TimeUp:
-        return False
 
 
 def _symbolic_status(ref, cand, target) -> str:
