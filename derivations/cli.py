@@ -80,7 +80,7 @@ def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
       True
     """
     command = f"python -m derivations.{rule.name} --emit {target}"
-    functions = rule.functions()
+    functions = verified_functions(rule)
     if target == "jax":
         if schedule_name != coeffsearch.DEFAULT:
             command += f" --schedule {shlex.quote(schedule_name)}"
@@ -98,12 +98,26 @@ def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
     return "\n".join(derivation_text(d) for d in ders) + "\n" + lemma_text(lemmas)
 
 
+def verified_functions(rule: RuleModule) -> list:
+    """The rule's emitted functions, once every derivation of the rule (first: the functions may be read off them)
+    and behind every emitted output is what its checked steps give; else
+    :class:`~derivations.engine.derivation.UncheckedDerivation`, one line naming the derivation and the step."""
+    for der in rule.derivations():
+        der.verified()
+    functions = rule.functions()
+    for fn in functions:
+        for der in fn.derivations():
+            der.verified()
+    return functions
+
+
 def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
     """Re-check every step and the self-check of every lemma the derivations use.
 
     Rows carry each step's worst error per sub-check, its symbolic verdict and, for a failing
     step, the failure (derivation, step, kind, lemma, sub-check, counterexample). ``ok`` is False
-    when any step or lemma self-check failed.
+    when any step or lemma self-check failed, or a derivation's result is not what its checked steps give
+    (``integrity``: :meth:`~derivations.engine.derivation.Derivation.integrity`).
     """
     rows, proofs = [], []
     ders = rule.derivations()
@@ -120,9 +134,13 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
             proofs.append({"derivation": der.name, **der.proof_status()})
     rng = np.random.default_rng(seed)
     lemmas = self_check_rows(cited_lemmas(ders), rng)
-    measurements = measurement_rows(rule.measurements(rng) if rule.measurements else [])
-    ok = all(r["status"] == "ok" for r in rows + lemmas) and all(m["status"] != "FAIL" for m in measurements)
-    return {"ok": ok, "steps": rows, "lemmas": lemmas, "measurements": measurements, "proofs": proofs}
+    integrity = [problem for der in ders for problem in der.integrity()]  # a replaced state, a step added by hand
+    measured = rule.measurements and not integrity  # the measurements read the results: only checked ones
+    measurements = measurement_rows(rule.measurements(rng) if measured else [])
+    ok = (all(r["status"] == "ok" for r in rows + lemmas) and all(m["status"] != "FAIL" for m in measurements)
+          and not integrity)
+    return {"ok": ok, "steps": rows, "lemmas": lemmas, "measurements": measurements, "proofs": proofs,
+            "integrity": integrity}
 
 
 def cited_lemmas(ders: list) -> list:
@@ -170,8 +188,9 @@ def limit_text(limit: float | tuple) -> str:
 
 
 def failures(table: dict) -> list[str]:
-    """Every failure message of a check table (steps, lemma self-checks, then gated measurements)."""
-    return [r["failure"] for r in table["steps"] if r["failure"]] + [
+    """Every failure message of a check table (the derivations' integrity, steps, lemma self-checks, then gated
+    measurements)."""
+    return list(table.get("integrity", [])) + [r["failure"] for r in table["steps"] if r["failure"]] + [
         f for r in table["lemmas"] for f in r["failures"]] + [
         f"measurement '{m['measurement']}' is {m['value']:.3e}, outside its limit {limit_text(m['limit'])}"
         for m in table["measurements"] if m["status"] == "FAIL"]
@@ -204,6 +223,7 @@ def format_table(table: dict) -> str:
     bad = sum(r["status"] != "ok" for r in table["steps"])
     bad_lemmas = sum(r["status"] != "ok" for r in table["lemmas"])
     out += ["", f"{n - bad}/{n} steps passed, {k - bad_lemmas}/{k} lemma self-checks passed"]
+    out += [f"NOT CHECKED: {problem}" for problem in table.get("integrity", [])]
     return "\n".join(out) + "\n"
 
 
@@ -236,7 +256,7 @@ def main(rule: RuleModule, argv: list[str] | None = None) -> int:
             text = json.dumps(table, indent=2) + "\n" if args.json else format_table(table)
             return write_result(prog, text, 0 if table["ok"] else 1, args.out)
         try:
-            if args.emit in ("jax", "numpy") and not rule.functions():
+            if args.emit in ("jax", "numpy") and not verified_functions(rule):
                 raise UsageError(f"--emit {args.emit}: {rule.name} emits no functions (its derivations are checked "
                                  "with --check and printed with --emit text|latex)")
             refused = emit_gate(rule)

@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 from derivations import registry
-from derivations.cli import emit_gate, render
+from derivations.cli import emit_gate, render, verified_functions
 from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
+from derivations.engine.derivation import UncheckedDerivation
 
 #: where the shipped copies live (the generated package :mod:`numerics.emitted`)
 SHIPPED_DIR = registry.PACKAGE_DIR.parent / "numerics" / "emitted"
@@ -27,7 +28,7 @@ def path_of(rule: str, directory: Path | None = None) -> Path:
 def emit(rule: str) -> str | None:
     """A fresh emission of ``rule`` (what ``--emit jax`` prints), or None when it emits no function."""
     module = registry.rule_module(rule)
-    return render(module, "jax") if module.functions() else None
+    return render(module, "jax") if verified_functions(module) else None
 
 
 def shipped(directory: Path | None = None) -> tuple[str, ...]:
@@ -50,7 +51,8 @@ def stale(rules: tuple[str, ...] | None = None, directory: Path | None = None) -
 
 
 class Refused(Exception):
-    """A rule's emission is refused: a lemma its derivations cite fails its self-check."""
+    """A rule's emission is refused: a lemma its derivations cite fails its self-check, or a derivation is not what
+    its checked steps give."""
 
 
 def regenerate(rules: tuple[str, ...] | None = None, directory: Path | None = None) -> list[str]:
@@ -61,8 +63,11 @@ def regenerate(rules: tuple[str, ...] | None = None, directory: Path | None = No
     fresh = {}
     for rule in rules:
         module = registry.rule_module(rule)
-        if not module.functions():
-            continue
+        try:
+            if not verified_functions(module):
+                continue
+        except UncheckedDerivation as exc:
+            raise Refused(f"{rule}: {exc}") from None
         refused = emit_gate(module)
         if refused:
             raise Refused(f"{rule}: {refused[0]}")

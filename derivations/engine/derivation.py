@@ -31,6 +31,7 @@ produce.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from functools import lru_cache
 from typing import Any, cast
@@ -49,7 +50,7 @@ from derivations.engine.states import CheckResult, Claim, Context, Problem, Solu
 from derivations.engine.symbolic import size_label, verify_equal
 from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, Inner
 from derivations.lemmas.base import markdown_text
-from derivations.lemmas.kernel import proof_status, step_instance
+from derivations.lemmas.kernel import proof_status, step_definitions, step_instance
 from derivations.printing.latex import check_text, latex_text, state_latex
 from numerics.kernels.reference import MpmathBackend, NumpyBackend
 
@@ -61,6 +62,11 @@ SIDES = ("right", "left")
 
 class DerivationError(ValueError):
     """A lemma could not be applied where the rule module asked for it (the message says where and why)."""
+
+
+class UncheckedDerivation(DerivationError):
+    """A derivation whose result is not what its checked steps give (a replaced state, a step added or edited after
+    its check): nothing may be printed or emitted from it. The message names the derivation and the step."""
 
 
 class StepCheckFailed(AssertionError):
@@ -113,6 +119,7 @@ class Derivation:
         self.steps: list[Step] = []
         self.search_stats: dict[str, Any] | None = None  # set by derivations.engine.search.derive
         self._substitutions: list[tuple] = []  # (old variable, expression in the new variable)
+        self._checked: dict[int, str] = {}  # step index -> digest of the step as it passed its check (private)
         bad = context.problems()
         if bad:
             raise DerivationError(f"{name}: " + "; ".join(bad))
@@ -173,6 +180,9 @@ class Derivation:
             raise DerivationError(f"{where}: side must be one of {SIDES}, got {side!r}")
         if not isinstance(factor, GramSqrt):
             raise DerivationError(f"{where}: the factor must be a Gram root C_W, got {factor}")
+        if any(new in free_symbols(*state.parts()) for state in (self.start, *(st.after for st in self.steps))):
+            raise DerivationError(f"{where}: the new variable {new} is already a symbol of the derivation; a change "
+                                  "of variables introduces a fresh name")
         if getattr(new, "shape", None) != old.shape:
             raise DerivationError(f"{where}: the new variable {new} must have the shape of {old} "
                                   f"({old.shape[0]} x {old.shape[1]}), got {getattr(new, 'shape', None)}")
@@ -269,6 +279,46 @@ class Derivation:
             self._instance(step)
         return proof_status(self.steps)
 
+    def _digest(self, step: Step) -> str:
+        """What a check vouches for: the step's kind, lemma, states, substitution and parameters, and the
+        derivation's definitions (a hash of their ``srepr``; a later edit of any of them changes it)."""
+        h = hashlib.sha256()
+        for item in (step.index, step.kind, step.lemma.key, *step.before.parts(), *step.after.parts(),
+                     step.substitution, step.params, self.context.definitions):
+            h.update(_srepr(item).encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
+    def integrity(self) -> list[str]:
+        """Why the result is not what the checked steps give (empty when it is): the steps must follow one another
+        from the start, each as it passed its check in this derivation, and the state must be the last step's."""
+        where = f"{self.name}: not checked:"
+        chain = [self.start, *(s.after for s in self.steps)]
+        for i, step in enumerate(self.steps):
+            name = f"step {i + 1} ({step.kind}, lemma {step.lemma.number})"
+            if step.index != i + 1 or step.before != chain[i]:
+                return [f"{where} {name} does not continue the derivation (it was added or edited by hand)"]
+            if self._checked.get(step.index) != self._digest(step):
+                return [f"{where} {name} is not the step that passed its check (added, edited or failed)"]
+        if self.state != chain[-1]:
+            last = f"step {len(self.steps)}" if self.steps else "the start"
+            return [f"{where} the state is not the result of {last}: it was replaced after the steps were checked"]
+        return []
+
+    def verified(self) -> Derivation:
+        """``self``, after :meth:`integrity` found nothing; else :class:`UncheckedDerivation` (one line). The printers,
+        the emitters and the docs take their formulas only through this."""
+        problems = self.integrity()
+        if problems:
+            raise UncheckedDerivation(problems[0])
+        return self
+
+    def fork(self) -> Derivation:
+        """A copy that can take further steps without changing this one (the search's branches)."""
+        new = copy.copy(self)
+        new.steps, new._substitutions, new._checked = list(self.steps), list(self._substitutions), dict(self._checked)
+        return new
+
     def fingerprint(self) -> str:
         """A short hash of the start and every step's result (stable across runs)."""
         h = hashlib.sha256()
@@ -343,18 +393,35 @@ class Derivation:
                 mp_err = max(errs.values())
             symbolic = self._symbolic(step)
         except _Failure as exc:
+            self._checked.pop(step.index, None)
             if strict:
                 raise StepCheckFailed(str(exc)) from None
             return CheckResult(worst, mp_err, step.symbolic or "", count, subchecks, str(exc), step.instance or "")
+        self._checked[step.index] = self._digest(step)
         return CheckResult(worst, mp_err, symbolic, count, subchecks, instance=instance)
+
+    def independent(self) -> frozenset:
+        """The matrices the derivation starts from without a definition (no step may redefine one)."""
+        free = free_symbols(*self.start.parts())
+        return frozenset(m for m in free if isinstance(m, MatrixSymbol) and m not in self.context.definitions)
 
     def _instance(self, step: Step) -> str:
         """The trusted kernel's verdict: the step is an instance of its lemma's statement."""
         if step.instance is not None:
             return step.instance
+        earlier = self.steps[:step.index - 1]
+        definitions = dict(self.context.definitions)  # the context's, then what earlier steps defined
+        for s in earlier:
+            for name, definition in step_definitions(s.lemma.statement, s.params):
+                definitions.setdefault(name, definition)
+        substitution = step.substitution
+        if step.kind == "back_substitute":  # the changes of variables the derivation recorded, never the step's own
+            substitution = tuple((s.substitution[0], s.after.variable, s.substitution[1])
+                                 for s in earlier if s.kind == "change_of_variables")
+        fresh = (step.after.variable,) if step.kind == "change_of_variables" else ()
         status, failure = step_instance(step.lemma, step.kind, step.before.parts(), step.after.parts(),
-                                        substitution=step.substitution, params=step.params,
-                                        definitions=self.context.definitions)
+                                        substitution=substitution, params=step.params, definitions=definitions,
+                                        independent=self.independent(), fresh=fresh)
         if failure is None:
             step.instance = status
             return status
@@ -484,6 +551,12 @@ class Derivation:
         env = sampler.sample(rng, syms, backend)
         if step.lemma.instance is not None:  # the lemma's own instances (the chain rule: autodiff)
             env, overridden = step.lemma.instance(env, rng, backend, sampler.dims, **step.params)
+            named = {name for name, _ in step_definitions(step.lemma.statement, step.params)}
+            clobbered = sorted(str(m) for m in set(overridden) & named & self.independent() if m in syms)
+            if clobbered:  # a defined name's values would stand in for an independent matrix of the step
+                raise _Failure("independent symbols", f"{self._header(step, 'independent symbols')}: the lemma's "
+                               f"instance gives {', '.join(clobbered)} the values of its definition, but it is "
+                               "independent in the derivation's start")
             for sym, definition in sampler.definitions.items():
                 if sym not in overridden:
                     env[sym] = ev(definition, env)
@@ -494,6 +567,14 @@ class Derivation:
         for b, a in zip(before.parts(), after.parts(), strict=False):
             err = max(err, _rel(ev(b, env), ev(a, env), backend))
         return {"before = after": float(err)}, env
+
+
+def _srepr(item) -> str:
+    """``srepr`` of a SymPy object or of a container of them; ``repr`` of anything else."""
+    try:
+        return srepr(item)
+    except Exception:  # noqa: BLE001 - an object SymPy's printer does not know
+        return repr(item)
 
 
 def _rel(a, b, backend):

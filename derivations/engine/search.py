@@ -27,7 +27,6 @@ printed simplified (``C_A C_A⁻¹`` cancelled).
 
 from __future__ import annotations
 
-import copy
 import heapq
 import itertools
 import re
@@ -77,10 +76,7 @@ class Move:
 
 
 def _fork(der: Derivation) -> Derivation:
-    new = copy.copy(der)
-    new.steps = list(der.steps)
-    new._substitutions = list(der._substitutions)
-    return new
+    return der.fork()
 
 
 def _matrices(expr):

@@ -8,10 +8,7 @@ conditions hold for ``σ`` by what the expressions carry. Expressions are compar
 normal form of :func:`derivations.engine.algebra.tidy` (flattened products and sums, transposes
 pushed inward, identities dropped): nothing else is taken on trust.
 
-The matcher (:func:`match`) is first-order with two liberties that the statements need:
-a pattern matrix in a product may stand for a run of factors (``X`` matches ``A B``), and an
-*optional* pattern matrix may stand for no factor at all (``⟨G, A X B⟩`` covers ``⟨G, X B⟩``).
-Sums are matched up to the order of their terms; a *leaf* pattern matrix stands for one matrix symbol only.
+The matcher is :class:`~derivations.lemmas.matcher.Matcher`.
 
 Beyond one replacement per subexpression: a ``closure="ring"`` statement admits sides with one free-ring normal
 form; a ``closure="rewrite"`` statement admits sides that its clauses, applied left to right until none applies
@@ -27,206 +24,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from itertools import permutations
 
-from sympy import Add, Basic, Mul, S, Symbol
+from sympy import Add, Basic, Mul, Symbol
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose
 
 from derivations.engine.algebra import map_bottom_up, product, rebuild, replace_free, tidy, total, transpose
-from derivations.engine.vocabulary import facts_of
-from derivations.lemmas.statement import Clause, Statement, follows, known, ring_normal_form
+from derivations.lemmas.matcher import MAX_PERMUTED, MAX_SEGMENT, Matcher, is_matrix, matrix_factors, substitute
+from derivations.lemmas.statement import Clause, Statement, follows, ring_normal_form
 
-MAX_SEGMENT = 6  # factors a pattern matrix may stand for
-MAX_PERMUTED = 6  # terms of a sum matched up to order
 MAX_REWRITES = 64  # passes of a ``closure="rewrite"`` statement's clauses over one side of a step
-
-
-def _is_matrix(e) -> bool:
-    return bool(getattr(e, "is_Matrix", False))
-
-
-def _factors(e) -> tuple[Basic, list]:
-    if isinstance(e, MatMul):
-        c, mats = e.as_coeff_matrices()
-        return c, list(mats)
-    if _is_matrix(e):
-        return S.One, [e]
-    return e, []
-
-
-class Matcher:
-    """Matches expressions against one statement's pattern symbols."""
-
-    def __init__(self, variables, dimensions, optional=frozenset(), assumed=frozenset(), leaves=frozenset()):
-        self.variables = frozenset(variables)
-        self.leaves = frozenset(leaves)  # pattern matrices that stand for a matrix symbol or its transpose only
-        self.assumed = frozenset(assumed)  # expressions a step declares to have every fact it needs
-        self.dimensions = frozenset(dimensions)
-        self.optional = frozenset(optional)
-
-    # ---- dimensions -----------------------------------------------------------------------
-    def _dim(self, p, e, b) -> dict | None:
-        if p in self.dimensions and p not in b:
-            return {**b, p: e}
-        if isinstance(p, Mul) and len(p.args) == 2 and p.args[0].is_Integer and p.args[1] in self.dimensions and (
-                p.args[1] not in b and (e / p.args[0]).as_coeff_Mul()[0].is_Integer):  # ``2 b`` binds ``b = e / 2``
-            return {**b, p.args[1]: e / p.args[0]}
-        # a bound dimension compares by its value (never re-bound, even where that value is named like a pattern's)
-        return b if p.xreplace({k: v for k, v in b.items() if k in self.dimensions}) == e else None
-
-    def _shape(self, p, e, b) -> dict | None:
-        for pd, ed in zip(p.shape, e.shape, strict=True):
-            b = self._dim(pd, ed, b)
-            if b is None:
-                return None
-        return b
-
-    def _leaf(self, p, e) -> bool:
-        return p not in self.leaves or isinstance(e.arg if isinstance(e, Transpose) else e, MatrixSymbol)
-
-    def _known(self, fact, e) -> bool:
-        return e in self.assumed or known(fact, e)
-
-    # ---- matching -------------------------------------------------------------------------
-    def match(self, p: Basic, e: Basic, b: dict) -> Iterator[dict]:
-        """Every extension of the binding ``b`` under which ``p`` equals ``e`` (in normal form)."""
-        if p in self.variables:
-            yield from self._bind(p, e, b)
-        elif isinstance(p, (Add, Mul)) and not _is_matrix(p) and self._all_bound(p, b):
-            if tidy(p.xreplace(b)) == tidy(e):  # a scalar of bound symbols (an exponent ``p/2``): its value
-                yield b
-        elif isinstance(p, Transpose):
-            target = e.arg if isinstance(e, Transpose) else transpose(e)
-            yield from self.match(p.arg, target, b)
-        elif isinstance(p, MatMul):
-            yield from self._product(p, e, b)
-        elif isinstance(p, (MatAdd, Add)):
-            yield from self._sum(p, e, b)
-        elif isinstance(p, Mul):
-            yield from self._scalar_product(p, e, b)
-        elif isinstance(p, Identity):
-            if isinstance(e, Identity):
-                found = self._dim(p.rows, e.rows, b)
-                if found is not None:
-                    yield found
-        elif p in self.dimensions or not p.args:
-            yield from self._atom(p, e, b)
-        elif type(p) is type(e) and len(p.args) == len(e.args):
-            labels = getattr(type(p), "label_args", ())  # a node's print labels (a block's name): no mathematics
-            yield from self._args([e.args[i] if i in labels else a for i, a in enumerate(p.args)], list(e.args), b)
-
-    def _all_bound(self, p, b) -> bool:
-        return p.free_symbols & (self.variables | self.dimensions) <= set(b)
-
-    def _atom(self, p, e, b) -> Iterator[dict]:
-        if p in self.dimensions:  # an integer pattern symbol outside a shape (a block size)
-            found = self._dim(p, e, b)
-            if found is not None:
-                yield found
-        elif p == e or p.xreplace({k: v for k, v in b.items() if k in self.dimensions}) == e:
-            yield b
-
-    def _args(self, ps, es, b) -> Iterator[dict]:
-        if not ps:
-            yield b
-            return
-        for b2 in self.match(ps[0], es[0], b):
-            yield from self._args(ps[1:], es[1:], b2)
-
-    def _bind(self, p, e, b) -> Iterator[dict]:
-        if p in b:
-            if tidy(b[p]) == tidy(e):
-                yield b
-            return
-        if isinstance(p, MatrixSymbol):
-            if not _is_matrix(e) or not all(self._known(f, e) for f in facts_of(p)) or not self._leaf(p, e):
-                return
-            found = self._shape(p, e, b)
-            if found is not None:
-                yield {**found, p: e}
-        elif not _is_matrix(e) and (not p.is_positive or e.is_positive) and (not p.is_nonnegative or e.is_nonnegative):
-            yield {**b, p: e}
-
-    def _product(self, p, e, b) -> Iterator[dict]:
-        pc, pm = _factors(p)
-        ec, em = _factors(e)
-        if not em:
-            return
-        if pc == 1 and ec != 1:  # a scalar commutes: any factor may carry it (a pattern matrix takes it along)
-            for j in range(len(em)):
-                yield from self._sequence(pm, [*em[:j], product(ec, em[j]), *em[j + 1:]], b)
-            return
-        for b2 in self._coefficient(pc, ec, b):
-            yield from self._sequence(pm, em, b2)
-
-    def _coefficient(self, pc, ec, b) -> Iterator[dict]:
-        if pc == ec:
-            yield b
-        elif pc != 1:
-            yield from self.match(pc, ec, b)
-
-    def _runs(self, head, var, em, b) -> Iterator[tuple[int, dict]]:
-        """The runs ``em[:k]`` an unbound pattern matrix can stand for (``k = 0``: an absent optional one)."""
-        if var in self.optional:
-            unbound = var.rows in self.dimensions and var.rows not in b  # (a concrete dimension may share its name)
-            size = em[0].rows if em else None if unbound else var.rows.xreplace(b)
-            found = None if size is None else self._shape(var, Identity(size), b)
-            if found is not None:
-                yield 0, {**found, var: Identity(size)}
-        for k in range(1, min(len(em), MAX_SEGMENT) + 1):
-            run = product(*em[:k])
-            value = transpose(run) if isinstance(head, Transpose) else run
-            found = self._shape(var, value, b)
-            if found is not None and all(self._known(f, value) for f in facts_of(var)) and self._leaf(var, value):
-                yield k, {**found, var: value}
-
-    def _sequence(self, pm, em, b) -> Iterator[dict]:
-        if not pm:
-            if not em:
-                yield b
-            return
-        head, rest = pm[0], pm[1:]
-        var = head.arg if isinstance(head, Transpose) else head
-        if var in self.variables and var not in b:
-            for k, b2 in self._runs(head, var, em, b):
-                yield from self._sequence(rest, em[k:], b2)
-            return
-        if var in self.variables and isinstance(b.get(var), Identity):  # an absent optional factor
-            yield from self._sequence(rest, em, b)
-        if not em:
-            return
-        if var in self.variables:  # a bound pattern matrix stands for the same run again
-            want = tidy(transpose(b[var]) if isinstance(head, Transpose) else b[var])
-            for k in range(2, min(len(em), MAX_SEGMENT) + 1):
-                if tidy(product(*em[:k])) == want:
-                    yield from self._sequence(rest, em[k:], b)
-        for b2 in self.match(head, em[0], b):
-            yield from self._sequence(rest, em[1:], b2)
-
-    def _sum(self, p, e, b) -> Iterator[dict]:
-        ps, es = list(p.args), list(e.args) if isinstance(e, (MatAdd, Add)) else [e]
-        if len(ps) != len(es) or len(es) > MAX_PERMUTED:
-            return
-        for order in permutations(es):
-            yield from self._args(ps, list(order), b)
-
-    def _scalar_product(self, p, e, b) -> Iterator[dict]:
-        ps = list(p.args)
-        es = list(e.args) if isinstance(e, Mul) else [e]
-        free = [x for x in ps if x in self.variables and x not in b and not _is_matrix(x)]
-        fixed = [x for x in ps if x not in free]
-        if len(fixed) > len(es) or len(free) > 1 or (not free and len(fixed) != len(es)) or len(es) > MAX_PERMUTED:
-            return
-        for order in permutations(range(len(es)), len(fixed)):
-            for b2 in self._args(fixed, [es[i] for i in order], b):
-                left = [es[i] for i in range(len(es)) if i not in order]
-                if free:
-                    yield {**b2, free[0]: Mul(*left)}
-                elif not left:
-                    yield b2
-
-
-def substitute(expr: Basic, binding: dict) -> Basic:
-    """``expr`` with the pattern symbols replaced, in normal form."""
-    return tidy(expr.xreplace(binding))
 
 
 class InstanceChecker:
@@ -246,7 +51,7 @@ class InstanceChecker:
         transpose of one (an equation stays true when both sides are transposed)."""
         if self._replaced(b, a):
             return True
-        return _is_matrix(b) and _is_matrix(a) and self._replaced(transpose(b), transpose(a))
+        return is_matrix(b) and is_matrix(a) and self._replaced(transpose(b), transpose(a))
 
     def _replaced(self, b: Basic, a: Basic) -> bool:
         for clause, matcher in self.clauses:
@@ -292,7 +97,7 @@ class InstanceChecker:
         b, a = tidy(b), tidy(a)
         if b == a or self.replaced(b, a):
             return True
-        if _is_matrix(b) and _is_matrix(a) and (isinstance(b, MatMul) or isinstance(a, MatMul)):
+        if is_matrix(b) and is_matrix(a) and (isinstance(b, MatMul) or isinstance(a, MatMul)):
             return self._products(b, a)
         if isinstance(b, (MatAdd, Add)) and isinstance(a, (MatAdd, Add)):
             return self._sums(b, a)
@@ -303,8 +108,8 @@ class InstanceChecker:
         return False
 
     def _products(self, b, a) -> bool:
-        bc, bm = _factors(b)
-        ac, am = _factors(a)
+        bc, bm = matrix_factors(b)
+        ac, am = matrix_factors(a)
         if bc != ac:
             return False
         memo: dict = {}
@@ -344,7 +149,7 @@ class InstanceChecker:
         common = [t for t in bt if t in at]
         rest_b = [t for t in bt if t not in common]
         rest_a = [t for t in at if t not in common]
-        join = combine or (total if _is_matrix(b) else Add)
+        join = combine or (total if is_matrix(b) else Add)
         if not rest_b or not rest_a:
             return False
         if common and self.replaced(join(*rest_b), join(*rest_a)):
@@ -371,23 +176,31 @@ def _defines(statement, lhs, rhs) -> bool:
                for _ in matcher.match(c.rhs, tidy(rhs), binding))
 
 
-def _back_substituted(statement, b, a, depth: int = 3) -> bool:
-    """``a`` is a definition clause's right side ``Z C⁻¹`` with the new variable ``Z`` bound to ``b`` (or to
-    such a back-substitution of ``b``: several changes of variables undone at once)."""
-    b, a = tidy(b), tidy(a)
-    if b == a:
-        return True
-    if depth == 0:
-        return False
-    matcher = Matcher(statement.variables, statement.pattern_dimensions, statement.optional, leaves=statement.leaves)
-    for c in statement.clauses:
-        if not c.defines:
-            continue
-        new = [v for v in c.rhs.atoms(MatrixSymbol) if v in matcher.variables and v != c.lhs and v.shape == c.lhs.shape]
-        for binding in matcher.match(c.rhs, a, {}):
-            if any(_back_substituted(statement, b, binding.get(v, v), depth - 1) for v in new):
-                return True
-    return False
+def back_substitution(solution, substitutions) -> Basic:
+    """The argmin in the original variable: each recorded change of variables ``(old, new, back)`` (``old = back``,
+    ``back`` in ``new``) undone, the last one first, starting from the solution's argmin."""
+    for _old, new, back in reversed(substitutions):
+        solution = tidy(replace_free(back, new, solution))
+    return solution
+
+
+def _back_substitution_failure(statement, before, after, substitutions) -> str | None:
+    """Why ``after`` is not ``before`` with exactly the derivation's recorded changes of variables undone (``None``
+    when it is): each recorded substitution must be an instance of the statement's definition, the optimal value must
+    be unchanged, and the argmin must be :func:`back_substitution` of the solution's, no other partner and no factor
+    applied twice."""
+    if not substitutions:
+        return "the derivation has no change of variables to undo"
+    for old, _new, back in substitutions:
+        if not _defines(statement, old, back):
+            return f"the recorded substitution {old} = {back} is not an instance of the statement's definition"
+    if tidy(before[1]) != tidy(after[1]):
+        return f"the optimal value changed from {before[1]} to {after[1]}"
+    want = back_substitution(before[0], substitutions)
+    if tidy(after[0]) != want:
+        undone = ", ".join(f"{old} = {back}" for old, _new, back in substitutions)
+        return f"the argmin {after[0]} is not the solution with the recorded substitutions ({undone}) undone: {want}"
+    return None
 
 
 def _restricted(statement, before, after) -> bool:
@@ -408,7 +221,7 @@ def _parts(e) -> Iterator[tuple[Basic, Callable]]:
     function that puts a replacement for it back into ``e``."""
     yield e, lambda new: new
     if isinstance(e, MatMul):
-        c, mats = _factors(e)
+        c, mats = matrix_factors(e)
         for i in range(len(mats)):
             for j in range(i + 2, min(len(mats), i + MAX_SEGMENT) + 1):
                 if (i, j) != (0, len(mats)) or c != 1:  # the whole run too when a coefficient stands before it
@@ -456,27 +269,41 @@ def _abbreviated_sizes(statement, params) -> dict:
     return out
 
 
-def _own_definitions(statement, params, context) -> tuple[list, str | None]:
-    """The step's own definitions as clauses ``name = definition``, or the reason one is refused: each must be an
-    instance of a definition clause and agree with the derivation's own definition of its name, if any."""
-    extra = []
-    for key in ("gradients", *statement.defined_by):
+def step_definitions(statement, params) -> list[tuple]:
+    """The definitions a step brings, ``[(name, definition)]``: a chain-rule step's factor gradients and the
+    statement's ``defined_by`` parameters (an abbreviation ``{definition: name}`` read as ``name = definition``)."""
+    out = []
+    for key in ("gradients", *getattr(statement, "defined_by", ())):
         for name, definition in (params.get(key) or {}).items():
             if isinstance(definition, MatrixSymbol) and not isinstance(name, MatrixSymbol):
                 name, definition = definition, name  # an abbreviation ``{definition: name}``
-            definition = product(*definition) if isinstance(definition, tuple) else definition  # its factors
-            if not _defines(statement, name, definition):
-                return [], f"the definition {name} = {definition} is not an instance of the statement's definition"
-            if name in context and tidy(context[name]) != tidy(definition):  # the chain rule's gradients too
-                return [], f"the definition {name} = {definition} is not the derivation's {name} = {context[name]}"
-            if name.shape != definition.shape:
-                return [], f"the definition {name} = {definition} relates matrices of different shapes"
-            extra.append(Clause(name, definition))
+            out.append((name, product(*definition) if isinstance(definition, tuple) else definition))  # its factors
+    return out
+
+
+def _own_definitions(statement, params, context, independent=frozenset()) -> tuple[list, str | None]:
+    """The step's own definitions as clauses ``name = definition``, or the reason one is refused: each must be an
+    instance of a definition clause, agree with the derivation's own definition of its name, if any, and never name
+    an ``independent`` symbol (one the derivation started from without a definition: a definition introduces a fresh
+    name, it cannot make an independent matrix equal to a product)."""
+    extra = []
+    for name, definition in step_definitions(statement, params):
+        if not _defines(statement, name, definition):
+            return [], f"the definition {name} = {definition} is not an instance of the statement's definition"
+        if name in context and tidy(context[name]) != tidy(definition):  # the chain rule's gradients too
+            return [], f"the definition {name} = {definition} is not the derivation's {name} = {context[name]}"
+        if name not in context and name in independent:
+            return [], (f"the definition {name} = {definition} redefines {name}, an independent symbol of the "
+                        "derivation (free in its start, defined nowhere): a definition may only introduce a fresh "
+                        "name")
+        if name.shape != definition.shape:
+            return [], f"the definition {name} = {definition} relates matrices of different shapes"
+        extra.append(Clause(name, definition))
     return extra, None
 
 
 def step_instance(lemma, kind: str, before, after, *, substitution=None, params=None,
-                  definitions=None) -> tuple[str, str | None]:
+                  definitions=None, independent=frozenset(), fresh=()) -> tuple[str, str | None]:
     """The kernel's verdict on one step: ``(status, failure)``.
 
     ``status`` says how the step was shown to be an instance of ``lemma``'s statement (or why that
@@ -487,14 +314,22 @@ def step_instance(lemma, kind: str, before, after, *, substitution=None, params=
     in a ``defined_by`` parameter, and a chain-rule factor gradient, must also agree with the derivation's own
     ``definitions`` of that name.
     A statement with ``closure="ring"`` admits a step whose sides have one normal form in the free ring.
+
+    ``independent``: the symbols the derivation started from without a definition; no definition may name one, and no
+    name a step introduces (``fresh``: a change of variables' new variable) may be one or occur in ``before``. A
+    back-substitution (``substitution``: the derivation's recorded changes of variables ``(old, new, back)``) is an
+    instance only as exactly those substitutions undone (:func:`back_substitution`).
     """
     statement = lemma.statement
     if not isinstance(statement, Statement):
         return "n/a: the statement is text", None
     if kind == "back_substitute":
-        ok = all(_back_substituted(statement, b, a) for b, a in zip(before, after, strict=True))
-        return ("instance of the definition", None) if ok else (
-            "", "the back-substitution is not the statement's definition applied to the solution")
+        failure = _back_substitution_failure(statement, before, after, substitution or ())
+        return ("", failure) if failure else ("instance of the definition: the recorded substitutions undone", None)
+    taken = [n for n in fresh if n in independent or any(n in getattr(b, "free_symbols", ()) for b in before)]
+    if taken:
+        return "", (f"the new variable {taken[0]} is not fresh: it is already a symbol of the derivation (a change of "
+                    f"variables must introduce a new name)")
     if kind == "restrict":
         return ("instance of a bound: the new constraint implies the old", None) if _restricted(
             statement, before, after) else ("", "the new constraint is not an instance of a bound c_old ≤ c_new of "
@@ -517,7 +352,7 @@ def step_instance(lemma, kind: str, before, after, *, substitution=None, params=
         params = {k: ({n.xreplace(sizes): v.xreplace(sizes) for n, v in p.items()} if k in statement.defined_by else p)
                   for k, p in params.items()}
         context = {n.xreplace(sizes): v.xreplace(sizes) for n, v in context.items()}
-    extra, failure = _own_definitions(statement, params, context)
+    extra, failure = _own_definitions(statement, params, context, independent)
     if failure is not None:
         return "", failure
     if statement.closure == "induction":
@@ -592,5 +427,5 @@ def proof_status(steps) -> dict:
     return {"for all sizes": proven, "at instances": len(steps) - proven, "why": why}
 
 
-__all__ = ["InstanceChecker", "Matcher", "is_instance", "proof_status", "ring_normal_form", "step_instance",
-           "substitute"]
+__all__ = ["InstanceChecker", "Matcher", "back_substitution", "is_instance", "proof_status", "ring_normal_form",
+           "step_definitions", "step_instance", "substitute"]

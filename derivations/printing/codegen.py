@@ -132,6 +132,13 @@ class DerivedOutput:
     def lemmas_used(self):
         return [lem for der in self._sources for lem in der.lemmas_used()]
 
+    def verified(self) -> DerivedOutput:
+        """``self`` once every derivation it is read off is what its checked steps give
+        (:meth:`~derivations.engine.derivation.Derivation.verified`)."""
+        for der in self._sources:
+            der.verified()
+        return self
+
     def fingerprint(self):
         return self._sources[0].fingerprint()
 

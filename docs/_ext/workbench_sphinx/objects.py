@@ -78,6 +78,9 @@ def _failing_derivation_name(tb) -> str | None:
 
 
 def _check_recorded(der, module_name: str):
+    problems = der.integrity()  # the steps as they passed their checks, and the state their result
+    if problems:
+        raise FailedDerivation(f"{problems[0]} (module {module_name})")
     for step in der.steps:
         check = step.check
         if check is None:
