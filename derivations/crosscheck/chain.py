@@ -486,17 +486,17 @@ def _check_problems(first, second, exprs, builder, sizes, k):
     # equal objectives and constraints show the problem in Z equivalent only if Z = S(X) reaches every Z
     reach = reachability(x, z, sub, builder.namespace, sizes[0], show(sub, builder.namespace))
     if reach.status == "obstructed":
-        return _refused(reach, sub, z, builder), note, ""
+        return _refused(reach, x, sub, z, f"every {z} ({z}'s space)", builder), note, ""
     if reach.status == "unknown":
         return v, note, reach.text
     return v, f"{note}; {reach.text}", ""
 
 
-def _refused(reach, expr, name, builder) -> Verdict:
+def _refused(reach, x, expr, z, onto, builder) -> Verdict:
     """The verdict of a step refused for an achievable set too small (:mod:`~derivations.crosscheck.reachability`)."""
     return Verdict("refused", "numeric", 0, diagnosis=[reach.text],
-                   reference=show(expr, builder.namespace), candidate=str(name),
-                   shapes=shapes_of([expr, name], reach.sizes))
+                   reference=f"{x} ↦ {show(expr, builder.namespace)}", candidate=onto,
+                   shapes=shapes_of([expr, z], reach.sizes))
 
 
 def _introduced(name, problems, exprs):
@@ -532,7 +532,8 @@ def _check_solution(sol, owner, problems, exprs, builder, sizes, k):
         reach = in_range(*introduced[:2], sol, builder.namespace, sizes[0], show(introduced[1], builder.namespace),
                          f"{x}*")
         if reach.status == "obstructed":
-            return _refused(reach, introduced[1], x, builder), "the solution is not achievable", ""
+            onto = f"{x}* = {show(sol, builder.namespace)}"
+            return _refused(reach, *introduced, x, onto, builder), "the solution is not achievable", ""
     value, source = _canonical_value(problems, exprs)
     if value is None:
         return v, "feasible and tight", ("feasible and tight; optimality not checked (no problem of the form "

@@ -178,7 +178,9 @@ def format_verdict(v: Verdict, what: str) -> str:
     if v.skipped:
         drawn += f"; {v.skipped} more skipped: the derived side is not defined there, or an SVD did not converge"
     head = f"{what}: {v.verdict.upper()} ({v.method_text}{drawn})"
-    lines = [head, f"  derived:   {v.reference}", f"  candidate: {v.candidate}"]
+    # a refused change of variables (a chain) shows its map and the variable it does not reach
+    first, second = ("map:      ", "onto:     ") if v.verdict == "refused" else ("derived:  ", "candidate:")
+    lines = [head, f"  {first} {v.reference}", f"  {second} {v.candidate}"]
     if v.scalars is not None:  # an identity or a chain: say which names were read as what
         if v.shapes and v.shapes[0]:
             lines.append("  shapes:    " + "; ".join(", ".join(f"{k} {n.replace('x', '×')}" for k, n in entry.items())
