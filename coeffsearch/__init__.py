@@ -2,6 +2,7 @@
 
 * :mod:`coeffsearch.schedule` — the one :class:`Schedule` type (literal or recipe, validated once);
 * :mod:`coeffsearch.registry` — published schedules with sources; :func:`resolve` also reads JSON;
+* :mod:`coeffsearch.provenance` — each shipped schedule's printed digits (compared exactly) and a stated property;
 * :mod:`coeffsearch.minimax` — greedy per-step minimax (Remez) with cushion and safety factor;
 * :mod:`coeffsearch.band` — one fixed polynomial into a band (global search, certified);
 * :mod:`coeffsearch.certify` — outward-rounded interval certificates, re-checkable JSON;
