@@ -1,4 +1,4 @@
-"""Command line: ``python -m coeffsearch {minimax,band,certify,validate,compare,restarts} …``."""
+"""Command line: ``python -m coeffsearch {minimax,band,certify,validate,compare,restarts,sources} …``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import mpmath
 from tqdm import tqdm
 
-from coeffsearch import registry, restart_certificate, restart_model, restarts, validate_gram
+from coeffsearch import provenance, registry, restart_certificate, restart_model, restarts, validate_gram
 from coeffsearch.band import image, max_slope, narrowest_band
 from coeffsearch.certify import Certificate, CertificateError, CertificateFormatError, certify, recheck
 from coeffsearch.compare import compare_rows, format_compare, plot
@@ -199,6 +199,11 @@ def parser() -> OneLineParser:
     k.add_argument("--upper", type=_positive, default="1")
     k.add_argument("--plot", metavar="PNG", help="write the plot as PNG to exactly this path (must end in .png)")
     k.add_argument("--json", metavar="FILE")
+
+    s = sub.add_parser("sources", help="each registered schedule's cited source, its digits as printed and a stated "
+                                       "property, checked (exact digits; exit 1 when one differs)")
+    s.add_argument("schedules", nargs="*", help="registered names (default: all)")
+    s.add_argument("--json", metavar="FILE")
     return p
 
 
@@ -280,7 +285,7 @@ def cmd_band(a: argparse.Namespace) -> int:
     _check_interval(a.lower, a.upper)
     if (a.band is None) == (a.slope is None):
         raise UsageError("give exactly one of --band LO HI (maximize the slope) or --slope A (narrowest band)")
-    muon = (3.4445, -4.7750, 2.0315)
+    muon = registry.get("muon").as_floats()[0]  # checked against its source in coeffsearch.provenance
     m_lo, m_hi = image(muon, float(a.lower), float(a.upper), a.steps)
     with _progress(None, "band search") as bar:
         if a.band is not None:
@@ -310,7 +315,8 @@ def cmd_band(a: argparse.Namespace) -> int:
         print(f"{res.objective}: (a, b, c) = {coeffs}")
         print(f"  certified image of [{a.lower}, {a.upper}] after {a.steps} steps: "
               f"[{res.band[0]:.10f}, {res.band[1]:.10f}]")
-    print(f"  Muon (3.4445, -4.7750, 2.0315): slope a = 3.4445, image [{m_lo:.6f}, {m_hi:.6f}]")
+    muon_text = registry.get("muon").steps[0]
+    print(f"  Muon ({', '.join(muon_text)}): slope a = {muon_text[0]}, image [{m_lo:.6f}, {m_hi:.6f}]")
     if res.certificate is not None:
         out["certificate"] = res.certificate.to_dict()
     _write_json(a.json, out)
@@ -453,6 +459,33 @@ def cmd_compare(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sources(a: argparse.Namespace) -> int:
+    names = a.schedules or registry.names()
+    unknown = [n for n in names if n not in registry.names()]
+    if unknown:
+        raise UsageError(f"argument schedules: unknown schedule {unknown[0]!r}; known: {', '.join(registry.names())}")
+    rows = []
+    for name in names:
+        failures = provenance.check(registry.get(name))
+        record = provenance.SOURCES.get(name)
+        rows.append({"name": name, "verdict": "FAIL" if failures else "ok", "failures": failures,
+                     "citation": record.source.citation if record else None,
+                     "stored": record.source.transform if record else None,
+                     "note": record.source.note if record else None,
+                     "property": record.claim.statement if record else None})
+        print(f"{name}: {rows[-1]['verdict']}")
+        if record:
+            print(f"  source:   {record.source.citation}")
+            print(f"  stored:   {record.source.transform}")
+            if record.source.note:
+                print(f"  note:     {record.source.note}")
+            print(f"  property: {record.claim.statement}")
+        for line in failures:
+            print(f"  FAIL: {line}")
+    _write_json(a.json, rows)
+    return 1 if any(r["failures"] for r in rows) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m coeffsearch …``; returns the exit status (2: bad input or stdout not writable)."""
     prog = "coeffsearch"
@@ -461,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser().parse_args(argv)
         handler = {"minimax": cmd_minimax, "band": cmd_band, "certify": cmd_certify,
-                   "validate": cmd_validate, "compare": cmd_compare, "restarts": cmd_restarts}[args.command]
+                   "validate": cmd_validate, "compare": cmd_compare, "restarts": cmd_restarts,
+                   "sources": cmd_sources}[args.command]
         status = handler(args) or 0
         sys.stdout.flush()  # a full disk shows here, not at interpreter exit
         return status

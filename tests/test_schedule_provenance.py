@@ -168,3 +168,20 @@ def test_the_optimizer_presets_are_the_recorded_digits():
 
     assert OPTAX_PRESETS["standard"] == tuple(float(c) for c in SOURCES["muon"].source.printed[0])
     assert OPTAX_PRESETS["dion"] == tuple(tuple(float(c) for c in s) for s in SOURCES["cesista"].source.printed)
+
+
+def test_the_sources_command_shows_each_source_and_exits_1_on_a_planted_digit(scratch_registry, capsys, tmp_path):
+    from coeffsearch.__main__ import main
+
+    assert main(["sources", "--json", str(tmp_path / "s.json")]) == 0
+    out = capsys.readouterr().out
+    assert all(f"{name}: ok" in out for name in coeffsearch.names())
+    assert "github.com/KellerJordan/Muon, muon.py" in out and "plateaus at an error of ≈ 0.3" in out
+    quintic = coeffsearch.get("quintic")
+    registry._REGISTRY["quintic"] = replanted(quintic, [["1.875", "-1.26", "0.375"]] * 8)
+    assert main(["sources", "quintic", "muon"]) == 1
+    out = capsys.readouterr().out
+    assert "quintic: FAIL" in out and "muon: ok" in out
+    assert "FAIL: schedule 'quintic': step 1 coefficient c_1 = -1.26 differs from its source's -10/8" in out
+    assert main(["sources", "no-such"]) == 2
+    assert "unknown schedule 'no-such'" in capsys.readouterr().err
