@@ -220,12 +220,14 @@ register(Schedule(
 register(Schedule(
     "polar-express", None,
     "Amsel, Persson, Musco, Gower 2025 (Polar Express), greedy minimax: l = 1e-3, 8 steps, "
-    "cushion 0.02407327424182761, no safety factor (computed here; first and last tuples published)",
+    "cushion 0.02407327424182761, no safety factor (computed here; reproduces the 8 tuples of the paper's Algorithm 1, "
+    "checked in coeffsearch.provenance)",
     lower=1e-3, recipe=Recipe({"lower": "1e-3", "steps": 8, "cushion": "0.02407327424182761"})))
 register(Schedule(
     "cans", None,
     "Grishina, Smirnov, Rakhuba 2025 (CANS), greedy minimax with no cushion or safety: l = 1e-3, "
-    "5 steps (computed here; first tuple published as about (8.4703, -25.1081, 18.6293))",
+    "5 steps (computed here; its 5 tuples round to the 4-decimal digits published for CANS, checked in "
+    "coeffsearch.provenance)",
     lower=1e-3, recipe=Recipe({"lower": "1e-3", "steps": 5})))
 
 DEFAULT = "polar-express-5"
