@@ -171,7 +171,9 @@ def test_mla_blocks_found_by_hf_and_reference_names():
     assert "wq (query projection, content and RoPE)" in table and "wq_a (query down-projection)" in table
     ref = {"layers": [{"attn": reference_layer(rng, True)}, {"attn": reference_layer(rng, False)}],
            "plain": {n: rng.standard_normal((D, D)) for n in ("wq", "wk", "wv", "wo")}}
-    found = auto_pairs(ref, heads=H, qk_nope_head_dim=D_H)
+    with pytest.raises(ValueError, match=r"cannot tell how the attention block 'plain'"):  # square: layout= needed
+        auto_pairs(ref, heads=H, qk_nope_head_dim=D_H)
+    found = auto_pairs(ref, heads=H, qk_nope_head_dim=D_H, layout="paper")
     assert sorted(found, key=str) == sorted([
         MLAPair("layers/0/attn/wq_a", "layers/0/attn/wq_b", "layers/0/attn/wkv_a", "layers/0/attn/wkv_b",
                 "layers/0/attn/wo", H, D_H),
