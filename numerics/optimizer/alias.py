@@ -178,10 +178,11 @@ def compositional_muon(
     Args:
       pairs: ``params -> [QKPair | OVPair | LoRAPair | MLAPair, ...]`` (or that list itself): which
         parameters form attention pairs (with their heads and kv heads), LoRA adapters and MLA blocks;
-        ``"auto"``/``AutoPairs(heads=H)`` finds them by name; paths are ``"/"``-joined pytree keys
-        (``"params/Block_0/q/kernel"`` for flax; two leaves whose paths join to one name are refused).
-        Checked at ``init`` and ``update``; bad names, shapes or dtypes raise an error naming the
-        parameter.
+        ``"auto"``/``AutoPairs(heads=H)`` finds them by name (a square block of plain matrices also needs
+        ``AutoPairs(layout="kernel" | "weight" | "paper")``: its layout is never guessed); paths are
+        ``"/"``-joined pytree keys (``"params/Block_0/q/kernel"`` for flax; two leaves whose paths join
+        to one name are refused). Checked at ``init`` and ``update``; bad names, shapes or dtypes raise
+        an error naming the parameter.
       qk_rule: ``"half_split"`` (GQA when ``kv_heads < heads``), ``"joint"``, ``"isotropic"``,
         ``"sylvester"`` (per head, ``O(d³)`` per head for the sign of the ``d × d`` product gradient;
         no grouped-query form).
