@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from derivations.engine.vocabulary import (
     facts_of,
     positive_symbol,
 )
-from derivations.lemmas.statement import Clause, Statement, known
+from derivations.lemmas.statement import Clause, Statement, known, size_problems, size_symbols
 from numerics.kernels.reference import NumpyBackend
 
 SELF_CHECK_TOL = 1e-8  # relative error a lemma's self-check tolerates (float64, well-conditioned instances)
@@ -58,6 +59,8 @@ class SelfCheck:
     errors: dict
     failures: list
     tolerance: float = SELF_CHECK_TOL
+    #: ``{part: (dims, …)}``: the sizes each part of the self-check evaluated at (``statement``, ``cases``)
+    sizes: dict = field(default_factory=dict)
 
     @property
     def error(self) -> float:
@@ -265,15 +268,48 @@ class Lemma:
         raw, sampler = self.identities()
         return [c if isinstance(c, Case) else Case(*c) for c in raw], sampler
 
+    def check_sizes(self) -> dict[str, tuple]:
+        """The sizes the self-check evaluates at: ``{"statement": …, "cases": …}``.
+
+        ``statement``: the :class:`Statement`'s sizes (absent for a text statement or definitions only);
+        ``cases``: the cases' sampler size and a second one (:func:`second_size`), absent for a lemma whose
+        own ``check`` replaces the cases.
+        """
+        out: dict[str, tuple] = {}
+        if isinstance(self.statement, Statement) and not all(c.defines for c in self.statement.clauses):
+            out["statement"] = tuple(self.statement.sizes)
+        if self.check is None and self.identities is not None:
+            out["cases"] = _case_sizes(*self.cases())
+        return out
+
+    def size_problems(self) -> list[str]:
+        """Why the self-check's sizes cannot check this lemma, one line each naming the lemma (empty when they
+        can): two sizes at least, every dimension its own value in each (:func:`~derivations.lemmas.statement.\
+size_problems`), and the statement's last size with every matrix dimension ≥ 16."""
+        found = []
+        if isinstance(self.statement, Statement) and not all(c.defines for c in self.statement.clauses):
+            found += [("statement", p) for p in self.statement.size_problems()]
+        if self.check is None and self.identities is not None:
+            cases, sampler = self.cases()
+            exprs = [*(e for c in cases for e in (c.lhs, c.rhs, *(c.substitution or ()))),
+                     *(getattr(sampler, "definitions", {}) or {}).values()]
+            found += [("cases", p) for p in size_problems(_case_sizes(cases, sampler), size_symbols(*exprs), exprs)]
+        return [f"lemma {self.number} ({self.title}) self-check sizes of the {part}: {p}" for part, p in found]
+
     def self_check(self, rng: np.random.Generator, trials: int = 3) -> SelfCheck:
         """Check the statement *and the rewrite code* on random instances.
 
-        For every case: both sides of the statement agree numerically (sub-check ``statement``);
-        the rewrite fires on the bare left-hand side (``rewrite fires``); and, inside random
-        surrounding expressions (bare, multiplied on either side, summed, scaled), the rewritten
+        For every case, at two sizes (:meth:`check_sizes`): both sides of the statement agree numerically
+        (sub-check ``statement``); the rewrite fires on the bare left-hand side (``rewrite fires``); and,
+        inside random surrounding expressions (bare, multiplied on either side, summed, scaled), the rewritten
         expression has the value of the original (``rewrite preserves value``). A context in which
-        the rewrite declines is skipped; the bare one must fire.
+        the rewrite declines is skipped; the bare one must fire. A lemma whose sizes could let a clause true
+        only for square matrices pass (two dimensions of one value, fewer than two sizes) fails without
+        being evaluated (:meth:`size_problems`).
         """
+        problems = self.size_problems()
+        if problems:
+            return SelfCheck(self.number, {}, problems)
         errors: dict[str, float] = {}
         failures: list = []
         tolerance = {}
@@ -286,14 +322,16 @@ class Lemma:
                     errors[name] = max(errors.get(name, 0.0), float(err))
         else:
             cases, sampler = self.cases()
-            for i, case in enumerate(cases, 1):
-                self._check_case(i, case, sampler, rng, trials, errors, failures)
+            for dims in _case_sizes(cases, sampler):
+                at = dataclasses.replace(sampler, dims=dims) if dims != sampler.dims else sampler
+                for i, case in enumerate(cases, 1):
+                    self._check_case(i, case, at, rng, trials, errors, failures)
         for name, err in errors.items():
             tol = tolerance.get(name, SELF_CHECK_TOL)
             if not err <= tol:
                 failures.append(f"lemma {self.number} ({self.title}) self-check, sub-check '{name}': "
                                 f"error {err:.3e} > {tol:.0e}")
-        return SelfCheck(self.number, errors, failures)
+        return SelfCheck(self.number, errors, list(dict.fromkeys(failures)), sizes=self.check_sizes())
 
     def _values(self, exprs, case, sampler, rng, params):
         env = sampler.sample(rng, free_symbols(*exprs, *(case.substitution or ())))
@@ -387,13 +425,34 @@ _NP = NumpyBackend()
 # ---- symbols used by the self-checks -------------------------------------------------------
 _m, _n, _k = dimension("m"), dimension("n"), dimension("k")
 _SMALL = {_m: 7, _n: 3, _k: 5}
-_LARGE = {_m: 40, _n: 16, _k: 24}  # every dimension >= 16 (the statements' second size)
+_LARGE = {_m: 40, _n: 16, _k: 25}  # every dimension >= 16, no two of m, n, k, n + k equal (the second size)
+
+
+def second_size(small: dict, exprs) -> dict:
+    """The second size a self-check evaluates ``exprs`` at, after ``small``: the large standard size for the
+    small one; otherwise every matrix dimension of ``exprs`` (or, where they hold no matrix, every integer
+    symbol: ``m k + k n``) grown by 16, so that each is at least 16, their order is kept (a tall matrix stays
+    tall) and distinct values stay distinct; counts that size no matrix (a step count ``T``) stay."""
+    if small == _SMALL:
+        return dict(_LARGE)
+    exprs = list(exprs)
+    shapes = {d for e in exprs for m in getattr(e, "atoms", lambda *_: ())(MatrixSymbol) for d in m.shape
+              if getattr(d, "is_Symbol", False)}
+    grow = shapes or size_symbols(*exprs)
+    return {d: v + 16 if d in grow else v for d, v in small.items()}
+
+
+def _case_sizes(cases, sampler) -> tuple[dict, dict]:
+    """The sizes a lemma's cases are evaluated at: the sampler's and :func:`second_size`."""
+    small = dict(sampler.dims)
+    exprs = [e for c in cases for e in (c.lhs, c.rhs, *(c.substitution or ()))]
+    return small, second_size(small, [*exprs, *(getattr(sampler, "definitions", {}) or {}).values()])
 
 
 def stated_by(identities, sizes=None, relation: str = "=", instance=None) -> Statement:
     """The statement whose clauses are a lemma's self-check identities (each a general instance, its
-    side conditions carried by its symbols), checked at the sizes of ``sizes`` (default: the small and
-    the large standard sizes). ``relation="<="`` for a bound (each case ``lhs ≤ rhs``); ``instance`` is
+    side conditions carried by its symbols), checked at the sizes of ``sizes`` (default: the sampler's
+    size and :func:`second_size`). ``relation="<="`` for a bound (each case ``lhs ≤ rhs``); ``instance`` is
     the lemma's hook that completes a random instance (see :class:`Lemma`)."""
     raw, sampler = identities()
     clauses: list = []
@@ -401,9 +460,7 @@ def stated_by(identities, sizes=None, relation: str = "=", instance=None) -> Sta
         if not any({c.lhs, c.rhs} == {k.lhs, k.rhs} for k in clauses):
             clauses.append(Clause(c.lhs, c.rhs, relation, where=c.substitution))
     small = dict(getattr(sampler, "dims", None) or _SMALL)
-    statement = Statement(tuple(clauses))
-    shapes = set(statement.dimensions)  # matrix dimensions grow to >= 16; counts (a step count T) stay
-    large = _LARGE if small == _SMALL else {d: v + 16 if d in shapes else v for d, v in small.items()}
+    large = second_size(small, [e for c in clauses for e in (c.lhs, c.rhs, *(c.where or ()))])
     return Statement(tuple(clauses), sizes=sizes or (small, large),
                      definitions=dict(getattr(sampler, "definitions", {}) or {}),
                      scalars=dict(getattr(sampler, "scalars", {}) or {}), prepare=instance)

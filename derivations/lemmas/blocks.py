@@ -204,7 +204,7 @@ def _stacking_statement() -> Statement:
     m, n, b = dimension("m"), dimension("n"), dimension("b")
     x = MatrixSymbol("X", m, n)
     return Statement(tuple(Clause(BlockMaxOpNorm(x, b, axis), OpNorm(x), "<=") for axis in AXES),
-                     sizes=({m: 6, n: 4, b: 2}, {m: 32, n: 32, b: 16}), integers=frozenset({b}))
+                     sizes=({m: 6, n: 4, b: 2}, {m: 48, n: 32, b: 16}), integers=frozenset({b}))
 
 
 BLOCK_STACKING = Restriction(

@@ -9,7 +9,8 @@ columns), the signs of the pattern scalars (``c > 0``), and explicit :class:`Con
 
 * the LaTeX on the proof pages and in ``--emit latex|text`` is printed (:meth:`Statement.latex`);
 * the self-check evaluates every clause on random instances that satisfy the conditions, in
-  float64 at several sizes (one with every dimension at least 16) and in mpmath at 50 digits
+  float64 at several sizes (one with every dimension at least 16, each giving every dimension its own
+  value, so that no matrix of two dimensions is square: :func:`size_problems`) and in mpmath at 50 digits
   (:meth:`Statement.check`);
 * every step that cites the lemma is matched against the clauses by the trusted kernel
   (:mod:`derivations.lemmas.kernel`).
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 
 import mpmath
 import numpy as np
-from sympy import Add, Basic, Mul, Pow, S, Symbol, expand
+from sympy import Add, Basic, Mul, Pow, S, Symbol, expand, preorder_traversal, sympify
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose
 
 from derivations.engine.algebra import map_bottom_up, rebuild, tidy
@@ -151,8 +152,8 @@ class Statement:
 
     ``optional``: pattern matrices that an instance may leave out (an identity factor), so that
     ``⟨G, A X B⟩ = ⟨Aᵀ G Bᵀ, X⟩`` also covers ``⟨G, X B⟩``. ``sizes``: the dimension values the
-    self-check evaluates at (at least two, one with every dimension ≥ 16); the first is the one
-    evaluated in mpmath.
+    self-check evaluates at (at least two, the last with every matrix dimension ≥ 16, each giving every
+    dimension its own value: :func:`size_problems`); the first is the one evaluated in mpmath.
     """
 
     clauses: tuple
@@ -240,9 +241,9 @@ class Statement:
         """
         if all(c.defines for c in self.clauses):
             return {}  # definitions only (the chain rule): the lemma's own check compares them with autodiff
-        if len(self.sizes) < 2 or min((self.sizes[-1][d] for d in self.dimensions), default=16) < 16:
-            raise ValueError("a statement is checked at two sizes at least, the last with every matrix dimension "
-                             ">= 16")
+        problems = self.size_problems()
+        if problems:
+            raise ValueError(f"the statement {self.latex()} cannot be checked at these sizes: {'; '.join(problems)}")
         errors = {}
         for dims in self.sizes:
             label = "statement (float64, " + " ".join(f"{k}={v}" for k, v in sorted(dims.items(), key=str)) + ")"
@@ -251,6 +252,21 @@ class Statement:
             err = self._error(rng, self.sizes[0], MpmathBackend(STATEMENT_DPS))
         errors[f"statement (mpmath {STATEMENT_DPS} digits)"] = err
         return errors
+
+    def size_problems(self) -> list[str]:
+        """Why :attr:`sizes` cannot check the clauses (empty when they can): :func:`size_problems` of the integer
+        symbols the clauses use, and the last size with a matrix dimension below 16."""
+        problems = size_problems(self.sizes, self.size_symbols, self._sides())
+        small = sorted(str(d) for d in self.dimensions if self.sizes and self.sizes[-1].get(d, 0) < 16)
+        if small:
+            problems.append(f"the last size gives {', '.join(small)} less than 16 (it is the one with every matrix "
+                            "dimension >= 16)")
+        return problems
+
+    @property
+    def size_symbols(self) -> frozenset:
+        """The integer symbols of the clauses (:func:`size_symbols`), which the sizes give values."""
+        return size_symbols(*self._sides(), *(e for c in self.clauses if c.where for e in c.where))
 
     @staticmethod
     def tolerance(subcheck: str) -> float:
@@ -280,6 +296,69 @@ class Statement:
                 excess = float(a) - float(b)
                 worst = max(worst, max(0.0, excess) / max(1.0, abs(float(b))))
         return worst
+
+
+def size_symbols(*exprs) -> frozenset:
+    """The integer symbols of ``exprs``: the matrix dimensions (``W`` is ``m × n``), and dimensions or block sizes
+    that enter as numbers (``m k + k n``, ``min(m, n)``)."""
+    return frozenset(s for e in exprs for s in getattr(e, "atoms", lambda *_: ())(Symbol) if s.is_integer)
+
+
+def size_label(dims: dict) -> str:
+    """``k=5 m=7 n=3``: a size assignment, sorted by name."""
+    return " ".join(f"{k}={v}" for k, v in sorted(dims.items(), key=lambda kv: str(kv[0])))
+
+
+def square_shapes(dims: dict, exprs) -> list[str]:
+    """The matrices of ``exprs`` (every matrix-valued subexpression) whose two dimensions differ as expressions but
+    are equal at the size ``dims`` (``E`` of ``m × (k + n)`` at ``m = 40, n = 16, k = 24``), as ``E (m × (k + n))``."""
+    found = {}
+    for e in exprs:
+        for node in preorder_traversal(e) if isinstance(e, Basic) else ():
+            shape = getattr(node, "shape", None) if _is_matrix(node) else None
+            if not shape or shape[0] == shape[1]:
+                continue
+            rows, cols = (sympify(sympify(d).xreplace(dims)) for d in shape)
+            if rows.is_number and cols.is_number and rows == cols:
+                found.setdefault(str(node), f"{node} of shape ({shape[0]}, {shape[1]})")
+    return list(found.values())
+
+
+def size_problems(sizes, symbols, exprs=()) -> list[str]:
+    """Why the size assignments ``sizes`` (``{dimension: value}`` each) cannot check a claim about the integer
+    symbols ``symbols``, in the expressions ``exprs`` (empty when they can).
+
+    A self-check needs two assignments at least that differ on ``symbols``, each giving every symbol a value and
+    no two symbols one value, and none making a matrix of ``exprs`` square that its shape leaves non-square
+    (:func:`square_shapes`). A square matrix there lets a clause true only for square matrices pass
+    (``P_W = I``: the projector ``W (WᵀW)⁻¹ Wᵀ`` onto the range of ``W`` is the identity exactly when ``W`` is
+    square and invertible).
+    """
+    problems = []
+    if len(sizes) < 2:
+        problems.append(f"{len(sizes)} size(s): a self-check runs at two sizes at least")
+    for dims in sizes:
+        missing = sorted(str(s) for s in symbols if s not in dims)
+        if missing:
+            problems.append(f"the size ({size_label(dims)}) gives no value to {', '.join(missing)}")
+        by_value: dict = {}
+        for k, v in dims.items():
+            by_value.setdefault(v, []).append(str(k))
+        clashes = [" = ".join(sorted(names)) + f" = {v}" for v, names in by_value.items() if len(names) > 1]
+        if clashes:
+            problems.append(f"the size ({size_label(dims)}) gives {'; '.join(clashes)}: matrices of two distinct "
+                            "dimensions are square there, so a clause true only for square matrices passes; give "
+                            "every dimension its own value")
+        square = [] if clashes else square_shapes(dims, exprs)  # two dimensions of one value say it already
+        if square:
+            problems.append(f"the size ({size_label(dims)}) makes {', '.join(square[:3])}"
+                            f"{f' and {len(square) - 3} more' if len(square) > 3 else ''} square: a clause true only "
+                            "for square matrices passes there; choose sizes that keep them non-square")
+    distinct = {tuple(sorted(((str(s), dims.get(s)) for s in symbols), key=str)) for dims in sizes}
+    if len(sizes) >= 2 and symbols and len(distinct) < 2:
+        problems.append(f"every size gives {', '.join(sorted(map(str, symbols)))} the same values: a self-check runs "
+                        "at two different sizes at least")
+    return problems
 
 
 def _is_matrix(e) -> bool:
