@@ -21,6 +21,7 @@ from derivations.printing.jax_printer import emit_jax
 from derivations.printing.latex import document_latex
 from derivations.printing.numpy_printer import emit_numpy
 from derivations.printing.text import derivation_text, lemma_text
+from derivations.printing.validation import validate_source
 from numerics.kernels.jax_msign import MSIGN_METHODS
 
 EMIT_TARGETS = ("jax", "numpy", "latex", "text")
@@ -137,10 +138,36 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
     integrity = [problem for der in ders for problem in der.integrity()]  # a replaced state, a step added by hand
     measured = rule.measurements and not integrity  # the measurements read the results: only checked ones
     measurements = measurement_rows(rule.measurements(rng) if measured else [])
-    ok = (all(r["status"] == "ok" for r in rows + lemmas) and all(m["status"] != "FAIL" for m in measurements)
-          and not integrity)
+    translation = [] if integrity else translation_rows(rule, seed=seed)
+    ok = (all(r["status"] == "ok" for r in rows + lemmas + translation)
+          and all(m["status"] != "FAIL" for m in measurements) and not integrity)
     return {"ok": ok, "steps": rows, "lemmas": lemmas, "measurements": measurements, "proofs": proofs,
-            "integrity": integrity}
+            "integrity": integrity, "translation": translation}
+
+
+def translation_rows(rule: RuleModule, targets: tuple = ("numpy", "jax"), seed: int = 0) -> list[dict]:
+    """Translation validation: every emitted function of each target, printed as ``--emit`` prints it, against
+    its derivation's checked formula evaluated independently
+    (:func:`~derivations.printing.validation.validate_source`), one row per function and size."""
+    functions = rule.functions()
+    if not functions:
+        return []
+    return [v.row() for target in targets
+            for v in validate_source(render(rule, target), functions, rule.scalars, target, rule.name, seed)]
+
+
+class TranslationFailed(DerivationError):
+    """An emitted function disagrees with the checked formula it was printed from (translation validation)."""
+
+
+def check_translation(rule: RuleModule, target: str, text: str) -> None:
+    """Refuse ``--emit target`` of ``text`` with :class:`TranslationFailed` naming the first emitted function that
+    disagrees with its checked formula (and how many more). Only code targets are validated here."""
+    if target not in ("jax", "numpy"):
+        return
+    wrong = [v for v in validate_source(text, rule.functions(), rule.scalars, target, rule.name) if not v.passed]
+    if wrong:
+        raise TranslationFailed(wrong[0].message + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""))
 
 
 def cited_lemmas(ders: list) -> list:
@@ -193,7 +220,8 @@ def failures(table: dict) -> list[str]:
     return list(table.get("integrity", [])) + [r["failure"] for r in table["steps"] if r["failure"]] + [
         f for r in table["lemmas"] for f in r["failures"]] + [
         f"measurement '{m['measurement']}' is {m['value']:.3e}, outside its limit {limit_text(m['limit'])}"
-        for m in table["measurements"] if m["status"] == "FAIL"]
+        for m in table["measurements"] if m["status"] == "FAIL"] + [
+        r["failure"] for r in table.get("translation", []) if r["failure"]]
 
 
 def format_table(table: dict) -> str:
@@ -213,6 +241,11 @@ def format_table(table: dict) -> str:
         out += [f"  {m['measurement']}: {m['value']:.3e}"
                 + (f" (limit {limit_text(m['limit'])}) {m['status']}" if m["limit"] is not None else " (context)")
                 for m in table["measurements"]]
+    if table.get("translation"):
+        out += ["", f"{'emitted function vs its checked formula':<56} {'max error':>10}  status"]
+        for r in table["translation"]:
+            label = f"{r['target']} {r['function']} ({', '.join(f'{k}={v}' for k, v in r['dims'].items())})"
+            out.append(f"{label:<56} {r['error']:>10.1e}  {r['status']}")
     if table.get("proofs"):
         out += ["", "proven for all sizes (kernel: an instance of the cited statement, symbolic dimensions)"]
         for p in table["proofs"]:
@@ -222,7 +255,10 @@ def format_table(table: dict) -> str:
     n, k = len(table["steps"]), len(table["lemmas"])
     bad = sum(r["status"] != "ok" for r in table["steps"])
     bad_lemmas = sum(r["status"] != "ok" for r in table["lemmas"])
-    out += ["", f"{n - bad}/{n} steps passed, {k - bad_lemmas}/{k} lemma self-checks passed"]
+    t = len(table.get("translation", []))
+    bad_translation = sum(r["status"] != "ok" for r in table.get("translation", []))
+    out += ["", f"{n - bad}/{n} steps passed, {k - bad_lemmas}/{k} lemma self-checks passed"
+            + (f", {t - bad_translation}/{t} emitted functions agree with their formulas" if t else "")]
     out += [f"NOT CHECKED: {problem}" for problem in table.get("integrity", [])]
     return "\n".join(out) + "\n"
 
@@ -265,6 +301,7 @@ def main(rule: RuleModule, argv: list[str] | None = None) -> int:
                                  + (f" (and {len(refused) - 1} more)" if len(refused) > 1 else "") + "\n")
                 return 1
             text = render(rule, args.emit, args.msign, args.schedule)
+            check_translation(rule, args.emit, text)  # what is about to be written computes the checked formulas
         except (StepCheckFailed, DerivationError) as exc:  # never emit what did not check
             sys.stderr.write(f"{prog}: not emitted: {exc}\n")
             return 1

@@ -20,6 +20,7 @@ import inspect
 import types
 from dataclasses import dataclass
 
+import jax
 import numpy as np
 import scipy.linalg
 from sympy import Symbol, preorder_traversal
@@ -62,6 +63,15 @@ def load_source(text: str, name: str) -> types.ModuleType:
     module = types.ModuleType(name)
     exec(compile(text, f"<emitted {name}>", "exec"), module.__dict__)  # noqa: S102 (the code under validation)
     return module
+
+
+def validate_source(text: str, functions: list, scalars: dict, target: str, rule: str = "", seed: int = 0,
+                    sizes: int = SIZES) -> list[Validation]:
+    """:func:`validate_functions` on the printed module ``text`` (``target``: ``"jax"`` or ``"numpy"``); the JAX
+    code runs in float64 (``jax.enable_x64``) whatever the process's setting."""
+    module = load_source(text, f"validated_{rule}_{target}")
+    with jax.enable_x64(True):
+        return validate_functions(module, functions, scalars, target, rule, seed, sizes)
 
 
 def _sources(fn) -> list:
