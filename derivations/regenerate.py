@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from derivations import registry
-from derivations.cli import emit_gate, render, verified_functions
+from derivations.cli import TranslationFailed, check_translation, emit_gate, render, verified_functions
 from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
 from derivations.engine.derivation import UncheckedDerivation
 
@@ -51,14 +51,15 @@ def stale(rules: tuple[str, ...] | None = None, directory: Path | None = None) -
 
 
 class Refused(Exception):
-    """A rule's emission is refused: a lemma its derivations cite fails its self-check, or a derivation is not what
-    its checked steps give."""
+    """A rule's emission is refused: a lemma its derivations cite fails its self-check, a derivation is not what
+    its checked steps give, or an emitted function disagrees with its checked formula (translation validation)."""
 
 
 def regenerate(rules: tuple[str, ...] | None = None, directory: Path | None = None) -> list[str]:
     """Write a fresh emission of every rule that emits functions; returns the rules whose file changed.
 
-    Nothing is written when a lemma cited by any of them fails its self-check (:class:`Refused`)."""
+    Nothing is written when a lemma cited by any of them fails its self-check, or an emitted function does not
+    compute its checked formula (:func:`~derivations.cli.check_translation`) (:class:`Refused`)."""
     rules = registry.rule_names() if rules is None else rules
     fresh = {}
     for rule in rules:
@@ -72,6 +73,10 @@ def regenerate(rules: tuple[str, ...] | None = None, directory: Path | None = No
         if refused:
             raise Refused(f"{rule}: {refused[0]}")
         fresh[rule] = render(module, "jax")
+        try:
+            check_translation(module, "jax", fresh[rule])
+        except TranslationFailed as exc:
+            raise Refused(str(exc)) from None
     changed = []
     for rule, text in fresh.items():
         path = path_of(rule, directory)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from derivations import registry
+from derivations import regenerate, registry
 from derivations.cli import check_table, failures, main, render
 from derivations.engine.vocabulary import GramInvSqrt
 from derivations.printing.jax_printer import JaxPrinter
@@ -113,3 +113,10 @@ def test_check_table_fails_on_a_planted_printer_bug(monkeypatch):
     assert not table["ok"]
     assert any("gauge: numpy function horizontal_projection" in f for f in failures(table))
     assert any(r["status"] == "FAIL" and r["target"] == "numpy" for r in table["translation"])
+
+
+def test_regenerate_refuses_a_planted_printer_bug_and_writes_nothing(monkeypatch, tmp_path):
+    monkeypatch.setattr(JaxPrinter, "_split_factors", _partner_on_the_left(JaxPrinter._split_factors))
+    with pytest.raises(regenerate.Refused, match="halfsplit: jax function halfsplit_qk"):
+        regenerate.regenerate(("halfsplit",), tmp_path)
+    assert not list(tmp_path.iterdir())
