@@ -14,7 +14,7 @@ import time
 
 from coeffsearch.certify import certify
 from coeffsearch.minimax import greedy_schedule
-from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error
+from derivations.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
 
 MAX_REPEATS = 100  # about 2 s per repeat
 
@@ -32,11 +32,10 @@ def main(argv=None) -> int:
     if stdout_closed("benchmarks.coeffsearch"):
         return 2
     p = OneLineParser(prog="python -m benchmarks.coeffsearch", description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=5, help=f"timed runs per precision, 1 to {MAX_REPEATS} (default 5)")
+    p.add_argument("--repeats", type=int_option(1, MAX_REPEATS, "a count"), default=5,
+                   help=f"timed runs per precision, 1 to {MAX_REPEATS} (default 5)")
     try:
         args = p.parse_args(argv)
-        if not 1 <= args.repeats <= MAX_REPEATS:
-            p.error(f"argument --repeats: must be an integer in [1, {MAX_REPEATS}], got {args.repeats}")
     except UsageError as exc:
         return usage_error("benchmarks.coeffsearch", exc)
     print(f"{'digits':>6} {'minimax s':>10} {'certify s':>10} {'total s':>9}  (median of {args.repeats})")

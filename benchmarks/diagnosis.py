@@ -32,7 +32,6 @@ Exit status 0 when both targets on verdicts and usefulness are met, 1 when not, 
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 import sys
@@ -40,7 +39,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
+from derivations.commandline import (
+    FileRefused,
+    OneLineParser,
+    UsageError,
+    read_json_file,
+    stdout_closed,
+    usage_error,
+    write_result,
+)
 from derivations.crosscheck import rule_lookup
 from derivations.crosscheck.checker import compare, parse_for
 from derivations.crosscheck.formula_syntax import FormulaError
@@ -49,6 +56,8 @@ from derivations.crosscheck.target_cache import load_target, store_target
 from derivations.crosscheck.targets import target_of
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "diagnosis_corpus.json"
+#: the largest corpus file read (the shipped one is 14 kB)
+MAX_CORPUS_BYTES = 4 * 2**20
 FALLBACK = "no scalar multiple and none of the near variants"
 USEFUL_TARGET = 0.9
 
@@ -120,9 +129,9 @@ class Outcome:
 def load_corpus(path: Path = CORPUS) -> list:
     """The corpus entries; ``BadInput`` naming the entry for a malformed one."""
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"--corpus {path}: cannot be read as JSON ({exc})") from None
+        raw = read_json_file(str(path), MAX_CORPUS_BYTES, "--corpus")
+    except FileRefused as exc:
+        raise BadInput(str(exc)) from None
     if not isinstance(raw, list) or not raw:
         raise BadInput(f"--corpus {path}: expected a non-empty JSON list of entries")
     out = []

@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import coeffsearch
-from benchmarks.interleave import interleaved, paired_ratio
-from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error
+from benchmarks.interleave import MAX_REPEATS, interleaved, paired_ratio
+from derivations.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
 from derivations.gram_ns import flop_count
 from numerics.kernels.gram_newton_schulz import gram_newton_schulz, restart_flags
 from numerics.kernels.jax_msign import newton_schulz
@@ -63,14 +63,13 @@ def main(argv=None) -> int:
     if stdout_closed(prog):
         return 2
     p = OneLineParser(prog="python -m benchmarks.gram", description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
+    p.add_argument("--repeats", type=int_option(1, MAX_REPEATS, "a count"), default=5,
+                   help=f"timed rounds, 1 to {MAX_REPEATS} (default 5)")
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)} (default all)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--restarts", default="2", help="restart positions, comma-separated (default 2; '' for none)")
     try:
         args = p.parse_args(argv)
-        if args.repeats < 1:
-            raise UsageError(f"argument --repeats: must be >= 1, got {args.repeats}")
         names = [s.strip() for s in args.shapes.split(",") if s.strip()]
         unknown = [s for s in names if s not in SHAPES]
         if unknown or not names:

@@ -20,9 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import coeffsearch
-from benchmarks.interleave import interleaved
+from benchmarks.interleave import MAX_REPEATS, interleaved
 from coeffsearch.certify import certify
-from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error
+from derivations.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
 from numerics.kernels.gram_roots import CERTIFIED_LOWER, DEFAULT_SCHEDULE, certified_lower, gram_inv_sqrt
 
 SHAPES = {"gpt2": (12, 768, 64), "llama3": (32, 4096, 128)}
@@ -51,15 +51,16 @@ def main(argv=None) -> int:
     if stdout_closed("benchmarks.gram_roots"):
         return 2
     p = OneLineParser(prog="python -m benchmarks.gram_roots", description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--repeats", type=int_option(1, MAX_REPEATS, "a count"), default=10,
+                   help=f"timed rounds, 1 to {MAX_REPEATS} (default 10)")
     p.add_argument("--shapes", default="gpt2,llama3")
     try:
         args = p.parse_args(argv)
     except UsageError as exc:
         return usage_error("benchmarks.gram_roots", exc)
     names = [s for s in args.shapes.split(",") if s]
-    if args.repeats < 1 or any(s not in SHAPES for s in names) or not names:
-        sys.stderr.write(f"benchmarks.gram_roots: error: --repeats >= 1 and --shapes from {', '.join(SHAPES)}\n")
+    if any(s not in SHAPES for s in names) or not names:
+        sys.stderr.write(f"benchmarks.gram_roots: error: --shapes from {', '.join(SHAPES)}\n")
         return 2
     sched = tuple(coeffsearch.resolve(DEFAULT_SCHEDULE).as_floats())
     band = certify(sched, str(CERTIFIED_LOWER), "1").band

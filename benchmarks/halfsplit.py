@@ -27,11 +27,13 @@ import jax.numpy as jnp
 import numpy as np
 
 import coeffsearch
-from benchmarks.interleave import interleaved, paired_ratio
+from benchmarks.interleave import MAX_REPEATS, MAX_THREADS, interleaved, paired_ratio
 from derivations import halfsplit
 from derivations.cli import render
-from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error
+from derivations.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
 from numerics.kernels.lapack_threads import lapack_threads
+
+MAX_HEADS = 64  # --heads-4096: at most this many heads of width 128
 
 
 @functools.partial(jax.jit, static_argnames=("coeffs", "tall"))
@@ -100,16 +102,16 @@ def main(argv=None) -> int:
     if stdout_closed("benchmarks.halfsplit"):
         return 2
     p = OneLineParser(prog="python -m benchmarks.halfsplit", description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=30, help="timed calls per implementation (default 30)")
+    p.add_argument("--repeats", type=int_option(1, MAX_REPEATS, "a count"), default=30,
+                   help=f"timed calls per implementation, 1 to {MAX_REPEATS} (default 30)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    p.add_argument("--heads-4096", type=int, default=1, help="heads in the d = 4096 configuration (default 1)")
-    p.add_argument("--lapack-threads", type=int, default=1,
+    p.add_argument("--heads-4096", type=int_option(1, MAX_HEADS, "a head count"), default=1,
+                   help=f"heads in the d = 4096 configuration, 1 to {MAX_HEADS} (default 1)")
+    p.add_argument("--lapack-threads", type=int_option(0, MAX_THREADS, "a thread count"), default=1,
                    help="OpenBLAS threads for jaxlib's CPU eigh, both implementations (default 1; 0 leaves the "
                         "library default; see numerics.kernels.lapack_threads)")
     try:
         args = p.parse_args(argv)
-        if args.repeats < 1 or args.heads_4096 < 1 or args.lapack_threads < 0:
-            p.error("--repeats and --heads-4096 must be >= 1, --lapack-threads >= 0")
     except UsageError as exc:
         return usage_error("benchmarks.halfsplit", exc)
     if args.lapack_threads:

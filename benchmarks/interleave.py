@@ -12,6 +12,11 @@ import time
 
 import jax
 
+#: the ranges of the benchmarks' shared integer options (:func:`derivations.commandline.int_option`):
+#: timed rounds, and OpenBLAS threads (0: the library default)
+MAX_REPEATS = 1000
+MAX_THREADS = 256
+
 
 def time_once(fn) -> float:
     """Seconds for one call of ``fn()``, waiting for its device results."""

@@ -42,8 +42,8 @@ import numpy as np
 import optax
 from threadpoolctl import threadpool_info
 
-from benchmarks.interleave import interleaved, paired_ratio
-from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error
+from benchmarks.interleave import MAX_REPEATS, MAX_THREADS, interleaved, paired_ratio
+from derivations.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
 from numerics.kernels.jax_spectral_sign import default_restarts, gram_chosen
 from numerics.kernels.lapack_threads import lapack_threads
 from numerics.optimizer import MSIGN_METHODS, OVPair, QKPair, compositional_muon, resolve_schedule
@@ -354,7 +354,8 @@ def main(argv=None) -> int:
     if stdout_closed("benchmarks.step"):
         return 2
     p = OneLineParser(prog="python -m benchmarks.step", description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=9, help="timed updates per optimizer and shape (default 9)")
+    p.add_argument("--repeats", type=int_option(1, MAX_REPEATS, "a count"), default=9,
+                   help=f"timed updates per optimizer and shape, 1 to {MAX_REPEATS} (default 9)")
     p.add_argument("--shapes", default="gpt2,llama3", help="comma-separated: gpt2, llama3 (default both)")
     p.add_argument("--rows", default="attention,full,train",
                    help="comma-separated: attention (the four attention matrices), full (attention + gated MLP, "
@@ -365,22 +366,16 @@ def main(argv=None) -> int:
                         "flop model says it is cheaper)")
     p.add_argument("--small", action="store_true", help=f"divide d, d_h and f by {SMALL_FACTOR} (for a CPU)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    p.add_argument("--layers", type=int, default=1,
-                   help="layers per model, each layer's matrices separate leaves (default 1); the flop model "
-                        "columns are per layer")
-    p.add_argument("--lapack-threads", type=int, default=1,
+    p.add_argument("--layers", type=int_option(1, MAX_LAYERS, "a layer count"), default=1,
+                   help=f"layers per model, 1 to {MAX_LAYERS}, each layer's matrices separate leaves (default 1); "
+                        "the flop model columns are per layer")
+    p.add_argument("--lapack-threads", type=int_option(0, MAX_THREADS, "a thread count"), default=1,
                    help="OpenBLAS threads for jaxlib's CPU eigh (default 1; 0 leaves the library default; "
                         "see numerics.kernels.lapack_threads)")
     try:
         args = p.parse_args(argv)
         names = _names(args.shapes, SHAPES, "--shapes")
         rows = _names(args.rows, ROWS, "--rows")
-        if args.repeats < 1:
-            p.error(f"argument --repeats: must be >= 1, got {args.repeats}")
-        if args.lapack_threads < 0:
-            p.error(f"argument --lapack-threads: must be >= 0, got {args.lapack_threads}")
-        if not 1 <= args.layers <= MAX_LAYERS:
-            p.error(f"argument --layers: must be between 1 and {MAX_LAYERS}, got {args.layers}")
     except UsageError as exc:
         return usage_error("benchmarks.step", exc)
     if args.lapack_threads:

@@ -18,11 +18,14 @@ import jax
 import numpy as np
 import scipy.linalg
 
-from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error
+from benchmarks.interleave import MAX_REPEATS
+from derivations.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
 
 jax.config.update("jax_enable_x64", True)
 
 from numerics.kernels import jax_sylvester  # noqa: E402 (after float64 is switched on)
+
+MAX_SIZE = 2**14  # --d, --d-h: at most this wide (a d x d float64 matrix of 2 GiB)
 
 
 def _median(fn, repeats):
@@ -39,10 +42,11 @@ def main(argv=None) -> int:
     if stdout_closed("benchmarks.sylvester"):
         return 2
     p = OneLineParser(prog="python -m benchmarks.sylvester", description=__doc__.split("\n\n")[0])
-    p.add_argument("--d", type=int, default=1024)
-    p.add_argument("--d-h", type=int, default=64)
+    p.add_argument("--d", type=int_option(1, MAX_SIZE, "a width"), default=1024, help=f"1 to {MAX_SIZE} (default 1024)")
+    p.add_argument("--d-h", type=int_option(1, MAX_SIZE, "a width"), default=64, help=f"1 to {MAX_SIZE} (default 64)")
     p.add_argument("--damping", type=float, default=1e-3)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int_option(1, MAX_REPEATS, "a count"), default=5,
+                   help=f"1 to {MAX_REPEATS} (default 5)")
     try:
         a = p.parse_args(argv)
     except UsageError as exc:

@@ -23,6 +23,7 @@ from derivations.commandline import (
     FileRefused,
     OneLineParser,
     UsageError,
+    int_option,
     stdout_closed,
     stdout_failed,
     usage_error,
@@ -71,41 +72,18 @@ def _fraction(text):
     return v
 
 
-def _seed(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {ascii(text)[:80]}") from None
-    if not 0 <= v < 2**63:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**63), got {v}")
-    return v
+# the integer options: the one shared type (derivations.commandline.int_option), each with its range
+_seed = int_option(0, 2**63 - 1, "a seed")
 
 
-def _count(maximum: int, why: str = ""):
+def _count(maximum: int):
     """An argparse type: an integer in ``[1, maximum]``."""
-    def parse(text):
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {ascii(text)[:80]}") from None
-        if not 1 <= v <= maximum:
-            raise argparse.ArgumentTypeError(f"must be >= 1 and <= {maximum}{why}, got {v}")
-        return v
-    return parse
+    return int_option(1, maximum, "a count")
 
 
-_steps = _count(MAX_SCHEDULE_STEPS, " (MAX_SCHEDULE_STEPS)")
-
-
-def _count_from_zero(text):
-    """An argparse type: an integer >= 0 (a number of restarts; the schedule bounds it above)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {ascii(text)[:80]}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
+_steps = _count(MAX_SCHEDULE_STEPS)
+#: a number of restarts, 0 to MAX_SCHEDULE_STEPS (the schedule's own length bounds it further)
+_count_from_zero = int_option(0, MAX_SCHEDULE_STEPS, "a restart count")
 STEPS_HELP = f"number of steps, 1 to {MAX_SCHEDULE_STEPS}"
 
 
@@ -207,24 +185,13 @@ def parser() -> OneLineParser:
     return p
 
 
-def _read(path):
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
-
-
 def resolve(spec: str) -> tuple[str, list[list[str]], float | None, dict | None]:
     """``(name, steps as decimal strings, design lower, certificate JSON or None)``."""
     try:
         sched = registry.resolve(spec)
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
-    raw = None
-    if sched.source.startswith("file "):
-        data = json.loads(_read(spec))
-        raw = data if isinstance(data, dict) and data.get("kind") == "certificate" else None
+    raw = dict(sched.certificate) if sched.certificate is not None else None
     return sched.name, [list(step) for step in sched.steps], sched.lower, raw
 
 
@@ -341,8 +308,7 @@ def cmd_certify(a: argparse.Namespace) -> int:
         try:  # malformed: one line per bad field, exit 2; well-formed but wrong: FAILED, exit 1
             stated = Certificate.from_json(raw, f"certificate {a.schedule}")
         except CertificateFormatError as exc:
-            sys.stderr.write("".join(f"coeffsearch: error: {line}\n" for line in exc.lines))
-            return 2
+            raise UsageError(exc.line) from None
         try:
             fresh = recheck(stated)
         except CertificateError as exc:
@@ -376,8 +342,7 @@ def recheck_restarts(path: str, data: dict) -> int:
     try:
         fresh = restart_certificate.recheck(data, f"certificate {path}")
     except CertificateFormatError as exc:
-        sys.stderr.write("".join(f"coeffsearch: error: {line}\n" for line in exc.lines))
-        return 2
+        raise UsageError(exc.line) from None
     except CertificateError as exc:
         print(f"certificate {path}: FAILED: {exc}")
         return 1

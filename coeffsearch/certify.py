@@ -31,6 +31,7 @@ from mpmath import iv
 
 from coeffsearch import registry
 from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, NAME_PATTERN, odd_eval
+from derivations.commandline import FileRefused, parse_json
 
 DEFAULT_PREC = 200  # bits (about 60 digits)
 BOUNDED = mpmath.mpf("1.5")  # "still converges": the final image stays inside (0, BOUNDED]
@@ -222,6 +223,21 @@ class CertificateFormatError(CertificateError):
         self.lines = [f"{source}: {line}" for line in lines]
         super().__init__("; ".join(self.lines))
 
+    @property
+    def line(self) -> str:
+        """The one line a command prints: the first bad field and how many more there are."""
+        more = len(self.lines) - 1
+        return self.lines[0] + (f" ({more} more bad field(s))" if more else "")
+
+
+def parse_certificate_json(text: str | bytes, source: str) -> object:
+    """JSON text parsed by the one reader (:func:`derivations.commandline.parse_json`: nesting depth and
+    integer length bounded); :class:`CertificateFormatError` in one line otherwise."""
+    try:
+        return parse_json(text, source)
+    except FileRefused as exc:
+        raise CertificateFormatError(source, [str(exc).removeprefix(f"{source}: ")]) from None
+
 
 def _schema_lines(data) -> list:
     lines = []
@@ -271,11 +287,8 @@ class Certificate:
     @classmethod
     def from_json(cls, data, source: str = "certificate") -> Certificate:
         """From JSON text or a parsed object; :class:`CertificateFormatError` lists every bad field."""
-        if isinstance(data, str):
-            try:
-                data = json.loads(data)
-            except json.JSONDecodeError as exc:
-                raise CertificateFormatError(source, [f"not valid JSON ({exc.msg} at line {exc.lineno})"]) from None
+        if isinstance(data, (str, bytes)):
+            data = parse_certificate_json(data, source)
         lines = _schema_lines(data)
         if lines:
             raise CertificateFormatError(source, lines)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import mpmath
 
+from derivations.commandline import FileRefused, parse_json
+
 DEFAULT_DPS = 30
 
 #: the longest Newton–Schulz schedule anything here accepts (files, ``--steps``, the emitted code's kernels)
@@ -74,9 +76,9 @@ class ScheduleDoc:
     @classmethod
     def from_json(cls, text: str, source: str = "<json>") -> ScheduleDoc:
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ScheduleError(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+            data = parse_json(text, source)
+        except FileRefused as exc:
+            raise ScheduleError(str(exc)) from None
         if not isinstance(data, dict) or "steps" not in data:
             raise ScheduleError(f"{source}: expected an object with a 'steps' list")
         steps = data["steps"]

@@ -14,7 +14,7 @@ import jsonschema
 
 from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleDoc, ScheduleError, check_name
 from coeffsearch.schedule import Recipe, Schedule
-from derivations.commandline import FileRefused, read_regular_file
+from derivations.commandline import FileRefused, parse_json, read_regular_file
 
 
 def _scaled(rows, unit):
@@ -157,15 +157,11 @@ def resolve(spec: str) -> Schedule:
     if not os.path.isfile(spec):
         raise KeyError(f"unknown schedule {spec!r}: not a registered name ({', '.join(names())}) and not a file")
     try:
-        text = read_regular_file(spec, MAX_FILE_BYTES, "schedule file").decode("utf-8")
+        raw = read_regular_file(spec, MAX_FILE_BYTES, "schedule file")
+        data = parse_json(raw, spec, parse_constant=lambda c: float("nan"))
     except FileRefused as exc:
         raise ScheduleError(str(exc)) from None
-    except UnicodeDecodeError:
-        raise ScheduleError(f"{spec}: not UTF-8 text") from None
-    try:
-        data = json.loads(text, parse_constant=lambda c: float("nan"))
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise ScheduleError(f"{spec}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
+    text = raw.decode("utf-8-sig")
     if isinstance(data, dict) and data.get("kind") == "certificate":
         _check_sizes(data, "schedule", spec)
         _check_schema(data, CERTIFICATE_SCHEDULE_SCHEMA, spec)

@@ -16,7 +16,13 @@ import jsonschema
 import mpmath
 
 from coeffsearch import registry
-from coeffsearch.certify import CertificateError, CertificateFormatError, decimal_up, iv_precision
+from coeffsearch.certify import (
+    CertificateError,
+    CertificateFormatError,
+    decimal_up,
+    iv_precision,
+    parse_certificate_json,
+)
 from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, NAME_PATTERN
 from coeffsearch.restart_arithmetic import make_step
 from coeffsearch.restart_bounds import DIGITS, MAX_PIECES, PRECISION_BITS, estimate, failures, point_text, prove
@@ -30,7 +36,7 @@ from coeffsearch.restart_model import (
     check_positions,
     describe,
 )
-from derivations.commandline import FileRefused, read_regular_file
+from derivations.commandline import FileRefused, read_json_file
 
 _DEC = {"type": "string", "pattern": r"^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?$"}
 
@@ -118,11 +124,8 @@ def _differences(old, new, where=""):
 def parse(data, source: str = "certificate") -> dict:
     """A restart certificate from JSON text or a parsed object; :class:`CertificateFormatError` lists every bad
     field."""
-    if isinstance(data, str):
-        try:
-            data = json.loads(data)
-        except json.JSONDecodeError as exc:
-            raise CertificateFormatError(source, [f"not valid JSON ({exc.msg} at line {exc.lineno})"]) from None
+    if isinstance(data, (str, bytes)):
+        data = parse_certificate_json(data, source)
     validator = jsonschema.Draft202012Validator(SCHEMA)
     lines = []
     for err in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
@@ -165,8 +168,7 @@ def read_certificate(path: str) -> dict | None:
     """The parsed JSON of ``path`` when it is a restart certificate (``"kind": "restart-certificate"``),
     else None (not a file, not JSON, or another kind: the caller treats it as a schedule)."""
     try:
-        text = read_regular_file(path, registry.MAX_FILE_BYTES, "certificate file").decode("utf-8")
-        data = json.loads(text)
-    except (FileRefused, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        data = read_json_file(path, registry.MAX_FILE_BYTES, "certificate file")
+    except FileRefused:  # reported in one line when the caller reads it as a schedule
         return None
     return data if isinstance(data, dict) and data.get("kind") == "restart-certificate" else None

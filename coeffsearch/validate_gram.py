@@ -28,7 +28,6 @@ matters above them, so on a device that keeps them the difference is within one 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from fractions import Fraction
@@ -41,7 +40,7 @@ from coeffsearch.certify import CertificateFormatError
 from coeffsearch.restart_certificate import parse
 from coeffsearch.restart_model import DEFAULT_GROWTH, Model, RestartError, check_positions
 from coeffsearch.validate import jax_kernels
-from derivations.commandline import FileRefused, UsageError, read_regular_file
+from derivations.commandline import FileRefused, UsageError, read_json_file
 from numerics.kernels.spectra import log_spaced_spectrum, with_singular_values
 
 GRAM_DTYPES = ("float32", "bfloat16", "float16")
@@ -207,20 +206,16 @@ def validate_gram(steps, bounds: dict, shape=(64, 256), count: int = 1, seed: in
 def read_restart_certificate(path: str, what: str = "argument --certificate") -> dict:
     """A restart certificate file, checked against its schema; :class:`UsageError` (one line) otherwise."""
     try:
-        text = read_regular_file(path, registry.MAX_FILE_BYTES, what).decode("utf-8")
-        data = json.loads(text)
+        data = read_json_file(path, registry.MAX_FILE_BYTES, what)
     except FileRefused as exc:
         raise UsageError(str(exc)) from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise UsageError(f"{what}: {path!a} is not JSON text") from None
     if not isinstance(data, dict) or data.get("kind") != "restart-certificate":
         raise UsageError(f"{what}: {path!a} is not a restart certificate (write one with "
                          f"python -m coeffsearch restarts SCHEDULE --dtype DTYPE --json FILE)")
     try:
         return parse(data, f"{what} {path!a}")
     except CertificateFormatError as exc:
-        raise UsageError(exc.lines[0] + (f" ({len(exc.lines) - 1} more bad field(s))" if len(exc.lines) > 1
-                                         else "")) from None
+        raise UsageError(exc.line) from None
 
 
 def _same_schedule(a, b) -> bool:
@@ -349,9 +344,8 @@ def read_spec_certificate(spec: str) -> dict | None:
     if spec in registry.names():
         return None
     try:
-        text = read_regular_file(spec, registry.MAX_FILE_BYTES, "schedule").decode("utf-8")
-        data = json.loads(text)
-    except (FileRefused, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        data = read_json_file(spec, registry.MAX_FILE_BYTES, "schedule")
+    except FileRefused:  # reported in one line when the caller reads it as a schedule
         return None
     return data if isinstance(data, dict) and data.get("kind") == "restart-certificate" else None
 

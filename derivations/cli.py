@@ -14,7 +14,7 @@ import numpy as np
 
 import coeffsearch
 from coeffsearch.polynomial import MAX_SCHEDULE_STEPS
-from derivations.commandline import STDOUT_CLOSED, OneLineParser, UsageError, usage_error, write_result
+from derivations.commandline import STDOUT_CLOSED, OneLineParser, UsageError, int_option, usage_error, write_result
 from derivations.engine.derivation import DerivationError, StepCheckFailed
 from derivations.printing.codegen import UnsafeText, lemmas_used
 from derivations.printing.jax_printer import emit_jax
@@ -27,6 +27,8 @@ from numerics.kernels.jax_msign import MSIGN_METHODS
 EMIT_TARGETS = ("jax", "numpy", "latex", "text")
 #: the most random instances per size that ``--check --trials`` runs (about 0.2 s each for halfsplit)
 MAX_TRIALS = 1000
+#: the largest ``--check --seed`` (NumPy's generator takes any; the bound keeps the value a 64-bit integer)
+MAX_SEED = 2**63 - 1
 
 
 @dataclass
@@ -61,9 +63,10 @@ def _parser(rule: RuleModule) -> OneLineParser:
                         f"(default: {coeffsearch.DEFAULT}); a file's path and name use letters, digits, spaces "
                         f"and _ . / ~ , : + = @ - only, and it has at most "
                         f"{MAX_SCHEDULE_STEPS} steps")
-    p.add_argument("--trials", type=int, default=5,
+    p.add_argument("--trials", type=int_option(1, MAX_TRIALS, "a count"), default=5,
                    help=f"--check: random instances per size, 1 to {MAX_TRIALS} (default 5)")
-    p.add_argument("--seed", type=int, default=0, help="--check: random seed (default 0)")
+    p.add_argument("--seed", type=int_option(0, MAX_SEED, "a seed"), default=0,
+                   help="--check: random seed, 0 to 2**63 - 1 (default 0)")
     p.add_argument("--json", action="store_true", help="--check: print the table as JSON")
     return p
 
@@ -273,10 +276,6 @@ def main(rule: RuleModule, argv: list[str] | None = None) -> int:
             raise UsageError(f"argument --schedule: {exc.args[0]}") from None
         except ValueError as exc:
             raise UsageError(f"argument --schedule: {exc}") from None
-        if not 1 <= args.trials <= MAX_TRIALS:
-            raise UsageError(f"argument --trials: must be >= 1 and <= {MAX_TRIALS}, got {args.trials}")
-        if not 0 <= args.seed < 2**63:
-            raise UsageError(f"argument --seed: must be an integer in [0, 2**63), got {args.seed}")
         if args.out and os.path.isdir(args.out):
             raise UsageError(f"argument --out: {args.out} is a directory")
         if args.out is None and sys.stdout is None:  # >&-: refuse before the work, not after it

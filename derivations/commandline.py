@@ -1,9 +1,12 @@
 """Command-line I/O shared by every command: the one parser (:class:`OneLineParser`, usage errors raised as
 :class:`UsageError`), one-line usage errors (:func:`usage_error`: ``PROG: error: MESSAGE`` and exit 2), and the
 one writer (:func:`write_result`: stdout or ``--out FILE``; a closed pipe ends quietly, a failed write is one line,
-a closed stdout (``>&-``) is one line and exit 2), and the bounded file reader and writer of every input and
+a closed stdout (``>&-``) is one line and exit 2), the bounded file reader and writer of every input and
 output file (:func:`read_regular_file`, :func:`write_text_file`: a FIFO nobody reads, a device or a
-directory is refused in one line, never waited on).
+directory is refused in one line, never waited on), the one JSON reader of every file the project reads
+(:func:`parse_json`, :func:`read_json_file`: size, nesting depth and integer-literal length bounded, one line
+naming the file and what is wrong), and the one integer option type (:func:`int_option`: a documented range,
+bools and out-of-range values refused in one line).
 
 A command's ``main(argv)`` parses with :class:`OneLineParser`, raises :class:`UsageError` for input it refuses
 after parsing, and turns either into its exit status::
@@ -21,9 +24,12 @@ import argparse
 import contextlib
 import errno
 import fcntl
+import json
 import os
+import re
 import stat
 import sys
+from itertools import accumulate
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
@@ -82,6 +88,95 @@ def read_regular_file(path: str, limit: int, what: str) -> bytes:
         raise FileRefused(f"{what} {path!a}: cannot read it: {exc.strerror}") from None
     finally:
         os.close(fd)
+
+
+#: the deepest nesting of arrays and objects a JSON input may have (the project's own files nest at most 4
+#: deep); deeper input is refused before parsing, so it never reaches Python's recursion limit
+MAX_JSON_DEPTH = 64
+#: the most digits an integer literal in a JSON input may have (a 64-bit integer has 20); a longer one is
+#: refused before Python's ``int`` conversion limit (4,300 digits) raises its multi-line ``ValueError``
+MAX_JSON_INT_DIGITS = 100
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+class _LongInteger(Exception):
+    """Raised by the integer hook of :func:`parse_json` for a literal over the digit limit."""
+
+
+def json_depth(text: str) -> int:
+    """How deeply the arrays and objects of the JSON ``text`` nest (0 for a bare value), counted on the
+    brackets outside string literals, without parsing (so without recursion)."""
+    brackets = _JSON_BRACKET.findall(_JSON_STRING.sub('""', text))
+    return max(accumulate(1 if b in "[{" else -1 for b in brackets), default=0)
+
+
+def parse_json(text: str | bytes, source: str, *, max_depth: int = MAX_JSON_DEPTH,
+               max_int_digits: int = MAX_JSON_INT_DIGITS, parse_constant=None) -> object:
+    """The parsed JSON ``text`` (bytes are read as UTF-8, a byte-order mark allowed); :class:`FileRefused`
+    in one line ``SOURCE: WHAT IS WRONG`` for text that is not UTF-8, not JSON, nested deeper than
+    ``max_depth`` or holding an integer literal of more than ``max_int_digits`` digits.
+
+    ``parse_constant`` is :func:`json.loads`'s (``NaN``, ``Infinity``); the caller checks the values.
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise FileRefused(f"{source}: not UTF-8 text (byte {exc.start})") from None
+    depth = json_depth(text)
+    if depth > max_depth:
+        raise FileRefused(f"{source}: JSON nested too deeply ({depth:,} levels of arrays and objects; the limit "
+                          f"is {max_depth})")
+
+    def integer(literal: str) -> int:
+        if len(literal.lstrip("-")) > max_int_digits:
+            raise _LongInteger(literal)
+        return int(literal)
+
+    try:
+        return json.loads(text, parse_int=integer, parse_constant=parse_constant)
+    except json.JSONDecodeError as exc:
+        raise FileRefused(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    except _LongInteger as exc:
+        digits = len(exc.args[0].lstrip("-"))
+        raise FileRefused(f"{source}: JSON integer too long ({digits:,} digits; the limit is {max_int_digits})"
+                          ) from None
+    except RecursionError:  # only reachable with a max_depth near the interpreter's recursion limit
+        raise FileRefused(f"{source}: JSON nested too deeply") from None
+
+
+def read_json_file(path: str, limit: int, what: str, **limits) -> object:
+    """The parsed JSON of the regular file ``path`` (at most ``limit`` bytes): :func:`read_regular_file`
+    then :func:`parse_json`; :class:`FileRefused` in one line naming ``what`` and the path otherwise.
+    ``limits``: :func:`parse_json`'s keyword arguments."""
+    return parse_json(read_regular_file(path, limit, what), f"{what} {path!a}", **limits)
+
+
+def int_option(low: int, high: int, what: str = "an integer"):
+    """The one argparse ``type=`` of every integer option: a whole number from ``low`` to ``high`` (inclusive),
+    written in decimal digits with an optional sign and ``,`` or ``_`` between digit groups (``1,024``,
+    ``1_024``). Anything else (``True``, ``1.5``, ``2**63``, ``1e3``) and any value outside the range is refused
+    with the range in the message, which argparse reports as ``argument --steps: ...`` (one line and exit 2
+    under :class:`OneLineParser`); a literal longer than ``high`` is refused before ``int`` converts it.
+    ``what`` names the value in argparse's own messages."""
+    limit_digits = len(str(max(abs(low), abs(high))))
+
+    def parse(text: str) -> int:
+        raw = text.strip() if isinstance(text, str) else ""
+        if not re.fullmatch(r"[+-]?[0-9]+(?:[,_][0-9]+)*", raw):
+            shown = ascii(text)[:60]
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {low} and <= {high}, got {shown}")
+        raw = raw.replace(",", "").replace("_", "")
+        digits = raw.lstrip("+-").lstrip("0") or "0"
+        if len(digits) > limit_digits or not low <= int(raw) <= high:
+            shown = raw if len(raw) <= 40 else f"{raw[:20]}... ({len(digits):,} digits)"
+            raise argparse.ArgumentTypeError(f"must be >= {low} and <= {high}, got {shown}")
+        return int(raw)
+
+    parse.__name__ = what  # argparse names the type in its fallback messages
+    return parse
 
 
 def write_text_file(path: str, text: str, what: str) -> None:

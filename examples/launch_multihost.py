@@ -32,25 +32,37 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from derivations.commandline import OneLineParser, UsageError, usage_error
+from derivations.commandline import OneLineParser, UsageError, int_option, usage_error
 from numerics import distributed
 
 PROG = "launch_multihost"
+#: the ranges of the integer options (derivations.commandline.int_option)
+MAX_PROCESSES = 4096
+MAX_TIMEOUT = 86400  # seconds: a day
+MAX_SIZE = 4096
+MAX_STEPS = 1000
 
 
 def parser() -> OneLineParser:
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--coordinator", help="HOST:PORT of process 0 (omit on a cluster scheduler)")
-    p.add_argument("--num-processes", type=int, help="how many processes take part (omit on a cluster scheduler)")
-    p.add_argument("--process-id", type=int, help="this process's id, 0 .. num-processes - 1")
-    p.add_argument("--init-timeout", type=int, default=120, help="seconds to wait for every process (default 120)")
+    p.add_argument("--num-processes", type=int_option(1, MAX_PROCESSES, "a count"),
+                   help=f"how many processes take part, 1 to {MAX_PROCESSES} (omit on a cluster scheduler)")
+    p.add_argument("--process-id", type=int_option(0, MAX_PROCESSES - 1, "a process id"),
+                   help="this process's id, 0 .. num-processes - 1")
+    p.add_argument("--init-timeout", type=int_option(1, MAX_TIMEOUT, "seconds"), default=120,
+                   help=f"seconds to wait for every process, 1 to {MAX_TIMEOUT} (default 120)")
     p.add_argument("--mesh", default="2x4", help="LAYERSxHEADS device mesh over all processes (default 2x4)")
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--d", type=int, default=32, help="model width (default 32)")
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--kv-heads", type=int, default=4)
-    p.add_argument("--head-dim", type=int, default=4)
-    p.add_argument("--steps", type=int, default=2, help="momentum steps compared (default 2)")
+    p.add_argument("--layers", type=int_option(1, MAX_SIZE, "a count"), default=2, help=f"1 to {MAX_SIZE} (default 2)")
+    p.add_argument("--d", type=int_option(1, MAX_SIZE, "a width"), default=32,
+                   help=f"model width, 1 to {MAX_SIZE} (default 32)")
+    p.add_argument("--heads", type=int_option(1, MAX_SIZE, "a count"), default=8, help=f"1 to {MAX_SIZE} (default 8)")
+    p.add_argument("--kv-heads", type=int_option(1, MAX_SIZE, "a count"), default=4,
+                   help=f"1 to {MAX_SIZE} (default 4)")
+    p.add_argument("--head-dim", type=int_option(1, MAX_SIZE, "a width"), default=4,
+                   help=f"1 to {MAX_SIZE} (default 4)")
+    p.add_argument("--steps", type=int_option(1, MAX_STEPS, "a count"), default=2,
+                   help=f"momentum steps compared, 1 to {MAX_STEPS} (default 2)")
     p.add_argument("--qk-rule", default="half_split", help="the optimizer's qk_rule (default half_split)")
     p.add_argument("--tolerance", type=float, default=1e-4,
                    help="max |difference| / max |update| allowed per parameter (default 1e-4, float32)")

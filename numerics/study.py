@@ -54,11 +54,30 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from derivations.commandline import OneLineParser, UsageError, error_line, stdout_closed, usage_error
+from derivations.commandline import (
+    FileRefused,
+    OneLineParser,
+    UsageError,
+    error_line,
+    int_option,
+    read_json_file,
+    stdout_closed,
+    usage_error,
+)
 from numerics.kernels.lapack_threads import lapack_threads
 from numerics.optimizer import compositional_muon
 from numerics.study_report import check_record, summarize, write_report
-from numerics.train import OPTIMIZERS, adamw_part, make_optimizer, make_scaled_step
+from numerics.train import (
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_STEPS,
+    MAX_WIDTH,
+    OPTIMIZERS,
+    adamw_part,
+    lr_schedule,
+    make_optimizer,
+    make_scaled_step,
+)
 from numerics.train_model import (
     Config,
     corpus,
@@ -76,6 +95,14 @@ from numerics.train_model import batches as train_batches
 #: the study's model: width 256, 4 layers, 8 query heads, 2 kv heads (head width 32)
 DEFAULT_CONFIG = Config(width=256, heads=8, kv_heads=2, layers=4, context=64, batch=8)
 DEFAULT_STEPS = 90
+#: the ranges of the study's own integer options (the model's and the steps' are numerics.train's)
+MAX_SEEDS = 1000
+MAX_GRID = 100
+MAX_SCALE = 64
+MAX_CONTEXT = 2**16
+MAX_BATCH = 2**16
+#: the largest study record ``--report`` reads (a default study writes about 80 kB)
+MAX_RECORD_BYTES = 64 * 2**20
 #: the middle of each optimizer's learning-rate grid (points a factor ``LR_FACTOR`` apart)
 CENTERS = {"adamw": 2e-3, "muon": 0.02, "cm": 0.02, "cm-proj": 0.02, "cm-iso": 0.02, "cm-iso-proj": 0.02}
 LR_FACTOR = 2.0
@@ -151,7 +178,7 @@ class Run:
 
 def schedule(steps: int, warmup: float) -> optax.Schedule:
     """The shape every run shares (peak 1: the traced learning rate scales it): linear warm-up, cosine to 10 %."""
-    return optax.warmup_cosine_decay_schedule(0.0, 1.0, max(1, int(steps * warmup)), steps, 0.1)
+    return lr_schedule(steps, max(1, int(steps * warmup)))
 
 
 class Evaluator:
@@ -330,22 +357,27 @@ def _parser() -> OneLineParser:
                              "  python -m numerics.study --scale 4 --out results/scale4   # on an accelerator\n"
                              "  python -m numerics.study --report results/study.json   # Markdown + PNG again")
     d = DEFAULT_CONFIG
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"steps per run (default {DEFAULT_STEPS})")
-    p.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3, at least 2)")
-    p.add_argument("--grid", type=int, default=5, help="learning rates per optimizer (default 5)")
-    p.add_argument("--adam-grid", type=int, default=3, help="learning rates of Muon's and CM's AdamW part (default 3)")
+    def count(name, low, high, default, what, help_text=""):
+        p.add_argument(name, type=int_option(low, high, what), default=default,
+                       help=f"{help_text}{', ' if help_text else ''}{low} to {high:,} (default {default})")
+
+    count("--steps", 2, MAX_STEPS, DEFAULT_STEPS, "a step count", "steps per run")
+    count("--seeds", 2, MAX_SEEDS, 3, "a seed count", "seeds per configuration")
+    count("--grid", 1, MAX_GRID, 5, "a grid size", "learning rates per optimizer")
+    count("--adam-grid", 1, MAX_GRID, 3, "a grid size", "learning rates of Muon's and CM's AdamW part")
     p.add_argument("--optimizers", default="adamw,muon,cm", help=f"comma-separated, from {','.join(OPTIMIZERS)}")
-    p.add_argument("--eval-batches", type=int, default=32, help="validation batches (default 32)")
-    p.add_argument("--lora-steps", type=int, default=None, help="LoRA fine-tuning steps (default steps/2; 0: none)")
-    p.add_argument("--lora-rank", type=int, default=8, help="LoRA rank (default 8)")
-    p.add_argument("--lora-grid", type=int, default=3, help="learning rates per LoRA optimizer (default 3)")
-    p.add_argument("--scale", type=int, default=1, help="multiply the width and the steps (default 1)")
-    p.add_argument("--width", type=int, default=d.width)
-    p.add_argument("--layers", type=int, default=d.layers)
-    p.add_argument("--heads", type=int, default=d.heads)
-    p.add_argument("--kv-heads", type=int, default=d.kv_heads)
-    p.add_argument("--context", type=int, default=d.context, help=f"characters per sequence (default {d.context})")
-    p.add_argument("--batch", type=int, default=d.batch, help=f"sequences per step (default {d.batch})")
+    count("--eval-batches", 1, MAX_BATCH, 32, "a batch count", "validation batches")
+    p.add_argument("--lora-steps", type=int_option(0, MAX_STEPS, "a step count"), default=None,
+                   help=f"LoRA fine-tuning steps, 0 (none) or 2 to {MAX_STEPS:,} (default steps/2)")
+    count("--lora-rank", 1, MAX_WIDTH, 8, "a rank", "LoRA rank")
+    count("--lora-grid", 1, MAX_GRID, 3, "a grid size", "learning rates per LoRA optimizer")
+    count("--scale", 1, MAX_SCALE, 1, "a scale", "multiply the width and the steps")
+    count("--width", 1, MAX_WIDTH, d.width, "a width")
+    count("--layers", 1, MAX_LAYERS, d.layers, "a layer count")
+    count("--heads", 1, MAX_HEADS, d.heads, "a head count")
+    count("--kv-heads", 1, MAX_HEADS, d.kv_heads, "a head count")
+    count("--context", 2, MAX_CONTEXT, d.context, "a length", "characters per sequence")
+    count("--batch", 1, MAX_BATCH, d.batch, "a batch size", "sequences per step")
     p.add_argument("--out", default="results", help="output folder (default results)")
     p.add_argument("--report", metavar="JSON", help="rewrite the Markdown and PNGs from this record; no training")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -354,11 +386,7 @@ def _parser() -> OneLineParser:
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
     """The :class:`Plan` of parsed arguments; :class:`UsageError` (one line) when one is out of range."""
-    for name in ("steps", "seeds", "grid", "adam_grid", "eval_batches", "lora_rank", "lora_grid", "scale", "width",
-                 "layers", "heads", "kv_heads", "context", "batch"):
-        least = {"steps": 2, "seeds": 2, "context": 2}.get(name, 1)
-        if getattr(args, name) < least:
-            raise UsageError(f"argument --{name.replace('_', '-')}: must be >= {least}, got {getattr(args, name)}")
+    # every integer option is in its range already (int_option, in _parser)
     names = tuple(args.optimizers.split(","))
     unknown = [n for n in names if n not in OPTIMIZERS]
     if unknown or len(set(names)) != len(names):
@@ -371,8 +399,10 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     if args.heads % args.kv_heads:
         raise UsageError(f"argument --kv-heads: {args.kv_heads} must divide --heads {args.heads}")
     lora_steps = steps // 2 if args.lora_steps is None else args.lora_steps * args.scale
-    if lora_steps == 1 or lora_steps < 0:
-        raise UsageError(f"argument --lora-steps: must be 0 (no LoRA) or >= 2, got {args.lora_steps}")
+    if lora_steps == 1:
+        given = (f"got {args.lora_steps}" if args.lora_steps is not None else
+                 f"the default (steps/2) is 1 with --steps {args.steps}; give --lora-steps 0 or more --steps")
+        raise UsageError(f"argument --lora-steps: must be 0 (no LoRA) or >= 2, {given}")
     if lora_steps and "adamw" not in names:
         raise UsageError("argument --optimizers: the LoRA part needs adamw (its base model); add it or --lora-steps 0")
     cfg = Config(width=width, heads=args.heads, kv_heads=args.kv_heads, layers=args.layers, context=args.context,
@@ -415,9 +445,12 @@ def main(argv: list[str] | None = None) -> int:
 def _report(prog: str, path: str, out: Path) -> int:
     """``--report``: the Markdown and PNGs of a stored record (refused in one line when it is not a valid one)."""
     try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
+        record = read_json_file(path, MAX_RECORD_BYTES, "argument --report")
+    except FileRefused as exc:
+        raise UsageError(str(exc)) from None
+    try:
         check_record(record)
-    except (OSError, ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError) as exc:
         raise UsageError(f"argument --report: {path!r} is not a study record: {exc}") from None
     out.mkdir(parents=True, exist_ok=True)
     print(write_report(record, summarize(record), out))

@@ -35,7 +35,7 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
-from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
+from derivations.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error, write_result
 from numerics.kernels.lapack_threads import lapack_threads
 from numerics.optimizer import compositional_muon, parameter_roles, path_name
 from numerics.train_model import (
@@ -59,6 +59,14 @@ SWEEPS = {
     "cm-iso-proj": (1e-2, 3e-2, 1e-1),
 }
 OPTIMIZERS = tuple(SWEEPS)
+#: the ranges of the integer options of ``python -m numerics.train`` and ``python -m numerics.study`` (checked by
+#: :func:`derivations.commandline.int_option`, so a value outside is one line and exit 2, never a crash inside
+#: optax, NumPy or JAX): steps per run, model sizes, and the seeds NumPy's generator takes
+MAX_STEPS = 10**6
+MAX_WIDTH = 2**16
+MAX_HEADS = 2**12
+MAX_LAYERS = 2**10
+MAX_SEED = 2**32 - 1
 #: the Compositional Muon variants: ``(qk_rule, gauge)``
 CM_VARIANTS: dict[str, tuple[Literal["half_split", "isotropic"], Literal["none", "horizontal_projection"]]] = {
     "cm": ("half_split", "none"), "cm-proj": ("half_split", "horizontal_projection"),
@@ -140,6 +148,15 @@ def _eval_fn(cfg: Config):
     return jax.jit(lambda p, x, y: loss_fn(p, x, y, cfg))
 
 
+def lr_schedule(steps: int, warmup_steps: int) -> optax.Schedule:
+    """The learning-rate shape every run shares (peak 1: the traced learning rate scales it): linear warm-up
+    from 0 over ``warmup_steps``, then cosine decay to 10 % of the peak at ``steps``. The warm-up is cut to
+    ``steps - 1`` so the cosine always has a step: a one-step run takes the peak (optax's cosine refuses
+    ``decay_steps = 0``), and a run of ``steps >= 2`` is unchanged by the cut."""
+    warmup = min(warmup_steps, steps - 1)
+    return optax.warmup_cosine_decay_schedule(0.0, 1.0, warmup, steps, 0.1)
+
+
 def evaluate(params: dict, val_batches: list[tuple[np.ndarray, np.ndarray]], cfg: Config) -> float:
     """Mean validation loss over fixed batches (one compilation per configuration)."""
     fn = _eval_fn(cfg)
@@ -152,8 +169,7 @@ def train(name: str, lr: float, steps: int, cfg: Config, data: tuple[np.ndarray,
     """Train ``steps`` steps; validation loss every ``eval_every`` steps and at the end."""
 
     train_tokens, val_tokens = data
-    schedule = optax.warmup_cosine_decay_schedule(0.0, 1.0, max(1, steps // 10), steps, 0.1)
-    opt = make_optimizer(name, cfg, schedule)
+    opt = make_optimizer(name, cfg, lr_schedule(steps, max(1, steps // 10)))
     params = init_params(cfg, seed)
     state = opt.init(params)
     step = step_fn or make_step(opt, cfg)
@@ -184,8 +200,8 @@ def compare(steps: int, cfg: Config, out: Path, optimizers: Sequence[str] = OPTI
     data = corpus()
     runs = []
     for name in optimizers:
-        schedule = optax.warmup_cosine_decay_schedule(0.0, 1.0, max(1, steps // 10), steps, 0.1)
-        step = make_step(make_optimizer(name, cfg, schedule), cfg)  # compiled once per optimizer
+        opt = make_optimizer(name, cfg, lr_schedule(steps, max(1, steps // 10)))
+        step = make_step(opt, cfg)  # compiled once per optimizer
         for lr in SWEEPS[name]:
             runs.append(train(name, lr, steps, cfg, data, step_fn=step, progress=progress))
             r = runs[-1]
@@ -249,22 +265,26 @@ def main(argv: list[str] | None = None) -> int:
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--optimizer", choices=OPTIMIZERS, help="train once with this optimizer")
     what.add_argument("--compare", action="store_true", help="every optimizer, learning-rate sweep, PNG + table")
-    p.add_argument("--steps", type=int, default=300, help="training steps (default 300)")
+    p.add_argument("--steps", type=int_option(1, MAX_STEPS, "a step count"), default=300,
+                   help=f"training steps, 1 to {MAX_STEPS:,} (default 300)")
     p.add_argument("--lr", type=float, help="peak learning rate (default: the middle of the optimizer's sweep)")
     p.add_argument("--out", default="results", help="--compare: output folder (default results)")
-    p.add_argument("--width", type=int, default=64)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--kv-heads", type=int, default=None, help="key/value heads (default: --heads)")
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--width", type=int_option(1, MAX_WIDTH, "a width"), default=64,
+                   help=f"model width, 1 to {MAX_WIDTH:,}, a multiple of --heads (default 64)")
+    p.add_argument("--heads", type=int_option(1, MAX_HEADS, "a head count"), default=4,
+                   help=f"attention heads, 1 to {MAX_HEADS:,} (default 4)")
+    p.add_argument("--kv-heads", type=int_option(1, MAX_HEADS, "a head count"), default=None,
+                   help="key/value heads, dividing --heads (default: --heads)")
+    p.add_argument("--layers", type=int_option(1, MAX_LAYERS, "a layer count"), default=2,
+                   help=f"1 to {MAX_LAYERS:,} (default 2)")
+    p.add_argument("--seed", type=int_option(0, MAX_SEED, "a seed"), default=0,
+                   help=f"0 to {MAX_SEED:,} (default 0)")
     try:
         args = p.parse_args(argv)
         kv = args.heads if args.kv_heads is None else args.kv_heads
-        if args.steps < 1:
-            raise UsageError(f"argument --steps: must be >= 1, got {args.steps}")
-        if args.width < 1 or args.heads < 1 or args.layers < 1 or args.width % args.heads:
+        if args.width % args.heads:
             raise UsageError(f"--width {args.width} must be a positive multiple of --heads {args.heads}")
-        if kv < 1 or args.heads % kv:
+        if args.heads % kv:
             raise UsageError(f"argument --kv-heads: {kv} must divide --heads {args.heads}")
         if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
             raise UsageError(f"argument --lr: must be finite and > 0, got {args.lr}")

@@ -152,7 +152,7 @@ def test_full_layer_flop_model_adds_the_gated_mlp():
                                          (["--dtype", "int8"], "argument --dtype: invalid choice"),
                                          (["--rows", "mlp"], "argument --rows: unknown ['mlp']"),
                                          (["--msign", "svd"], "argument --msign: invalid choice"),
-                                         (["--layers", "0"], "argument --layers: must be between 1 and 96")])
+                                         (["--layers", "0"], "argument --layers: must be >= 1 and <= 96")])
 def test_step_benchmark_rejects_bad_arguments_with_one_line(args, needle, capsys):
     """In-process (``main`` returns the exit status): one ``benchmarks.step: error:`` line, exit 2."""
     assert step.main(args) == 2

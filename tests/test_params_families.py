@@ -254,7 +254,7 @@ BASE = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "vocab
 
 
 @pytest.mark.parametrize(("content", "needle"), [
-    ("{", "is not JSON"),
+    ("{", "not valid JSON"),
     ("[1, 2]", "not an object of keys"),
     ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
     (" " * (C.MAX_CONFIG_BYTES + 1), "over the limit"),

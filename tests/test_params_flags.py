@@ -166,8 +166,8 @@ LITE = AS_OPTIONS["deepseek-v2-lite.json"].split()
     ([*_without(LITE, "--ffn")], "give --ffn: the dense blocks"),
     ([*_without(LITE, "--dense-layers"), "--dense-layers", "28"], "--dense-layers 28 is more than --layers 27"),
     ([*_without(LITE, "--dense-layers")], "--ffn 10944 is not used"),
-    ([*LITE, "--shared-experts", "-1"], "argument --shared-experts: must be between 0"),
-    ([*LITE, "--moe-every", "0"], "argument --moe-every: must be between 1"),
+    ([*LITE, "--shared-experts", "-1"], "argument --shared-experts: must be >= 0"),
+    ([*LITE, "--moe-every", "0"], "argument --moe-every: must be >= 1"),
     (["--config", str(CONFIGS / "gpt2.json"), "--family", "gpt2"], "leave out --family"),
     (["--config", str(CONFIGS / "gpt2.json"), "--no-tied-embeddings"], "leave out --tied-embeddings"),
 ])

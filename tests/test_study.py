@@ -180,8 +180,8 @@ def test_each_leaf_takes_its_own_learning_rate():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--steps", "1"], "--steps: must be >= 2"),
-    (["--seeds", "1"], "--seeds: must be >= 2"),
+    (["--steps", "1"], "--steps: must be >= 2 and <="),
+    (["--seeds", "1"], "--seeds: must be >= 2 and <="),
     (["--grid", "0"], "--grid"),
     (["--optimizers", "adamw,sgd"], "--optimizers"),
     (["--optimizers", "muon,cm"], "needs adamw"),

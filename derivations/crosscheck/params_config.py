@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from derivations.commandline import FileRefused, read_regular_file
+from derivations.commandline import FileRefused, read_json_file
 from derivations.crosscheck.params_families import MLA, MoE, Shape
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB
@@ -194,17 +194,9 @@ FAMILIES: dict[str, Callable[[_Keys], Shape]] = {
 def _load(path: str) -> dict:
     where = f"--config {path!a}"
     try:
-        raw = read_regular_file(path, MAX_CONFIG_BYTES, "--config")
+        data = read_json_file(path, MAX_CONFIG_BYTES, "--config")
     except FileRefused as exc:
         raise ConfigError(str(exc)) from None
-    try:
-        data = json.loads(raw.decode("utf-8-sig"))
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{where} is not UTF-8 text (byte {exc.start}): give a config.json") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{where} is not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
-    except RecursionError:
-        raise ConfigError(f"{where} is not a config: its JSON is nested too deeply") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{where} is not a config: its JSON is {type(data).__name__}, not an object of keys")
     return data

@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from derivations.commandline import UsageError
+from derivations.commandline import UsageError, int_option
 from derivations.crosscheck.params_config import FAMILIES, MAX_LAYERS, MAX_SIZE
 from derivations.crosscheck.params_families import MLA, MoE, Shape
 
@@ -54,17 +54,9 @@ def flag(dest: str) -> str:
 
 
 def whole(name: str, limit: int, minimum: int = 1):
-    """An ``argparse`` type: a whole number between ``minimum`` and ``limit`` (``1,024`` and ``1_024`` too)."""
-    def parse(text):
-        try:
-            value = int(text.replace(",", "").replace("_", ""))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-        if not minimum <= value <= limit:
-            raise argparse.ArgumentTypeError(f"must be between {minimum} and {limit:,}, got {value:,}")
-        return value
-    parse.__name__ = name
-    return parse
+    """An ``argparse`` type: a whole number between ``minimum`` and ``limit`` (``1,024`` and ``1_024`` too):
+    the shared :func:`derivations.commandline.int_option`."""
+    return int_option(minimum, limit, name)
 
 
 #: the whole-number options: (option, smallest value, largest value, help)
