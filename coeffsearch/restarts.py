@@ -16,6 +16,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from coeffsearch.restart_arithmetic import make_step
 from coeffsearch.restart_bounds import Estimate, estimate, point_text
 from coeffsearch.restart_certificate import certificate
@@ -56,7 +58,8 @@ def evaluate(name, steps, positions, model) -> Candidate:
     """Estimate, then prove (when no model instance already fails a criterion)."""
     texts = tuple(tuple(str(c) for c in s) for s in steps)
     compiled = [make_step(s) for s in texts]
-    est = estimate(compiled, positions, model)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is a failing instance: inf (NaN read as
+        est = estimate(compiled, positions, model)      # inf) fails bound (a) or (b) below, in one line
     cap = 2 ** UNIT_ROUNDOFF_BITS[model.dtype]
     if not est.q_attained < cap:
         return Candidate(positions, est, reason=f"bound (a) fails: at σ = {est.q_attained_at:.6g} a model instance "

@@ -287,3 +287,37 @@ def test_a_one_step_training_run_works(capsys):
     assert train.main(["--optimizer", "adamw", "--steps", "1", "--width", "8", "--heads", "2", "--layers", "1"]) == 0
     out = capsys.readouterr().out
     assert "after 1 steps" in out and "nan" not in out.lower()
+
+
+# ---- warnings and multi-line errors turned into one line -----------------------------------------------------------
+def test_restarts_that_overflow_report_one_line_and_no_warning(capsys):
+    """``restarts polar-express --dtype float16 --restarts 4``: the float model overflows (a failing instance,
+    reported as bound (a)); NumPy's RuntimeWarnings stay out of stderr. The planted mistake: the estimate alone
+    warns."""
+    import warnings
+
+    from coeffsearch import registry
+    from coeffsearch.restart_arithmetic import make_step
+    from coeffsearch.restart_bounds import estimate
+    from coeffsearch.restart_model import Model
+
+    steps = [make_step(tuple(str(c) for c in s)) for s in registry.resolve("polar-express").steps]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        estimate(steps, (1, 2, 3, 4), Model("float16", 1, 1e-3))
+    assert any(issubclass(w.category, RuntimeWarning) for w in seen)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        status = coeffsearch_main.main(["restarts", "polar-express", "--dtype", "float16", "--restarts", "4"])
+    assert status == 2 and not [w for w in seen if issubclass(w.category, RuntimeWarning)]
+    err = _one_error_line(capsys, "coeffsearch")
+    assert "bound (a) fails" in err
+
+
+def test_a_malformed_certificate_is_one_line(tmp_path, capsys):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"kind": "certificate", "name": "x", "schedule": [["1.5", "-0.5"]], "band": ["x", 1],
+                                "precision_bits": "many", "worst_error": 3}))
+    assert coeffsearch_main.main(["certify", str(path)]) == 2
+    err = _one_error_line(capsys, "coeffsearch")
+    assert "more bad field(s)" in err
