@@ -79,19 +79,23 @@ def _sources(fn) -> list:
     return [getattr(der, "_sources", (der,))[0] for der in fn.derivations()]
 
 
-def check_sizes(fn, count: int = SIZES) -> list[dict]:
-    """``count`` size assignments for ``fn``: its derivation's check sizes whose dimensions are all distinct,
-    completed by doubling every size of one of them."""
-    ders = _sources(fn)
-    dims_lists = [d for d in ders[0].context.check_dims if len(set(d.values())) == len(d)]
+def distinct_sizes(der, count: int = SIZES) -> list[dict]:
+    """``count`` size assignments for derivation ``der``: its check sizes whose dimensions are all distinct,
+    completed by multiplying every size of the first of them by 2, 3, …"""
+    dims_lists = [d for d in der.context.check_dims if len(set(d.values())) == len(d)]
     if not dims_lists:
-        raise ValueError(f"{fn.name}: no check size of {ders[0].name} has all dimensions distinct")
+        raise ValueError(f"no check size of {der.name} has all dimensions distinct")
     out = list(dims_lists[:count])
     factor = 2
     while len(out) < count:
         out.append({k: v * factor for k, v in dims_lists[0].items()})
         factor += 1
     return out
+
+
+def check_sizes(fn, count: int = SIZES) -> list[dict]:
+    """:func:`distinct_sizes` of the derivation behind ``fn``'s first output."""
+    return distinct_sizes(_sources(fn)[0], count)
 
 
 def _dimension(dims: dict, name: str):

@@ -1,0 +1,96 @@
+"""Translation validation of the LaTeX printer: each printed result is parsed back and shown equal.
+
+The result of every derivation is printed by the workbench's LaTeX printer
+(:func:`derivations.printing.latex.latex`, what ``--emit latex`` and the proof pages show as the final
+state), read back by the cross-checker's own formula parser (:func:`derivations.crosscheck.formula.parse`,
+which reads LaTeX, never evaluates Python) in the derivation's names
+(:func:`derivations.crosscheck.targets.target_of`), and compared with the checked expression: symbolically
+(the parsed expression is the same SymPy tree) where it is, and always numerically on random instances at
+two or more sizes with all dimensions distinct (float64 evaluator of the engine). A printer that writes
+``(V/d)^{1}`` for ``(V/d)^{1/2}`` or drops a transpose then fails, naming the derivation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from derivations.crosscheck.formula import parse
+from derivations.crosscheck.formula_syntax import FormulaError
+from derivations.crosscheck.targets import target_of
+from derivations.engine.evaluate import InstanceSampler, free_symbols
+from derivations.engine.numeric import EvaluationError, evaluate
+from derivations.printing.latex import latex
+from derivations.printing.validation import SIZES, distinct_sizes
+from numerics.kernels.reference import NumpyBackend
+
+#: largest accepted ``max|parsed − formula| / max(1, max|formula|)`` (float64)
+TOLERANCE = 1e-9
+
+
+@dataclass
+class RoundTrip:
+    """One derivation's printed result read back: the text, the worst error over the sizes, the verdict."""
+
+    derivation: str
+    text: str
+    error: float
+    symbolic: bool
+    message: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return not self.message
+
+    def row(self) -> dict:
+        return {"derivation": self.derivation, "latex": self.text, "error": self.error,
+                "symbolic": "identical" if self.symbolic else "numeric", "status": "ok" if self.passed else "FAIL",
+                "failure": self.message}
+
+
+def round_trip(der, rule: str = "", seed: int = 0, sizes: int = SIZES) -> RoundTrip:
+    """Print ``der.formula`` as LaTeX, parse it back and compare it with ``der.formula``."""
+    text = latex(der.formula)
+    where = f"{rule}: LaTeX of {der.name}"
+    target = target_of(der)
+    try:
+        parsed = parse(text, target.namespace)
+    except FormulaError as exc:
+        return RoundTrip(der.name, text, float("inf"), False, f"{where}: the printed formula does not parse back "
+                                                               f"({exc})")
+    zero = parsed == 0 and der.formula.is_ZeroMatrix  # a zero matrix prints as 0
+    symbolic = parsed == der.formula or bool(zero)
+    worst, backend = 0.0, NumpyBackend()
+    try:
+        size_list = distinct_sizes(der, sizes)
+    except ValueError as exc:
+        return RoundTrip(der.name, text, float("inf"), symbolic, f"{where}: {exc}")
+    for k, dims in enumerate(size_list):
+        sampler = InstanceSampler(dims, definitions=target.definitions, scalars=target.scalars)
+        rng = np.random.default_rng([seed, k])
+        env = sampler.sample(rng, free_symbols(der.formula, parsed), backend)
+        try:
+            want = np.asarray(evaluate(der.formula, env, backend, dims), dtype=np.float64)
+            got = np.asarray(evaluate(parsed, env, backend, dims), dtype=np.float64)
+        except (EvaluationError, ValueError, TypeError) as exc:
+            return RoundTrip(der.name, text, float("inf"), symbolic, f"{where}: {text!r} does not evaluate ({exc})")
+        if zero:
+            got = np.zeros_like(want)
+        if got.shape != want.shape:
+            return RoundTrip(der.name, text, float("inf"), symbolic,
+                             f"{where}: {text!r} has shape {got.shape}, the checked formula {want.shape}")
+        error = float(np.max(np.abs(got - want), initial=0.0) / max(1.0, float(np.max(np.abs(want), initial=0.0))))
+        worst = max(worst, error) if np.isfinite(error) else float("inf")
+    if not worst <= TOLERANCE:
+        return RoundTrip(der.name, text, worst, symbolic, f"{where}: {text!r} reads back as {parsed}, which differs "
+                                                          f"from the checked formula {der.formula} by {worst:.1e}")
+    return RoundTrip(der.name, text, worst, symbolic)
+
+
+def round_trips(rule_module, seed: int = 0) -> list[RoundTrip]:
+    """:func:`round_trip` of every derivation of a rule module (``registry.rule_module(name)``)."""
+    return [round_trip(der, rule_module.name, seed) for der in rule_module.derivations()]
+
+
+__all__ = ["TOLERANCE", "RoundTrip", "round_trip", "round_trips"]
