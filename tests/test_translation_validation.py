@@ -7,6 +7,8 @@ dimensions distinct and compares with the derivation's formula evaluated by the 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from derivations import regenerate, registry
@@ -120,3 +122,14 @@ def test_regenerate_refuses_a_planted_printer_bug_and_writes_nothing(monkeypatch
     with pytest.raises(regenerate.Refused, match="halfsplit: jax function halfsplit_qk"):
         regenerate.regenerate(("halfsplit",), tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_cached_validation_never_hides_a_changed_formula(validated):
+    """The same printed text against other formulas (dW_Q and dW_K swapped) is validated afresh, and fails."""
+    module = registry.rule_module("halfsplit")
+    text = render(module, "numpy")
+    assert not _messages(validate_source(text, module.functions(), module.scalars, "numpy", "halfsplit"))
+    functions = [dataclasses.replace(fn, outputs=fn.outputs[::-1]) if fn.name == "halfsplit_qk" else fn
+                 for fn in module.functions()]
+    wrong = _messages(validate_source(text, functions, module.scalars, "numpy", "halfsplit"))
+    assert wrong and all("halfsplit_qk" in m for m in wrong)

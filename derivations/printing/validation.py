@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 import scipy.linalg
-from sympy import Symbol, preorder_traversal
+from sympy import Symbol, preorder_traversal, srepr
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations.engine.evaluate import InstanceSampler, free_symbols
@@ -69,9 +69,22 @@ def validate_source(text: str, functions: list, scalars: dict, target: str, rule
                     sizes: int = SIZES) -> list[Validation]:
     """:func:`validate_functions` on the printed module ``text`` (``target``: ``"jax"`` or ``"numpy"``); the JAX
     code runs in float64 (``jax.enable_x64``) whatever the process's setting."""
-    module = load_source(text, f"validated_{rule}_{target}")
-    with jax.enable_x64(True):
-        return validate_functions(module, functions, scalars, target, rule, seed, sizes)
+    key = (text, target, rule, seed, sizes, repr(sorted((str(k), v) for k, v in scalars.items())),
+           tuple((fn.name, srepr(tuple(fn.inputs)), repr(sorted((str(k), v) for k, v in fn.extra_scalars.items())),
+                  repr(fn.shape_spec), tuple((out, srepr(der.formula)) for out, der in fn.outputs))
+                 for fn in functions))
+    if key not in _VALIDATED:
+        module = load_source(text, f"validated_{rule}_{target}")
+        with jax.enable_x64(True):
+            _VALIDATED[key] = validate_functions(module, functions, scalars, target, rule, seed, sizes)
+        while len(_VALIDATED) > 64:
+            _VALIDATED.pop(next(iter(_VALIDATED)))
+    return list(_VALIDATED[key])
+
+
+#: results of :func:`validate_source` by what decides them (the printed text, the formulas, the scalars):
+#: ``--check`` and ``--emit`` of the same rule in one process validate once
+_VALIDATED: dict = {}
 
 
 def _sources(fn) -> list:
