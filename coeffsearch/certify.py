@@ -68,17 +68,28 @@ def decimal_up(x, digits: int) -> str:
 
 
 def _decimal(x, digits, direction):
-    with mpmath.workprec(iv.prec + 40):
+    """The nearest ``digits``-digit decimal, moved one unit outward when it lies on the wrong side of
+    ``x``; the side is decided exactly (the decimal and the binary ``x`` compared as rationals)."""
+    with mpmath.workprec(max(iv.prec, mpmath.mp.prec) + 40):
         x = mpmath.mpf(x)
+        exact = _fraction(x)
         s = mpmath.nstr(x, digits, min_fixed=-4, max_fixed=6)
-        v = mpmath.mpf(s)
-        if (v - x) * direction >= 0:
+        if (Fraction(s) - exact) * direction >= 0:
             return s
-        if x == 0:
-            return "0"
         exp = int(mpmath.floor(mpmath.log10(abs(x))))
-        step = mpmath.mpf(10) ** (exp - digits + 1)
-        return mpmath.nstr(v + direction * step, digits + 1, min_fixed=-4, max_fixed=6)
+        step = Fraction(10) ** (exp - digits + 1)
+        for k in range(1, 4):  # one unit of the last digit suffices; the loop only guards nstr's rounding
+            moved = Fraction(s) + direction * k * step
+            t = mpmath.nstr(mpmath.mpf(moved.numerator) / moved.denominator, digits + 1, min_fixed=-4, max_fixed=6)
+            if (Fraction(t) - exact) * direction >= 0:
+                return t
+        raise CertificateError(f"no outward decimal found for {x}")  # unreachable
+
+
+def _fraction(x) -> Fraction:
+    """The exact rational value of a binary ``mpf``."""
+    man, exp = mpmath.mpf(x).man_exp
+    return Fraction(int(man)) * Fraction(2) ** int(exp)
 
 
 def _from_arb(x) -> mpmath.mpf:
@@ -161,6 +172,12 @@ def propagate(steps, lo, hi):
         rows.append({"step": i + 1, "input": (lo, hi), "critical_points": used, "output": (a, b)})
         lo, hi = a, b
     return rows
+
+
+def _worst(band) -> mpmath.mpf:
+    """Upper end of the enclosure of ``max |1 − x|`` over ``x ∈ [band[0], band[1]]`` (``iv``, outward at
+    ``iv.prec``; a subtraction in mpmath's default 53-bit context would round it to nearest, possibly down)."""
+    return max(_exact(abs(1 - iv.mpf(band[0])).b), _exact(abs(iv.mpf(band[1]) - 1).b))
 
 
 def overshoot_limit(coeffs_list, lower, start, iterations: int = 40):
@@ -336,7 +353,7 @@ def certify(steps, lower, upper=1, name: str = "", prec: int = DEFAULT_PREC, dig
         below = propagate(cs, mpmath.mpf(0), lower)
         u_max = overshoot_limit(cs, lower, upper)
         band = rows[-1]["output"]
-        worst = max(abs(1 - band[0]), abs(1 - band[1]))
+        worst = _worst(band)
         def fmt(ab):
             return [decimal_down(ab[0], digits), decimal_up(ab[1], digits)]
         return Certificate(
@@ -383,9 +400,94 @@ def _check_name(cert: Certificate):
                                f"than the stated ones")
 
 
+RECHECK_PREC = 300  # bits: the independent re-check's precision (certificates are made at DEFAULT_PREC = 200)
+
+
+def _power_eval(coeffs, x):
+    """``Σ_j c_j x^{2j+1}`` by explicit powers summed from the highest degree (another order than
+    :func:`odd_eval`'s Horner scheme, so one evaluation's mistake is not repeated by the other)."""
+    terms = [c * x ** (2 * j + 1) for j, c in enumerate(coeffs)]
+    acc = terms[-1]
+    for t in reversed(terms[:-1]):
+        acc = acc + t
+    return acc
+
+
+def _mean_value_eval(coeffs, x):
+    """``p(X) ⊆ p(m) + p'(X)(X − m)`` (``m`` the midpoint of ``X``): the mean-value form, whose width near a
+    critical point is ``O(w²)`` where a direct evaluation's is ``O(w)``."""
+    m = _exact((_exact(x.a) + _exact(x.b)) / 2)
+    slope = sum((c * (2 * j + 1) * x ** (2 * j) for j, c in enumerate(coeffs)), iv.mpf(0))  # p'(X)
+    return _power_eval(coeffs, iv.mpf(m)) + slope * (x - m)
+
+
+def _independent_image(coeffs, critical, lo, hi):
+    """Enclosure of ``p([lo, hi])``: :func:`_power_eval` at the endpoints, :func:`_mean_value_eval` over the
+    critical points inside."""
+    values = [_power_eval(coeffs, iv.mpf(lo)), _power_eval(coeffs, iv.mpf(hi))]
+    for x in critical:
+        if x.b >= lo and x.a <= hi:
+            values.append(_mean_value_eval(coeffs, iv.mpf([max(_exact(x.a), lo), min(_exact(x.b), hi)])))
+    return min(_exact(v.a) for v in values), max(_exact(v.b) for v in values)
+
+
+def check_upper_bounds(cert: Certificate, prec: int = RECHECK_PREC) -> list:
+    """Every printed bound of ``cert`` against an independent enclosure: ``prec`` bits, powers instead of
+    Horner, the stated interval propagated afresh. A printed interval must contain the enclosure (its lower
+    end ``≤``, its upper end ``≥``), the worst error must be ``≥`` the enclosure of ``max |1 − x|`` over the
+    final image, and ``[l, u_max]`` must map into ``(0, 1.5]``. Returns one line per bound not proven (empty:
+    every printed digit is on the safe side)."""
+    problems = []
+
+    def contains(stated, a, b, where):
+        if Fraction(stated[0]) > _fraction(a):
+            problems.append(f"{where}: stated lower bound {stated[0]} is above the {prec}-bit enclosure "
+                            f"{mpmath.nstr(a, 25)}")
+        if Fraction(stated[1]) < _fraction(b):
+            problems.append(f"{where}: stated upper bound {stated[1]} is below the {prec}-bit enclosure "
+                            f"{mpmath.nstr(b, 25)}")
+
+    with iv_precision(prec), mpmath.workprec(prec):
+        steps = [([iv.mpf(c) for c in step], [iv.sqrt(iv.mpf([a, b])) for a, b in _critical_ys(tuple(step), prec)])
+                 for step in cert.schedule]
+        lo, hi = _exact(iv.mpf(cert.interval[0]).a), _exact(iv.mpf(cert.interval[1]).b)
+        a, b = lo, hi
+        if len(cert.steps) != len(steps):
+            return [f"field 'steps': {len(cert.steps)} step images for {len(steps)} steps"]
+        for i, ((coeffs, critical), row) in enumerate(zip(steps, cert.steps, strict=True)):
+            contains(row["input"], a, b, f"step {i + 1} input")
+            for x in critical:
+                if x.a > a and x.b < b and not any(Fraction(p[0]) <= _fraction(x.a) and _fraction(x.b) <= Fraction(p[1])
+                                                   for p in row["critical_points"]):
+                    problems.append(f"step {i + 1}: the critical point near {mpmath.nstr(x.a, 20)} is in no stated "
+                                    f"enclosure")
+            a, b = _independent_image(coeffs, critical, a, b)
+            contains(row["output"], a, b, f"step {i + 1} output")
+        contains(cert.band, a, b, "field 'band'")
+        worst = max(_exact(abs(iv.mpf(a) - 1).b), _exact(abs(iv.mpf(b) - 1).b))
+        if Fraction(cert.worst_error) < _fraction(worst):
+            problems.append(f"field 'worst_error': stated {cert.worst_error} is below the {prec}-bit enclosure of "
+                            f"max |1 - p|, {mpmath.nstr(worst, 25)}: not an upper bound")
+        a, b = mpmath.mpf(0), lo
+        for coeffs, critical in steps:
+            a, b = _independent_image(coeffs, critical, a, b)
+        contains(cert.below_lower["output"], a, b, "field 'below_lower/output'")
+        u_max = cert.overshoot.get("u_max")
+        if u_max is not None:
+            a, b = lo, _exact(iv.mpf(u_max).b)
+            for coeffs, critical in steps:
+                a, b = _independent_image(coeffs, critical, a, b)
+            if not (a > 0 and b <= BOUNDED):
+                problems.append(f"field 'overshoot/u_max': the {prec}-bit image of [lower, {u_max}] is "
+                                f"[{mpmath.nstr(a, 12)}, {mpmath.nstr(b, 12)}], not inside (0, {BOUNDED}]")
+    return problems
+
+
 def recheck(cert, source: str = "certificate") -> Certificate:
-    """Recompute a certificate from its schedule, interval, precision and digits; raise
-    :class:`CertificateError` unless every stated field equals the recomputed one (fail closed).
+    """Recompute a certificate from its schedule, interval, precision and digits, then check every printed
+    bound against an independent enclosure (:func:`check_upper_bounds`: 300 bits, another evaluation
+    order); raise :class:`CertificateError` on any stated field that differs from the recomputed one or a
+    bound the independent enclosure does not prove (fail closed).
 
     ``cert``: a :class:`Certificate`, its JSON text or the parsed object (malformed input raises
     :class:`CertificateFormatError`).
@@ -409,4 +511,8 @@ def recheck(cert, source: str = "certificate") -> Certificate:
         more = (f" ({len(diffs) - 1} more difference(s)" + (f", in {', '.join(others)}" if others else "") + ")"
                 if len(diffs) > 1 else "")
         raise CertificateError(f"{label}: stated {json.dumps(old)} but the recomputation gives {json.dumps(new)}{more}")
+    problems = check_upper_bounds(cert)  # the recomputation agrees; now prove its bounds independently
+    if problems:
+        more = f" ({len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise CertificateError(f"{problems[0]}{more}")
     return fresh

@@ -150,7 +150,7 @@ def point_text(x: float) -> str:
     return repr(float(x))
 
 
-def prove(steps, positions, model, points, prec: int = PRECISION_BITS) -> dict:
+def prove(steps, positions, model, points, prec: int = PRECISION_BITS, digits: int = DIGITS) -> dict:
     """The bounds of the model on the partition ``points`` (decimal strings, each piece enclosed outward),
     proven with ``iv``: ``{"max_abs_q", "deviation", "final_image"}`` with where each is attained."""
     flags = positions_to_flags(positions, len(steps))
@@ -178,11 +178,11 @@ def prove(steps, positions, model, points, prec: int = PRECISION_BITS) -> dict:
                 raise RestartError(f"piece [{a}, {b}] straddles the lower end {lower_text} of bound (b)")
             lo_b, hi_b = mpmath.mpf(x_t.a), mpmath.mpf(x_t.b)
             image = (lo_b, hi_b) if image is None else (min(image[0], lo_b), max(image[1], hi_b))
-        return {"max_abs_q": {"bound": decimal_up(q_best[0], DIGITS), "sigma": list(q_best[1]),
+        return {"max_abs_q": {"bound": decimal_up(q_best[0], digits), "sigma": list(q_best[1]),
                               "step": int(q_best[2]) + 1},
-                "deviation": {"bound": decimal_up(dev_best[0], DIGITS) if dev_best else "0",
+                "deviation": {"bound": decimal_up(dev_best[0], digits) if dev_best else "0",
                               "sigma": list(dev_best[1]) if dev_best else None},
-                "final_image": [decimal_down(image[0], DIGITS), decimal_up(image[1], DIGITS)]}
+                "final_image": [decimal_down(image[0], digits), decimal_up(image[1], digits)]}
 
 
 def failures(bounds: dict, model) -> list:

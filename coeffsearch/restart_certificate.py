@@ -11,6 +11,7 @@ recomputes the partition and the proof from the stated inputs and rejects any di
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 
 import jsonschema
 import mpmath
@@ -137,10 +138,35 @@ def parse(data, source: str = "certificate") -> dict:
     return data
 
 
+RECHECK_PREC = 300  # bits: the independent re-check (certificates are proven at PRECISION_BITS = 64)
+
+
+def check_upper_bounds(cert: dict, prec: int = RECHECK_PREC) -> list:
+    """The stated bounds against the proof redone on the stated partition at ``prec`` bits, printed to 40
+    digits: (a) and (b) must be ``≥`` their enclosures and the final image must contain its enclosure. One
+    line per bound not proven (empty: every printed digit is on the safe side)."""
+    model = Model(cert["dtype"], cert["growth"], cert["lower"])
+    positions = check_positions(cert["restarts"], len(cert["schedule"]))
+    texts = tuple(tuple(str(c) for c in s) for s in cert["schedule"])
+    _check_partition(cert["partition"], model.lower)
+    fresh = prove([make_step(s) for s in texts], positions, model, cert["partition"], prec, digits=40)
+    out = []
+    for key, label in (("max_abs_q", "bound (a) max |Q|"), ("deviation", "bound (b) max |x_T - 1|")):
+        if Fraction(cert[key]["bound"]) < Fraction(fresh[key]["bound"]):
+            out.append(f"field '{key}/bound': stated {cert[key]['bound']} is below the {prec}-bit enclosure of "
+                       f"{label}, {fresh[key]['bound']}: not an upper bound")
+    (lo, hi), (lo_f, hi_f) = cert["final_image"], fresh["final_image"]
+    if Fraction(lo) > Fraction(lo_f) or Fraction(hi) < Fraction(hi_f):
+        out.append(f"field 'final_image': stated [{lo}, {hi}] does not contain the {prec}-bit enclosure "
+                   f"[{lo_f}, {hi_f}]")
+    return out
+
+
 def recheck(data, source: str = "certificate") -> dict:
     """Recompute a restart certificate from its inputs (schedule, dtype, growth, lower end, positions,
-    precision): the partition, then the proof; :class:`CertificateError` unless every stated field equals
-    the recomputation."""
+    precision): the partition, then the proof; then check the stated bounds against an independent proof at
+    300 bits (:func:`check_upper_bounds`). :class:`CertificateError` unless every stated field equals the
+    recomputation and every bound is proven by the independent one."""
     cert = parse(data, source)
     name = cert["name"]
     published = registry.get(name).published if name in registry.names() else None
@@ -161,6 +187,9 @@ def recheck(data, source: str = "certificate") -> dict:
         more = f" ({len(diffs) - 1} more difference(s))" if len(diffs) > 1 else ""
         raise CertificateError(f"field '{where}': stated {json.dumps(old)} but the recomputation gives "
                                f"{json.dumps(new)}{more}")
+    problems = check_upper_bounds(cert)  # the recomputation agrees; now prove its bounds independently
+    if problems:
+        raise CertificateError(problems[0] + (f" ({len(problems) - 1} more)" if len(problems) > 1 else ""))
     return fresh
 
 
