@@ -58,6 +58,9 @@ class Source:
     arguments: Mapping[str, Any] | None = None
     lower: str | None = None
     note: str = ""
+    #: a work credited for the numbers whose text could not be reached: it is named, never cited, and the
+    #: registry's description must say so ("not reached")
+    unreached: str = ""
 
     def expected(self) -> list[list[Fraction]]:
         """The printed steps as exact rationals, repeated as the registry applies them."""
@@ -268,8 +271,8 @@ SOURCES: dict[str, Provenance] = {p.name: p for p in (
               _recomputed({"lower": "1e-3", "steps": 5, "cushion": "0.02", "safety": "0.02"}, "1e-13"))),
     Provenance("polar-express", Source(
         f"{_AMSEL}, Appendix code optimal_composition(l, num_iters, cushion=0.02407327424182761) with l = 1e-3 "
-        "(u = 1), and Algorithm 1, coeffs_list: the 8 tuples as printed ('subsequent coeffs equal this "
-        "numerically')", _PE_PRINTED,
+        "(u = 1), and Algorithm 1, coeffs_list: all 8 tuples printed in full (float64 digits; 'subsequent coeffs "
+        "equal this numerically' after the 8th)", _PE_PRINTED,
         "recipe: greedy_schedule(lower=1e-3, steps=8, cushion=0.02407327424182761), no safety factor (Algorithm 1 "
         "divides coefficient j of every tuple but the last by 1.01^(2j+1) at run time; the registry stores the "
         "undivided tuples)", arguments={"lower": "1e-3", "steps": 8, "cushion": "0.02407327424182761"},
@@ -278,16 +281,17 @@ SOURCES: dict[str, Provenance] = {p.name: p for p in (
         "tuple 7, which the paper's float64 Remez computed on an interval of relative width about 1e-6",
         _digits_agree({7: "1e-10"}, "1e-14"))),
     Provenance("cans", Source(
-        "Grishina, Smirnov, Rakhuba 2025, CANS, arXiv:2506.10935; the 5 tuples to 4 decimals as shipped by "
-        "NVIDIA-NeMo/Emerging-Optimizers, emerging_optimizers/orthogonalized_optimizers/muon_utils.py, "
-        "_COEFFICIENT_SETS['cans'] (citing the paper and github.com/GrishKate/accelerating_orthogonalization, "
-        "polynomials.py)", (
+        "code, not a paper: NVIDIA-NeMo/Emerging-Optimizers, emerging_optimizers/orthogonalized_optimizers/"
+        "muon_utils.py, _COEFFICIENT_SETS['cans']: the 5 tuples to 4 decimals, credited there to the CANS paper "
+        "and github.com/GrishKate/accelerating_orthogonalization, polynomials.py", (
             ("8.4703", "-25.1081", "18.6293"), ("4.1828", "-3.1087", "0.5806"), ("3.9619", "-2.9541", "0.5630"),
             ("3.2866", "-2.4647", "0.5074"), ("2.2737", "-1.6447", "0.4162")),
         "recipe: greedy_schedule(lower=1e-3, steps=5), no cushion or safety factor",
         arguments={"lower": "1e-3", "steps": 5}, lower="1e-3",
-        note="the paper's own table was not available to this check; l = 1e-3 is the reading under which the "
-             "printed 4-decimal tuples are reproduced"), Claim(
+        note="the digits are taken from NeMo's code; the CANS paper's own table was not reached, so it is not "
+             "cited for them, and l = 1e-3 with no cushion or safety factor is this project's reading under which "
+             "NeMo's 4-decimal tuples are reproduced, not a setting read from the paper",
+        unreached="Grishina, Smirnov, Rakhuba 2025, CANS (the paper's coefficient table)"), Claim(
         "each computed coefficient, rounded to 4 decimals, is the printed one", _rounds_to(4))),
     Provenance("you", Source(
         "You Jiacheng 2025, x.com/YouJiacheng/status/1893704552689303901 and gist YouJiacheng/"
@@ -315,6 +319,21 @@ SOURCES: dict[str, Provenance] = {p.name: p for p in (
 )}
 
 
+def _description_mismatches(schedule: Schedule, src: Source) -> list[str]:
+    """The registry's description against the record: a recipe that reproduces a printed table says it
+    reproduces all of it ("all N"), and a credited work that was not reached is said to be not reached
+    rather than cited."""
+    out, text = [], " ".join(schedule.source.split())
+    where = f"schedule {schedule.name!r}"
+    if src.arguments is not None and src.printed and f"all {len(src.printed)}" not in text:
+        out.append(f"{where}: its description must say that it reproduces all {len(src.printed)} printed tuples "
+                   f"of its source (got {text[:100]!r} …)")
+    if src.unreached and "not reached" not in text:
+        out.append(f"{where}: its description must say that {src.unreached} was not reached (the digits come from "
+                   f"{src.citation[:60]} …), not cite it")
+    return out
+
+
 def mismatches(schedule: Schedule) -> list[str]:
     """(a): the shipped numbers against the printed ones, exactly; one line per difference, each naming the
     schedule and the coefficient (or recipe argument). A schedule with no record is one line."""
@@ -324,6 +343,7 @@ def mismatches(schedule: Schedule) -> list[str]:
                 f"add its source, the digits as printed and a property the source states"]
     src, out = record.source, []
     where = f"schedule {schedule.name!r}"
+    out += _description_mismatches(schedule, src)
     if src.lower is not None and (schedule.lower is None or exact(str(schedule.lower)) != exact(src.lower)):
         out.append(f"{where}: design lower bound {schedule.lower} differs from its source's {src.lower}")
     if src.arguments is not None:

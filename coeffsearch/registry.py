@@ -216,14 +216,16 @@ register(Schedule(
 register(Schedule(
     "polar-express", None,
     "Amsel, Persson, Musco, Gower 2025 (Polar Express), greedy minimax: l = 1e-3, 8 steps, "
-    "cushion 0.02407327424182761, no safety factor (computed here; reproduces the 8 tuples of the paper's Algorithm 1, "
-    "checked in coeffsearch.provenance)",
+    "cushion 0.02407327424182761, no safety factor; the paper's Algorithm 1 prints all 8 tuples in full "
+    "(computed here, reproducing all 8 printed tuples, checked in coeffsearch.provenance; Algorithm 1 also "
+    "divides by a safety factor 1.01 at run time, which the registry does not)",
     lower=1e-3, recipe=Recipe({"lower": "1e-3", "steps": 8, "cushion": "0.02407327424182761"})))
 register(Schedule(
     "cans", None,
-    "Grishina, Smirnov, Rakhuba 2025 (CANS), greedy minimax with no cushion or safety: l = 1e-3, "
-    "5 steps (computed here; its 5 tuples round to the 4-decimal digits published for CANS, checked in "
-    "coeffsearch.provenance)",
+    "CANS coefficients as shipped in code by NVIDIA-NeMo/Emerging-Optimizers (5 tuples, 4 decimals), which "
+    "credits Grishina, Smirnov, Rakhuba 2025; that paper's table was not reached and is not cited. Computed here "
+    "as the greedy minimax with l = 1e-3, 5 steps, no cushion or safety (this project's reading), whose tuples "
+    "rounded to 4 decimals are all 5 of NeMo's (checked in coeffsearch.provenance)",
     lower=1e-3, recipe=Recipe({"lower": "1e-3", "steps": 5})))
 
 DEFAULT = "polar-express-5"
