@@ -25,9 +25,11 @@ refused); every emitted rule function and the optimizer take ``msign="gram_newto
 as data, by default one restart after iteration 2, the published choice) or ``msign="auto"``, which picks the
 Gram form exactly when the cost difference above, ``(T − K − 1)(4n²m − 6n³)``, is negative for fewer than
 ``T − 1`` restarts, i.e. when the long side exceeds 1.5 × the short side
-(:mod:`numerics.kernels.jax_spectral_sign`). The default restart is certified for float32 only:
-``python -m coeffsearch restarts polar-express-5 --dtype bfloat16`` finds no certified position under its
-rounding model, so the standard iteration stays the default.
+(:mod:`numerics.kernels.jax_spectral_sign`). Default restarts are certified per dtype
+(``certified_restarts``): for ``polar-express-5`` after iteration 2 in float32, after 1 and 3 in float16,
+and none in bfloat16 (``python -m coeffsearch restarts polar-express-5 --dtype bfloat16`` finds no certified
+positions under its rounding model), where ``"auto"`` runs the standard iteration. The standard iteration
+stays the optimizer's default.
 """
 
 from __future__ import annotations

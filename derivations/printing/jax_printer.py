@@ -58,7 +58,8 @@ KERNELS = (jax_exact_scaling.compute_dtype, jax_lapack_calls.lapack_guard, jax_e
            jax_msign.msign_svd, jax_msign.schedule_array, jax_msign.newton_schulz, jax_msign._newton_schulz_oriented,
            gram_newton_schulz.restart_flags, gram_newton_schulz.gram_newton_schulz,
            gram_newton_schulz.gram_newton_schulz_oriented, jax_spectral_sign.default_restarts,
-           jax_spectral_sign.gram_chosen, jax_spectral_sign.gram_flags, jax_spectral_sign.spectral_sign,
+           jax_spectral_sign.gram_chosen, jax_spectral_sign.certified_restarts, jax_spectral_sign.msign_choice,
+           jax_spectral_sign.gram_flags, jax_spectral_sign.spectral_sign,
            jax_spectral_sign.spectral_sign_stacked, jax_output_checks.output_status,
            jax_output_checks.nan_unless, jax_output_checks.raise_if_not_finite, argcheck.check_scalar,
            argcheck.check_shapes, argcheck.check_group, jax_input_checks.check_schedule_length,
@@ -367,8 +368,9 @@ ARG_DOC = """Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), m
     form where its flop model is lower, i.e. long side > gram_aspect * short side), schedule
     (Newton–Schulz steps: a tuple of coefficient tuples or an array (steps, k+1), passed as data, so
     schedules of one shape share one compilation), restarts (the Gram form's restart positions s,
-    1 <= s <= steps - 1, passed as data; None: GRAM_RESTARTS within the schedule; certify positions
-    with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
+    1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
+    dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
+    is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
     (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
     passes its name and arguments, which errors then name). Returns the update(s) to add, in the
     input dtype.

@@ -15,6 +15,8 @@ from typing import Any, Literal
 import jax
 import optax
 
+from numerics.kernels.jax_spectral_sign import msign_choice
+
 from .groups import LoRAPlan
 from .head_axes import head_axes_dimension_numbers
 from .nonfinite import check_finite_gradients, skip_nonfinite_updates
@@ -24,6 +26,7 @@ from .options import (
     check_preconditioning,
     flag,
     momentum_dtype,
+    resolve_schedule,
 )
 from .pairs import Pairs, adamw_selector, named_leaves, pair_declaration, plan_pairs
 from .transform import (
@@ -77,13 +80,17 @@ def _layout(pair: Any) -> str:
 
 
 def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
-                   muon_weight_dimension_numbers: Any = None) -> str:
+                   muon_weight_dimension_numbers: Any = None, *, msign: str | None = None,
+                   ns_coeffs: Any = "polar-express-5", ns_steps: int = 5) -> str:
     """A table of what :func:`compositional_muon` does with every parameter: its pair and rule, Muon or AdamW.
 
     ``pairs``, ``adamw_params`` and ``muon_weight_dimension_numbers`` as given to the optimizer
     (``pairs="auto"`` by default, to see what automatic pairing finds). Each pair shows the layout it is read in:
     ``(x @ W)`` (the matrices stored in × out, as ``q = x @ W_Q`` and ``y = o @ W_O`` use them), ``(x @ Wᵀ)``
-    (out × in: PyTorch, equinox) or ``(head axes)`` (flax ``DenseGeneral`` kernels).
+    (out × in: PyTorch, equinox) or ``(head axes)`` (flax ``DenseGeneral`` kernels). With ``msign`` (and the
+    optimizer's ``ns_coeffs``, ``ns_steps``), each Muon matrix's line also says which iteration its ``msign``
+    runs and why (:func:`numerics.kernels.jax_spectral_sign.msign_choice`: ``"auto"`` runs Gram Newton–Schulz
+    only with restart positions certified for the matrix's dtype, else the standard iteration).
 
     Examples:
       >>> import jax.numpy as jnp
@@ -122,8 +129,11 @@ def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
     merged = head_axes_dimension_numbers(params) if muon_weight_dimension_numbers is None else {}
     width = max((len(n) for n in leaves), default=4)
     lines = [f"{'path':<{width}}  {'shape':<18}  role"]
+    schedule = resolve_schedule(ns_coeffs, ns_steps) if msign is not None else None
     for name, x in leaves.items():
         muon = "muon (head axes merged: one matrix)" if name in merged else "muon"
+        if schedule is not None and roles[name] == "cm" and name not in where and getattr(x, "ndim", 0) >= 2:
+            muon += f", msign {_msign_text(x, msign, schedule)}"
         role = where.get(name) or (muon if roles[name] == "cm" else
                                    "adamw (a bias)" if getattr(x, "ndim", 0) >= 2 and is_bias(name) else "adamw")
         lines.append(f"{name:<{width}}  {str(tuple(getattr(x, 'shape', ()))):<18}  {role}")
@@ -133,6 +143,16 @@ def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
                  + f"{sum(r == 'cm' for r in roles.values()) - len(plan.members)} Muon "
                  f"matrices, {sum(r == 'adam' for r in roles.values())} AdamW parameters")
     return "\n".join(lines)
+
+
+def _msign_text(x: Any, msign: str, schedule: Any) -> str:
+    """What ``msign`` runs on the matrix ``x`` (its last two axes, its dtype), in words."""
+    try:
+        kernel, restarts, why = msign_choice(x.shape, x.dtype, msign, schedule)
+    except ValueError as exc:
+        return f"{msign!r} refused: {exc}"
+    where = "" if kernel != "gram_newton_schulz" else f" (restarts after {', '.join(map(str, restarts)) or 'none'})"
+    return f"{msign!r} -> {kernel}{where}: {why}"
 
 
 def compositional_muon(
@@ -203,7 +223,9 @@ def compositional_muon(
         group's query (output) heads stacked row-wise. Both act on Q/K and O/V pairs only: LoRA pairs
         (whose ``B = 0`` start no ``GL(r)`` gauge balances) and MLA blocks are not gauged.
       msign: ``"newton_schulz"``, ``"svd"``, ``"gram_newton_schulz"`` (the same schedule on the Gram
-        matrix, default restarts) or ``"auto"`` (Gram where the flop model is lower). A Newton–Schulz
+        matrix, with the restart positions certified for the schedule in the matrix's dtype; refused where
+        none are) or ``"auto"`` (Gram where the flop model is lower and restarts are certified for the dtype,
+        else the standard iteration; :func:`describe_pairs` with ``msign=`` shows the choice). A Newton–Schulz
         ``ns_coeffs`` whose scalar iteration
         leaves ``[−100, 100]`` on ``[0, 1]`` (it diverges) is refused here.
       gram_roots: ``"eigh"`` (the emitted code's Gram roots).
