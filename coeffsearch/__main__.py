@@ -14,7 +14,14 @@ from tqdm import tqdm
 
 from coeffsearch import provenance, registry, restart_certificate, restart_model, restarts, validate_gram
 from coeffsearch.band import image, max_slope, narrowest_band
-from coeffsearch.certify import Certificate, CertificateError, CertificateFormatError, certify, recheck
+from coeffsearch.certify import (
+    RECHECK_PREC,
+    Certificate,
+    CertificateError,
+    CertificateFormatError,
+    certify,
+    recheck,
+)
 from coeffsearch.compare import compare_rows, format_compare, plot
 from coeffsearch.minimax import greedy_schedule
 from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleError
@@ -131,6 +138,10 @@ def parser() -> OneLineParser:
     c.add_argument("--lower", type=_positive, help="default: the schedule's design l, else 1e-3")
     c.add_argument("--upper", type=_positive, default=None, help="default 1")
     c.add_argument("--json", metavar="FILE", help="write the certificate")
+    c.add_argument("--recheck", action="store_true",
+                   help="SCHEDULE must be a certificate file (schedule or restart certificate): recompute every "
+                        "field and prove every printed bound again, independently, at 300 bits (100 above the "
+                        "certificate's precision); exit 1 on a difference or a bound too small")
 
     v = sub.add_parser("validate", help="run the schedule (JAX Newton–Schulz) on matrices with prescribed spectra; "
                                         "--gram: Gram Newton–Schulz on hostile spectra against certified bounds")
@@ -300,10 +311,16 @@ def _steps_for(steps, n):
 
 
 def cmd_certify(a: argparse.Namespace) -> int:
+    if a.recheck and (a.lower or a.upper or a.steps or a.json):
+        raise UsageError("argument --recheck: re-checks a certificate as stated; --lower, --upper, --steps and "
+                         "--json do not apply")
     restart_cert = restart_certificate.read_certificate(a.schedule)
     if restart_cert is not None:
         return recheck_restarts(a.schedule, restart_cert)
     name, steps, design_lower, raw = resolve(a.schedule)
+    if a.recheck and raw is None:
+        raise UsageError(f"argument --recheck: {a.schedule} is not a certificate file (python -m coeffsearch "
+                         f"certify SCHEDULE --json FILE, or restarts ... --json FILE, writes one)")
     if raw is not None and a.lower is None and a.steps is None:
         try:  # malformed: one line per bad field, exit 2; well-formed but wrong: FAILED, exit 1
             stated = Certificate.from_json(raw, f"certificate {a.schedule}")
@@ -315,7 +332,8 @@ def cmd_certify(a: argparse.Namespace) -> int:
             print(f"certificate {a.schedule}: FAILED: {exc}")
             return 1
         print(f"certificate {a.schedule}: re-checked, every stated field equals its recomputation "
-              f"({len(fresh.steps)} step images, band, worst error, (0, l] image, overshoot limit); "
+              f"({len(fresh.steps)} step images, band, worst error, (0, l] image, overshoot limit) and every "
+              f"printed bound contains its {max(RECHECK_PREC, fresh.precision_bits + 100)}-bit enclosure; "
               f"band {fresh.band}")
         return 0
     lower = a.lower or (repr(design_lower) if design_lower else "1e-3")
@@ -349,7 +367,8 @@ def recheck_restarts(path: str, data: dict) -> int:
     where = ", ".join(map(str, fresh["restarts"])) or "none"
     print(f"certificate {path}: re-checked, every stated field equals its recomputation ({fresh['name']}, "
           f"{fresh['dtype']}, restarts after {where}, {len(fresh['partition']) - 1} pieces): (a) max |Q| <= "
-          f"{fresh['max_abs_q']['bound']}, (b) max |x_T - 1| <= {fresh['deviation']['bound']}")
+          f"{fresh['max_abs_q']['bound']}, (b) max |x_T - 1| <= {fresh['deviation']['bound']}; both proven "
+          f"again at {max(restart_certificate.RECHECK_PREC, fresh['precision_bits'] + 100)} bits")
     return 0
 
 

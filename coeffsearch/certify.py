@@ -400,7 +400,7 @@ def _check_name(cert: Certificate):
                                f"than the stated ones")
 
 
-RECHECK_PREC = 300  # bits: the independent re-check's precision (certificates are made at DEFAULT_PREC = 200)
+RECHECK_PREC = 300  # bits: the independent re-check's precision, at least 100 bits above the certificate's
 
 
 def _power_eval(coeffs, x):
@@ -431,12 +431,13 @@ def _independent_image(coeffs, critical, lo, hi):
     return min(_exact(v.a) for v in values), max(_exact(v.b) for v in values)
 
 
-def check_upper_bounds(cert: Certificate, prec: int = RECHECK_PREC) -> list:
-    """Every printed bound of ``cert`` against an independent enclosure: ``prec`` bits, powers instead of
-    Horner, the stated interval propagated afresh. A printed interval must contain the enclosure (its lower
-    end ``≤``, its upper end ``≥``), the worst error must be ``≥`` the enclosure of ``max |1 − x|`` over the
-    final image, and ``[l, u_max]`` must map into ``(0, 1.5]``. Returns one line per bound not proven (empty:
-    every printed digit is on the safe side)."""
+def check_upper_bounds(cert: Certificate, prec: int | None = None) -> list:
+    """Every printed bound of ``cert`` against an independent enclosure: ``prec`` bits (default 300, or 100
+    above the certificate's), powers instead of Horner, the stated interval propagated afresh. A printed
+    interval must contain the enclosure (its lower end ``≤``, its upper end ``≥``), the worst error must be
+    ``≥`` the enclosure of ``max |1 − x|`` over the final image, and ``[l, u_max]`` must map into
+    ``(0, 1.5]``. Returns one line per bound not proven (empty: every printed digit is on the safe side)."""
+    prec = max(RECHECK_PREC, cert.precision_bits + 100) if prec is None else prec  # finer than the certificate
     problems = []
 
     def contains(stated, a, b, where):

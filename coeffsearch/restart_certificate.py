@@ -138,13 +138,15 @@ def parse(data, source: str = "certificate") -> dict:
     return data
 
 
-RECHECK_PREC = 300  # bits: the independent re-check (certificates are proven at PRECISION_BITS = 64)
+RECHECK_PREC = 300  # bits: the independent re-check, at least 100 bits above the certificate's
 
 
-def check_upper_bounds(cert: dict, prec: int = RECHECK_PREC) -> list:
-    """The stated bounds against the proof redone on the stated partition at ``prec`` bits, printed to 40
-    digits: (a) and (b) must be ``≥`` their enclosures and the final image must contain its enclosure. One
-    line per bound not proven (empty: every printed digit is on the safe side)."""
+def check_upper_bounds(cert: dict, prec: int | None = None) -> list:
+    """The stated bounds against the proof redone on the stated partition at ``prec`` bits (default 300, or
+    100 above the certificate's), printed to 40 digits: (a) and (b) must be ``≥`` their enclosures and the
+    final image must contain its enclosure. One line per bound not proven (empty: every printed digit is on
+    the safe side)."""
+    prec = max(RECHECK_PREC, cert["precision_bits"] + 100) if prec is None else prec  # finer than the certificate
     model = Model(cert["dtype"], cert["growth"], cert["lower"])
     positions = check_positions(cert["restarts"], len(cert["schedule"]))
     texts = tuple(tuple(str(c) for c in s) for s in cert["schedule"])

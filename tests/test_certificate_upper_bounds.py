@@ -125,6 +125,14 @@ def test_a_bound_tampered_just_past_its_true_value_is_caught(certificates, field
         recheck(bad)
 
 
+@pytest.mark.parametrize("prec, digits", [(53, 5), (400, 100)])
+def test_the_independent_check_is_finer_than_any_certificate(prec, digits):
+    # a 400-bit certificate printed to 100 digits is checked at 500 bits, not at a coarser 300
+    cert = certify(coeffsearch.get("muon").steps, "1e-3", "1.01", "muon", prec=prec, digits=digits)
+    assert check_upper_bounds(cert) == [] and recheck(cert) == cert
+    assert check_upper_bounds(cert, prec=300) != [] or prec < 300  # what a fixed 300 bits would refuse
+
+
 def test_decimal_rounding_direction_is_decided_exactly():
     # x one ulp (at 400 bits) above 0.1: a comparison rounded to nearest could take "0.1" as >= x
     with mpmath.workprec(400):
@@ -162,3 +170,45 @@ def test_restart_recheck_catches_bounds_rounded_down_by_the_prover(monkeypatch):
     chosen, _ = search("muon", coeffsearch.get("muon").steps, Model("float16"), restarts=1)
     with pytest.raises(CertificateError, match="not an upper bound|does not contain"):
         recheck_restarts(chosen.certificate)
+
+
+def _main(argv, capsys):
+    from coeffsearch.__main__ import main
+
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_recheck_accepts_a_certificate_and_names_the_enclosure(tmp_path, capsys, certificates):
+    path = tmp_path / "muon.json"
+    path.write_text(certificates["muon"].to_json())
+    code, out, _ = _main(["certify", "--recheck", str(path)], capsys)
+    assert code == 0 and "every printed bound contains its 300-bit enclosure" in out
+
+
+def test_cli_recheck_fails_a_certificate_from_a_certifier_that_rounds_down(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(certify_module, "_worst", _planted_53_bit_worst)
+    path = tmp_path / "muon.json"
+    path.write_text(certify(coeffsearch.get("muon").steps, "1e-3", "1", "muon").to_json())
+    code, out, _ = _main(["certify", "--recheck", str(path)], capsys)
+    assert code == 1 and "FAILED" in out and "not an upper bound" in out
+
+
+def test_cli_recheck_of_a_restart_certificate(tmp_path, capsys, restart_cert):
+    path = tmp_path / "restart.json"
+    path.write_text(json.dumps(restart_cert))
+    code, out, _ = _main(["certify", "--recheck", str(path)], capsys)
+    assert code == 0 and "proven again at 300 bits" in out
+    bad = copy.deepcopy(restart_cert)
+    bad["deviation"]["bound"] = mpmath.nstr(mpmath.mpf(bad["deviation"]["bound"]) * (1 - mpmath.mpf("1e-7")), 10)
+    path.write_text(json.dumps(bad))
+    code, out, _ = _main(["certify", "--recheck", str(path)], capsys)
+    assert code == 1 and "FAILED" in out
+
+
+@pytest.mark.parametrize("argv", [["certify", "--recheck", "muon"],
+                                  ["certify", "--recheck", "--lower", "1e-2", "muon"]])
+def test_cli_recheck_of_what_is_not_a_certificate_is_one_line_exit_2(capsys, argv):
+    code, out, err = _main(argv, capsys)
+    assert code == 2 and "--recheck" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
