@@ -87,8 +87,8 @@ def _decimal(x, digits, direction):
 
 
 def _fraction(x) -> Fraction:
-    """The exact rational value of a binary ``mpf``."""
-    man, exp = mpmath.mpf(x).man_exp
+    """The exact rational value of a binary ``mpf`` (not rounded to the working precision first)."""
+    man, exp = (x if isinstance(x, mpmath.mpf) else _exact(x)).man_exp
     return Fraction(int(man)) * Fraction(2) ** int(exp)
 
 

@@ -26,7 +26,7 @@ FOUR = ("cubic", "muon", "quintic", "you")  # the schedules whose printed worst 
 
 
 def _fraction(x):
-    man, exp = mpmath.mpf(x).man_exp
+    man, exp = (x if isinstance(x, mpmath.mpf) else mpmath.mpf(x)).man_exp  # mpmath.mpf(x) would round x
     return Fraction(int(man)) * Fraction(2) ** int(exp)
 
 
