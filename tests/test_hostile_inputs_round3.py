@@ -321,3 +321,84 @@ def test_a_malformed_certificate_is_one_line(tmp_path, capsys):
     assert coeffsearch_main.main(["certify", str(path)]) == 2
     err = _one_error_line(capsys, "coeffsearch")
     assert "more bad field(s)" in err
+
+
+# ---- complex gradients for real parameters -------------------------------------------------------------------------
+def _cm_model():
+    import jax.numpy as jnp
+    import numpy as np
+
+    from numerics.optimizer import OVPair, QKPair, compositional_muon
+
+    d, h, dh = 8, 2, 2
+    rng = np.random.default_rng(0)
+    arr = lambda *s: jnp.asarray(rng.standard_normal(s), jnp.float32)  # noqa: E731
+    params = {"attn": {"wq": arr(d, h * dh), "wk": arr(d, h * dh), "wo": arr(d, h * dh), "wv": arr(h * dh, d)},
+              "blocks": [{"mlp": arr(d, 2 * d), "bias": arr(d)}], "emb": arr(5, d)}
+    opt = compositional_muon(0.01, pairs=lambda p: [QKPair("attn/wq", "attn/wk", h), OVPair("attn/wo", "attn/wv", h)],
+                             adamw_params=lambda path, x: path == "emb")
+    grads = {"attn": {k: arr(*v.shape) for k, v in params["attn"].items()},
+             "blocks": [{"mlp": arr(d, 2 * d), "bias": arr(d)}], "emb": arr(5, d)}
+    return opt, params, grads
+
+
+def _with_complex(grads, path):
+    import jax
+
+    def swap(p, g):
+        return g * (1 + 1j) if jax.tree_util.keystr(p) == path else g
+    return jax.tree_util.tree_map_with_path(swap, grads)
+
+
+@pytest.fixture(scope="module")
+def cm_model():
+    return _cm_model()
+
+
+LEAVES = {"['attn']['wq']": "attn/wq", "['blocks'][0]['mlp']": "blocks/0/mlp",
+          "['blocks'][0]['bias']": "blocks/0/bias", "['emb']": "emb"}
+
+
+@pytest.mark.parametrize("how", ["eager", "jit", "checked_jit"])
+@pytest.mark.parametrize("leaf", list(LEAVES))
+def test_a_complex_gradient_for_a_real_parameter_is_refused_naming_it(cm_model, leaf, how):
+    """A pair member, a Muon matrix inside a list, a bias and an AdamW leaf: one TypeError naming the path,
+    eagerly and while tracing (jax.jit, checked_jit)."""
+    import jax
+
+    from numerics.optimizer import checked_jit
+
+    opt, params, grads = cm_model
+    update = {"eager": opt.update, "jit": jax.jit(opt.update), "checked_jit": checked_jit(opt.update)}[how]
+    with pytest.raises(TypeError, match=rf"the gradient of '{LEAVES[leaf]}' is complex64 but the parameter is "
+                                        r"float32: a real parameter takes a real gradient"):
+        update(_with_complex(grads, leaf), opt.init(params), params)
+
+
+def test_without_the_check_a_complex_gradient_is_cast_silently(cm_model, monkeypatch):
+    """The planted mistake: with the check switched off, a complex Muon gradient and a complex AdamW gradient
+    are taken with no error, and the parameters stay real (the imaginary part dropped or mixed in)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from numerics.optimizer import options
+
+    opt, params, grads = cm_model
+    monkeypatch.setattr(options, "check_real_gradients", lambda gradients, params: None)
+    g = _with_complex(_with_complex(grads, "['blocks'][0]['mlp']"), "['emb']")
+    with pytest.warns(DeprecationWarning, match="Casting from complex to real"):
+        updates, _ = opt.update(g, opt.init(params), params)
+    new = optax.apply_updates(params, updates)
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(new))
+
+
+def test_a_complex_parameter_for_adamw_still_takes_a_complex_gradient():
+    import jax.numpy as jnp
+
+    from numerics.optimizer.options import check_real_gradients
+
+    z = jnp.ones((2, 2), jnp.complex64)
+    check_real_gradients({"z": z}, {"z": z})  # no error
+    with pytest.raises(TypeError, match="'w'"):
+        check_real_gradients({"w": z}, {"w": jnp.ones((2, 2), jnp.float32)})

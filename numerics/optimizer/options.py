@@ -374,11 +374,13 @@ def check_damping_range(plan: Plan, params: Any, damping: float) -> None:
 
 
 def check_gradients_match(updates: Any, params: Any) -> None:
-    """Refuse gradients whose pytree differs from the params', naming the first missing or extra leaf."""
+    """Refuse gradients whose pytree differs from the params', naming the first missing or extra leaf, and a
+    complex gradient for a real parameter wherever it sits (:func:`check_real_gradients`)."""
     if params is None:
         return
     have, want = named_leaves(updates), named_leaves(params)  # also refuses unorderable dict keys
     if jax.tree.structure(updates) == jax.tree.structure(params):
+        check_real_gradients(have, want)
         return
     missing, extra = [n for n in want if n not in have], [n for n in have if n not in want]
     where = "compositional_muon.update: the gradients do not match the params"
@@ -391,3 +393,19 @@ def check_gradients_match(updates: Any, params: Any) -> None:
                          + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
     raise ValueError(f"{where}: the same leaves in different containers, "
                      f"{str(jax.tree.structure(updates))[:200]} and {str(jax.tree.structure(params))[:200]}")
+
+
+def check_real_gradients(gradients: dict, params: dict) -> None:
+    """Refuse a complex gradient for a real parameter, naming the parameter's path: the first of ``{path:
+    array}`` whose gradient is complex while its parameter is not (a pair member, a Muon matrix, a bias or an
+    AdamW leaf alike). Casting it would be silent and wrong: Muon's ``astype`` drops the imaginary part, AdamW's
+    second moment ``g·g`` mixes it in. Dtypes are static, so this raises eagerly, under ``jax.jit`` and under
+    ``checked_jit`` alike, while tracing. A complex parameter (selected for AdamW) takes a complex gradient."""
+    for name, g in gradients.items():
+        p = params.get(name)
+        g_dtype, p_dtype = getattr(g, "dtype", None), getattr(p, "dtype", None)
+        if (g_dtype is not None and p_dtype is not None and jnp.issubdtype(g_dtype, jnp.complexfloating)
+                and not jnp.issubdtype(p_dtype, jnp.complexfloating)):
+            raise TypeError(f"compositional_muon.update: the gradient of {name!r} is {jnp.dtype(g_dtype).name} but "
+                            f"the parameter is {jnp.dtype(p_dtype).name}: a real parameter takes a real gradient "
+                            f"(differentiate a real loss, or pass jnp.real of the gradient)")
