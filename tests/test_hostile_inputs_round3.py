@@ -402,3 +402,43 @@ def test_a_complex_parameter_for_adamw_still_takes_a_complex_gradient():
     check_real_gradients({"z": z}, {"z": z})  # no error
     with pytest.raises(TypeError, match="'w'"):
         check_real_gradients({"w": z}, {"w": jnp.ones((2, 2), jnp.float32)})
+
+
+# ---- bools are not integers -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", [True, False, 2.0, "2"])
+def test_check_whole_refuses_bools_and_non_integers(value):
+    import numpy as np
+
+    from numerics.kernels.argcheck import check_whole
+
+    with pytest.raises(TypeError, match="f: heads must be a whole number >= 1"):
+        check_whole("f", "heads", value)
+    with pytest.raises(TypeError, match="the boolean"):
+        check_whole("f", "heads", np.bool_(True))
+    assert check_whole("f", "heads", np.int32(3)) == 3
+
+
+def test_the_planted_integer_check_takes_true_as_one():
+    """The planted mistake: the old check (``isinstance(heads, int) and heads >= 1``) takes ``True`` as 1."""
+    heads = True
+    assert isinstance(heads, int) and heads >= 1
+
+
+@pytest.mark.parametrize("field", ["heads", "kv_heads"])
+@pytest.mark.parametrize("kind", ["qk", "ov"])
+def test_a_pair_with_bool_heads_is_refused(cm_model, field, kind):
+    from numerics.optimizer import OVPair, QKPair, compositional_muon
+
+    _, params, _ = cm_model
+    h = {"heads": 2, "kv_heads": 2, field: True}
+    pair = (QKPair("attn/wq", "attn/wk", h["heads"], h["kv_heads"]) if kind == "qk"
+            else OVPair("attn/wo", "attn/wv", h["heads"], h["kv_heads"]))
+    with pytest.raises(TypeError, match=rf"{field} must be a whole number >= 1, got the boolean True"):
+        compositional_muon(0.01, pairs=lambda p: [pair]).init(params)
+
+
+def test_ns_steps_true_is_refused():
+    from numerics.optimizer import compositional_muon
+
+    with pytest.raises(TypeError, match="compositional_muon: ns_steps must be a whole number >= 1, got the boolean"):
+        compositional_muon(0.01, ns_coeffs=(3.4445, -4.7750, 2.0315), ns_steps=True)

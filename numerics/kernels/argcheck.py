@@ -72,3 +72,24 @@ def check_group(function, group_size, shapes, arrays):
         stacked = next(name for name, dims in shapes.items() if "n" in dims)
         raise ValueError(f"{function}: {stacked} stacks {sizes['n']} rows but group_size = {int(g)} query heads of "
                          f"d = {sizes['d']} rows need {int(g) * sizes['d']}; stack the group's heads row-wise")
+
+
+def is_boolean(value):
+    """Whether ``value`` is a bool: Python's, NumPy's or a JAX/NumPy array of boolean dtype (``True`` is an
+    ``int`` in Python, so an integer check alone takes it as 1)."""
+    return isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b"
+
+
+def check_whole(function, name, value, low=1):
+    """``value`` as an ``int`` when it is a whole number ``>= low`` (a Python or NumPy integer, or a 0-d integer
+    array); a bool, a float, a string or an array with axes is refused (``TypeError``), and so is a value below
+    ``low`` (``ValueError``), naming the function and the argument. The one check wherever an integer is
+    expected (``heads``, ``kv_heads``, ``ns_steps``)."""
+    kind = getattr(getattr(value, "dtype", None), "kind", "")
+    integral = (isinstance(value, int) or kind in ("i", "u")) and getattr(value, "shape", ()) == ()
+    if is_boolean(value) or not integral:
+        got = f"the boolean {value!r}" if is_boolean(value) else repr(value)
+        raise TypeError(f"{function}: {name} must be a whole number >= {low}, got {got}")
+    if int(value) < low:
+        raise ValueError(f"{function}: {name} must be a whole number >= {low}, got {int(value)}")
+    return int(value)

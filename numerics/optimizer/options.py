@@ -26,6 +26,7 @@ import numpy as np
 import coeffsearch
 from coeffsearch.polynomial import MAX_STEP_COEFFICIENTS, ScheduleError
 from numerics.kernels import jax_exact_scaling, jax_msign
+from numerics.kernels.argcheck import check_whole
 
 from .pairs import Plan, named_leaves
 
@@ -167,6 +168,8 @@ def _repeated_step(ns_coeffs: Any, ns_steps: Any, bad_coefficient: ValueError) -
                         f"static_args=('ns_steps',)")
     if getattr(ns_steps, "shape", None) == () and jnp.issubdtype(getattr(ns_steps, "dtype", float), jnp.integer):
         ns_steps = int(ns_steps)  # a concrete 0-d integer array (inject_hyperparams at init)
+    if len(ns_coeffs) >= 2 and isinstance(ns_steps, (bool, np.bool_)):
+        check_whole("compositional_muon", "ns_steps", ns_steps)  # True is an int in Python: refused as a bool
     if len(ns_coeffs) < 2 or not isinstance(ns_steps, numbers.Integral) or ns_steps < 1:
         raise ValueError(f"compositional_muon: ns_coeffs must have shape (k,) or (n, k) with k >= 2 and "
                          f"ns_steps >= 1, got {ns_coeffs!r} and ns_steps={ns_steps!r}")

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from numerics.emitted import gqa as _gqa
+from numerics.kernels.argcheck import check_whole
 
 from .framework_pairs import (
     EQUINOX_PROJECTIONS,
@@ -216,9 +217,9 @@ def _check_pair_shapes(kind, a_name, b_name, a, b, heads, kv_heads, kernels) -> 
     if a.dtype != b.dtype:
         raise TypeError(f"{where}: {a_name!r} is {a.dtype} but {b_name!r} is {b.dtype}; store both factors of a "
                         f"pair in one dtype")
-    if not isinstance(heads, int) or heads < 1:
-        raise ValueError(f"{where}: heads must be a positive int, got {heads!r}")
-    if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
+    heads = check_whole(where, "heads", heads)
+    kv_heads = check_whole(where, "kv_heads", kv_heads)
+    if heads % kv_heads:
         raise ValueError(f"{where}: kv_heads = {kv_heads!r} must be a positive int dividing heads = {heads}")
     if kind == "qk":
         (d_a, width_a), (d_b, width_b) = (a.shape[-2:][::-1], b.shape[-2:][::-1]) if kernels else (a.shape[-2:],
