@@ -21,6 +21,7 @@ import ast
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import coeffsearch.__main__ as coeffsearch_main
@@ -33,6 +34,7 @@ from derivations.commandline import (
     parse_json,
     read_json_file,
 )
+from numerics.emitted import gqa, hybrid_ov
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("derivations", "numerics", "coeffsearch", "benchmarks", "examples")
@@ -442,3 +444,14 @@ def test_ns_steps_true_is_refused():
 
     with pytest.raises(TypeError, match="compositional_muon: ns_steps must be a whole number >= 1, got the boolean"):
         compositional_muon(0.01, ns_coeffs=(3.4445, -4.7750, 2.0315), ns_steps=True)
+
+
+@pytest.mark.parametrize("function", ["gqa_qk", "hybrid_ov"])
+def test_the_emitted_layout_functions_refuse_a_bool_head_dim(function):
+    """``head_dim=True`` was taken as a width of 1 by the shipped emitted modules (``isinstance(True, int)``)."""
+    rng = np.random.default_rng(0)
+    w, g = rng.standard_normal((8, 4)), rng.standard_normal((8, 4))
+    module, args = (gqa, (w, w, g, g)) if function == "gqa_qk" else (hybrid_ov, (w, w.T, g, g.T))
+    with pytest.raises(ValueError, match="head_dim must be a positive int, got True"):
+        getattr(module, function)(*args, head_dim=True, eps=0.1)
+    getattr(module, function)(*args, head_dim=2, eps=0.1)  # an honest width runs

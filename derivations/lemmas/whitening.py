@@ -320,7 +320,7 @@ def _gauge_polar_rewrite(expr, *, matrix, gauge, orthogonal, **_):
 
 def _gauge_ids():
     w = _tall("W", FULL_COLUMN_RANK)
-    s_ = _fresh("S", _n, _n)
+    s_ = FactMatrix("S", _n, _n, [FULL_COLUMN_RANK])  # invertible (drawn well conditioned: S⁻ᵀ is in the clause)
     o = FactMatrix("O", _n, _n, [ORTHONORMAL_COLUMNS])
     moved = GramInvSqrt(product(w, s_))
     sampler = InstanceSampler(_SMALL, {o: PolarFactor(product(GramSqrt(w), s_))})

@@ -1433,7 +1433,7 @@ def check_qk_heads(W_Q, W_K, G_Q, G_K, head_dim):
     """``W_Q, G_Q: (..., d, H·d_h)``, ``W_K, G_K: (..., d, H_kv·d_h)`` with ``H_kv`` dividing ``H``; returns ``G``."""
     require_arrays("gqa_qk", {"W_Q": W_Q, "W_K": W_K, "G_Q": G_Q, "G_K": G_K})
     _same_shapes("gqa_qk", [("G_Q", G_Q, None, W_Q), ("G_K", G_K, None, W_K)])
-    if not isinstance(head_dim, int) or head_dim < 1:
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:  # True is not a width
         raise ValueError(f"gqa_qk: head_dim must be a positive int, got {head_dim!r}")
     for name, x in (("W_Q", W_Q), ("W_K", W_K)):
         if x.ndim < 2 or x.shape[-1] % head_dim:

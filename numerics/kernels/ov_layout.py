@@ -23,7 +23,7 @@ def check_qk_heads(W_Q, W_K, G_Q, G_K, head_dim):
     """``W_Q, G_Q: (..., d, H·d_h)``, ``W_K, G_K: (..., d, H_kv·d_h)`` with ``H_kv`` dividing ``H``; returns ``G``."""
     require_arrays("gqa_qk", {"W_Q": W_Q, "W_K": W_K, "G_Q": G_Q, "G_K": G_K})
     _same_shapes("gqa_qk", [("G_Q", G_Q, None, W_Q), ("G_K", G_K, None, W_K)])
-    if not isinstance(head_dim, int) or head_dim < 1:
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:  # True is not a width
         raise ValueError(f"gqa_qk: head_dim must be a positive int, got {head_dim!r}")
     for name, x in (("W_Q", W_Q), ("W_K", W_K)):
         if x.ndim < 2 or x.shape[-1] % head_dim:
@@ -38,7 +38,7 @@ def check_ov_heads(W_O, W_V, G_O, G_V, head_dim):
     """``W_O, G_O: (..., d, H·d_h)``, ``W_V, G_V: (..., H_kv·d_h, d)`` with ``H_kv`` dividing ``H``; returns ``G``."""
     require_arrays("hybrid_ov", {"W_O": W_O, "W_V": W_V, "G_O": G_O, "G_V": G_V})
     _same_shapes("hybrid_ov", [("G_O", G_O, None, W_O), ("G_V", G_V, None, W_V)])
-    if not isinstance(head_dim, int) or head_dim < 1:
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:  # True is not a width
         raise ValueError(f"hybrid_ov: head_dim must be a positive int, got {head_dim!r}")
     if W_O.ndim < 2 or W_V.ndim < 2 or W_O.shape[-1] % head_dim or W_V.shape[-2] % head_dim:
         raise ValueError(f"hybrid_ov: W_O width {W_O.shape[-1]} and W_V height {W_V.shape[-2]} must be "
