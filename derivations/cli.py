@@ -139,8 +139,8 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     lemmas = self_check_rows(cited_lemmas(ders), rng)
     integrity = [problem for der in ders for problem in der.integrity()]  # a replaced state, a step added by hand
-    measured = rule.measurements and not integrity  # the measurements read the results: only checked ones
-    measurements = measurement_rows(rule.measurements(rng) if measured else [])
+    # the measurements read the results: only checked ones
+    measurements = measurement_rows(rule.measurements(rng) if rule.measurements and not integrity else [])
     translation = [] if integrity else translation_rows(rule, seed=seed)
     ok = (all(r["status"] == "ok" for r in rows + lemmas + translation)
           and all(m["status"] != "FAIL" for m in measurements) and not integrity)

@@ -416,9 +416,9 @@ class Derivation:
                 definitions.setdefault(name, definition)
         substitution = step.substitution
         if step.kind == "back_substitute":  # the changes of variables the derivation recorded, never the step's own
-            substitution = tuple((s.substitution[0], s.after.variable, s.substitution[1])
-                                 for s in earlier if s.kind == "change_of_variables")
-        fresh = (step.after.variable,) if step.kind == "change_of_variables" else ()
+            substitution = tuple((s.substitution[0], cast(Problem, s.after).variable, s.substitution[1])
+                                 for s in earlier if s.kind == "change_of_variables" and s.substitution is not None)
+        fresh = (cast(Problem, step.after).variable,) if step.kind == "change_of_variables" else ()
         status, failure = step_instance(step.lemma, step.kind, step.before.parts(), step.after.parts(),
                                         substitution=substitution, params=step.params, definitions=definitions,
                                         independent=self.independent(), fresh=fresh)
