@@ -10,6 +10,8 @@ written.
 from __future__ import annotations
 
 import dataclasses
+import sys
+from pathlib import Path
 
 import cloudpickle
 import pytest
@@ -18,6 +20,10 @@ from derivations import regenerate, sylvester
 from derivations.cli import main, render
 from derivations.engine.derivation import UncheckedDerivation
 from derivations.engine.states import Solution, Step
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "docs" / "_ext"))
+
+from workbench_sphinx.objects import FailedDerivation, _check_recorded  # noqa: E402 (the sys.path entry above)
 
 RULE = sylvester.rule_module()
 
@@ -88,8 +94,6 @@ def test_regenerate_refuses_a_replaced_state(der, monkeypatch, capsys, tmp_path)
 
 
 def test_the_docs_build_refuses_a_replaced_state(der, monkeypatch):
-    from docs._ext.workbench_sphinx.objects import FailedDerivation, _check_recorded  # the docs extension
-
     monkeypatch.setattr(der, "state", Solution(der.state.variable, 2 * der.state.argmin, der.state.value)
                         if isinstance(der.state, Solution) else _doubled(der.state))
     with pytest.raises(FailedDerivation, match="not checked: the state is not the result"):
