@@ -38,7 +38,7 @@ from typing import Any, cast
 
 import mpmath
 import numpy as np
-from sympy import Expr, srepr
+from sympy import Basic, Expr, srepr
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import lemmas as L
@@ -570,11 +570,28 @@ class Derivation:
 
 
 def _srepr(item) -> str:
-    """``srepr`` of a SymPy object or of a container of them; ``repr`` of anything else."""
-    try:
-        return srepr(item)
-    except Exception:  # noqa: BLE001 - an object SymPy's printer does not know
-        return repr(item)
+    """``srepr`` of a SymPy object (remembered per object: SymPy objects are immutable), containers part by part,
+    ``repr`` of anything else. What a step's digest hashes."""
+    if isinstance(item, Basic):
+        hit = _SREPR_SEEN.get(id(item))
+        if hit is not None and hit[0] is item:
+            return hit[1]
+        if len(_SREPR_SEEN) > 200_000:  # the searches make many expressions: forget them all now and then
+            _SREPR_SEEN.clear()
+        try:
+            text = srepr(item)
+        except Exception:  # noqa: BLE001 - an object SymPy's printer does not know
+            text = repr(item)
+        _SREPR_SEEN[id(item)] = (item, text)  # the entry holds the object, so its id is not reused meanwhile
+        return text
+    if isinstance(item, (tuple, list)):
+        return f"{type(item).__name__}({', '.join(_srepr(x) for x in item)})"
+    if isinstance(item, dict):
+        return "{" + ", ".join(f"{_srepr(k)}: {_srepr(v)}" for k, v in item.items()) + "}"
+    return repr(item)
+
+
+_SREPR_SEEN: dict[int, tuple[Basic, str]] = {}
 
 
 def _rel(a, b, backend):

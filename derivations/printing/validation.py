@@ -16,6 +16,7 @@ the target, the function and the output.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import types
 from dataclasses import dataclass
@@ -69,7 +70,7 @@ def validate_source(text: str, functions: list, scalars: dict, target: str, rule
                     sizes: int = SIZES) -> list[Validation]:
     """:func:`validate_functions` on the printed module ``text`` (``target``: ``"jax"`` or ``"numpy"``); the JAX
     code runs in float64 (``jax.enable_x64``) whatever the process's setting."""
-    key = (text, target, rule, seed, sizes, repr(sorted((str(k), v) for k, v in scalars.items())),
+    key = (behaviour(text), target, rule, seed, sizes, repr(sorted((str(k), v) for k, v in scalars.items())),
            tuple((fn.name, srepr(tuple(fn.inputs)), repr(sorted((str(k), v) for k, v in fn.extra_scalars.items())),
                   repr(fn.shape_spec), tuple((out, srepr(der.formula)) for out, der in fn.outputs))
                  for fn in functions))
@@ -82,9 +83,23 @@ def validate_source(text: str, functions: list, scalars: dict, target: str, rule
     return list(_VALIDATED[key])
 
 
-#: results of :func:`validate_source` by what decides them (the printed text, the formulas, the scalars):
+#: results of :func:`validate_source` by what decides them (the printed code, the formulas, the scalars):
 #: ``--check`` and ``--emit`` of the same rule in one process validate once
 _VALIDATED: dict = {}
+
+
+def behaviour(text: str) -> str:
+    """The printed module's code as an AST dump without its docstrings or positions: two texts with the same
+    dump define the same functions computing the same values (a docstring is data nothing here reads), so
+    emissions that differ only in their prose (a schedule's description, say) are validated once."""
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
 
 
 def _sources(fn) -> list:
