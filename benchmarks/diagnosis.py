@@ -50,10 +50,10 @@ from derivations.commandline import (
 )
 from derivations.crosscheck import rule_lookup
 from derivations.crosscheck.checker import compare, parse_for
-from derivations.crosscheck.formula_syntax import FormulaError
 from derivations.crosscheck.inputs import BadInput
 from derivations.crosscheck.target_cache import load_target, store_target
-from derivations.crosscheck.targets import target_of
+from derivations.parsing.formula_syntax import FormulaError
+from derivations.parsing.targets import target_of
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "diagnosis_corpus.json"
 #: the largest corpus file read (the shipped one is 14 kB)

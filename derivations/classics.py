@@ -42,7 +42,6 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import lemmas as L
 from derivations.commandline import OneLineParser, UsageError, usage_error, write_result
-from derivations.crosscheck.formula import parse
 from derivations.crosscheck.params import Shape, tensors
 from derivations.engine import spectral_nodes as N
 from derivations.engine.algebra import product, total, transpose
@@ -62,6 +61,7 @@ from derivations.engine.norms import UNITARY_INVARIANCE, FrobeniusNorm
 from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix, OpNorm, dimension, positive_symbol
 from derivations.lemmas import counting
 from derivations.lemmas import spectral as S
+from derivations.parsing.formula import parse
 
 DPS = MPMATH_DPS
 

@@ -14,9 +14,9 @@ from derivations.crosscheck import checker, identities, rule_lookup, target_cach
 from derivations.crosscheck.chain import check_blocks, check_chain_file
 from derivations.crosscheck.checker import compare, parse_for
 from derivations.crosscheck.cli import main as crosscheck_main
-from derivations.crosscheck.formula import parse
-from derivations.crosscheck.formula_syntax import FormulaError, parse_tree
-from derivations.crosscheck.targets import target_of
+from derivations.parsing.formula import parse
+from derivations.parsing.formula_syntax import FormulaError, parse_tree
+from derivations.parsing.targets import target_of
 
 
 @pytest.fixture(scope="module")

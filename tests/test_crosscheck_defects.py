@@ -12,9 +12,9 @@ from derivations.crosscheck import checker, diagnosis, evaluation, identities, v
 from derivations.crosscheck.chain import check_chain_file
 from derivations.crosscheck.checker import compare
 from derivations.crosscheck.cli import main as crosscheck_main
-from derivations.crosscheck.formula_syntax import parse_tree
 from derivations.crosscheck.identities import identity_target, parse_assumptions
 from derivations.crosscheck.inputs import BadInput
+from derivations.parsing.formula_syntax import parse_tree
 
 
 def identity(lhs, rhs, *facts, diagnose=True):

@@ -15,9 +15,9 @@ from derivations.crosscheck import diagnosis, identities, relations, rule_lookup
 from derivations.crosscheck.checker import compare, parse_for
 from derivations.crosscheck.cli import main as crosscheck_main
 from derivations.crosscheck.mutations import mutations
-from derivations.crosscheck.targets import target_of
 from derivations.crosscheck.verdict import show
 from derivations.engine.vocabulary import FactMatrix, GramInvSqrt, GramSqrt, dimension, positive_symbol
+from derivations.parsing.targets import target_of
 
 OLD = "no scalar multiple and none of the near variants"
 

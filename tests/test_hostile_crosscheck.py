@@ -21,8 +21,8 @@ from derivations.crosscheck.chain import check_chain_file
 from derivations.crosscheck.checker import compare, parse_for
 from derivations.crosscheck.cli import main as crosscheck_main
 from derivations.crosscheck.identities import identity_target, parse_assumptions
-from derivations.crosscheck.targets import target_of
 from derivations.engine.algebra import product
+from derivations.parsing.targets import target_of
 
 
 def identity(lhs, rhs, *facts, diagnose=True):

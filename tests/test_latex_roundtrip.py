@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from derivations import registry
-from derivations.crosscheck.latex_roundtrip import round_trip, round_trips
 from derivations.engine.latex_notation import WorkbenchLatexPrinter
 from derivations.engine.norm_nodes import AspectScale
+from derivations.parsing.latex_roundtrip import round_trip, round_trips
 
 #: printed results the parser cannot read back yet, with why (each must still fail: remove it once it reads)
 UNREADABLE = {

@@ -45,12 +45,13 @@ LAYERS: dict[str, int] = {
     # 3. the engine: problems, derivations, norm families, symbolic model, search, printers
     "derivations.engine": 3,
     "derivations.printing": 3,
+    "derivations.parsing": 3,  # the formula language read into engine expressions; the LaTeX round trip
     # 4. rule modules, their command line and registry; Newton–Schulz schedules
     "derivations": 4,
     "coeffsearch": 4,
     # 5. tools on top of the rules
     "derivations.crosscheck": 5,
-    "derivations.classics": 5,  # classic results stated from hand-written formulas: above the parser
+    "derivations.classics": 5,  # classic results from hand-written formulas, counted by crosscheck.params
     # 6. products: emitted modules, optimizer, training, benchmarks
     "numerics": 6,
     "numerics.distributed": 6,  # the update across processes (jax.distributed) and head-parallel (shard_map)

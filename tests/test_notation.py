@@ -21,16 +21,16 @@ from derivations.crosscheck import checker, identities
 from derivations.crosscheck.chain import check_blocks, check_chain_file
 from derivations.crosscheck.checker import compare, parse_for
 from derivations.crosscheck.cli import main as crosscheck_main
-from derivations.crosscheck.formula import Builder
-from derivations.crosscheck.formula_syntax import FormulaError, parse_tree
 from derivations.crosscheck.identities import identity_target, parse_assumptions
 from derivations.crosscheck.inputs import BadInput
-from derivations.crosscheck.notation_nodes import Kron, SingularSum, Vec
 from derivations.crosscheck.rule_lookup import find_derivation
-from derivations.crosscheck.targets import Target, target_of
 from derivations.crosscheck.verdict import show
 from derivations.engine.spectral_nodes import PsdPower, SingularValue
 from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, Msign, dimension, positive_symbol
+from derivations.parsing.formula import Builder
+from derivations.parsing.formula_syntax import FormulaError, parse_tree
+from derivations.parsing.notation_nodes import Kron, SingularSum, Vec
+from derivations.parsing.targets import Target, target_of
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "crosscheck_notation.rst"

@@ -49,7 +49,6 @@ from sympy import Symbol
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations.crosscheck.checker import compare
-from derivations.crosscheck.formula_syntax import FormulaError, Node, parse_definition, parse_definitions, parse_tree
 from derivations.crosscheck.identities import (
     Assumptions,
     _sizes_for,
@@ -59,11 +58,12 @@ from derivations.crosscheck.identities import (
     scalar_names,
 )
 from derivations.crosscheck.inputs import CHAIN_MAX_BYTES, BadInput, read_input
-from derivations.crosscheck.notation import STAR, decorate
 from derivations.crosscheck.reachability import in_range, reachability
-from derivations.crosscheck.targets import Target
 from derivations.crosscheck.verdict import Verdict, format_verdict, shapes_of, show
 from derivations.engine.vocabulary import Inner, NuclearNorm, OpNorm
+from derivations.parsing.formula_syntax import FormulaError, Node, parse_definition, parse_definitions, parse_tree
+from derivations.parsing.notation import STAR, decorate
+from derivations.parsing.targets import Target
 
 MAX_FILE = CHAIN_MAX_BYTES  # bytes: a --chain file over this (or not a regular file) is refused
 

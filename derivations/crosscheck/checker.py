@@ -20,7 +20,7 @@ a difference hidden below the rounding of a larger intermediate (``(B + 10^-60 A
 to 50 digits on every instance); the exact check refutes it, and the verdict is *different* (symbolic), with
 a counterexample evaluated at the first of :data:`HIDDEN_DPS` digits that shows the difference.
 
-The parts, one module each: the target (:mod:`~derivations.crosscheck.targets`), found by name among
+The parts, one module each: the target (:mod:`~derivations.parsing.targets`), found by name among
 the rule modules (:mod:`~derivations.crosscheck.rule_lookup`) and cached
 (:mod:`~derivations.crosscheck.target_cache`); the random instances and agreement
 (:mod:`~derivations.crosscheck.evaluation`); the symbolic proofs under a time limit
@@ -51,13 +51,10 @@ from derivations.crosscheck.evaluation import (
     _instances,
     _value,
 )
-from derivations.crosscheck.formula import Builder
-from derivations.crosscheck.formula_syntax import parse_tree
 from derivations.crosscheck.inputs import BadInput
 from derivations.crosscheck.rule_lookup import find_derivation
 from derivations.crosscheck.symbolic_proofs import _symbolic_different, _symbolic_status
 from derivations.crosscheck.target_cache import load_target, store_target
-from derivations.crosscheck.targets import Target, _preorder, target_of
 from derivations.crosscheck.verdict import Verdict, _counterexample, shapes_of, show
 from derivations.engine.evaluate import free_symbols
 from derivations.engine.vocabulary import (
@@ -71,6 +68,9 @@ from derivations.engine.vocabulary import (
     Projector,
     RegularizedSylvester,
 )
+from derivations.parsing.formula import Builder
+from derivations.parsing.formula_syntax import parse_tree
+from derivations.parsing.targets import Target, _preorder, target_of
 
 
 def _algebraic(*exprs) -> bool:
@@ -225,7 +225,7 @@ def check_derivation(name: str, formula: str, use_cache: bool = True) -> Verdict
     What ``python -m derivations.crosscheck NAME FORMULA`` decides (the module docstring says how); the
     derivation's target is cached (:mod:`~derivations.crosscheck.target_cache`) unless ``use_cache`` is
     false. Raises :class:`~derivations.crosscheck.inputs.BadInput` for an unknown name and
-    :class:`~derivations.crosscheck.formula_tokens.FormulaError` (a ``ValueError`` naming the column) for a
+    :class:`~derivations.parsing.formula_tokens.FormulaError` (a ``ValueError`` naming the column) for a
     formula that does not parse or whose shapes do not fit.
 
     Examples:

@@ -15,9 +15,9 @@ import numpy as np
 from sympy import S
 from sympy.matrices.expressions import MatMul
 
-from derivations.crosscheck.targets import Target, _preorder
 from derivations.engine.evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
 from derivations.engine.vocabulary import GramInvSqrt, GramPower, GramSqrt, _GramNode
+from derivations.parsing.targets import Target, _preorder
 from numerics.kernels.reference import MpmathBackend, NumpyBackend
 
 DPS = 50

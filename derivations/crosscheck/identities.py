@@ -27,13 +27,7 @@ import numpy as np
 from sympy import Integer, S, Symbol, cancel, fraction
 from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, MatrixSymbol
 
-from derivations.crosscheck.formula import Builder, gram_of
-from derivations.crosscheck.formula_notation import mentions_sigma
-from derivations.crosscheck.formula_syntax import FormulaError, Node, parse_tree
 from derivations.crosscheck.inputs import BadInput
-from derivations.crosscheck.notation import SUM_TERMS
-from derivations.crosscheck.notation_nodes import SingularSum
-from derivations.crosscheck.targets import Target, _preorder
 from derivations.engine.spectral_nodes import PsdPower, Singular, SingularValue, SvdFactor
 from derivations.engine.vocabulary import (
     FULL_COLUMN_RANK,
@@ -50,6 +44,12 @@ from derivations.engine.vocabulary import (
     dimension,
     positive_symbol,
 )
+from derivations.parsing.formula import Builder, gram_of
+from derivations.parsing.formula_notation import mentions_sigma
+from derivations.parsing.formula_syntax import FormulaError, Node, parse_tree
+from derivations.parsing.notation import SUM_TERMS
+from derivations.parsing.notation_nodes import SingularSum
+from derivations.parsing.targets import Target, _preorder
 
 _FACT_WORDS = {
     "orthonormal columns": ORTHONORMAL_COLUMNS, "orthonormal rows": ORTHONORMAL_ROWS,
@@ -317,7 +317,7 @@ def build_with_inference(texts, assumptions: Assumptions, equal=(), definitions=
     """Build every text with shared, inferred shapes: a shape clash between two free dimensions is an
     equation (the two are merged and the build restarts), and so is each pair of indices ``(i, j)`` in
     ``equal`` (the two sides of an identity have one shape); ``definitions`` (``def`` nodes, as from
-    :func:`~derivations.crosscheck.formula_syntax.parse_definition`) and the texts' own definitions are seen
+    :func:`~derivations.parsing.formula_syntax.parse_definition`) and the texts' own definitions are seen
     by every text. Returns the expressions and the builder."""
     trees = [parse_tree(t) for t in texts]
     defs = list(definitions) + [d for t in trees if t.kind == "let" for d in t.args[:-1]]

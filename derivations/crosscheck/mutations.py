@@ -14,7 +14,6 @@ import itertools
 from sympy import Basic, S
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol
 
-from derivations.crosscheck.formula import matrix_power
 from derivations.crosscheck.verdict import show
 from derivations.engine.algebra import product, tidy, total, transpose
 from derivations.engine.vocabulary import (
@@ -30,6 +29,7 @@ from derivations.engine.vocabulary import (
     _Derived,
     _GramNode,
 )
+from derivations.parsing.formula import matrix_power
 
 
 def _replace_at(expr, path, new):

@@ -19,7 +19,6 @@ from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, Matrix
 
 from derivations import registry
 from derivations.crosscheck.inputs import BadInput, read_input
-from derivations.crosscheck.targets import Target
 from derivations.engine.vocabulary import (
     BlockDiag,
     FactMatrix,
@@ -36,6 +35,7 @@ from derivations.engine.vocabulary import (
     Projector,
     RegularizedSylvester,
 )
+from derivations.parsing.targets import Target
 
 _NODE_TYPES = {c.__name__: c for c in (
     MatrixSymbol, FactMatrix, Identity, MatMul, MatAdd, Transpose, Inverse, Msign, GramSqrt, GramInvSqrt,

@@ -1,6 +1,6 @@
 """The atoms of the formula language and the token helpers every rule uses: numbers, names (dotted NumPy/JAX
 paths, decorations, ``\\Delta W``), LaTeX commands, norms, block rows, singular values ``σ_k``/``σ_k(X)``, parts
-of ``Σ`` and sums ``\\sum_{h=1}^{3} …``. :class:`derivations.crosscheck.formula_syntax.Parser` adds the
+of ``Σ`` and sums ``\\sum_{h=1}^{3} …``. :class:`derivations.parsing.formula_syntax.Parser` adds the
 operators (sums, products, Kronecker products, powers) and definitions on top of :class:`Grammar`, whose
 atoms call back into them (``self.sum()`` for a bracketed expression, ``self.term()`` for a sum's body)."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from sympy import Rational
 
-from derivations.crosscheck.formula_tokens import MAX_DEPTH, FormulaError, Node, Token
-from derivations.crosscheck.notation import (
+from derivations.parsing.formula_tokens import MAX_DEPTH, FormulaError, Node, Token
+from derivations.parsing.notation import (
     ALIASES,
     DECORATIONS,
     DOTTED,

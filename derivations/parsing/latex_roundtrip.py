@@ -2,9 +2,9 @@
 
 The result of every derivation is printed by the workbench's LaTeX printer
 (:func:`derivations.printing.latex.latex`, what ``--emit latex`` and the proof pages show as the final
-state), read back by the cross-checker's own formula parser (:func:`derivations.crosscheck.formula.parse`,
+state), read back by the cross-checker's own formula parser (:func:`derivations.parsing.formula.parse`,
 which reads LaTeX, never evaluates Python) in the derivation's names
-(:func:`derivations.crosscheck.targets.target_of`), and compared with the checked expression: symbolically
+(:func:`derivations.parsing.targets.target_of`), and compared with the checked expression: symbolically
 (the parsed expression is the same SymPy tree) where it is, and always numerically on random instances at
 two or more sizes with all dimensions distinct (float64 evaluator of the engine). A printer that writes
 ``(V/d)^{1}`` for ``(V/d)^{1/2}`` or drops a transpose then fails, naming the derivation.
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from derivations.crosscheck.formula import parse
-from derivations.crosscheck.formula_syntax import FormulaError
-from derivations.crosscheck.targets import target_of
 from derivations.engine.evaluate import InstanceSampler, free_symbols
 from derivations.engine.numeric import EvaluationError, evaluate
+from derivations.parsing.formula import parse
+from derivations.parsing.formula_syntax import FormulaError
+from derivations.parsing.targets import target_of
 from derivations.printing.latex import latex
 from derivations.printing.validation import SIZES, distinct_sizes
 from numerics.kernels.reference import NumpyBackend

@@ -1,6 +1,6 @@
 """A formula language for matrix expressions, read without evaluating any Python: tokens, errors and the syntax
-tree (:func:`parse_tree`); the grammar is :mod:`derivations.crosscheck.formula_grammar`, the spelling tables
-:mod:`derivations.crosscheck.notation`, and :mod:`derivations.crosscheck.formula` builds the expression.
+tree (:func:`parse_tree`); the grammar is :mod:`derivations.parsing.formula_atoms`, the spelling tables
+:mod:`derivations.parsing.notation`, and :mod:`derivations.parsing.formula` builds the expression.
 
 The parser is a hand-written recursive descent over a closed grammar; the tree it builds names
 the project's own vocabulary (:mod:`derivations.engine.vocabulary`), and nothing ever calls ``eval``,
@@ -32,9 +32,9 @@ from __future__ import annotations
 
 from sympy import Rational
 
-from derivations.crosscheck.formula_atoms import _WORD_COMMANDS, Grammar
-from derivations.crosscheck.formula_tokens import FormulaError, Node, Token, pointer, tokenize
-from derivations.crosscheck.notation import DECORATIONS, FUNCTIONS, GREEK, STAR, WHERE_WORDS, decorate
+from derivations.parsing.formula_atoms import _WORD_COMMANDS, Grammar
+from derivations.parsing.formula_tokens import FormulaError, Node, Token, pointer, tokenize
+from derivations.parsing.notation import DECORATIONS, FUNCTIONS, GREEK, STAR, WHERE_WORDS, decorate
 
 _ATOM_COMMANDS = {"\\frac", "\\tfrac", "\\dfrac", "\\sqrt", "\\langle", "\\operatorname", "\\mathrm", "\\text",
                   "\\textrm", "\\Delta", "\\sum", "\\min", "\\max"}

@@ -1,4 +1,4 @@
-"""Tokens, syntax-tree nodes and errors of the formula language (:mod:`derivations.crosscheck.formula_syntax`):
+"""Tokens, syntax-tree nodes and errors of the formula language (:mod:`derivations.parsing.formula_syntax`):
 one error type that points at the column, with a caret, on one line."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from derivations.crosscheck.notation import UNICODE
+from derivations.parsing.notation import UNICODE
 
 MAX_LENGTH = 20_000  # characters
 MAX_DEPTH = 60  # nested brackets, powers and unary signs

@@ -1,5 +1,5 @@
 """The build rules of the notation beyond products, sums and powers (a mixin of
-:class:`derivations.crosscheck.formula.Builder`): definitions, singular values, sums, the Kronecker product,
+:class:`derivations.parsing.formula.Builder`): definitions, singular values, sums, the Kronecker product,
 ``vec``, ``min``/``max``, ``rank`` and ``matrix_power``.
 
 Semantics (also on the notation page of the docs):
@@ -30,10 +30,10 @@ from __future__ import annotations
 from sympy import Add, Integer, S, Symbol, expand
 from sympy.matrices.expressions import Identity
 
-from derivations.crosscheck.formula_tokens import FormulaError, Node
-from derivations.crosscheck.notation import MAX_SUM_TERMS, SUM_TERMS
-from derivations.crosscheck.notation_nodes import Kron, MatrixRank, MaxOf, MinOf, SingularSum, SingularValueOf, Vec
 from derivations.engine.spectral_nodes import Singular, SingularTail, SingularValue, SvdFactor, TruncatedSvd
+from derivations.parsing.formula_tokens import FormulaError, Node
+from derivations.parsing.notation import MAX_SUM_TERMS, SUM_TERMS
+from derivations.parsing.notation_nodes import Kron, MatrixRank, MaxOf, MinOf, SingularSum, SingularValueOf, Vec
 
 MAX_EXPANDED = 64  # terms of one sum over heads, its nested sums included
 MAX_NODES = 5_000  # nodes of a built definition or power (a chain of definitions that doubles is refused)
@@ -147,7 +147,7 @@ def _svd_bases(values) -> list:
 
 class NotationRules:
     """Build rules for definitions, singular values, sums and the Kronecker product (see the module docstring).
-    Mixed into :class:`~derivations.crosscheck.formula.Builder`, whose ``_build``, ``_b_add`` and namespace
+    Mixed into :class:`~derivations.parsing.formula.Builder`, whose ``_build``, ``_b_add`` and namespace
     they use."""
 
     namespace: dict

@@ -1,7 +1,7 @@
 """A formula language for matrix expressions, parsed without evaluating any Python: the syntax tree
-(:mod:`derivations.crosscheck.formula_syntax`, which lists what it reads) built into the project's own
+(:mod:`derivations.parsing.formula_syntax`, which lists what it reads) built into the project's own
 vocabulary (:mod:`derivations.engine.vocabulary`) by :class:`Builder`; :func:`parse` does both. The rules of
-definitions, singular values, sums and the Kronecker product are :mod:`derivations.crosscheck.formula_notation`.
+definitions, singular values, sums and the Kronecker product are :mod:`derivations.parsing.formula_notation`.
 
 Fractional powers are defined for matrices that are positive semidefinite by construction: a Gram matrix
 ``(AᵀA + λI)^p`` is the PSD power of the Gram matrix (``p = ±1/2`` are the vocabulary's ``C_A`` and
@@ -10,7 +10,7 @@ defined as one (``L = G G^T; L^{-1/4}``), a Gram root, ``Σ`` of an SVD, a matri
 of Gram matrices with positive coefficients (``(A^T A + B^T B + λI)^{-1/2}``).
 
 Names the derivation does not know are tried in the other spellings a rule module prints
-(:func:`derivations.crosscheck.notation.alternatives`), and ``C_X``/``U_X`` name ``(XᵀX)^{1/2}`` and
+(:func:`derivations.parsing.notation.alternatives`), and ``C_X``/``U_X`` name ``(XᵀX)^{1/2}`` and
 ``X (XᵀX)^{-1/2}`` of a matrix ``X`` (or ``W_X``) of the derivation, as the cross-checker prints them.
 
 Errors are :class:`FormulaError` with the column (1-based) where the problem is: unknown names
@@ -25,11 +25,6 @@ import re
 from sympy import Basic, Integer, Rational, S, sqrt
 from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, MatrixSymbol, Transpose, ZeroMatrix
 
-from derivations.crosscheck.formula_notation import Eye as _Eye
-from derivations.crosscheck.formula_notation import NotationRules, check_size
-from derivations.crosscheck.formula_notation import is_matrix as _is_matrix
-from derivations.crosscheck.formula_syntax import FUNCTIONS, FormulaError, Node, parse_tree
-from derivations.crosscheck.notation import alternatives
 from derivations.engine.algebra import product, tidy, total, transpose
 from derivations.engine.spectral_nodes import PsdPower, Singular
 from derivations.engine.vocabulary import (
@@ -47,6 +42,11 @@ from derivations.engine.vocabulary import (
     facts_of,
     short_name,
 )
+from derivations.parsing.formula_notation import Eye as _Eye
+from derivations.parsing.formula_notation import NotationRules, check_size
+from derivations.parsing.formula_notation import is_matrix as _is_matrix
+from derivations.parsing.formula_syntax import FUNCTIONS, FormulaError, Node, parse_tree
+from derivations.parsing.notation import alternatives
 
 MAX_MATRIX_POWER = 64  # |k| of an integer power of a matrix (X^k is written out as k factors)
 

@@ -1,4 +1,4 @@
-"""The spelling tables of the formula language (:mod:`derivations.crosscheck.formula_syntax`): which Unicode
+"""The spelling tables of the formula language (:mod:`derivations.parsing.formula_syntax`): which Unicode
 characters, LaTeX commands, function names and decorations it reads, and how a written name becomes the one
 plain identifier it stands for. Nothing here evaluates anything; every table is a closed lookup.
 
