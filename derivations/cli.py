@@ -16,6 +16,7 @@ import coeffsearch
 from coeffsearch.polynomial import MAX_SCHEDULE_STEPS
 from derivations.commandline import STDOUT_CLOSED, OneLineParser, UsageError, int_option, usage_error, write_result
 from derivations.engine.derivation import DerivationError, StepCheckFailed
+from derivations.parsing.latex_roundtrip import round_trips
 from derivations.printing.codegen import UnsafeText, lemmas_used
 from derivations.printing.jax_printer import emit_jax
 from derivations.printing.latex import document_latex
@@ -45,6 +46,8 @@ class RuleModule:
     examples: list = field(default_factory=list)
     #: () -> (source, public names) appended to the emitted JAX module (layout adapters)
     jax_extra: Callable | None = None
+    #: () -> the :class:`~derivations.printing.layout.Adapter` records ``jax_extra`` prints (each is validated)
+    adapters: Callable | None = None
 
 
 def _parser(rule: RuleModule) -> OneLineParser:
@@ -121,7 +124,9 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
     Rows carry each step's worst error per sub-check, its symbolic verdict and, for a failing
     step, the failure (derivation, step, kind, lemma, sub-check, counterexample). ``ok`` is False
     when any step or lemma self-check failed, or a derivation's result is not what its checked steps give
-    (``integrity``: :meth:`~derivations.engine.derivation.Derivation.integrity`).
+    (``integrity``: :meth:`~derivations.engine.derivation.Derivation.integrity`), an emitted function disagrees
+    with its formula (``translation``), or a printed LaTeX result reads back as another formula (``latex``: one
+    row per derivation, :mod:`derivations.parsing.latex_roundtrip`; a known-unreadable one is ``unreadable``).
     """
     rows, proofs = [], []
     ders = rule.derivations()
@@ -142,10 +147,11 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
     # the measurements read the results: only checked ones
     measurements = measurement_rows(rule.measurements(rng) if rule.measurements and not integrity else [])
     translation = [] if integrity else translation_rows(rule, seed=seed)
+    latex_rows = [] if integrity else [r.row() for r in round_trips(rule, seed, ders)]
     ok = (all(r["status"] == "ok" for r in rows + lemmas + translation)
-          and all(m["status"] != "FAIL" for m in measurements) and not integrity)
+          and all(m["status"] != "FAIL" for m in measurements + latex_rows) and not integrity)
     return {"ok": ok, "steps": rows, "lemmas": lemmas, "measurements": measurements, "proofs": proofs,
-            "integrity": integrity, "translation": translation}
+            "integrity": integrity, "translation": translation, "latex": latex_rows}
 
 
 def translation_rows(rule: RuleModule, targets: tuple = ("numpy", "jax"), seed: int = 0) -> list[dict]:
@@ -156,7 +162,13 @@ def translation_rows(rule: RuleModule, targets: tuple = ("numpy", "jax"), seed: 
     if not functions:
         return []
     return [v.row() for target in targets
-            for v in validate_source(render(rule, target), functions, rule.scalars, target, rule.name, seed)]
+            for v in validate_source(render(rule, target), functions, rule.scalars, target, rule.name, seed,
+                                     adapters=adapters_of(rule))]
+
+
+def adapters_of(rule: RuleModule) -> tuple:
+    """The rule's stored-layout adapters (validated in its JAX module with its emitted functions)."""
+    return tuple(rule.adapters()) if rule.adapters else ()
 
 
 class TranslationFailed(DerivationError):
@@ -168,7 +180,8 @@ def check_translation(rule: RuleModule, target: str, text: str) -> None:
     disagrees with its checked formula (and how many more). Only code targets are validated here."""
     if target not in ("jax", "numpy"):
         return
-    wrong = [v for v in validate_source(text, rule.functions(), rule.scalars, target, rule.name) if not v.passed]
+    wrong = [v for v in validate_source(text, rule.functions(), rule.scalars, target, rule.name,
+                                        adapters=adapters_of(rule)) if not v.passed]
     if wrong:
         raise TranslationFailed(wrong[0].message + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""))
 
@@ -224,7 +237,7 @@ def failures(table: dict) -> list[str]:
         f for r in table["lemmas"] for f in r["failures"]] + [
         f"measurement '{m['measurement']}' is {m['value']:.3e}, outside its limit {limit_text(m['limit'])}"
         for m in table["measurements"] if m["status"] == "FAIL"] + [
-        r["failure"] for r in table.get("translation", []) if r["failure"]]
+        r["failure"] for r in table.get("translation", []) + table.get("latex", []) if r["failure"]]
 
 
 def format_table(table: dict) -> str:
@@ -249,6 +262,13 @@ def format_table(table: dict) -> str:
         for r in table["translation"]:
             label = f"{r['target']} {r['function']} ({', '.join(f'{k}={v}' for k, v in r['dims'].items())})"
             out.append(f"{label:<56} {r['error']:>10.1e}  {r['status']}")
+    if table.get("latex"):
+        out += ["", f"{'printed LaTeX result read back (formula parser)':<56} {'max error':>10}  status"]
+        for r in table["latex"]:
+            how = "identical" if r["symbolic"] == "identical" else "equal"
+            verdict = (f"ok ({how})" if r["status"] == "ok" else f"unreadable: {r['unreadable']}"
+                       if r["status"] == "unreadable" else f"FAIL: {r['failure']}")
+            out.append(f"{r['derivation']:<56} {r['error']:>10.1e}  {verdict}")
     if table.get("proofs"):
         out += ["", "proven for all sizes (kernel: an instance of the cited statement, symbolic dimensions)"]
         for p in table["proofs"]:
@@ -260,8 +280,13 @@ def format_table(table: dict) -> str:
     bad_lemmas = sum(r["status"] != "ok" for r in table["lemmas"])
     t = len(table.get("translation", []))
     bad_translation = sum(r["status"] != "ok" for r in table.get("translation", []))
+    latex_rows = table.get("latex", [])
+    read = sum(r["status"] == "ok" for r in latex_rows)
+    unreadable = sum(r["status"] == "unreadable" for r in latex_rows)
     out += ["", f"{n - bad}/{n} steps passed, {k - bad_lemmas}/{k} lemma self-checks passed"
-            + (f", {t - bad_translation}/{t} emitted functions agree with their formulas" if t else "")]
+            + (f", {t - bad_translation}/{t} emitted functions agree with their formulas" if t else "")
+            + (f", {read}/{len(latex_rows)} printed LaTeX results read back as their formulas"
+               + (f" ({unreadable} known unreadable)" if unreadable else "") if latex_rows else "")]
     out += [f"NOT CHECKED: {problem}" for problem in table.get("integrity", [])]
     return "\n".join(out) + "\n"
 

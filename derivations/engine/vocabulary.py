@@ -64,6 +64,16 @@ def latex_subscript(matrix: Basic, printer) -> str:
     return short_name(matrix) if hasattr(matrix, "name") else printer._print(matrix)
 
 
+def root_subscript(node, printer) -> str:
+    """The subscript of a Gram root or polar factor in LaTeX: the base's (:func:`latex_subscript`), transposed for a
+    left one, since ``(XXᵀ)^{1/2}`` is the right Gram root of ``Xᵀ``: ``C_{X^{\\top}}`` (so that the left and
+    the right root of one matrix never print alike)."""
+    sub = latex_subscript(matrix := node.base, printer)
+    if node.side == "right":
+        return sub
+    return rf"{sub}^{{\top}}" if hasattr(matrix, "name") else rf"\left({sub}\right)^{{\top}}"
+
+
 class FactMatrix(MatrixSymbol):
     """A matrix symbol that carries its structural facts as data.
 
@@ -189,7 +199,7 @@ class GramSqrt(_GramNode):
         return self.label()
 
     def _latex(self, printer):
-        return f"C_{{{latex_subscript(self.base, printer)}}}"
+        return f"C_{{{root_subscript(self, printer)}}}"
 
 
 class GramInvSqrt(_GramNode):
@@ -201,7 +211,7 @@ class GramInvSqrt(_GramNode):
         return f"{self.label()}^-1"
 
     def _latex(self, printer):
-        return f"C_{{{latex_subscript(self.base, printer)}}}^{{-1}}"
+        return f"C_{{{root_subscript(self, printer)}}}^{{-1}}"
 
 
 
@@ -231,7 +241,7 @@ class GramPower(GramSqrt):
 
     def _latex(self, printer):
         """``C_W^{2p}``: the Gram root's power, as the docs write it (``C_W`` is ``(WᵀW + λI)^{1/2}``)."""
-        return rf"C_{{{latex_subscript(self.base, printer)}}}^{{{printer._print(2 * self.exponent)}}}"
+        return rf"C_{{{root_subscript(self, printer)}}}^{{{printer._print(2 * self.exponent)}}}"
 
 
 class PolarFactor(_Derived):
@@ -267,6 +277,10 @@ class PolarFactor(_Derived):
         return f"U_{short_name(self.base)}"
 
     def _latex(self, printer):
+        """``U_{W}`` (right); a left one is the transpose of the right polar factor of ``Wᵀ``:
+        ``U_{W^{\\top}}^{\\top}``."""
+        if self.side == "left":
+            return f"U_{{{root_subscript(self, printer)}}}^{{\\top}}"
         return f"U_{{{latex_subscript(self.base, printer)}}}"
 
 

@@ -144,10 +144,38 @@ class Builder(NotationRules):
         m = re.fullmatch(r"([CU])_(\w+)", name)
         if m is None:
             return None
-        bases = [v for v in self.namespace.values() if isinstance(v, MatrixSymbol) and short_name(v) == m.group(2)]
-        if len(bases) != 1:
+        base = self._short_named(m.group(2))
+        if base is None:
             return None
-        return GramSqrt(bases[0]) if m.group(1) == "C" else PolarFactor(bases[0])
+        return GramSqrt(base) if m.group(1) == "C" else PolarFactor(base)
+
+    def _short_named(self, label: str):
+        """The namespace's one matrix ``X`` or ``W_X`` whose short name is ``label`` (else None)."""
+        bases = [v for v in self.namespace.values() if isinstance(v, MatrixSymbol) and short_name(v) == label]
+        return bases[0] if len(bases) == 1 else None
+
+    def _b_root(self, n):
+        """``C_{A}`` = ``(AᵀA)^{1/2}`` and ``U_{A}`` = ``A (AᵀA)^{-1/2}`` of an expression ``A``; of a transpose,
+        ``C_{Xᵀ}`` = ``(XXᵀ)^{1/2}`` is the left Gram root of ``X`` and ``U_{Xᵀ}`` = ``Xᵀ (XXᵀ)^{-1/2}`` the
+        transpose of its left polar factor (as the LaTeX printer writes the left ones). A bare name is a matrix
+        of the namespace, or ``X`` for ``W_X`` (``C_{K^{\top}}``). The root of a matrix is damped as the
+        derivation's own ``C_X`` of that matrix and side is (``C_A = (AAᵀ + λI)^{1/2}`` in a damped rule)."""
+        arg, damping = n.args[0], S.Zero
+        inner = arg.args[0] if arg.kind == "T" else arg
+        if inner.kind == "name" and inner.value not in self.namespace and inner.value not in self.defined \
+                and (base := self._short_named(inner.value)) is not None:
+            x = transpose(base) if arg.kind == "T" else base
+        else:
+            x = self._build(arg)
+        if not _is_matrix(x) or isinstance(x, _Eye):
+            raise FormulaError(f"{n.value}_{{…}} takes a matrix", arg.col)
+        w, side = (x.arg, "left") if isinstance(x, Transpose) else (x, "right")
+        named = self.namespace.get(f"C_{short_name(w)}") if isinstance(w, MatrixSymbol) else None
+        if isinstance(named, GramSqrt) and named.base == w and named.side == side:
+            damping = named.damping  # the derivation's own C_X of this matrix and side
+        if n.value == "C":
+            return GramSqrt(w, damping, side)
+        return transpose(PolarFactor(w, damping, side)) if side == "left" else PolarFactor(w, damping)
 
     def _b_neg(self, n):
         x = self._build(n.args[0])

@@ -189,6 +189,7 @@ class Grammar:
             self.next()
             blocks.append(self.sum())
         self.leave()
+        self.skip_latex_noise()  # \right]
         self.expect("]", " to close the block row")
         return blocks[0] if len(blocks) == 1 else Node("hstack", t.col, tuple(blocks))
 
@@ -211,6 +212,15 @@ class Grammar:
             return self._sum(t.col, rest or None)
         if name == "Sigma" and self._part_at():
             return self._sigma_part(t.col)
+        if self.at("_") and self.peek().text == "{" and (g := self.peek(2)).kind == "latex" and g.text[1:] in GREEK \
+                and self.peek(3).text == "}":
+            self.next()  # H_{\lambda}: a name subscripted with a Greek letter is H_lambda
+            self.next()
+            name = f"{name}_{GREEK[self.next().text[1:]]}"
+            self.next()
+        elif name in ("C", "U") and self.at("_") and self.peek().text == "{":  # C_{X^{\top}}, U_{W_{Q} C_{K}}
+            self.next()
+            return Node("root", t.col, (self._group("{", "}"),), name)
         fn = ALIASES.get(name, name)
         if fn in FUNCTIONS and self._calls():  # otherwise juxtaposition: G_Q (W_K^T W_K)^{-1/2}
             return Node("call", t.col, tuple(self._args()), fn)
@@ -247,6 +257,12 @@ class Grammar:
             self.next()
             name = normalize_name(self._braced_name())
             return Node("call", t.col, tuple(self._args()), ALIASES.get(name, name))
+        if cmd == "mathbb":  # \mathbb{I}: the identity
+            self.next()
+            col, name = self.tok.col, self._braced_name()
+            if name != "I":
+                raise FormulaError(f"\\mathbb{{{name}}}: only \\mathbb{{I}} (the identity) is a matrix here", col)
+            return Node("name", t.col, value="I")
         if cmd in ("min", "max"):
             self.next()
             return Node("call", t.col, tuple(self._args()), cmd)

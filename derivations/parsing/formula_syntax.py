@@ -37,7 +37,7 @@ from derivations.parsing.formula_tokens import FormulaError, Node, Token, pointe
 from derivations.parsing.notation import DECORATIONS, FUNCTIONS, GREEK, STAR, WHERE_WORDS, decorate
 
 _ATOM_COMMANDS = {"\\frac", "\\tfrac", "\\dfrac", "\\sqrt", "\\langle", "\\operatorname", "\\mathrm", "\\text",
-                  "\\textrm", "\\Delta", "\\sum", "\\min", "\\max"}
+                  "\\textrm", "\\Delta", "\\sum", "\\min", "\\max", "\\mathbb"}
 _DEFINE = (":=", "=", "\\coloneqq", "\\coloneq", "\\triangleq")
 _STARS = ("*", "\\star", "\\ast")
 

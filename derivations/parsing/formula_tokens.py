@@ -103,6 +103,10 @@ def tokenize(text: str) -> list[Token]:
                 raise FormulaError(f"unexpected character {ch!r}", pos + 1, text)
             if m.group() == "\\mid":  # the separator of a block row, [A \mid B]
                 out.append(Token("op", "|", pos + 1))
+            elif m.group() == "\\middle" and text.startswith("|", m.end()):  # [A \middle| B], as LaTeX prints it
+                out.append(Token("op", "|", pos + 1))
+                pos = m.end() + 1
+                continue
             elif m.lastgroup != "ws":
                 out.append(Token(m.lastgroup, m.group(), pos + 1))
             pos = m.end()
@@ -120,7 +124,8 @@ def _tokens_of(rep: str, col: int) -> list[Token]:
 @dataclass(eq=False)
 class Node:
     """A node of the syntax tree. ``kind``: num name neg add mul pow T call inner norm hstack kron sv
-    sigma_part sum def let; ``source`` is the formula's text on the root (for error pointers)."""
+    sigma_part sum def let root (``C_{…}``/``U_{…}`` of an expression, ``value`` ``"C"`` or ``"U"``);
+    ``source`` is the formula's text on the root (for error pointers)."""
 
     kind: str
     col: int

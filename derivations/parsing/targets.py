@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from sympy import Basic, Symbol, sstr
 from sympy.matrices.expressions import MatrixSymbol
 
+from derivations.engine.latex_notation import latex
 from derivations.engine.vocabulary import GramSqrt, IsotropicScale, PolarFactor, Projector, _Derived
+from derivations.parsing.notation import GREEK
 
 
 @dataclass
@@ -26,7 +28,8 @@ class Target:
 
 
 def _named_nodes(exprs) -> dict:
-    """Names of every symbol and every derived node that prints as a bare name (``C_K``, ``H``)."""
+    """Names of every symbol and every derived node that prints as a bare name (``C_K``, ``H``), the latter also
+    under the name its LaTeX reads as when that is a Greek subscript (``H_{\\lambda}``: ``H_lambda``)."""
     out = {}
     for e in exprs:
         for node in _preorder(e):
@@ -36,6 +39,9 @@ def _named_nodes(exprs) -> dict:
                 text = sstr(node)
                 if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", text):
                     out.setdefault(text, node)
+                    m = re.fullmatch(r"([A-Za-z][A-Za-z0-9]*)_\{\\([A-Za-z]+)\}", latex(node))
+                    if m and m.group(2) in GREEK:  # and the name its LaTeX reads as: H_{\lambda} is H_lambda
+                        out.setdefault(f"{m.group(1)}_{GREEK[m.group(2)]}", node)
     for name, node in list(out.items()):  # C_X, U_X, P_X, c_X of every tall factor W_X
         if isinstance(node, MatrixSymbol) and name.startswith("W_"):
             label = name[2:]
