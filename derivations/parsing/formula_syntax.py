@@ -19,7 +19,8 @@ the project's own vocabulary (:mod:`derivations.engine.vocabulary`), and nothing
   ``\\sigma_{r+1}``, ``\\Sigma``, ``\\sum_{h=1}^{3}``, ``\\sum_{i>r}``, ``\\otimes``, ``\\min``, ``\\max``,
   ``\\langle A, B\\rangle``, ``\\|X\\|_{op}``, ``\\left(``/``\\right)``, ``\\Delta W_Q`` (read as ``dW_Q``),
   decorations (``\\bar C_Q``, ``\\hat m``, ``\\tilde W``, ``W^\\star``), subscripts in braces (``W_{K}``,
-  ``W_{O,h}``);
+  ``W_{O,h}``, ``H_{\\lambda}``), and what the LaTeX printer writes: ``C_{…}``/``U_{…}`` of an expression
+  (``C_{A^{\\top}}``, the left Gram root of ``A``), ``\\left[A \\,\\middle|\\, B\\right]``, ``\\mathbb{I}``;
 * definitions: ``L = G G^T; L^{-1/4} G`` or ``L^{-1/4} G where L = G G^T`` (``\\text{where}``, several
   separated by commas or ``and``), and ``U, Σ, V = svd(G)``.
 
