@@ -38,7 +38,7 @@ from typing import Any, cast
 
 import mpmath
 import numpy as np
-from sympy import Basic, Expr, srepr
+from sympy import Expr, srepr
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import lemmas as L
@@ -47,6 +47,7 @@ from derivations.engine.duality import duality_certificate_errors
 from derivations.engine.evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
 from derivations.engine.norms import family_of, solve_lemma, unscaled
 from derivations.engine.states import CheckResult, Claim, Context, Problem, Solution, Step
+from derivations.engine.step_digest import digest
 from derivations.engine.symbolic import size_label, verify_equal
 from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, Inner
 from derivations.lemmas.base import markdown_text
@@ -282,12 +283,8 @@ class Derivation:
     def _digest(self, step: Step) -> str:
         """What a check vouches for: the step's kind, lemma, states, substitution and parameters, and the
         derivation's definitions (a hash of their ``srepr``; a later edit of any of them changes it)."""
-        h = hashlib.sha256()
-        for item in (step.index, step.kind, step.lemma.key, *step.before.parts(), *step.after.parts(),
-                     step.substitution, step.params, self.context.definitions):
-            h.update(_srepr(item).encode())
-            h.update(b"\0")
-        return h.hexdigest()
+        return digest((step.index, step.kind, step.lemma.key, *step.before.parts(), *step.after.parts(),
+                       step.substitution, step.params, self.context.definitions))
 
     def integrity(self) -> list[str]:
         """Why the result is not what the checked steps give (empty when it is): the steps must follow one another
@@ -567,31 +564,6 @@ class Derivation:
         for b, a in zip(before.parts(), after.parts(), strict=False):
             err = max(err, _rel(ev(b, env), ev(a, env), backend))
         return {"before = after": float(err)}, env
-
-
-def _srepr(item) -> str:
-    """``srepr`` of a SymPy object (remembered per object: SymPy objects are immutable), containers part by part,
-    ``repr`` of anything else. What a step's digest hashes."""
-    if isinstance(item, Basic):
-        hit = _SREPR_SEEN.get(id(item))
-        if hit is not None and hit[0] is item:
-            return hit[1]
-        if len(_SREPR_SEEN) > 200_000:  # the searches make many expressions: forget them all now and then
-            _SREPR_SEEN.clear()
-        try:
-            text = srepr(item)
-        except Exception:  # noqa: BLE001 - an object SymPy's printer does not know
-            text = repr(item)
-        _SREPR_SEEN[id(item)] = (item, text)  # the entry holds the object, so its id is not reused meanwhile
-        return text
-    if isinstance(item, (tuple, list)):
-        return f"{type(item).__name__}({', '.join(_srepr(x) for x in item)})"
-    if isinstance(item, dict):
-        return "{" + ", ".join(f"{_srepr(k)}: {_srepr(v)}" for k, v in item.items()) + "}"
-    return repr(item)
-
-
-_SREPR_SEEN: dict[int, tuple[Basic, str]] = {}
 
 
 def _rel(a, b, backend):
