@@ -68,6 +68,7 @@ def test_step_measure_returns_times_and_the_paired_ratio(monkeypatch):
     assert all(c > 0 and t > 0 and r > 0 for c, t, r in train.values())
 
 
+@pytest.mark.e2e
 def test_the_training_row_runs_the_block_it_declares_and_trains_with_compositional_muon():
     """:func:`benchmarks.step.block_forward` against an independent NumPy block (GQA: query head h reads key
     and value head h // G), so a transposed ``W_V`` or a wrong head layout fails; then the jitted training step

@@ -22,6 +22,8 @@ from coeffsearch.restart_certificate import recheck as recheck_restarts
 from coeffsearch.restart_model import Model
 from coeffsearch.restarts import search
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 FOUR = ("cubic", "muon", "quintic", "you")  # the schedules whose printed worst error was too small
 
 

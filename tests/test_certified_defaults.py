@@ -22,6 +22,8 @@ from numerics.kernels.jax_spectral_sign import certified_restarts, msign_choice,
 from numerics.kernels.spectra import with_singular_values
 from numerics.optimizer import describe_pairs
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 TABLE_SCHEDULES = ("polar-express-5", "muon", "cesista")  # the defaults and optax's presets ("standard", "dion")
 PUBLISHED = (2,)
 

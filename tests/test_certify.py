@@ -11,6 +11,8 @@ import coeffsearch
 from coeffsearch.certify import Certificate, CertificateError, CertificateFormatError, certify, recheck
 from coeffsearch.minimax import limit_polynomial
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 INPUTS = {"schedule", "interval", "precision_bits", "digits", "name", "kind"}  # what the bounds are computed from
 
 

@@ -17,6 +17,8 @@ from derivations.crosscheck.chain import EXIT_NOT_PROVEN, check_blocks, check_ch
 from derivations.crosscheck.cli import main as crosscheck_main
 from derivations.crosscheck.reachability import Reach
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
 RANK = EXAMPLES / "rank_obstruction.md"
 UNCHECKED = EXAMPLES / "optimality_unchecked.md"

@@ -23,6 +23,8 @@ from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix, dimensio
 from derivations.lemmas import NotApplicable, counting
 from derivations.lemmas import spectral as S
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 
 @pytest.mark.parametrize("classic", C.CLASSICS, ids=lambda c: c.name)
 def test_every_step_of_every_classic_holds(classic):

@@ -78,6 +78,7 @@ def test_bad_usage_is_one_line_and_exit_2(argv, needle, capsys):
     assert one_line_exit_2(rc, out, err, needle), (rc, out[:200], err)
 
 
+@pytest.mark.e2e
 def test_bad_usage_in_a_real_process():
     """``python -m derivations.halfsplit`` itself: exit status 2, nothing on stdout, one line on stderr."""
     argv, needle = BAD_USAGE[0]

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("derivations", "numerics", "coeffsearch", "benchmarks")
 #: the one subclass allowed: (module, class)
@@ -127,12 +129,14 @@ def one_line_usage_errors(rows: list[dict], needle: str) -> list[str]:
                     and ": error: " in r["stderr"] and needle in r["stderr"] and "Traceback" not in r["stderr"])]
 
 
+@pytest.mark.e2e
 def test_every_entry_point_refuses_an_unknown_option_in_one_line():
     # named first, even where a required argument is also missing ("--emit is required" would hide the typo)
     bad = one_line_usage_errors(run_entry_points(["--no-such-option"]), "unrecognized arguments: --no-such-option")
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.e2e
 def test_help_on_a_full_stdout_is_an_error():
     # argparse drops the write error of --help and exits 0; a full disk must not pass for success
     bad = one_line_usage_errors(run_entry_points(["--help"], "full"), "cannot write to stdout: No space left")

@@ -18,6 +18,8 @@ from derivations.parsing.formula import parse
 from derivations.parsing.formula_syntax import FormulaError, parse_tree
 from derivations.parsing.targets import target_of
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 
 @pytest.fixture(scope="module")
 def query():

@@ -16,6 +16,8 @@ from derivations.crosscheck.identities import identity_target, parse_assumptions
 from derivations.crosscheck.inputs import BadInput
 from derivations.parsing.formula_syntax import parse_tree
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 
 def identity(lhs, rhs, *facts, diagnose=True):
     return compare(*identity_target(lhs, rhs, parse_assumptions(list(facts))), diagnose=diagnose)

@@ -20,6 +20,8 @@ sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 
 from workbench_sphinx import commands  # noqa: E402 (found through the sys.path entry)
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 #: a command-output directive and its options (indented lines right after it)
 DIRECTIVE = re.compile(r"^\.\. command-output:: (?P<command>.+)\n(?P<options>(?: {3}:\w+:.*\n)*)", re.MULTILINE)
 

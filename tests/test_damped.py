@@ -5,6 +5,8 @@ import pytest
 
 from derivations import damped as D
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 
 def test_emitted_damped_formulas_are_the_derived_ones():
     assert D.matches_emission() == {"query": True, "key": True, "value": True}

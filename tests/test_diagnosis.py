@@ -19,6 +19,8 @@ from derivations.crosscheck.verdict import show
 from derivations.engine.vocabulary import FactMatrix, GramInvSqrt, GramSqrt, dimension, positive_symbol
 from derivations.parsing.targets import target_of
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 OLD = "no scalar multiple and none of the near variants"
 
 # derivations built once per module (each is checked step by step when built); where a case needs only a

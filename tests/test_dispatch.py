@@ -15,6 +15,8 @@ from derivations.printing.jax_printer import JaxPrinter
 from derivations.printing.latex import latex
 from derivations.printing.numpy_printer import NumpyPrinter
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 A = MatrixSymbol("A", 4, 3)
 
 

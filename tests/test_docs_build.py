@@ -96,6 +96,7 @@ class Shows:
 Shows()'''
 
 
+@pytest.mark.e2e
 def test_a_notebook_page_runs_shows_its_outputs_and_its_text_gives_search_snippets(tmp_path):
     out = build_notebook(tmp_path, [new_markdown_cell("# A notebook\n\nThe word quokka is in its text."),
                                     new_code_cell("print('six times seven is', 6 * 7)"),
@@ -110,6 +111,7 @@ def test_a_notebook_page_runs_shows_its_outputs_and_its_text_gives_search_snippe
     assert "search-snippets.js" not in page                        # only the search page loads them
 
 
+@pytest.mark.e2e
 def test_a_notebook_cell_that_raises_stops_the_build(tmp_path):
     with pytest.raises(ExecutionError, match=r"notebook\.ipynb") as err:    # sphinx-build: exit status 2
         build_notebook(tmp_path, [new_code_cell("x = 1\nassert x == 2, 'the example is stale'")])

@@ -41,6 +41,8 @@ OPTIONFLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 from workbench_sphinx import api  # noqa: E402 (found through the sys.path entry above)
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 
 def _excluded(name: str) -> bool:
     return any(name == e or name.startswith(e + ".") for e in EXCLUDED)

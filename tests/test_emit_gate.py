@@ -7,6 +7,8 @@ from derivations import regenerate, sylvester
 from derivations.cli import emit_gate, main
 from derivations.lemmas.base import Lemma, SelfCheck
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 
 @pytest.fixture
 def broken_lemma(monkeypatch):

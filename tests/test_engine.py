@@ -22,6 +22,8 @@ from derivations.engine.vocabulary import (
     dimension,
 )
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 d, d_h = H.d, H.d_h
 
 

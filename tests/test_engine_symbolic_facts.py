@@ -26,6 +26,8 @@ from derivations.engine.vocabulary import (
     dimension,
 )
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 d, h = dimension("d"), dimension("d_h")
 SIZES = {d: 3, h: 2}
 W = FactMatrix("W_K", d, h, [FULL_COLUMN_RANK])

@@ -32,6 +32,8 @@ from derivations.engine.vocabulary import (
     positive_symbol,
 )
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 m, n, k, l = (dimension(s) for s in "mnkl")  # noqa: E741 (the dimensions as printed: m, n, k, l)
 eps = positive_symbol("epsilon")
 X, G = MatrixSymbol("dW", m, n), MatrixSymbol("G", m, n)

@@ -34,6 +34,8 @@ from derivations.lemmas import balance
 from derivations.lemmas.balance import SPDPower
 from derivations.lemmas.kernel import step_instance
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 d, h = dimension("d"), dimension("d_h")
 eps = positive_symbol("epsilon")
 G = MatrixSymbol("G_M", d, d)

@@ -9,6 +9,8 @@ from derivations.cli import render
 from derivations.printing import jax_printer, numpy_printer
 from derivations.printing.function_spec import FunctionSpec, Parameter, render_function, render_functions
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 
 @pytest.fixture(scope="module")
 def sylvester_rule():

@@ -8,6 +8,8 @@ from derivations.cli import render
 from tests import hand_formulas as hand
 from tests.conftest import load_module
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 
 @pytest.fixture(scope="module")
 def mod(tmp_path_factory):

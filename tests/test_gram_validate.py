@@ -31,6 +31,8 @@ from coeffsearch.validate_gram import (
     measure,
 )
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 MUON = coeffsearch.get("muon").steps
 SMALL = ["--dtype", "float16", "--shape", "16x64", "--batch", "1"]
 

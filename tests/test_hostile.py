@@ -361,14 +361,17 @@ def emitted(tmp_path_factory):
     return path
 
 
+@pytest.mark.e2e
 def test_emitted_jax_functions(emitted):
     assert_all(run_cases(JAX_CASES, str(emitted), timeout=240))
 
 
+@pytest.mark.e2e
 def test_emitted_jax_without_x64(emitted):
     assert_all(run_cases(X64_OFF_CASES, str(emitted), timeout=120, env={"JAX_ENABLE_X64": "0"}))
 
 
+@pytest.mark.e2e
 def test_emitted_numpy_references(emitted):
     assert_all(run_cases(NUMPY_CASES, str(emitted), timeout=120))
 

@@ -337,6 +337,7 @@ def test_minimax_converged_interval_is_a_result(argv, tmp_path, monkeypatch):
     assert r["rc"] == 0, describe(r)  # a converged schedule certifies like any other
 
 
+@pytest.mark.e2e
 def test_validate_rank_one_and_oversized_shapes(tmp_path):
     rows = run_mains([["coeffsearch", ["validate", "muon", "--shape", "1x1", "--dtype", "float64"]],
                       ["coeffsearch", ["validate", "muon", "--shape", "1x7", "--dtype", "float32"]],
@@ -378,6 +379,7 @@ CLOSED_STDOUT = [
 ]
 
 
+@pytest.mark.e2e
 def test_closed_stdout_is_one_line_and_exit_2(tmp_path):
     procs = []
     for i in range(0, len(CLOSED_STDOUT), 2):  # two at a time (two cores)
@@ -396,12 +398,14 @@ def test_closed_stdout_is_one_line_and_exit_2(tmp_path):
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.e2e
 def test_closed_stdout_with_out_file_still_works(tmp_path):
     out = tmp_path / "m.py"
     r = run_cmd(["-m", "derivations.halfsplit", "--emit", "numpy", "--out", str(out)], close_stdout=True)
     assert r.returncode == 0 and r.stderr == "" and "def halfsplit_qk" in out.read_text()
 
 
+@pytest.mark.e2e
 def test_output_to_a_fifo_nobody_reads_is_refused_not_waited_on(tmp_path):
     fifo = tmp_path / "out.fifo"
     os.mkfifo(fifo)
@@ -416,6 +420,7 @@ def test_output_to_a_fifo_nobody_reads_is_refused_not_waited_on(tmp_path):
         assert "FIFO (named pipe) that no process is reading" in err[-1], r
 
 
+@pytest.mark.e2e
 def test_output_to_a_fifo_being_read_is_written(tmp_path):
     from derivations.commandline import write_text_file
     fifo = tmp_path / "out.fifo"
@@ -449,6 +454,7 @@ def test_input_files_must_be_regular(tmp_path):
 
 # ---- 4. bounds on the work ---------------------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_every_work_size_is_bounded(tmp_path):
     from coeffsearch.polynomial import MAX_SCHEDULE_STEPS
     long_steps = [ONE_STEP[0]] * 100_000

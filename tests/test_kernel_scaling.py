@@ -13,6 +13,8 @@ import pytest
 from coeffsearch.registry import get
 from numerics.kernels.jax_spectral_sign import spectral_sign
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 SCHEDULE = tuple(tuple(float(c) for c in step) for step in get("polar-express-5").steps)
 
 

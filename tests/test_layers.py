@@ -17,6 +17,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("derivations", "numerics", "coeffsearch", "benchmarks")
 

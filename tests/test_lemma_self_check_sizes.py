@@ -31,6 +31,8 @@ from derivations.lemmas.base import Case, stated_by
 from derivations.lemmas.kernel import step_instance
 from derivations.lemmas.statement import Clause, Statement, size_problems
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 
 def _registered() -> list:
     """Every lemma the workbench registers, discovered: the lemma families (``ALL_LEMMAS`` and any lemma the package

@@ -43,6 +43,8 @@ from derivations.lemmas.kernel import step_instance
 from derivations.lemmas.statement import Clause, Statement
 from numerics.kernels import reference
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 d, h = dimension("d"), dimension("d_h")
 W = FactMatrix("W_K", d, h, [FULL_COLUMN_RANK])
 V = FactMatrix("W_Q", d, h, [FULL_COLUMN_RANK])

@@ -37,6 +37,8 @@ from numerics.emitted import balance as balance_emitted
 from numerics.emitted import joint as joint_emitted
 from numerics.emitted import lora as emitted
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 EPS = 0.4
 
 

@@ -7,6 +7,8 @@ import pytest
 from derivations import sylvester
 from derivations.cli import RuleModule, check_table, failures, measurement_rows
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 
 def test_limits_upper_band_and_context():
     rows = measurement_rows([("a", 1e-12, 1e-10), ("b", 2.0, 1e-10), ("c", 1.0, (1 - 1e-10, 1 + 1e-10)),

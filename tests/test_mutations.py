@@ -22,6 +22,8 @@ from derivations.engine.algebra import map_bottom_up, product, transpose
 from derivations.engine.derivation import Derivation, DerivationError, Problem, StepCheckFailed
 from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, Inner, Msign, OpNorm
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 CAUGHT = {}
 CACHED = [halfsplit.query_side, halfsplit.key_side, halfsplit.value_side, halfsplit.product_step,
           halfsplit.isotropic_query, halfsplit.isotropic_key, gqa.key_side, sylvester.adjoint,

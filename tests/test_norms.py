@@ -20,6 +20,8 @@ from derivations.printing.numpy_printer import NumpyPrinter
 from numerics.kernels import jax_exact_scaling, jax_spectral_sign, numpy_kernels
 from numerics.kernels.reference import MpmathBackend
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 A, B = MatrixSymbol("A", 5, 3), MatrixSymbol("B", 5, 3)
 beta = Symbol("beta", positive=True)
 

@@ -32,6 +32,8 @@ from derivations.parsing.formula_syntax import FormulaError, parse_tree
 from derivations.parsing.notation_nodes import Kron, SingularSum, Vec
 from derivations.parsing.targets import Target, target_of
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "crosscheck_notation.rst"
 

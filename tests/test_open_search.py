@@ -46,6 +46,8 @@ from derivations.lemmas import chain_rule
 from derivations.lemmas.base import _NP
 from numerics.kernels.reference import MpmathBackend
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 NORMS = {f.key: f for f in FAMILIES}
 k, l, m, n = (dimension(s) for s in "klmn")  # noqa: E741 (the dimensions as printed)
 eps = positive_symbol("epsilon")

@@ -8,6 +8,8 @@ import pytest
 
 from derivations.crosscheck import params as P
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 LLAMA3_8B = ["--hidden", "4096", "--layers", "32", "--vocab", "128256", "--ffn", "14336", "--heads", "32",
              "--kv-heads", "8"]
 LLAMA31_405B = ["--hidden", "16384", "--layers", "126", "--vocab", "128256", "--ffn", "53248", "--heads", "128",

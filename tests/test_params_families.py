@@ -18,6 +18,8 @@ from derivations import mla
 from derivations.crosscheck import params as P
 from derivations.crosscheck import params_config as C
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 CONFIGS = Path(__file__).parent / "configs"
 
 

@@ -16,6 +16,8 @@ from derivations.crosscheck import params as P
 from derivations.crosscheck import params_config as C
 from derivations.crosscheck import params_flags as F
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 CONFIGS = Path(__file__).parent / "configs"
 
 GPT2_SMALL = "--family gpt2 --hidden 768 --layers 12 --vocab 50257 --heads 12 --positions 1024"

@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "docs" / "_ext")
 
 from workbench_sphinx.objects import FailedDerivation, _check_recorded  # noqa: E402 (the sys.path entry above)
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 RULE = sylvester.rule_module()
 
 

@@ -1,6 +1,7 @@
 """The horizontal projection derived as an orthogonal projection (normal equations), not stated."""
 
 import numpy as np
+import pytest
 
 from derivations import gauge
 from derivations import gauge_directions as G
@@ -8,6 +9,8 @@ from derivations import projection as P
 from derivations.engine.algebra import product, total, transpose
 from derivations.engine.evaluate import evaluate_on
 from derivations.engine.vocabulary import RegularizedSylvester
+
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 
 
 def test_normal_equations_give_the_inner_sylvester_solve():

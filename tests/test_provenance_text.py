@@ -13,6 +13,8 @@ from coeffsearch import registry
 from coeffsearch.provenance import SOURCES, check, check_registry
 from coeffsearch.schedule import Recipe, Schedule
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 
 def test_the_registry_passes_the_wording_checks():
     assert check_registry() == []

@@ -7,8 +7,12 @@ from __future__ import annotations
 import inspect
 import types
 
+import pytest
+
 import coeffsearch
 import derivations
+
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 
 PACKAGES = (derivations, coeffsearch)
 

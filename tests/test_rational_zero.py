@@ -7,6 +7,8 @@ from sympy import Matrix, Rational, cancel, sqrt, symbols
 
 from derivations.engine.rational_zero import is_zero
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 X = symbols("x0:6", real=True)
 
 

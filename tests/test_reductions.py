@@ -15,6 +15,8 @@ from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix, Inner, O
 from derivations.lemmas.base import rewrite_nodes
 from derivations.printing.text import derivation_text
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 
 def test_block_stacking_passes_its_self_check():
     result = L.BLOCK_STACKING.self_check(np.random.default_rng(0))

@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from derivations import registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +52,8 @@ sys.path.insert(0, "docs/_ext")
 from derivations import registry, regenerate
 from derivations.crosscheck import rule_lookup
 from workbench_sphinx.objects import _rule_module_names
+
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 print("registry", "throwaway" in registry.rule_names())
 print("crosscheck", "throwaway" in rule_lookup.RULE_MODULES, rule_lookup.find_derivation("throwaway.invisible")[0].name)
 print("regenerate", regenerate.emit("throwaway") is None, regenerate.stale(("throwaway",)) == [])
@@ -57,6 +61,7 @@ print("docs", "throwaway" in _rule_module_names())
 '''
 
 
+@pytest.mark.e2e
 def test_a_throwaway_rule_module_is_seen_everywhere(tmp_path):
     for package in ("derivations", "numerics", "coeffsearch"):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))

@@ -21,6 +21,8 @@ from coeffsearch.restart_certificate import recheck
 from coeffsearch.restart_model import Model, RestartError, Uncertifiable
 from coeffsearch.restarts import search
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 MUON = coeffsearch.get("muon").steps
 
 

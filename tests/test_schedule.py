@@ -11,6 +11,8 @@ from coeffsearch.certify import CertificateError, certify, recheck
 from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, ScheduleError
 from coeffsearch.schedule import Recipe, Schedule
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 
 @pytest.fixture
 def scratch_registry(monkeypatch):

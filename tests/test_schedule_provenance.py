@@ -17,6 +17,8 @@ import coeffsearch
 from coeffsearch import Recipe, Schedule, provenance, registry
 from coeffsearch.provenance import SOURCES, check, check_registry, mismatches
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 
 @pytest.fixture
 def scratch_registry(monkeypatch):

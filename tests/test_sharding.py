@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import jax
 from numerics import sharding
@@ -24,6 +26,7 @@ def run(kv, gauge):
                           env=env, check=False, timeout=500)
 
 
+@pytest.mark.e2e
 def test_sharded_update_equals_unsharded_on_8_devices():
     """Grouped-query attention (4 heads over 2 kv heads), 2 layers, a 2 × 4 mesh, two momentum steps."""
     out = run(2, "none")

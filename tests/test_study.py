@@ -33,6 +33,7 @@ def test_grid_is_geometric_and_centred():
     assert S.grid(4e-3, 3, 3.0) == (0.00133, 0.004, 0.012) and S.grid(0.5, 1, 2.0) == (0.5,)
 
 
+@pytest.mark.e2e
 def test_tiny_study_runs_every_configuration_paired_and_writes_its_files(record):
     out, rec = record
     pre, lora = PLAN.run_count()
@@ -53,6 +54,7 @@ def test_tiny_study_runs_every_configuration_paired_and_writes_its_files(record)
     assert sum(line.startswith("- ") and "muon" in line and "adamw" in line for line in text.splitlines()) == 4
 
 
+@pytest.mark.e2e
 def test_summary_is_mean_and_sample_std_over_seeds_with_paired_differences(record):
     _, rec = record
     part = R.summarize(rec)["pretrain"]
@@ -84,6 +86,7 @@ def _planted(rec, what):
     return bad
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("what, message", [
     ("nan", "must be recorded as a divergence"), ("config", "disagree in their configuration"),
     ("missing seed", "ran seeds [0]"), ("repeated seed", "ran seeds [0, 0]"),
@@ -205,6 +208,7 @@ def test_cli_refuses_an_out_file_and_a_report_that_is_no_record(tmp_path, capsys
     assert len(err) == 2 and "--out" in err[0] and "is not a study record" in err[1]
 
 
+@pytest.mark.e2e
 def test_report_rewrites_the_markdown_from_a_stored_record(record, tmp_path, capsys):
     out, _ = record
     assert S.main(["--report", str(out / "study.json"), "--out", str(tmp_path)]) == 0

@@ -10,6 +10,8 @@ from derivations.engine.derivation import DerivationError
 from derivations.engine.evaluate import evaluate_on
 from derivations.engine.vocabulary import RegularizedSylvester
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 
 def test_operator_read_off_the_engine_is_the_regularized_sylvester_operator():
     assert S.solution() == RegularizedSylvester(S.W_Q, S.W_K, S.lam, S.TARGET)

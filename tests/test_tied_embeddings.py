@@ -12,6 +12,8 @@ from derivations.engine.norm_nodes import AspectScale
 from derivations.engine.norms import duality_errors
 from numerics.emitted import tied_embeddings as emitted
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 
 def _muon_rms(g, eps):
     """Independent: ``−ε √(V/d) U Vᵀ`` from the SVD of ``G``."""

@@ -16,6 +16,7 @@ def batch():
     return next(T.batches(tokens, CFG, seed=0))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", T.OPTIMIZERS)
 def test_each_optimizer_lowers_the_loss(name, batch):
     """Six steps on one batch lower its loss; the same compiled step with learning rate 0 does not

@@ -39,6 +39,8 @@ from derivations.lemmas.blocks import BlockMaxOpNorm
 from derivations.lemmas.kernel import rewrite_normal_form, ring_normal_form, step_instance
 from derivations.lemmas.statement import Clause, Statement, known
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 d, h = dimension("d"), dimension("d_h")
 G = MatrixSymbol("G_M", d, d)
 W = FactMatrix("W_K", d, h, [FULL_COLUMN_RANK])

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "optax_user_script.py"
 
 
+@pytest.mark.e2e
 def test_the_script_runs_unchanged(tmp_path):
     """One run (about 20 s), three checks: the pairs, the loss and the NaN batch, the resume."""
     pytest.importorskip("orbax.checkpoint")  # the script checkpoints with orbax (the frameworks extra)
