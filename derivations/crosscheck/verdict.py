@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 import mpmath
 import numpy as np
 from sympy import S, sstr
+from sympy.core.mul import _keep_coeff
 from sympy.matrices.expressions import Identity, MatAdd, MatMul
+from sympy.printing.precedence import precedence
 from sympy.printing.str import StrPrinter
 
 from derivations.crosscheck.evaluation import DPS, _flat, relative_difference
@@ -106,6 +108,18 @@ class _Printer(StrPrinter):
         if type(expr) in (GramSqrt, GramInvSqrt, PolarFactor) and not self._named(expr):
             return self._explicit(expr)
         return super()._print(expr, **kwargs)
+
+    def _print_MatMul(self, expr):
+        """As SymPy's, with the product's precedence computed once, not once per factor (SymPy's finds it by
+        negating the whole product for every factor: quadratic in the number of factors)."""
+        c, m = expr.as_coeff_mmul()
+        sign = ""
+        if c.is_number:
+            re, im = c.as_real_imag()
+            if (im.is_zero and re.is_negative) or (re.is_zero and im.is_negative):
+                expr, sign = _keep_coeff(-c, m), "-"
+        prec = precedence(expr)
+        return sign + "*".join(self.parenthesize(arg, prec) for arg in expr.args)
 
     def _named(self, node) -> bool:
         if not hasattr(node.base, "name"):
