@@ -3,7 +3,10 @@
 Stored as JSON over a closed set of node types (never pickle, never eval), keyed by a hash of the
 sources of derivations/ and numerics/, so any change to a rule, a lemma or the engine rebuilds it. Each
 entry also carries its key, that hash and a digest of its contents, all checked before it is used
-(:func:`_cache_read`): an entry copied from another cache, truncated or edited is rebuilt, not trusted.
+(:func:`_cache_read`): an entry copied from another cache, written by other sources, truncated or edited by
+accident is rebuilt, not trusted. The digest is an unkeyed hash, not a signature: whoever can write the cache
+file can rewrite an entry together with its digest, and such an entry is used. The cache directory
+(``$XDG_CACHE_HOME`` or ``~/.cache``) must be as trusted as the code; ``--no-cache`` rebuilds from the rules.
 """
 
 from __future__ import annotations
@@ -144,7 +147,8 @@ def _cache_data() -> dict:
 def _cache_read(key: str):
     """The cached value under ``key``, or None: no cache, an unreadable or corrupted file, or an entry that
     was not written for ``key`` by the current sources (its source hash and its digest are checked, so a
-    stale, foreign, truncated or edited entry is rebuilt, never used)."""
+    stale, foreign, truncated or accidentally edited entry is rebuilt, never used; see the module docstring for
+    what an unkeyed digest cannot catch)."""
     ok, value = _valid_entry(key, _cache_data().get(key))
     return value if ok else None
 
