@@ -208,7 +208,7 @@ def jax_extra():
 def rule_module():
     return RuleModule(name="gqa", title="Grouped-query attention rule of Compositional Muon",
                       derivations=derivations, functions=emitted_functions, scalars={eps: "eps"},
-                      description=__doc__.split("\n\n")[0], jax_extra=jax_extra,
+                      description=__doc__.split("\n\n")[0], jax_extra=jax_extra, adapters=lambda: [adapter()],
                       examples=["python -m derivations.gqa --emit jax > gqa_jax.py",
                                 "python -m derivations.gqa --check"])
 

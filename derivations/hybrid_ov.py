@@ -121,7 +121,7 @@ def jax_extra():
 def rule_module():
     return RuleModule(name="hybrid_ov", title="Hybrid OV rule of Compositional Muon", derivations=derivations,
                       functions=emitted_functions, scalars={eps: "eps"}, description=__doc__.split("\n\n")[0],
-                      jax_extra=jax_extra,
+                      jax_extra=jax_extra, adapters=lambda: [adapter()],
                       examples=["python -m derivations.hybrid_ov --emit jax > hybrid_ov_jax.py",
                                 "python -m derivations.hybrid_ov --check"])
 

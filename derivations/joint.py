@@ -197,7 +197,7 @@ def jax_extra():
 def rule_module():
     return RuleModule(name="joint", title="Joint-whitened QK rule of Compositional Muon", derivations=derivations,
                       functions=emitted_functions, scalars={eps: "eps"}, measurements=measurements,
-                      description=__doc__.split("\n\n")[0], jax_extra=jax_extra,
+                      description=__doc__.split("\n\n")[0], jax_extra=jax_extra, adapters=lambda: [adapter()],
                       examples=["python -m derivations.joint --emit jax > joint_jax.py",
                                 "python -m derivations.joint --check"])
 

@@ -12,11 +12,11 @@ import dataclasses
 import pytest
 
 from derivations import regenerate, registry
-from derivations.cli import check_table, failures, main, render
+from derivations.cli import adapters_of, check_table, failures, main, render
 from derivations.engine.vocabulary import GramInvSqrt
 from derivations.printing.jax_printer import JaxPrinter
 from derivations.printing.numpy_printer import NumpyPrinter
-from derivations.printing.validation import SIZES, check_sizes, validate_source
+from derivations.printing.validation import ADAPTER_SIZES, SIZES, check_sizes, validate_source
 
 TARGETS = ("numpy", "jax")
 
@@ -30,7 +30,7 @@ def validated():
         if (rule, target) not in cache:
             module = registry.rule_module(rule)
             cache[rule, target] = validate_source(render(module, target), module.functions(), module.scalars,
-                                                  target, rule)
+                                                  target, rule, adapters=adapters_of(module))
         return cache[rule, target]
     return get
 
@@ -42,10 +42,14 @@ def _messages(results) -> list[str]:
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("rule", registry.rule_names())
 def test_every_emitted_function_computes_its_checked_formula(rule, target, validated):
-    functions = registry.rule_module(rule).functions()
+    module = registry.rule_module(rule)
+    functions = [fn.name for fn in module.functions()]
+    entries = [a.entry for a in adapters_of(module) if target == "jax"]
     results = validated(rule, target)
-    assert {v.function for v in results} == {fn.name for fn in functions}
-    assert len(results) == SIZES * len(functions)
+    assert {v.function for v in results} == set(functions + entries)
+    assert sorted(v.function for v in results if v.reference == "float64") == sorted(
+        functions * SIZES + entries * len(ADAPTER_SIZES))
+    assert sorted(v.function for v in results if v.reference == "mpmath") == sorted(functions)
     assert not _messages(results)
 
 
@@ -78,7 +82,8 @@ def _transpose_dropped(self, expr):
 
 def _validate(rule, target):
     module = registry.rule_module(rule)
-    return validate_source(render(module, target), module.functions(), module.scalars, target, rule)
+    return validate_source(render(module, target), module.functions(), module.scalars, target, rule,
+                           adapters=adapters_of(module))
 
 
 def test_partner_on_the_wrong_side_in_the_jax_printer_is_caught(monkeypatch):
