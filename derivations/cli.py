@@ -22,7 +22,7 @@ from derivations.printing.jax_printer import emit_jax
 from derivations.printing.latex import document_latex
 from derivations.printing.numpy_printer import emit_numpy
 from derivations.printing.text import derivation_text, lemma_text
-from derivations.printing.validation import validate_source
+from derivations.printing.validation import CONDITION, validate_source
 from numerics.kernels.jax_msign import MSIGN_METHODS
 
 EMIT_TARGETS = ("jax", "numpy", "latex", "text")
@@ -261,6 +261,7 @@ def format_table(table: dict) -> str:
         out += ["", f"{'emitted function vs its checked formula':<56} {'max error':>10}  status"]
         for r in table["translation"]:
             label = f"{r['target']} {r['function']} ({', '.join(f'{k}={v}' for k, v in r['dims'].items())})"
+            label += f" vs mpmath, κ={CONDITION:.0e}" if r.get("reference") == "mpmath" else ""
             out.append(f"{label:<56} {r['error']:>10.1e}  {r['status']}")
     if table.get("latex"):
         out += ["", f"{'printed LaTeX result read back (formula parser)':<56} {'max error':>10}  status"]
