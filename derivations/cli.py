@@ -58,6 +58,9 @@ def _parser(rule: RuleModule) -> OneLineParser:
     what.add_argument("--emit", choices=EMIT_TARGETS, help="print the result as code or the derivation as text/LaTeX")
     what.add_argument("--check", action="store_true", help="re-check every step numerically and print a table")
     p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("--standalone", action="store_true",
+                   help="--emit jax|numpy: inline the kernels the code reaches, so the module imports only jax "
+                        "(numpy), instead of importing them from numerics.kernels")
     p.add_argument("--msign", choices=MSIGN_METHODS, default="newton_schulz",
                    help="default msign method of the emitted JAX code (default: newton_schulz)")
     p.add_argument("--schedule", default=coeffsearch.DEFAULT, metavar="NAME|FILE",
@@ -75,8 +78,9 @@ def _parser(rule: RuleModule) -> OneLineParser:
 
 
 def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
-           schedule_name: str = coeffsearch.DEFAULT) -> str:
-    """The text ``--emit target`` prints (``target``: one of :data:`EMIT_TARGETS`).
+           schedule_name: str = coeffsearch.DEFAULT, standalone: bool = False) -> str:
+    """The text ``--emit target`` prints (``target``: one of :data:`EMIT_TARGETS`; ``standalone``: ``--standalone``,
+    code with its kernels inlined).
 
     Examples:
       >>> from derivations import registry, render
@@ -86,7 +90,7 @@ def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
       >>> "def sylvester_qk(" in source
       True
     """
-    command = f"python -m derivations.{rule.name} --emit {target}"
+    command = f"python -m derivations.{rule.name} --emit {target}" + (" --standalone" if standalone else "")
     functions = verified_functions(rule)
     if target == "jax":
         if schedule_name != coeffsearch.DEFAULT:
@@ -95,9 +99,10 @@ def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
             command += f" --msign {msign}"
         sched = coeffsearch.resolve(schedule_name)
         extra_source, extra_names = rule.jax_extra() if rule.jax_extra else ("", ())
-        return emit_jax(rule.title, command, functions, sched, msign, rule.scalars, extra_source, extra_names)
+        return emit_jax(rule.title, command, functions, sched, msign, rule.scalars, extra_source, extra_names,
+                        standalone)
     if target == "numpy":
-        return emit_numpy(rule.title, command, functions, rule.scalars)
+        return emit_numpy(rule.title, command, functions, rule.scalars, standalone)
     ders = rule.derivations()
     lemmas = lemmas_used(functions) or cited_lemmas(ders)
     if target == "latex":
@@ -302,6 +307,8 @@ def main(rule: RuleModule, argv: list[str] | None = None) -> int:
             raise UsageError(f"argument --schedule: {exc.args[0]}") from None
         except ValueError as exc:
             raise UsageError(f"argument --schedule: {exc}") from None
+        if args.standalone and args.emit not in ("jax", "numpy"):
+            raise UsageError("argument --standalone: only with --emit jax or --emit numpy")
         if args.out and os.path.isdir(args.out):
             raise UsageError(f"argument --out: {args.out} is a directory")
         if args.out is None and sys.stdout is None:  # >&-: refuse before the work, not after it
@@ -325,7 +332,7 @@ def main(rule: RuleModule, argv: list[str] | None = None) -> int:
                 sys.stderr.write(f"{prog}: not emitted: {refused[0]}"
                                  + (f" (and {len(refused) - 1} more)" if len(refused) > 1 else "") + "\n")
                 return 1
-            text = render(rule, args.emit, args.msign, args.schedule)
+            text = render(rule, args.emit, args.msign, args.schedule, args.standalone)
             check_translation(rule, args.emit, text)  # what is about to be written computes the checked formulas
         except (StepCheckFailed, DerivationError) as exc:  # never emit what did not check
             sys.stderr.write(f"{prog}: not emitted: {exc}\n")

@@ -62,7 +62,8 @@ LAYERS: dict[str, int] = {
     "numerics.train_model": 6, "numerics.train": 6, "numerics.study": 6, "numerics.study_report": 6,  # training
     "benchmarks": 6,
 }
-#: generated code: imports only jax (checked by its own tests), not part of the layer graph
+#: generated code: imports only jax, functools and numerics.kernels.jax_runtime (layer 1; checked by its own
+#: tests), not part of the layer graph
 GENERATED = ("numerics.emitted.",)
 
 

@@ -10,9 +10,12 @@ without a ``_print_<Node>`` method are an error (the printer is strict), never b
 from __future__ import annotations
 
 import ast
+import builtins
 import inspect
 import keyword
+import symtable
 import textwrap
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,6 +167,98 @@ def derivation_list(functions) -> list[Derivation]:
 def kernel_source(functions) -> str:
     """Source text of kernel functions, to be inlined into an emitted module."""
     return "\n\n".join(inspect.getsource(f).rstrip() for f in functions)
+
+
+def _global_reads(table: symtable.SymbolTable) -> set[str]:
+    """Names read as module globals in the function scopes under ``table`` (nested ones included)."""
+    out = set()
+    for child in table.get_children():
+        out |= {s.get_name() for s in child.get_symbols() if s.is_global() and s.is_referenced()}
+        out |= _global_reads(child)
+    return out
+
+
+def free_globals(source: str) -> set[str]:
+    """The names the code in ``source`` reads from its module's globals and does not define there itself.
+
+    Read from the compiler's symbol table (:mod:`symtable`), not from the text: a parameter, a local or a
+    comprehension variable that happens to share a kernel's name is not a read of the kernel. Builtins are
+    included (a caller intersects with the names it knows).
+    """
+    top = symtable.symtable(source, "<emitted>", "exec")
+    defined = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    reads = {s.get_name() for s in top.get_symbols() if s.is_referenced()} | _global_reads(top)
+    return reads - defined
+
+
+def kernel_closure(names, runtime: types.ModuleType) -> list[str]:
+    """The exports of ``runtime`` (its ``__all__``) that code reading ``names`` reaches: those among ``names``,
+    then transitively every export the source of a reached kernel function reads (:func:`free_globals`).
+    In the order of ``runtime.__all__``; constants are reached but have no source to follow."""
+    exported = list(runtime.__all__)
+    todo = [n for n in names if n in exported]
+    reached: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        value = getattr(runtime, name)
+        if inspect.isfunction(value):
+            todo += [n for n in free_globals(inspect.getsource(value)) if n in exported]
+    return [n for n in exported if n in reached]
+
+
+def runtime_import(runtime: types.ModuleType, names) -> str:
+    """``from <runtime> import (...)`` naming ``names`` (constants first, then the rest, each sorted), or ``""``."""
+    ordered = sorted(names, key=lambda n: (not n.isupper(), n))
+    if not ordered:
+        return ""
+    return f"from {runtime.__name__} import (\n" + "".join(f"    {n},\n" for n in ordered) + ")\n"
+
+
+def inlined_kernels(names, runtime: types.ModuleType, notes: dict | None = None) -> tuple[str, str]:
+    """``(constants, kernels)``: the text that defines the exports of ``runtime`` in ``names`` in a standalone
+    module, each constant as ``NAME = <repr>`` (with its line of ``notes`` as a comment), each function as its
+    source, in the order of ``runtime.__all__``."""
+    constants, functions = [], []
+    for name in names:
+        value = getattr(runtime, name)
+        if inspect.isfunction(value):
+            functions.append(value)
+        else:
+            note = (notes or {}).get(name)
+            constants.append(f"{name} = {value!r}" + (f"  # {note}" if note else ""))
+    return "".join(line + "\n" for line in constants), kernel_source(functions)
+
+
+def kernel_parts(code: str, runtime: types.ModuleType, standalone: bool, notes: dict | None = None
+                 ) -> tuple[str, str, str]:
+    """``(import, constants, kernels)`` of a module whose own ``code`` reads exports of ``runtime``: by default
+    one import naming exactly the exports ``code`` reads (:func:`runtime_import`); ``standalone``: no import, and
+    the definitions of the exports ``code`` reaches (:func:`kernel_closure`, :func:`inlined_kernels`)."""
+    used = free_globals(code) & set(runtime.__all__)
+    if not standalone:
+        return runtime_import(runtime, used), "", ""
+    return ("", *inlined_kernels(kernel_closure(used, runtime), runtime, notes))
+
+
+class UnresolvedName(RuntimeError):
+    """An emitted module would read a global that nothing defines (a kernel the runtime does not export)."""
+
+
+def check_resolved(source: str, what: str) -> str:
+    """``source`` if :func:`unresolved_names` finds nothing, else :class:`UnresolvedName` naming the names."""
+    missing = unresolved_names(source)
+    if missing:
+        raise UnresolvedName(f"{what} reads {', '.join(missing)}, which nothing in it defines")
+    return source
+
+
+def unresolved_names(source: str) -> list[str]:
+    """The globals ``source`` reads that neither it nor :mod:`builtins` defines: each would be a ``NameError``
+    when the line reading it runs (sorted; empty for a module that is whole)."""
+    return sorted(free_globals(source) - set(dir(builtins)))
 
 
 class MatrixCodePrinter(Interpreter):

@@ -1,4 +1,9 @@
-"""JAX printer: a jitted, batched module that imports only ``jax`` and ``functools``."""
+"""JAX printer: a jitted, batched module that imports ``jax``, ``functools`` and the kernels its code calls.
+
+By default the kernels come from :mod:`numerics.kernels.jax_runtime` (one import naming exactly the names the
+printed code reads); a standalone module (``--emit jax --standalone``) inlines the source of the kernels its code
+reaches instead, with the constants they read, and imports only ``jax`` and ``functools``.
+"""
 
 from __future__ import annotations
 
@@ -26,52 +31,26 @@ from derivations.printing.codegen import (
     UnsupportedNode,
     check_docstring,
     check_identifier,
+    check_resolved,
     docstring_fragment,
-    kernel_source,
+    kernel_parts,
 )
 from derivations.printing.function_spec import FunctionSpec, Parameter, render_functions
 from derivations.printing.scaling import scaling_plan
-from numerics.kernels import (
-    argcheck,
-    gram_newton_schulz,
-    jax_damped_gram,
-    jax_exact_scaling,
-    jax_head_layout,
-    jax_input_checks,
-    jax_lapack_calls,
-    jax_msign,
-    jax_output_checks,
-    jax_spectral_sign,
-    jax_sylvester,
-)
+from numerics.kernels import jax_runtime
 
-KERNELS = (jax_exact_scaling.compute_dtype, jax_lapack_calls.lapack_guard, jax_exact_scaling.max_abs,
-           jax_exact_scaling.float_layout, jax_exact_scaling.typed, jax_exact_scaling.exponent_fields,
-           jax_exact_scaling.with_exponent,
-           jax_exact_scaling.exponent_dtype, jax_exact_scaling.max_exponent, jax_exact_scaling.pow2_scale,
-           jax_exact_scaling.pow2_normalize, jax_exact_scaling.scale_group, jax_output_checks.underflow_limit,
-           jax_output_checks.underflow_reason, jax_output_checks.pow2_unscale, jax_exact_scaling.unit_scale,
-           jax_input_checks.real_scalar, jax_lapack_calls.per_matrix_on_cpu, jax_damped_gram.scale_with_damping,
-           jax_damped_gram.right_singular, jax_damped_gram.gram_eigh, jax_damped_gram.gram_eigh_stacked,
-           jax_damped_gram.psd_power, jax_damped_gram.psd_power_split, jax_damped_gram.polar_factor,
-           jax_damped_gram.isotropic_scale, jax_damped_gram.isotropic_scale_split, jax_exact_scaling.split_scalar,
-           jax_msign.msign_svd, jax_msign.schedule_array, jax_msign.newton_schulz, jax_msign._newton_schulz_oriented,
-           gram_newton_schulz.restart_flags, gram_newton_schulz.gram_newton_schulz,
-           gram_newton_schulz.gram_newton_schulz_oriented, jax_spectral_sign.default_restarts,
-           jax_spectral_sign.gram_chosen, jax_spectral_sign.certified_restarts, jax_spectral_sign.msign_choice,
-           jax_spectral_sign.gram_flags, jax_spectral_sign.spectral_sign,
-           jax_spectral_sign.spectral_sign_stacked, jax_output_checks.output_status,
-           jax_output_checks.nan_unless, jax_output_checks.raise_if_not_finite, argcheck.check_scalar,
-           argcheck.check_shapes, argcheck.check_group, jax_input_checks.check_schedule_length,
-           jax_input_checks.check_schedule, jax_input_checks.check_restarts, jax_input_checks.validate_inputs,
-           jax_sylvester.safe_ratio,
-           jax_sylvester.sylvester_factor_svd, jax_sylvester.sylvester_products, jax_sylvester.sylvester_products_split,
-           jax_sylvester.sylvester_dense, jax_sylvester.sylvester_gram, jax_head_layout.block_right,
-           jax_input_checks.require_arrays, jax_sylvester.check_dense_damping)
+#: the comment each constant gets where a standalone module defines it
+CONSTANT_NOTES = {
+    "GRAM_ASPECT": "msign='auto': Gram Newton–Schulz when long side > this * short side",
+    "GRAM_RESTARTS": "default restart positions of Gram Newton–Schulz",
+    "GRAM_ROUTE_RATIO": "Gram eigh while e_min >= this * e_max, else QR + SVD of W",
+    "MAX_SCHEDULE_STEPS": "longer schedules are refused",
+    "UNDERFLOW_BITS": "an output below tiny * 2**(nmant - this) underflowed",
+}
 
 
 class JaxPrinter(MatrixCodePrinter):
-    """``_print_<Node>`` rules that call the inlined JAX kernels.
+    """``_print_<Node>`` rules that call the JAX kernels (:mod:`numerics.kernels.jax_runtime`).
 
     Same-shape eigendecompositions and spectral signs are stacked into one batched call: fewer
     kernel launches, and on the CPU it avoids running two LAPACK kernels at once, which
@@ -383,37 +362,32 @@ NO_MSIGN_DOC = """Arguments after * : damping (λ >= 0), check_finite (raise if 
 
 
 def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedule: Schedule,
-             msign_default: str, scalars: dict, extra_source: str = "", extra_names: tuple = ()) -> str:
+             msign_default: str, scalars: dict, extra_source: str = "", extra_names: tuple = (),
+             standalone: bool = False) -> str:
     """The module text (deterministic byte for byte).
 
     ``schedule`` is the default Newton–Schulz schedule, a :class:`~coeffsearch.schedule.Schedule`: validated
-    where it was made (its coefficients finite float64 numbers), so it is taken as it is here.
+    where it was made (its coefficients finite float64 numbers), so it is taken as it is here. The kernels the
+    printed code calls are imported from :mod:`numerics.kernels.jax_runtime`, or with ``standalone`` inlined:
+    those it reaches and the constants they read (:func:`~derivations.printing.codegen.kernel_parts`).
     """
     if not isinstance(schedule, Schedule):
         raise TypeError(f"schedule must be a coeffsearch.schedule.Schedule (validated where it is made), "
                         f"got {type(schedule).__name__}")
-    if msign_default not in jax_msign.MSIGN_METHODS:
-        raise ValueError(f"msign_default must be one of {jax_msign.MSIGN_METHODS!r}, got {msign_default!r}")
+    if msign_default not in jax_runtime.MSIGN_METHODS:
+        raise ValueError(f"msign_default must be one of {jax_runtime.MSIGN_METHODS!r}, got {msign_default!r}")
     for public in [fn.name for fn in functions] + list(extra_names):
         check_identifier(public, "emitted function name")
-    parts = [check_docstring(_module_docstring(title, command, functions, schedule, msign_default),
-                             "module docstring"),
-             "import functools\n\nimport jax\nimport jax.numpy as jnp\n",
-             f"__all__ = {sorted([fn.name for fn in functions] + list(extra_names))!r}\n",
-             f"MSIGN_METHODS = {jax_msign.MSIGN_METHODS!r}\n",
-             (f"GRAM_METHODS = {jax_spectral_sign.GRAM_METHODS!r}\nGRAM_ASPECT = {jax_spectral_sign.GRAM_ASPECT!r}"
-              f"  # msign='auto': Gram Newton–Schulz when long side > this * short side\nGRAM_RESTARTS = "
-              f"{jax_spectral_sign.GRAM_RESTARTS!r}  # default restart positions of Gram Newton–Schulz\n"),
-             (f"GRAM_ROUTE_RATIO = {jax_damped_gram.GRAM_ROUTE_RATIO!r}  # Gram eigh while e_min >= this * e_max, "
-              f"else QR + SVD of W\nMAX_SCHEDULE_STEPS = {jax_msign.MAX_SCHEDULE_STEPS!r}  # longer schedules are "
-              f"refused\nUNDERFLOW_BITS = {jax_output_checks.UNDERFLOW_BITS!r}  # an output below tiny * "
-              f"2**(nmant - this) underflowed\n"),
-             "NS_SCHEDULE = (\n" + "".join(f"    {step!r},\n" for step in schedule.as_floats()) + ")\n",
-             "\n" + kernel_source(KERNELS) + "\n"]
-    parts += [render_functions(list(function_specs(fn, scalars, msign_default))) for fn in functions]
-    if extra_source:
-        parts.append("\n" + extra_source)
-    return "\n".join(parts).rstrip() + "\n"
+    head = check_docstring(_module_docstring(title, command, functions, schedule, msign_default), "module docstring")
+    own = [f"__all__ = {sorted([fn.name for fn in functions] + list(extra_names))!r}\n",
+           "NS_SCHEDULE = (\n" + "".join(f"    {step!r},\n" for step in schedule.as_floats()) + ")\n"]
+    printed = [render_functions(list(function_specs(fn, scalars, msign_default))) for fn in functions]
+    printed += ["\n" + extra_source] if extra_source else []
+    imported, constants, kernels = kernel_parts("\n".join(own + printed), jax_runtime, standalone, CONSTANT_NOTES)
+    parts = [head, "import functools\n\nimport jax\nimport jax.numpy as jnp\n" + ("\n" + imported if imported else ""),
+             own[0], *([constants] if constants else []), own[1], *(["\n" + kernels + "\n"] if kernels else []),
+             *printed]
+    return check_resolved("\n".join(parts).rstrip() + "\n", "the emitted JAX module")
 
 
 def _module_docstring(title: str, command: str, functions: list[EmittedFunction], schedule: Schedule,

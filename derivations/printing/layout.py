@@ -19,9 +19,10 @@ the stored layouts into core calls and the updates back into the stored layouts:
 * ``"concat"`` (the joint rule, Lemma J): the stored weights as the blocks of one block-diagonal
   partner, the stored gradients side by side, and the output split back into its column blocks.
 
-What the derivations say nothing about stays hand-written and is inlined: the array primitives
+What the derivations say nothing about stays hand-written and is called by name: the array primitives
 ``split_heads``/``merge_heads`` (:mod:`numerics.kernels.jax_head_layout`) and the input checks
-(:mod:`numerics.kernels.ov_layout`).
+(:mod:`numerics.kernels.ov_layout`), imported from :mod:`numerics.kernels.jax_runtime` by the emitted module
+(or inlined into a standalone one) like every other kernel it calls.
 """
 
 from __future__ import annotations
@@ -30,8 +31,7 @@ import textwrap
 from dataclasses import dataclass, field
 
 from derivations.lemmas.blocks import HeadLayout
-from derivations.printing.codegen import UnsupportedNode, kernel_source
-from numerics.kernels import jax_head_layout, ov_layout
+from derivations.printing.codegen import UnsupportedNode
 
 #: what an entry point with ``head_dim`` says about it (printed into its docstring)
 HEAD_DIM_DOC = ("head_dim is the width d_h of one head, a positive int that divides both stored head widths, with "
@@ -46,7 +46,8 @@ class Adapter:
 
     ``stored``: argument name → the axis holding its heads (``"columns"`` for ``(d, H·d_h)``, ``"rows"``
     for ``(H·d_h, d)``); ``calls``: ``(parameter name, EmittedFunction)`` in call order; ``check``: the
-    inlined input check, called with the stored arrays (and ``head_dim``), returning the group size.
+    input check (a function of :mod:`numerics.kernels.ov_layout`), called with the stored arrays (and
+    ``head_dim``), returning the group size.
     """
 
     name: str
@@ -203,8 +204,7 @@ class AdapterPrinter:
 
 
 def adapter_source(adapter: Adapter) -> tuple[str, tuple]:
-    """``(source, public names)``: the inlined primitives and checks, the printed adapter, the entry point."""
+    """``(source, public names)``: the printed adapter and the entry point (the primitives and the check they
+    call are kernels of :mod:`numerics.kernels.jax_runtime`)."""
     printer = AdapterPrinter(adapter)
-    kernels = kernel_source([jax_head_layout.split_heads, jax_head_layout.merge_heads, ov_layout._same_shapes,
-                             getattr(ov_layout, adapter.check)])
-    return kernels + "\n\n" + printer.source() + "\n\n\n" + printer.entry_source() + "\n", (adapter.entry,)
+    return printer.source() + "\n\n\n" + printer.entry_source() + "\n", (adapter.entry,)

@@ -1,4 +1,9 @@
-"""NumPy printer: a float64 reference module (SVD msign, eigh roots) that imports only numpy."""
+"""NumPy printer: a float64 reference module (SVD msign, eigh roots) that imports numpy and its kernels.
+
+By default the kernels come from :mod:`numerics.kernels.numpy_runtime` (one import naming exactly the names the
+printed code reads); a standalone module (``--emit numpy --standalone``) inlines the kernels its code reaches
+instead and imports only ``numpy``.
+"""
 
 from __future__ import annotations
 
@@ -9,19 +14,17 @@ from derivations.printing.codegen import (
     UnsupportedNode,
     check_docstring,
     check_identifier,
+    check_resolved,
     docstring_fragment,
-    kernel_source,
+    free_globals,
+    kernel_parts,
 )
 from derivations.printing.function_spec import FunctionSpec, Parameter, render_functions
-from numerics.kernels import numpy_kernels as K
-
-KERNELS = (K.check_scalar, K.check_shapes, K.check_group, K.validate_arrays, K.finite_for_lapack, K.scale_of,
-           K.gram_eigh, K.psd_power, K.polar_factor, K.isotropic_scale, K.msign_svd, K.sylvester_dense,
-           K.sylvester_gram)
+from numerics.kernels import numpy_runtime
 
 
 class NumpyPrinter(MatrixCodePrinter):
-    """``_print_<Node>`` rules that call the inlined NumPy kernels."""
+    """``_print_<Node>`` rules that call the NumPy kernels (:mod:`numerics.kernels.numpy_runtime`)."""
 
     def _print_Msign(self, expr):
         return f"msign_svd({self._print(expr.arg)})"
@@ -62,15 +65,18 @@ def _arg_doc(fn: EmittedFunction) -> str:
             "    (pseudo-inverse roots). Leading axes are batched.")
 
 
-def emit_numpy(title: str, command: str, functions: list[EmittedFunction], scalars: dict) -> str:
-    """The module text (deterministic byte for byte)."""
+def emit_numpy(title: str, command: str, functions: list[EmittedFunction], scalars: dict,
+               standalone: bool = False) -> str:
+    """The module text (deterministic byte for byte); its kernels imported from
+    :mod:`numerics.kernels.numpy_runtime`, or with ``standalone`` inlined (those its code reaches)."""
     head = header(docstring_fragment(title) + " (float64 NumPy reference)", docstring_fragment(command), functions, [])
-    parts = [check_docstring(head, "module docstring"),
-             "import numpy as np\n",
-             f"__all__ = {sorted(fn.name for fn in functions)!r}\n",
-             "\n" + kernel_source(KERNELS) + "\n"]
-    parts += [render_functions([function_spec(fn, scalars)]) for fn in functions]
-    return "\n".join(parts).rstrip() + "\n"
+    own = f"__all__ = {sorted(fn.name for fn in functions)!r}\n"
+    printed = [render_functions([function_spec(fn, scalars)]) for fn in functions]
+    imported, _, kernels = kernel_parts("\n".join([own, *printed]), numpy_runtime, standalone)
+    numpy = "import numpy as np\n" if "np" in free_globals("\n".join([kernels, *printed])) else ""
+    parts = [check_docstring(head, "module docstring"), "\n".join(filter(None, [numpy, imported])), own,
+             *(["\n" + kernels + "\n"] if kernels else []), *printed]
+    return check_resolved("\n".join(parts).rstrip() + "\n", "the emitted NumPy module")
 
 
 def function_spec(fn: EmittedFunction, scalars: dict) -> FunctionSpec:

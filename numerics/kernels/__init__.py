@@ -3,7 +3,8 @@ of the project above it).
 
 * :mod:`numerics.kernels.reference` — float64 NumPy and high-precision mpmath references
   (msign over nonzero singular values, damped PSD powers of Gram matrices, norms).
-* the JAX kernels, whose source the emitted code inlines verbatim (they import only ``jax``):
+* the JAX kernels, which the emitted code imports from :mod:`~numerics.kernels.jax_runtime` (or, emitted with
+  ``--standalone``, inlines verbatim: they import only ``jax``):
   :mod:`~numerics.kernels.jax_msign` (msign by SVD and the one Newton–Schulz),
   :mod:`~numerics.kernels.jax_damped_gram` (powers of ``WᵀW + λI``: Gram roots, polar factor),
   :mod:`~numerics.kernels.jax_sylvester` (the regularized Sylvester solves),
@@ -12,7 +13,8 @@ of the project above it).
   :mod:`~numerics.kernels.jax_input_checks` and :mod:`~numerics.kernels.jax_output_checks`
   (arguments before, NaN/overflow/underflow after), :mod:`~numerics.kernels.jax_head_layout`
   (attention heads in the stored layouts).
-* :mod:`numerics.kernels.numpy_kernels` — their float64 NumPy counterparts.
+* :mod:`numerics.kernels.numpy_kernels` — their float64 NumPy counterparts (imported by the emitted NumPy
+  code from :mod:`~numerics.kernels.numpy_runtime`).
 * :mod:`numerics.kernels.gram_roots` — matmul-only PSD roots (coupled Newton–Schulz).
 * :mod:`numerics.kernels.spectra` — random test matrices with prescribed singular values.
 * :mod:`numerics.kernels.argcheck`, :mod:`numerics.kernels.ov_layout` — argument checks.

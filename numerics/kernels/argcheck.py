@@ -1,4 +1,4 @@
-"""Argument checks shared by the emitted JAX and NumPy modules (plain Python: inlined into both).
+"""Argument checks shared by the emitted JAX and NumPy modules (plain Python: inlined into standalone ones).
 
 Every error names the function and the argument, shows what was given, and says what would work.
 """

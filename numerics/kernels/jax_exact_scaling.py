@@ -8,7 +8,7 @@ scales carry their power of two apart and apply it last, each factor of an msign
 unit-scaled (:func:`unit_scale`: ``msign`` ignores positive factors), rules without msign scale
 argument groups and their outputs (:func:`scale_group`), and scalar arguments enter as mantissa and
 exponent (:func:`split_scalar`). Every kernel batches over leading axes; eigh and SVD run in at
-least float32 (:func:`compute_dtype`). The emitted modules inline these functions verbatim
+least float32 (:func:`compute_dtype`). Standalone emitted modules inline these functions verbatim
 (:mod:`derivations.printing.codegen`), so they import nothing but ``jax``.
 """
 

@@ -4,7 +4,7 @@ A projection of ``H`` heads is stored as ``(..., d, H·d_h)`` with each head a c
 ``d_h`` columns; :func:`split_heads` and :func:`merge_heads` move between that and ``(..., H, d, d_h)``,
 and :func:`block_right` multiplies by a block-diagonal partner ``blockdiag(C_1, …, C_k)`` kept as its
 stacked blocks. The layout adapters printed from the derivations (:mod:`derivations.printing.layout`)
-and the JAX printer inline these functions verbatim into the emitted modules.
+and the JAX printer call these functions (inlined verbatim into standalone emitted modules).
 """
 
 import jax.numpy as jnp

@@ -1,4 +1,5 @@
-"""Float64 NumPy kernels; the emitted NumPy reference inlines them (it imports only numpy).
+"""Float64 NumPy kernels; the emitted NumPy reference imports them (:mod:`numerics.kernels.numpy_runtime`) or,
+emitted with ``--standalone``, inlines them (it imports only numpy).
 
 They follow the JAX kernels' conventions: inputs are validated where the computation starts
 (:func:`validate_arrays`), no NaN or Inf ever reaches LAPACK (:func:`finite_for_lapack` raises

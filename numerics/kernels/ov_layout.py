@@ -1,11 +1,11 @@
-"""Input checks of the stored-layout entry points (inlined into emitted code).
+"""Input checks of the stored-layout entry points (called by emitted code, inlined into standalone modules).
 
 The adapters themselves (split heads, repeat a shared head over its group, stack a group's heads,
 block-diagonal partners, merge back) are printed from the reduction steps of the derivations
 (:mod:`derivations.printing.layout`); what stays hand-written is what the derivations say nothing
 about: checking that the stored arrays have the layouts the adapters assume. Each check returns the
-group size ``G = H / H_kv``. Imports nothing but ``jax.numpy`` helpers that the emitted module
-inlines as well.
+group size ``G = H / H_kv``. Imports nothing but ``jax.numpy`` helpers that a standalone emitted
+module inlines as well.
 """
 
 from numerics.kernels.jax_input_checks import require_arrays
