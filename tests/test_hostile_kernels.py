@@ -25,6 +25,7 @@ import inspect
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from dataclasses import replace
 from fractions import Fraction
@@ -36,7 +37,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from derivations import balance
+from derivations import balance, registry
 from derivations import halfsplit as halfsplit_rule
 from derivations.balance import SPDPower
 from derivations.cli import render
@@ -143,9 +144,17 @@ def test_beyond_the_numerical_rank_cut_the_update_is_the_pseudo_inverse_rule(dty
     assert errors[kappa] <= 4 * eps * kept, errors
 
 
+def _standalone_copy(rule, name):
+    """``python -m derivations.<rule> --emit jax --standalone`` loaded as its own module: its kernels and constants
+    are its own globals, so a kernel planted there changes this copy only."""
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    path.write_text(render(registry.rule_module(rule), "jax", standalone=True))
+    return load_module(path, name)
+
+
 def test_planted_gram_route_squares_the_condition_number(tmp_path):
     """Forcing the eigenvalues of the formed Gram matrix (the old kernel) fails the accuracy check."""
-    planted = load_module(ROOT / "numerics" / "emitted" / "halfsplit.py", "planted_gram_route_halfsplit")
+    planted = _standalone_copy("halfsplit", "planted_gram_route_halfsplit")
     planted.GRAM_ROUTE_RATIO = 0.0  # every batch "well conditioned": eigh of WᵀW
     errors = _query_errors(planted.halfsplit_qk, np.float32, (1e3, 3.3e3))
     eps = np.finfo(np.float32).eps
@@ -573,7 +582,7 @@ def test_huge_weights_right_or_a_clear_underflow(name, dtype):
 
 def _planted_without_lost_flag(rule):
     """The emitted module with ``pow2_unscale`` never flagging an underflow (the output's exponent ignored)."""
-    planted = load_module(ROOT / "numerics" / "emitted" / f"{rule}.py", f"planted_no_lost_{rule}")
+    planted = _standalone_copy(rule, f"planted_no_lost_{rule}")
     planted.pow2_unscale = lambda x, n, dtype=None: (planted.pow2_scale(x.astype(planted.compute_dtype(x.dtype)), n),
                                                      jnp.asarray(False))
     return planted
