@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from derivations import halfsplit, registry
-from derivations.cli import main
+from derivations.cli import adapters_of, main, render
+from derivations.printing.validation import ADAPTER_SIZES, SIZES, validate_source
 from tests.inprocess import share_emit_gate
 
 
@@ -112,3 +113,15 @@ def test_every_rule_module_emits_and_checks(rule, capsys, tmp_path, monkeypatch)
     capsys.readouterr()
     assert main(module, ["--check", "--trials", "1"]) == 0
     assert "FAIL" not in capsys.readouterr().out
+    # what --emit and --check validated (the same call: computed once per process): every emitted function at
+    # SIZES sizes in float64 and once against mpmath, every stored-layout adapter (JAX) at its sizes, all agree
+    functions = [fn.name for fn in module.functions()]
+    for target in ("numpy", "jax"):
+        results = validate_source(render(module, target), module.functions(), module.scalars, target, rule,
+                                  adapters=adapters_of(module))
+        entries = [a.entry for a in adapters_of(module) if target == "jax"]
+        assert {v.function for v in results} == set(functions + entries)
+        assert sorted(v.function for v in results if v.reference == "float64") == sorted(
+            functions * SIZES + entries * len(ADAPTER_SIZES))
+        assert sorted(v.function for v in results if v.reference == "mpmath") == sorted(functions)
+        assert not [v.message for v in results if not v.passed]

@@ -1,5 +1,6 @@
-"""Translation validation: every emitted function (JAX and NumPy, every discovered rule) computes the checked
-formula it was printed from, and printer bugs planted by monkeypatching are caught.
+"""Translation validation: printer bugs planted by monkeypatching are caught. That every emitted function of every
+discovered rule (JAX and NumPy) computes its checked formula is asserted where the rule's ``--emit`` runs the
+validation, in ``tests/test_cli.py::test_every_rule_module_emits_and_checks`` (the same call, computed once).
 
 The validation (:mod:`derivations.printing.validation`) evaluates each function at two sizes with all
 dimensions distinct and compares with the derivation's formula evaluated by the engine's float64 evaluator.
@@ -16,41 +17,13 @@ from derivations.cli import adapters_of, check_table, failures, main, render
 from derivations.engine.vocabulary import GramInvSqrt
 from derivations.printing.jax_printer import JaxPrinter
 from derivations.printing.numpy_printer import NumpyPrinter
-from derivations.printing.validation import ADAPTER_SIZES, SIZES, check_sizes, validate_source
+from derivations.printing.validation import check_sizes, validate_source
 
 TARGETS = ("numpy", "jax")
 
 
-@pytest.fixture(scope="session")
-def validated():
-    """``(rule, target) -> [Validation]``, each computed once per session."""
-    cache: dict = {}
-
-    def get(rule, target):
-        if (rule, target) not in cache:
-            module = registry.rule_module(rule)
-            cache[rule, target] = validate_source(render(module, target), module.functions(), module.scalars,
-                                                  target, rule, adapters=adapters_of(module))
-        return cache[rule, target]
-    return get
-
-
 def _messages(results) -> list[str]:
     return [v.message for v in results if not v.passed]
-
-
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("rule", registry.rule_names())
-def test_every_emitted_function_computes_its_checked_formula(rule, target, validated):
-    module = registry.rule_module(rule)
-    functions = [fn.name for fn in module.functions()]
-    entries = [a.entry for a in adapters_of(module) if target == "jax"]
-    results = validated(rule, target)
-    assert {v.function for v in results} == set(functions + entries)
-    assert sorted(v.function for v in results if v.reference == "float64") == sorted(
-        functions * SIZES + entries * len(ADAPTER_SIZES))
-    assert sorted(v.function for v in results if v.reference == "mpmath") == sorted(functions)
-    assert not _messages(results)
 
 
 @pytest.mark.parametrize("rule", registry.rule_names())
@@ -129,7 +102,7 @@ def test_regenerate_refuses_a_planted_printer_bug_and_writes_nothing(monkeypatch
     assert not list(tmp_path.iterdir())
 
 
-def test_a_cached_validation_never_hides_a_changed_formula(validated):
+def test_a_cached_validation_never_hides_a_changed_formula():
     """The same printed text against other formulas (dW_Q and dW_K swapped) is validated afresh, and fails."""
     module = registry.rule_module("halfsplit")
     text = render(module, "numpy")
