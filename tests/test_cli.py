@@ -7,7 +7,7 @@ import pytest
 
 from derivations import halfsplit, registry
 from derivations.cli import adapters_of, main, render
-from derivations.printing.validation import ADAPTER_SIZES, SIZES, validate_source
+from derivations.printing.validation import ADAPTER_SIZES, MPMATH_TOLERANCE, SIZES, check_sizes, validate_source
 from tests.inprocess import share_emit_gate
 
 
@@ -125,3 +125,8 @@ def test_every_rule_module_emits_and_checks(rule, capsys, tmp_path, monkeypatch)
             functions * SIZES + entries * len(ADAPTER_SIZES))
         assert sorted(v.function for v in results if v.reference == "mpmath") == sorted(functions)
         assert not [v.message for v in results if not v.passed]
+        for fn in module.functions():  # against mpmath once, at a size with all dimensions distinct
+            row = next(v for v in results if v.reference == "mpmath" and v.function == fn.name)
+            assert row.limit == MPMATH_TOLERANCE and row.dims == check_sizes(fn, 1)[0]
+            assert len(set(row.dims.values())) == len(row.dims)
+        assert all(v.error < 1e-12 for v in results if v.function in entries)  # adapters: layout moves only
