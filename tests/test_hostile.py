@@ -53,6 +53,7 @@ jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, sys.argv[1])
 import halfsplit_jax as H, sylvester_jax as S, joint_jax as J, gqa_jax as Q, hybrid_ov_jax as O
 import coeffsearch
+from numerics.kernels import jax_runtime as R  # the kernels the emitted modules import
 rng = np.random.default_rng(0)
 d, dh = 12, 4
 W_Q, W_K, G_Q, G_K = (jnp.asarray(rng.standard_normal((2, d, dh))) for _ in range(4))
@@ -137,8 +138,8 @@ raises("sylvester_qk dense float32 damping 1e-6 refused", lambda: S.sylvester_qk
        ValueError, "below what solver='dense' resolves")
 def planted_dense():
     ref = np.asarray(S.sylvester_qk(*w64, gm, eps=0.1, damping=1e-6, msign="svd")[0])
-    d32 = -0.1 * S.msign_svd(gm.astype("float32"))
-    out = np.asarray(S.sylvester_products(*(x.astype("float32") for x in w64), 1e-6, d32, "dense")[0])
+    d32 = -0.1 * R.msign_svd(gm.astype("float32"))
+    out = np.asarray(R.sylvester_products(*(x.astype("float32") for x in w64), 1e-6, d32, "dense")[0])
     err = float(np.abs(out - ref).max() / np.abs(ref).max())
     return not err <= 1e-2, f"dense float32 error {err:.2e} at damping 1e-6"  # NaN (some LAPACK builds) fails too
 holds("planted: the unguarded dense solve is caught by the accuracy check", planted_dense)

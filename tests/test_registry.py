@@ -14,6 +14,8 @@ import pytest
 
 from derivations import registry
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 THROWAWAY = '''
@@ -52,8 +54,6 @@ sys.path.insert(0, "docs/_ext")
 from derivations import registry, regenerate
 from derivations.crosscheck import rule_lookup
 from workbench_sphinx.objects import _rule_module_names
-
-pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 print("registry", "throwaway" in registry.rule_names())
 print("crosscheck", "throwaway" in rule_lookup.RULE_MODULES, rule_lookup.find_derivation("throwaway.invisible")[0].name)
 print("regenerate", regenerate.emit("throwaway") is None, regenerate.stale(("throwaway",)) == [])
