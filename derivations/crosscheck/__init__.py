@@ -2,4 +2,4 @@
 parts (``target_cache``, ``rule_lookup``, ``evaluation``, ``symbolic_proofs``, ``verdict``,
 ``diagnosis``, ``mutations``, ``identities``, ``inputs``), chain files (``chain``), parameter counts
 (``params``) and the command line (``python -m derivations.crosscheck``, ``cli``). The formula language it
-reads (tokens, grammar, the expression built, a derivation's names) is in derivations.parsing."""
+reads (tokens, grammar, the expression built, a derivation's names) is in ``derivations.parsing``."""
