@@ -2,7 +2,8 @@
 
 By default the kernels come from :mod:`numerics.kernels.numpy_runtime` (one import naming exactly the names the
 printed code reads); a standalone module (``--emit numpy --standalone``) inlines the kernels its code reaches
-instead and imports only ``numpy``.
+instead and imports only ``numpy``. The exponent handling is the JAX target's, printed from the same scaling plan
+(:mod:`derivations.printing.split_mode`): the two targets agree on what is right and on what is refused.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from derivations.printing.array_module import docstring, header
 from derivations.printing.codegen import (
     EmittedFunction,
-    MatrixCodePrinter,
+    UnsafeText,
     UnsupportedNode,
     check_docstring,
     check_identifier,
@@ -20,19 +21,25 @@ from derivations.printing.codegen import (
     kernel_parts,
 )
 from derivations.printing.function_spec import FunctionSpec, Parameter, render_functions
+from derivations.printing.split_mode import SHARED_NOTES, ScaledPrinter, compute
 from numerics.kernels import numpy_runtime
 
 
-class NumpyPrinter(MatrixCodePrinter):
-    """``_print_<Node>`` rules that call the NumPy kernels (:mod:`numerics.kernels.numpy_runtime`)."""
+class NumpyPrinter(ScaledPrinter):
+    """``_print_<Node>`` rules that call the NumPy kernels (:mod:`numerics.kernels.numpy_runtime`); the split mode
+    and the unit-scaled msign arguments are :class:`~derivations.printing.split_mode.ScaledPrinter`'s."""
 
     def _print_Msign(self, expr):
-        return f"msign_svd({self._print(expr.arg)})"
+        return f"msign_svd({self._unit_arg(expr.arg)})"
 
     def _print_GramInvSqrt(self, expr):
+        if self.split and self._splittable_root(expr):
+            return self._root_value(expr)
         return f"psd_power({self._eigh(expr)}, -0.5)"
 
     def _print_GramSqrt(self, expr):
+        if self.split and self._splittable_root(expr):
+            return self._root_value(expr)
         return f"psd_power({self._eigh(expr)}, 0.5)"
 
     def _print_GramPower(self, expr):
@@ -50,8 +57,9 @@ class NumpyPrinter(MatrixCodePrinter):
         return (f"sylvester_dense({self._print(expr.left)}, {self._print(expr.right)}, "
                 f"{self._scalar(expr.damping)}, {self._print(expr.rhs)})")
 
-    def _print_IsotropicScale(self, expr):
-        return f"isotropic_scale({self._print(expr.base)}, damping)"
+
+#: the name the emitted code gives the arguments as they were passed (the error names their sizes)
+GIVEN = "given"
 
 
 def _arg_doc(fn: EmittedFunction) -> str:
@@ -62,7 +70,10 @@ def _arg_doc(fn: EmittedFunction) -> str:
     return (f"Arguments after * : {', '.join(kws)}. Inputs must be real and finite (checked, with a ValueError or\n"
             "    TypeError naming the argument) and are converted to float64; msign is computed by SVD over\n"
             "    the nonzero singular values; undamped rank-deficient partners give the minimum-norm result\n"
-            "    (pseudo-inverse roots). Leading axes are batched.")
+            "    (pseudo-inverse roots). Leading axes are batched. Results are right at any input scale while\n"
+            "    they are representable: roots and scalars carry their powers of two apart until the last step,\n"
+            "    as in the JAX module; an overflow or an underflow (largest entry below tiny/(16 eps) of\n"
+            "    float64) raises a ValueError naming the arguments and their sizes.")
 
 
 def emit_numpy(title: str, command: str, functions: list[EmittedFunction], scalars: dict,
@@ -72,10 +83,11 @@ def emit_numpy(title: str, command: str, functions: list[EmittedFunction], scala
     head = header(docstring_fragment(title) + " (float64 NumPy reference)", docstring_fragment(command), functions, [])
     own = f"__all__ = {sorted(fn.name for fn in functions)!r}\n"
     printed = [render_functions([function_spec(fn, scalars)]) for fn in functions]
-    imported, _, kernels = kernel_parts("\n".join([own, *printed]), numpy_runtime, standalone)
+    imported, constants, kernels = kernel_parts("\n".join([own, *printed]), numpy_runtime, standalone,
+                                                SHARED_NOTES)
     numpy = "import numpy as np\n" if "np" in free_globals("\n".join([kernels, *printed])) else ""
     parts = [check_docstring(head, "module docstring"), "\n".join(filter(None, [numpy, imported])), own,
-             *(["\n" + kernels + "\n"] if kernels else []), *printed]
+             *([constants] if constants else []), *(["\n" + kernels + "\n"] if kernels else []), *printed]
     return check_resolved("\n".join(parts).rstrip() + "\n", "the emitted NumPy module")
 
 
@@ -85,8 +97,17 @@ def function_spec(fn: EmittedFunction, scalars: dict) -> FunctionSpec:
     for name in [fn.name, *args, *(out for out, _ in fn.outputs), *fn.extra_scalars.values(), *scalars.values()]:
         check_identifier(name, f"{fn.name}: function, argument or output name")
     shapes = {m.name: (str(m.rows), str(m.cols)) for m in fn.inputs}  # dense, as the symbols are
-    printer = NumpyPrinter({a: a for a in args}, {**scalars, **fn.extra_scalars})
-    body = printer.body([(out, der.formula) for out, der in fn.outputs])
+    names = [out for out, _ in fn.outputs]
+    if GIVEN in [*args, *names]:
+        raise UnsafeText(f"{fn.name}: {GIVEN!r} names the arguments as given in the emitted code")
+    c = compute(fn, scalars, NumpyPrinter)
+    outs = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
+    lost = f", {' | '.join(c.lost)}" if c.lost else ""
+    flagged = f", flagged={c.flagged!r}" if any(c.flagged) else ""
+    body = (f"{GIVEN} = {{{', '.join(f'{a!r}: {a}' for a in args)}}}  # for the error: scaling rebinds the names",
+            *c.lines,
+            f"status = output_status({outs}{lost}{flagged})",
+            f"raise_if_not_finite({fn.name!r}, status, {GIVEN})")
     extra = list(fn.extra_scalars.values())
     keywords = [*([Parameter("eps")] if fn.needs_eps else []), *(Parameter(n) for n in extra),
                 Parameter("damping", None if fn.positive_damping else "0.0")]
@@ -97,4 +118,4 @@ def function_spec(fn: EmittedFunction, scalars: dict) -> FunctionSpec:
               "    {" + ", ".join(f"{p.name!r}: {p.name}" for p in keywords) + f"}}, positive={positive!r})")
     doc = check_docstring(docstring(fn, _arg_doc(fn), shapes=shapes), f"docstring of {fn.name}")
     return FunctionSpec(fn.name, tuple(Parameter(a) for a in args), tuple(keywords), docstring=doc, checks=checks,
-                        body=(*body, f"return {', '.join(out for out, _ in fn.outputs)}"))
+                        body=(*body, f"return {', '.join(names)}"))

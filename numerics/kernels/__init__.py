@@ -13,8 +13,10 @@ of the project above it).
   :mod:`~numerics.kernels.jax_input_checks` and :mod:`~numerics.kernels.jax_output_checks`
   (arguments before, NaN/overflow/underflow after), :mod:`~numerics.kernels.jax_head_layout`
   (attention heads in the stored layouts).
-* :mod:`numerics.kernels.numpy_kernels` — their float64 NumPy counterparts (imported by the emitted NumPy
-  code from :mod:`~numerics.kernels.numpy_runtime`).
+* :mod:`numerics.kernels.numpy_kernels` and :mod:`numerics.kernels.numpy_exact_scaling` — their float64 NumPy
+  counterparts (imported by the emitted NumPy code from :mod:`~numerics.kernels.numpy_runtime`), with the
+  same exponent handling; :mod:`numerics.kernels.output_limits` — the underflow limit and the error words both
+  targets share.
 * :mod:`numerics.kernels.gram_roots` — matmul-only PSD roots (coupled Newton–Schulz).
 * :mod:`numerics.kernels.spectra` — random test matrices with prescribed singular values.
 * :mod:`numerics.kernels.argcheck`, :mod:`numerics.kernels.ov_layout` — argument checks.

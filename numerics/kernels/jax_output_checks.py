@@ -8,19 +8,15 @@ the largest; for 16-bit outputs also when rounding to the dtype loses more than 
 is right whenever it and the roots are representable; otherwise :func:`output_status` says which,
 :func:`nan_unless` makes the whole update NaN, and :func:`raise_if_not_finite` raises one clear error
 naming the input, the overflow or the underflow. Inputs are not scanned: every kernel spreads a NaN or
-Inf over the whole matrix it computes, so checking the outputs suffices. Inlined verbatim into the
-emitted modules.
+Inf over the whole matrix it computes, so checking the outputs suffices. The limit and the error's words are
+the NumPy target's too (:mod:`numerics.kernels.output_limits`). Inlined verbatim into the emitted modules.
 """
 
 import jax
 import jax.numpy as jnp
 
 from numerics.kernels.jax_exact_scaling import compute_dtype, exponent_fields, max_exponent, pow2_normalize, pow2_scale
-
-#: an output whose largest entry is below ``tiny · 2**(nmant − UNDERFLOW_BITS) = tiny / (16 eps)`` (of the dtype
-#: it is computed in) counts as underflowed: entries flushed to zero (below ``tiny``) may then exceed ``16 eps``
-#: of its largest
-UNDERFLOW_BITS = 4
+from numerics.kernels.output_limits import result_error, underflow_bound, underflow_phrase
 
 
 def underflow_limit(dtype):
@@ -32,18 +28,12 @@ def underflow_limit(dtype):
     is subnormal (absolute spacing ``2**-24``). That is the limit :func:`output_status` applies to an
     output without its own flag; :func:`pow2_unscale` decides a float16 output by its rounding error.
     """
-    info, ci = jnp.finfo(dtype), jnp.finfo(compute_dtype(dtype))
-    return max(float(info.tiny), float(ci.tiny) * 2.0 ** (ci.nmant - UNDERFLOW_BITS))
+    return underflow_bound(jnp.finfo(dtype), jnp.finfo(compute_dtype(dtype)))
 
 
 def underflow_reason(dtype):
     """What an underflow of an output of ``dtype`` means, for error messages (one phrase)."""
-    info, ci = jnp.finfo(dtype), jnp.finfo(compute_dtype(dtype))
-    if float(info.tiny) > float(ci.tiny) * 2.0 ** (ci.nmant - UNDERFLOW_BITS):
-        return (f"it lies below the normal range of {info.dtype} (smallest normal {float(info.tiny):.3g}), where "
-                f"rounding to subnormal numbers loses more than eps = {float(info.eps):.2g} of it")
-    return (f"its largest entry is below {underflow_limit(dtype):.3g} = tiny/(16 eps) of {ci.dtype}, below which "
-            f"entries flushed to zero are no longer negligible")
+    return underflow_phrase(jnp.finfo(dtype), jnp.finfo(compute_dtype(dtype)))
 
 
 def pow2_unscale(x, n, dtype=None):
@@ -121,9 +111,4 @@ def raise_if_not_finite(function, status, arrays, caller=None):
             raise ValueError(f"{function}: {name} contains NaN or Inf")
     sizes = ", ".join(f"max|{name}| = {float(jnp.max(jnp.abs(jnp.asarray(x)), initial=0)):.3g}"
                       for name, x in arrays.items())
-    if int(status) == 2:
-        raise ValueError(f"{function}: the result underflows {dtype} ({underflow_reason(dtype)}) with {sizes}; "
-                         f"make the result larger (scale the arguments, or a larger eps where there is one) "
-                         f"or use a wider dtype")
-    raise ValueError(f"{function}: the update overflowed to NaN/Inf in {dtype} although every input is finite "
-                     f"({sizes}); use a wider dtype or a larger damping")
+    raise ValueError(result_error(function, int(status), dtype, underflow_reason(dtype), sizes))

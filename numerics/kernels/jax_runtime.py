@@ -57,7 +57,6 @@ from numerics.kernels.jax_msign import (
     schedule_array,
 )
 from numerics.kernels.jax_output_checks import (
-    UNDERFLOW_BITS,
     nan_unless,
     output_status,
     pow2_unscale,
@@ -87,6 +86,7 @@ from numerics.kernels.jax_sylvester import (
     sylvester_products,
     sylvester_products_split,
 )
+from numerics.kernels.output_limits import UNDERFLOW_BITS, result_error, underflow_bound, underflow_phrase
 from numerics.kernels.ov_layout import _same_shapes, check_joint_pair, check_ov_heads, check_qk_heads
 
 __all__ = [
@@ -95,8 +95,9 @@ __all__ = [
     "UNDERFLOW_BITS", "SYLVESTER_SOLVERS",
     # exact powers of two, guarded LAPACK calls, output checks
     "compute_dtype", "lapack_guard", "max_abs", "float_layout", "typed", "exponent_fields", "with_exponent",
-    "exponent_dtype", "max_exponent", "pow2_scale", "pow2_normalize", "scale_group", "underflow_limit",
-    "underflow_reason", "pow2_unscale", "unit_scale", "real_scalar", "per_matrix_on_cpu",
+    "exponent_dtype", "max_exponent", "pow2_scale", "pow2_normalize", "scale_group", "underflow_bound",
+    "underflow_phrase", "underflow_limit", "underflow_reason", "result_error", "pow2_unscale", "unit_scale",
+    "real_scalar", "per_matrix_on_cpu",
     # powers of WᵀW + λI
     "scale_with_damping", "right_singular", "gram_eigh", "gram_eigh_stacked", "psd_power", "psd_power_split",
     "polar_factor", "isotropic_scale", "isotropic_scale_split", "split_scalar",
