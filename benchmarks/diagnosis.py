@@ -39,7 +39,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from derivations.commandline import (
+from derivations.crosscheck import rule_lookup
+from derivations.crosscheck.checker import compare, parse_for
+from derivations.crosscheck.inputs import BadInput
+from derivations.crosscheck.target_cache import load_target, store_target
+from derivations.parsing.formula_syntax import FormulaError
+from derivations.parsing.targets import target_of
+from foundation.commandline import (
     FileRefused,
     OneLineParser,
     UsageError,
@@ -48,12 +54,6 @@ from derivations.commandline import (
     usage_error,
     write_result,
 )
-from derivations.crosscheck import rule_lookup
-from derivations.crosscheck.checker import compare, parse_for
-from derivations.crosscheck.inputs import BadInput
-from derivations.crosscheck.target_cache import load_target, store_target
-from derivations.parsing.formula_syntax import FormulaError
-from derivations.parsing.targets import target_of
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "diagnosis_corpus.json"
 #: the largest corpus file read (the shipped one is 14 kB)

@@ -30,8 +30,8 @@ import coeffsearch
 from benchmarks.interleave import MAX_REPEATS, MAX_THREADS, interleaved, paired_ratio
 from derivations import halfsplit
 from derivations.cli import render
-from derivations.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
-from numerics.kernels.lapack_threads import lapack_threads
+from foundation.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
+from foundation.compute.lapack_threads import lapack_threads
 
 MAX_HEADS = 64  # --heads-4096: at most this many heads of width 128
 
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
                    help=f"heads in the d = 4096 configuration, 1 to {MAX_HEADS} (default 1)")
     p.add_argument("--lapack-threads", type=int_option(0, MAX_THREADS, "a thread count"), default=1,
                    help="OpenBLAS threads for jaxlib's CPU eigh, both implementations (default 1; 0 leaves the "
-                        "library default; see numerics.kernels.lapack_threads)")
+                        "library default; see foundation.compute.lapack_threads)")
     try:
         args = p.parse_args(argv)
     except UsageError as exc:

@@ -19,11 +19,11 @@ import numpy as np
 import scipy.linalg
 
 from benchmarks.interleave import MAX_REPEATS
-from derivations.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
+from foundation.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
 
 jax.config.update("jax_enable_x64", True)
 
-from numerics.kernels import jax_sylvester  # noqa: E402 (after float64 is switched on)
+from foundation.compute import jax_sylvester  # noqa: E402 (after float64 is switched on)
 
 MAX_SIZE = 2**14  # --d, --d-h: at most this wide (a d x d float64 matrix of 2 GiB)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from coeffsearch.certify import certify
-from numerics.kernels.spectra import with_singular_values
+from foundation.compute.spectra import with_singular_values
 
 ROUNDING_ULPS = 8
 DTYPES = ("float64", "float32", "bfloat16")
@@ -122,7 +122,7 @@ def jax_kernels():
     coeffsearch command line imports without JAX, and only validation runs the kernels."""
     import jax  # lazy: coeffsearch imports without JAX; only validation runs the kernels
 
-    from numerics.kernels import gram_newton_schulz, jax_msign  # lazy: imports JAX (as above)
+    from foundation.compute import gram_newton_schulz, jax_msign  # lazy: imports JAX (as above)
 
     jax.config.update("jax_enable_x64", True)
     return jax, jax_msign.newton_schulz, gram_newton_schulz.gram_newton_schulz

@@ -1,7 +1,7 @@
 """Gram Newton–Schulz against SVD on hostile spectra, next to the certified restart bounds.
 
 ``python -m coeffsearch validate SCHEDULE --gram [--certificate FILE]... [--at S[,S...]]`` runs
-:func:`numerics.kernels.gram_newton_schulz.gram_newton_schulz` with restart positions in float32, bfloat16 and
+:func:`foundation.compute.gram_newton_schulz.gram_newton_schulz` with restart positions in float32, bfloat16 and
 float16, each on a batch of matrices with hostile spectra (:data:`SPECTRA`), as given and transposed (both
 orientations of the Gram matrix), and compares with the float64 SVD of the input as the dtype holds it.
 
@@ -40,8 +40,8 @@ from coeffsearch.certify import CertificateFormatError
 from coeffsearch.restart_certificate import parse
 from coeffsearch.restart_model import DEFAULT_GROWTH, Model, RestartError, check_positions
 from coeffsearch.validate import jax_kernels
-from derivations.commandline import FileRefused, UsageError, read_json_file
-from numerics.kernels.spectra import log_spaced_spectrum, with_singular_values
+from foundation.commandline import FileRefused, UsageError, read_json_file
+from foundation.compute.spectra import log_spaced_spectrum, with_singular_values
 
 GRAM_DTYPES = ("float32", "bfloat16", "float16")
 #: per dtype: (exponent of the smallest normal number, largest exponent, stored mantissa bits)

@@ -36,10 +36,11 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import halfsplit
 from derivations import lemmas as L
-from derivations.cli import RuleModule
-from derivations.engine.algebra import product, transpose
 from derivations.engine.derivation import Context, Derivation, Problem, identity_chain
-from derivations.engine.vocabulary import (
+from derivations.engine.rule import EmittedFunction, RuleModule
+from derivations.printing.layout import Adapter, adapter_source
+from derivations.vocabulary.algebra import product, transpose
+from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
     ISOTROPIC_COLUMNS,
     FactMatrix,
@@ -48,8 +49,6 @@ from derivations.engine.vocabulary import (
     dimension,
     positive_symbol,
 )
-from derivations.printing.codegen import EmittedFunction
-from derivations.printing.layout import Adapter, adapter_source
 
 d, d_h, n = halfsplit.d, halfsplit.d_h, dimension("n")  # n = G·d rows of the stacked queries
 eps = halfsplit.eps

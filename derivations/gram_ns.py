@@ -16,16 +16,16 @@ a ``q × r`` matrix costs ``2pqr`` flops; sums, scalings, the normalization and 
 no symmetry is exploited (the kernels compute full products). With ``T`` quintic steps and ``K``
 restarts the standard iteration costs ``T (4n²m + 2n³)`` and the Gram form
 ``4(K + 1) n²m + 2n³ (4T − 3K − 3)``; both are derived from the products the kernels execute (Lemma
-GK), and each step's check runs the project's kernels (:func:`numerics.kernels.jax_msign.newton_schulz`,
-:func:`numerics.kernels.gram_newton_schulz.gram_newton_schulz`) and counts their products.
+GK), and each step's check runs the project's kernels (:func:`foundation.compute.jax_msign.newton_schulz`,
+:func:`foundation.compute.gram_newton_schulz.gram_newton_schulz`) and counts their products.
 
 Run ``python -m derivations.gram_ns --help``. The JAX kernel is
-:mod:`numerics.kernels.gram_newton_schulz`. This module emits no functions of its own (``--emit jax|numpy`` is
+:mod:`foundation.compute.gram_newton_schulz`. This module emits no functions of its own (``--emit jax|numpy`` is
 refused); every emitted rule function and the optimizer take ``msign="gram_newton_schulz"`` (restart positions
 as data, by default one restart after iteration 2, the published choice) or ``msign="auto"``, which picks the
 Gram form exactly when the cost difference above, ``(T − K − 1)(4n²m − 6n³)``, is negative for fewer than
 ``T − 1`` restarts, i.e. when the long side exceeds 1.5 × the short side
-(:mod:`numerics.kernels.jax_spectral_sign`). Default restarts are certified per dtype
+(:mod:`foundation.compute.jax_spectral_sign`). Default restarts are certified per dtype
 (``certified_restarts``): for ``polar-express-5`` after iteration 2 in float32, after 1 and 3 in float16,
 and none in bfloat16 (``python -m coeffsearch restarts polar-express-5 --dtype bfloat16`` finds no certified
 positions under its rounding model), where ``"auto"`` runs the standard iteration. The standard iteration
@@ -39,10 +39,8 @@ from functools import cache
 from sympy import Symbol
 from sympy.matrices.expressions import MatrixSymbol
 
-from derivations.cli import RuleModule
-from derivations.engine.algebra import product, transpose
 from derivations.engine.derivation import Context, Derivation, identity_chain
-from derivations.engine.vocabulary import dimension
+from derivations.engine.rule import RuleModule
 from derivations.lemmas.counting import PRODUCT_COST, SCALAR_ALGEBRA
 from derivations.lemmas.gram import (
     EXECUTED_PRODUCTS,
@@ -60,6 +58,8 @@ from derivations.lemmas.gram import (
     gram_symbol,
     odd_step,
 )
+from derivations.vocabulary.algebra import product, transpose
+from derivations.vocabulary.nodes import dimension
 
 n, m = dimension("n"), dimension("m")  # X is n × m with n ≤ m (the right orientation holds its transpose)
 T = dimension("T")  # quintic steps

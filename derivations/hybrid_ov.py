@@ -28,11 +28,10 @@ from derivations import gqa, halfsplit
 from derivations import lemmas as L
 from derivations.block_whitened import block_roots as block_roots_of
 from derivations.block_whitened import block_whitened
-from derivations.cli import RuleModule
 from derivations.engine.derivation import Context
-from derivations.engine.vocabulary import BLOCK_DIAGONAL, FULL_COLUMN_RANK, FactMatrix, dimension
-from derivations.printing.codegen import EmittedFunction
+from derivations.engine.rule import EmittedFunction, RuleModule
 from derivations.printing.layout import Adapter, adapter_source
+from derivations.vocabulary.nodes import BLOCK_DIAGONAL, FULL_COLUMN_RANK, FactMatrix, dimension
 
 d, m, n = dimension("d"), dimension("m"), dimension("n")  # m = H d_h, n = H d
 eps = halfsplit.eps

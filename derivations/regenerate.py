@@ -13,8 +13,8 @@ from pathlib import Path
 
 from derivations import registry
 from derivations.cli import TranslationFailed, check_translation, emit_gate, render, verified_functions
-from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
 from derivations.engine.derivation import UncheckedDerivation
+from foundation.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
 
 #: where the shipped copies live (the generated package :mod:`numerics.emitted`)
 SHIPPED_DIR = registry.PACKAGE_DIR.parent / "numerics" / "emitted"

@@ -59,7 +59,7 @@ def load(name: str):
 
 
 def rule_module(name: str):
-    """The :class:`~derivations.cli.RuleModule` of rule ``name``.
+    """The :class:`~derivations.engine.rule.RuleModule` of rule ``name``.
 
     Examples:
       >>> from derivations.registry import rule_module

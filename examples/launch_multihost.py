@@ -32,11 +32,11 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from derivations.commandline import OneLineParser, UsageError, int_option, usage_error
+from foundation.commandline import OneLineParser, UsageError, int_option, usage_error
 from numerics import distributed
 
 PROG = "launch_multihost"
-#: the ranges of the integer options (derivations.commandline.int_option)
+#: the ranges of the integer options (foundation.commandline.int_option)
 MAX_PROCESSES = 4096
 MAX_TIMEOUT = 86400  # seconds: a day
 MAX_SIZE = 4096

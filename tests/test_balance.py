@@ -1,4 +1,4 @@
-"""The balancing gauge: derived in derivations.balance, computed by numerics.gauge_balance."""
+"""The balancing gauge: derived in derivations.balance, computed by numerics.optimizer.gauge_balance."""
 
 
 import jax.numpy as jnp
@@ -11,10 +11,10 @@ from derivations import StepCheckFailed
 from derivations import balance as B
 from derivations import lemmas as L
 from derivations.cli import main
-from derivations.engine.evaluate import evaluate
 from derivations.lemmas import balance as LB
-from numerics.gauge_balance import balance
-from numerics.kernels.reference import MpmathBackend
+from derivations.vocabulary.evaluate import evaluate
+from foundation.compute.reference import MpmathBackend
+from numerics.optimizer.gauge_balance import balance
 from tests.inprocess import call_mains
 
 DERIVED = (B.congruence, B.whitening, B.riccati, B.factor, B.inverse_transpose, B.equal_grams, B.product_kept,
@@ -103,7 +103,7 @@ def derived_at_50_digits(w_q, w_k, exponent=QUARTER):
 
 
 def test_kernel_is_the_derived_expression_at_50_digits():
-    """``numerics.gauge_balance.balance`` (float64) against the derived pair at 50 digits.
+    """``numerics.optimizer.gauge_balance.balance`` (float64) against the derived pair at 50 digits.
 
     Planted mistake: the derived gauge with exponent 1/2 instead of 1/4 differs from the kernel.
     """

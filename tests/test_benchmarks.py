@@ -4,7 +4,7 @@ import pytest
 
 from benchmarks import step
 from benchmarks.step import flop_model, gram_flops, layer_flop_model, ns_flops, sign_flops
-from numerics.kernels.flop_count import kernel_flops
+from foundation.compute.flop_count import kernel_flops
 
 
 def test_newton_schulz_flops_count_every_product():
@@ -27,7 +27,7 @@ def test_flop_model_reproduces_the_published_estimate_at_gpt2_small():
 def test_lapack_threads_limits_the_library_jaxlib_calls_and_restores_it():
     from threadpoolctl import threadpool_info
 
-    from numerics.kernels.lapack_threads import lapack_threads
+    from foundation.compute.lapack_threads import lapack_threads
 
     def scipy_threads():
         return {i["filepath"]: i["num_threads"] for i in threadpool_info() if "scipy" in i["filepath"]}

@@ -2,7 +2,7 @@
 dtype, only positions that ``python -m coeffsearch restarts`` certifies; where none certify, ``"auto"`` runs
 the standard iteration and ``describe_pairs`` says so.
 
-The kernel's table (:func:`numerics.kernels.jax_spectral_sign.certified_restarts`) is data; it is
+The kernel's table (:func:`foundation.compute.jax_spectral_sign.certified_restarts`) is data; it is
 re-checked here against the project's restart certification, and a table claiming the uncertified
 ``(2,)`` in bfloat16 (the old default) is caught, both by the re-check and on the adversarial bfloat16
 input of the issue (256 × 1024, singular values spread geometrically over [1e-3, 1], a few repeated).
@@ -16,10 +16,10 @@ import pytest
 import coeffsearch
 from coeffsearch.restart_model import DTYPES, Model, RestartError, Uncertifiable
 from coeffsearch.restarts import search
-from numerics.kernels import jax_spectral_sign
-from numerics.kernels.jax_msign import newton_schulz
-from numerics.kernels.jax_spectral_sign import certified_restarts, msign_choice, spectral_sign
-from numerics.kernels.spectra import with_singular_values
+from foundation.compute import jax_spectral_sign
+from foundation.compute.jax_msign import newton_schulz
+from foundation.compute.jax_spectral_sign import certified_restarts, msign_choice, spectral_sign
+from foundation.compute.spectra import with_singular_values
 from numerics.optimizer import describe_pairs
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)

@@ -9,7 +9,7 @@ import pytest
 
 import coeffsearch
 from coeffsearch.certify import Certificate, CertificateError, CertificateFormatError, certify, recheck
-from coeffsearch.minimax import limit_polynomial
+from foundation.minimax import limit_polynomial
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

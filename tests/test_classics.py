@@ -16,12 +16,12 @@ from sympy.matrices.expressions import MatrixSymbol
 from derivations import classics as C
 from derivations.crosscheck.cli import main as crosscheck_main
 from derivations.engine import derivation as engine_derivation
-from derivations.engine import spectral_nodes as N
 from derivations.engine.derivation import StepCheckFailed
-from derivations.engine.evaluate import evaluate
-from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix, dimension
 from derivations.lemmas import NotApplicable, counting
 from derivations.lemmas import spectral as S
+from derivations.vocabulary import spectral_nodes as N
+from derivations.vocabulary.evaluate import evaluate
+from derivations.vocabulary.nodes import FULL_COLUMN_RANK, FactMatrix, dimension
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

@@ -11,9 +11,9 @@ import pytest
 import coeffsearch
 from coeffsearch.band import image, max_slope, narrowest_band
 from coeffsearch.certify import CertificateError, certify, decimal_down, decimal_up, recheck
-from coeffsearch.minimax import cubic_closed_form, greedy_schedule, limit_polynomial, remez_step
-from coeffsearch.polynomial import ScheduleDoc, ScheduleError, odd_eval
 from coeffsearch.validate import validate
+from foundation.minimax import cubic_closed_form, greedy_schedule, limit_polynomial, remez_step
+from foundation.polynomial import ScheduleDoc, ScheduleError, odd_eval
 
 NANOGPT = [(8.156554524902461, -22.48329292557795, 15.878769915207462),
            (4.042929935166739, -2.808917465908714, 0.5000178451051316),

@@ -1,4 +1,4 @@
-"""One command-line parser for every command (derivations.commandline.OneLineParser).
+"""One command-line parser for every command (foundation.commandline.OneLineParser).
 
 No module of the project defines its own ``argparse.ArgumentParser`` subclass (an AST scan; a planted
 subclass must be found), and every ``python -m`` entry point answers an unknown option with one line on
@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("derivations", "numerics", "coeffsearch", "benchmarks")
 #: the one subclass allowed: (module, class)
-THE_PARSER = ("derivations.commandline", "OneLineParser")
+THE_PARSER = ("foundation.commandline", "OneLineParser")
 
 
 def module_files(root: Path = ROOT) -> dict[str, Path]:
@@ -111,7 +111,7 @@ def run_entry_points(args: list[str], stdout: str = "capture") -> list[dict]:
     """Every entry point run with ``args`` (one process, :data:`RUNNER`): one row per entry point."""
     names = entry_points(module_files())
     # the commands this test was written against must all be found
-    assert {"coeffsearch", "derivations.crosscheck", "derivations.crosscheck.params", "derivations.regenerate",
+    assert {"coeffsearch", "derivations.crosscheck", "paramcount", "derivations.regenerate",
             "derivations.classics", "derivations.halfsplit", "numerics.train", "benchmarks.step"} <= set(names)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(names), json.dumps(args), stdout],

@@ -88,7 +88,7 @@ def test_a_page_claiming_another_status_is_caught(ran):
 def test_commands_run_in_the_repository_root_wherever_the_build_starts(tmp_path, monkeypatch):
     """``sphinx-build`` started in docs/ (or anywhere) still finds docs/examples/config.json."""
     monkeypatch.chdir(tmp_path)
-    status, text = commands.run("derivations.crosscheck.params", ["--config", "docs/examples/config.json"])
+    status, text = commands.run("paramcount", ["--config", "docs/examples/config.json"])
     assert status == 0 and "total: 494,032,768" in text, text
     assert Path.cwd() == tmp_path
 

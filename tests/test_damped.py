@@ -46,10 +46,10 @@ def test_search_finds_the_damped_rule():
     from sympy.matrices.expressions import MatrixSymbol
 
     from derivations import halfsplit as H
-    from derivations.engine.algebra import product, transpose
     from derivations.engine.derivation import Problem
     from derivations.engine.search import derive
-    from derivations.engine.vocabulary import GramSqrt, Inner, OpNorm
+    from derivations.vocabulary.algebra import product, transpose
+    from derivations.vocabulary.nodes import GramSqrt, Inner, OpNorm
     dq = MatrixSymbol("dW_Q", H.d, H.d_h)
     problem = Problem(dq, Inner(H.G_M, product(dq, transpose(H.W_K))), OpNorm(product(dq, GramSqrt(H.W_K, D.lam))),
                       H.BUDGET)

@@ -16,8 +16,8 @@ from derivations.crosscheck.checker import compare, parse_for
 from derivations.crosscheck.cli import main as crosscheck_main
 from derivations.crosscheck.mutations import mutations
 from derivations.crosscheck.verdict import show
-from derivations.engine.vocabulary import FactMatrix, GramInvSqrt, GramSqrt, dimension, positive_symbol
 from derivations.parsing.targets import target_of
+from derivations.vocabulary.nodes import FactMatrix, GramInvSqrt, GramSqrt, dimension, positive_symbol
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

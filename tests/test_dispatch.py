@@ -7,13 +7,13 @@ import pytest
 from sympy import Symbol, sstr
 from sympy.matrices.expressions import MatrixExpr, MatrixSymbol
 
-from derivations.engine.interpret import MissingRule
-from derivations.engine.numeric import evaluate
+from derivations.engine.latex import latex
 from derivations.engine.symbolic import ExplicitModel
-from derivations.engine.vocabulary import MatrixFunction
 from derivations.printing.jax_printer import JaxPrinter
-from derivations.printing.latex import latex
 from derivations.printing.numpy_printer import NumpyPrinter
+from derivations.vocabulary.interpret import MissingRule
+from derivations.vocabulary.nodes import MatrixFunction
+from derivations.vocabulary.numeric import evaluate
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 
@@ -82,9 +82,9 @@ def test_a_missing_rule_fails_the_same_way_everywhere(interpret):
 def test_every_interpreter_is_a_sympy_printer():
     from sympy.printing.printer import Printer
 
-    from derivations.engine.interpret import Interpreter
-    from derivations.engine.numeric import NumericEvaluator
     from derivations.engine.symbolic import ExplicitModel
+    from derivations.vocabulary.interpret import Interpreter
+    from derivations.vocabulary.numeric import NumericEvaluator
 
     for cls in (NumpyPrinter, JaxPrinter, NumericEvaluator, ExplicitModel):
         assert issubclass(cls, Interpreter) and issubclass(cls, Printer), cls

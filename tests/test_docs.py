@@ -53,9 +53,9 @@ PLANTED_RULE = '''
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import Context, identity_chain
-from derivations.engine.algebra import product, transpose
+from derivations.vocabulary.algebra import product, transpose
 from derivations.lemmas import Lemma
-from derivations.engine.vocabulary import dimension
+from derivations.vocabulary.nodes import dimension
 
 n = dimension("n")
 A, B = MatrixSymbol("A", n, n), MatrixSymbol("B", n, n)
@@ -73,7 +73,7 @@ def derivations():
 
 
 def rule_module():
-    from derivations.cli import RuleModule
+    from derivations.engine.rule import RuleModule
     return RuleModule(name="planted", title="planted", derivations=derivations, functions=lambda: [],
                       scalars={})
 '''

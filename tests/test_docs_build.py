@@ -62,7 +62,7 @@ workbench_band_challenge = {{}}
 """
 #: a rule module without derivations: the small project derives nothing
 NO_RULES = """
-from derivations.cli import RuleModule
+from derivations.engine.rule import RuleModule
 
 
 def rule_module():

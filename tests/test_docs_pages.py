@@ -31,7 +31,7 @@ from workbench_sphinx.evidence import sizes_list  # noqa: E402 (as above)
 
 from derivations import registry  # noqa: E402 (after the importorskip above)
 from derivations import sylvester as sylvester_rule  # noqa: E402 (as above)
-from derivations.printing.latex import derivation_latex  # noqa: E402 (as above)
+from derivations.engine.latex import derivation_latex  # noqa: E402 (as above)
 from tests.test_docs import _plain, build, visible_words  # noqa: E402 (the small-project builder of the docs tests)
 from tests.tex_checks import balanced  # noqa: E402 (as above)
 

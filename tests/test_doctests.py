@@ -1,6 +1,6 @@
 """The API reference covers every public module, and the examples in the docstrings run (issue 23, item 5).
 
-* Coverage: every public module of the installed packages (``[tool.setuptools] packages`` in
+* Coverage: every public module of the installed packages (``[tool.setuptools.packages.find]`` in
   pyproject.toml, walked on disk) has a section (``.. automodule::``) in ``docs/api/*.rst``, a module's
   section documents its members, and no section names a module that is gone. Excluded on purpose:
   :data:`EXCLUDED` (generated code) and private ``_`` modules, ``__main__`` included.
@@ -25,11 +25,11 @@ import pytest
 from docutils import nodes
 from sphinx import addnodes
 
-import coeffsearch.schedule
+import foundation.schedule
 import numerics.optimizer as optimizer
 from derivations import Context, Derivation, Problem
 from derivations.lemmas import Lemma
-from numerics.kernels.reference import NumpyBackend
+from foundation.compute.reference import NumpyBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 API_PAGES = ROOT / "docs" / "api"
@@ -48,9 +48,18 @@ def _excluded(name: str) -> bool:
     return any(name == e or name.startswith(e + ".") for e in EXCLUDED)
 
 
+def installed_packages(root: Path = ROOT) -> list[str]:
+    """The packages ``pip install`` installs: every folder with an ``__init__.py`` under the top-level names that
+    ``[tool.setuptools.packages.find] include`` lists in pyproject.toml (read from the files, no import)."""
+    include = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    tops = [pattern.rstrip("*") for pattern in include]
+    return sorted(".".join(init.parent.relative_to(root).parts) for top in tops
+                  for init in (root / top).rglob("__init__.py") if "__pycache__" not in init.parts)
+
+
 def public_modules(root: Path = ROOT) -> list[str]:
     """Dotted names of the public modules of the installed packages, read from the files (no import)."""
-    packages = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    packages = installed_packages(root)
     out = []
     for package in packages:
         if _excluded(package):
@@ -83,9 +92,9 @@ def coverage_problems(modules, packages, texts) -> list[str]:
 
 def test_every_public_module_has_a_section_in_the_api_reference():
     modules = public_modules()
-    packages = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    assert {"derivations.parsing.formula", "derivations.crosscheck.params", "coeffsearch.certify",
-            "numerics.optimizer.alias", "numerics.kernels.jax_msign"} <= set(modules)
+    packages = set(installed_packages())
+    assert {"derivations.parsing.formula", "paramcount.count", "coeffsearch.certify",
+            "numerics.optimizer.alias", "foundation.compute.jax_msign"} <= set(modules)
     assert not any(m.startswith("numerics.emitted") or m.endswith("__main__") for m in modules)
     texts = [page.read_text() for page in sorted(API_PAGES.glob("*.rst"))]
     assert coverage_problems(modules, packages, texts) == []
@@ -133,8 +142,8 @@ def test_the_main_public_functions_have_examples():
     """The entry points a reader starts from each show an example (optax's and JAX's style)."""
     have = set(modules_with_examples())
     assert {"derivations", "derivations.cli", "derivations.registry", "derivations.crosscheck.checker",
-            "derivations.crosscheck.params", "coeffsearch.schedule", "coeffsearch.registry", "coeffsearch.certify",
-            "coeffsearch.minimax", "numerics.kernels", "numerics.optimizer.alias", "numerics.optimizer.pairs",
+            "paramcount.count", "foundation.schedule", "coeffsearch.registry", "coeffsearch.certify",
+            "foundation.minimax", "foundation.compute", "numerics.optimizer.alias", "numerics.optimizer.pairs",
             # the core classes a notebook starts from: Problem and Context, Derivation, Lemma
             "derivations.engine.states", "derivations.engine.derivation", "derivations.lemmas.base"} <= have
 
@@ -199,9 +208,9 @@ def test_a_long_value_is_dropped_from_its_entry_and_a_short_one_kept():
 
 def test_a_module_section_skips_what_its_package_front_door_documents():
     app = types.SimpleNamespace(config=types.SimpleNamespace(workbench_api_packages=["coeffsearch"]))
-    assert api.skip_front_door_member(app, "module", "Schedule", coeffsearch.schedule.Schedule, False, {}) is True
-    assert api.skip_front_door_member(app, "module", "as_steps", coeffsearch.schedule.as_steps, False, {}) is None
-    assert api.skip_front_door_member(app, "class", "Schedule", coeffsearch.schedule.Schedule, False, {}) is None
+    assert api.skip_front_door_member(app, "module", "Schedule", foundation.schedule.Schedule, False, {}) is True
+    assert api.skip_front_door_member(app, "module", "as_steps", foundation.schedule.as_steps, False, {}) is None
+    assert api.skip_front_door_member(app, "class", "Schedule", foundation.schedule.Schedule, False, {}) is None
 
 
 def test_no_borrowed_docstrings():

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import coeffsearch
-from numerics.kernels.spectra import log_spaced_spectrum, random_orthonormal, with_singular_values
+from foundation.compute.spectra import log_spaced_spectrum, random_orthonormal, with_singular_values
 from tests import hand_formulas as hand
 
 
@@ -221,7 +221,7 @@ def test_emitted_module_is_deterministic_clean_and_imports_only_its_runtime(half
     tree = ast.parse(halfsplit_source)
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported == {"jax", "jax.numpy", "functools", "numerics.kernels.jax_runtime"}  # standalone: see
+    assert imported == {"jax", "jax.numpy", "functools", "foundation.compute.jax_runtime"}  # standalone: see
     # tests/test_standalone_emission.py
     for name in ("halfsplit.query", "halfsplit.key", "Lemma 1", "Lemma 2", "Lemma 4", "polar-express-5"):
         assert name in halfsplit_source

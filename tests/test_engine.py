@@ -7,9 +7,9 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import halfsplit as H
 from derivations import lemmas as L
-from derivations.engine.algebra import product, transpose
 from derivations.engine.derivation import Context, Derivation, DerivationError, Problem, StepCheckFailed, identity_chain
-from derivations.engine.vocabulary import (
+from derivations.vocabulary.algebra import product, transpose
+from derivations.vocabulary.nodes import (
     FactMatrix,
     GramInvSqrt,
     GramSqrt,
@@ -154,7 +154,7 @@ def test_fact_matrix_validation_and_printing():
         FactMatrix("W", d, d_h, ["orthogonal-ish"])
     with pytest.raises(ValueError, match="equal shapes"):
         Inner(H.W_K, H.G_M)
-    from derivations.printing.latex import latex
+    from derivations.engine.latex import latex
     assert latex(H.query_side().formula) == (
         r"- \frac{\epsilon}{2} \operatorname{msign}\left(G_{Q} C_{K}^{-1}\right) C_{K}^{-1}")
     assert str(H.value_side().formula) == "(-epsilon/2)*C_O^-1*msign(C_O^-1*G_V)"

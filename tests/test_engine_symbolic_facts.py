@@ -12,9 +12,9 @@ from sympy import cancel
 from sympy.matrices.expressions import Identity, MatrixSymbol
 
 from derivations.engine import symbolic
-from derivations.engine.algebra import product, total
 from derivations.engine.symbolic import ExplicitModel, verify_equal
-from derivations.engine.vocabulary import (
+from derivations.vocabulary.algebra import product, total
+from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
     ORTHONORMAL_COLUMNS,
     ORTHONORMAL_ROWS,

@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 from sympy.matrices.expressions import MatrixSymbol
 
-from derivations import Context, Derivation, EmittedFunction, Problem, RuleModule, SearchFailed, derive, render
+from derivations import Context, Derivation, EmittedFunction, Problem, RuleModule, SearchFailed, derive
 from derivations import halfsplit as H
 from derivations import lemmas as L
+from derivations.cli import render
 from derivations.engine import norms as N
-from derivations.engine.algebra import product, transpose
-from derivations.engine.evaluate import evaluate_on
-from derivations.engine.vocabulary import (
+from derivations.vocabulary.algebra import product, transpose
+from derivations.vocabulary.evaluate import evaluate_on
+from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
     FactMatrix,
     GramInvSqrt,
@@ -161,8 +162,8 @@ def test_readme_example_runs_as_written():
     section = text.split("## Extending the engine", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
     assert len(code.strip().splitlines()) <= 25
-    # one import for the public API: nothing from the package's internal modules
-    assert re.findall(r"^from derivations(\.\w+)+ import", code, re.MULTILINE) == []
+    # the public API of the mathematics and the printers' render: nothing from the package's internal modules
+    assert re.findall(r"^from derivations(\.\w+)+ import", code, re.MULTILINE) == [".cli"]
     ns = {}
     exec(code, ns)  # noqa: S102 (the README's example, run as a user would)
     module = {}

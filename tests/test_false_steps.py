@@ -15,9 +15,12 @@ from sympy.matrices.expressions import Identity, MatrixSymbol
 
 from derivations import lemmas as L
 from derivations.engine import derivation as engine_derivation
-from derivations.engine.algebra import product, transpose
 from derivations.engine.derivation import Context, Derivation, DerivationError, Problem, StepCheckFailed, identity_chain
-from derivations.engine.vocabulary import (
+from derivations.lemmas import balance
+from derivations.lemmas.balance import SPDPower
+from derivations.lemmas.kernel import step_instance
+from derivations.vocabulary.algebra import product, transpose
+from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
     FactMatrix,
     GramInvSqrt,
@@ -30,9 +33,6 @@ from derivations.engine.vocabulary import (
     dimension,
     positive_symbol,
 )
-from derivations.lemmas import balance
-from derivations.lemmas.balance import SPDPower
-from derivations.lemmas.kernel import step_instance
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

@@ -80,6 +80,6 @@ def test_emit_jax_takes_the_validated_schedule(sylvester_rule):
     text = jax_printer.emit_jax("T", "c", sylvester_rule.functions(), cans, "newton_schulz", sylvester_rule.scalars)
     assert "NS_SCHEDULE = (\n" + "".join(f"    {step!r},\n" for step in cans.as_floats()) + ")\n" in text
     assert f"Newton–Schulz schedule: cans ({cans.source})." in text
-    with pytest.raises(TypeError, match="schedule must be a coeffsearch.schedule.Schedule .* got tuple"):
+    with pytest.raises(TypeError, match="schedule must be a foundation.schedule.Schedule .* got tuple"):
         jax_printer.emit_jax("T", "c", sylvester_rule.functions(), ((1.5, -0.5),), "newton_schulz",
                              sylvester_rule.scalars)

@@ -69,7 +69,7 @@ def test_equivariance_is_derived_by_the_engine():
     from sympy.matrices.expressions import Inverse, Transpose
 
     from derivations import halfsplit
-    from derivations.engine.algebra import product
+    from derivations.vocabulary.algebra import product
     der = gauge.equivariance()
     assert der.formula == product(halfsplit.query_side().formula, Transpose(Inverse(gauge.S)))
     assert [s.lemma.key for s in der.steps] == ["gauge_polar", "msign_orthogonal", "gauge_polar"]

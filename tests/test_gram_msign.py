@@ -6,13 +6,13 @@ import pytest
 
 import coeffsearch
 from derivations.gram_ns import flop_count
+from foundation.compute import jax_spectral_sign
+from foundation.compute.flop_count import executed_matmul_flops, kernel_flops
+from foundation.compute.gram_newton_schulz import gram_newton_schulz
+from foundation.compute.jax_msign import newton_schulz
+from foundation.compute.jax_spectral_sign import GRAM_ASPECT, gram_chosen, spectral_sign
+from foundation.compute.spectra import with_singular_values
 from numerics import emitted
-from numerics.kernels import jax_spectral_sign
-from numerics.kernels.flop_count import executed_matmul_flops, kernel_flops
-from numerics.kernels.gram_newton_schulz import gram_newton_schulz
-from numerics.kernels.jax_msign import newton_schulz
-from numerics.kernels.jax_spectral_sign import GRAM_ASPECT, gram_chosen, spectral_sign
-from numerics.kernels.spectra import with_singular_values
 from numerics.optimizer import OVPair, QKPair, compositional_muon
 
 PE5 = coeffsearch.get(coeffsearch.DEFAULT).as_floats()

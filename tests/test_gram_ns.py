@@ -1,5 +1,5 @@
 """Gram Newton–Schulz: the derivation (``derivations.gram_ns``), its flop counts, and the JAX kernel
-(``numerics.kernels.gram_newton_schulz``) against SVD, the standard iteration and the certified restarts."""
+(``foundation.compute.gram_newton_schulz``) against SVD, the standard iteration and the certified restarts."""
 
 import subprocess
 import sys
@@ -17,10 +17,10 @@ from coeffsearch.restart_model import Model
 from derivations import gram_ns as G
 from derivations.engine.derivation import StepCheckFailed, identity_chain
 from derivations.lemmas import gram as GL
-from numerics.kernels.flop_count import executed_matmul_flops, kernel_flops
-from numerics.kernels.gram_newton_schulz import gram_newton_schulz, gram_newton_schulz_oriented, restart_flags
-from numerics.kernels.jax_msign import newton_schulz
-from numerics.kernels.spectra import with_singular_values
+from foundation.compute.flop_count import executed_matmul_flops, kernel_flops
+from foundation.compute.gram_newton_schulz import gram_newton_schulz, gram_newton_schulz_oriented, restart_flags
+from foundation.compute.jax_msign import newton_schulz
+from foundation.compute.spectra import with_singular_values
 
 PE5 = coeffsearch.get("polar-express-5").as_floats()
 MUON = coeffsearch.get("muon")

@@ -250,7 +250,7 @@ def halfsplit_rule():
 def _unchecked_schedule(name, source):
     """A Schedule whose name skipped the check where schedules are made (as if that check were gone): what
     reaches the printers must still be escaped."""
-    from coeffsearch.schedule import Schedule
+    from foundation.schedule import Schedule
     schedule = Schedule("placeholder", (("1.5", "-0.5"),), source)
     object.__setattr__(schedule, "name", name)  # frozen: bypass __post_init__'s check_name on purpose
     return schedule
@@ -369,7 +369,7 @@ CLOSED_STDOUT = [
     ["-m", "coeffsearch", "--help"],
     ["-m", "derivations.crosscheck", "--list"],
     ["-m", "derivations.crosscheck", "--help"],
-    ["-m", "derivations.crosscheck.params", "--hidden", "64", "--layers", "2", "--vocab", "100", "--ffn", "256",
+    ["-m", "paramcount", "--hidden", "64", "--layers", "2", "--vocab", "100", "--ffn", "256",
      "--heads", "4", "--kv-heads", "4"],
     ["-m", "derivations.classics"],
     ["-m", "derivations.regenerate", "--check"],
@@ -422,7 +422,7 @@ def test_output_to_a_fifo_nobody_reads_is_refused_not_waited_on(tmp_path):
 
 @pytest.mark.e2e
 def test_output_to_a_fifo_being_read_is_written(tmp_path):
-    from derivations.commandline import write_text_file
+    from foundation.commandline import write_text_file
     fifo = tmp_path / "out.fifo"
     os.mkfifo(fifo)
     received = tmp_path / "received"
@@ -441,7 +441,7 @@ def test_output_to_a_fifo_being_read_is_written(tmp_path):
 
 
 def test_input_files_must_be_regular(tmp_path):
-    from derivations.commandline import FileRefused, read_regular_file
+    from foundation.commandline import FileRefused, read_regular_file
     fifo = tmp_path / "in.fifo"
     os.mkfifo(fifo)
     for path, kind in ((fifo, "a FIFO"), (tmp_path, "a directory"), ("/dev/zero", "a device")):
@@ -456,7 +456,7 @@ def test_input_files_must_be_regular(tmp_path):
 
 @pytest.mark.e2e
 def test_every_work_size_is_bounded(tmp_path):
-    from coeffsearch.polynomial import MAX_SCHEDULE_STEPS
+    from foundation.polynomial import MAX_SCHEDULE_STEPS
     long_steps = [ONE_STEP[0]] * 100_000
     files = {"long.json": {"steps": long_steps}, "just-over.json": {"steps": [ONE_STEP[0]] * (MAX_SCHEDULE_STEPS + 1)},
              "wide.json": {"steps": [["1.5"] + ["0"] * 1000]},
@@ -498,9 +498,9 @@ def test_every_work_size_is_bounded(tmp_path):
 
 def test_one_schedule_length_bound():
     """The schedule files' bound is MAX_SCHEDULE_STEPS = 100, the number the JAX kernels refuse above."""
-    from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, ScheduleError, validate_steps
+    from foundation.polynomial import MAX_SCHEDULE_STEPS, ScheduleError, validate_steps
     assert MAX_SCHEDULE_STEPS == 100
-    kernels = pytest.importorskip("numerics.kernels.jax_msign")
+    kernels = pytest.importorskip("foundation.compute.jax_msign")
     if hasattr(kernels, "MAX_SCHEDULE_STEPS"):
         assert kernels.MAX_SCHEDULE_STEPS == MAX_SCHEDULE_STEPS
     validate_steps([ONE_STEP[0]] * MAX_SCHEDULE_STEPS)

@@ -23,8 +23,8 @@ from derivations.crosscheck.checker import compare, parse_for
 from derivations.crosscheck.cli import main as crosscheck_main
 from derivations.crosscheck.identities import identity_target, parse_assumptions
 from derivations.crosscheck.verdict import show
-from derivations.engine.algebra import product
 from derivations.parsing.targets import target_of
+from derivations.vocabulary.algebra import product
 
 
 def identity(lhs, rhs, *facts, diagnose=True):

@@ -1,10 +1,10 @@
 """Hostile inputs, round 3 (issue 43), grouped by the promise each case guards.
 
-* **One JSON reader** (:func:`derivations.commandline.parse_json`): every JSON file a command reads is bounded in
+* **One JSON reader** (:func:`foundation.commandline.parse_json`): every JSON file a command reads is bounded in
   size, nesting depth and integer-literal length, and anything else is one line naming the file and what is
   wrong, with exit 2; no module parses JSON with :mod:`json` itself (checked over the source, with a planted
   ``json.loads`` caught).
-* **One integer option type** (:func:`derivations.commandline.int_option`): every integer option of every command
+* **One integer option type** (:func:`foundation.commandline.int_option`): every integer option of every command
   has a documented range; a value outside it, a bool, ``2**63`` or a 5,000-digit literal is one line and exit 2,
   never a crash in optax, NumPy or JAX; no ``type=int`` is left (a planted one is caught); a one-step training run
   works.
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import coeffsearch.__main__ as coeffsearch_main
-from derivations.commandline import (
+from foundation.commandline import (
     MAX_JSON_DEPTH,
     MAX_JSON_INT_DIGITS,
     FileRefused,
@@ -118,10 +118,10 @@ def test_coeffsearch_commands_refuse_hostile_json_files_in_one_line(command, kin
 
 @pytest.mark.parametrize("kind", ["config-long-int", "deep"])
 def test_the_parameter_counter_refuses_hostile_config_files_in_one_line(kind, hostile_files, capsys):
-    from derivations.crosscheck import params
+    from paramcount import count
 
-    assert params.main(["--config", hostile_files[kind]]) == 2
-    err = _one_error_line(capsys, "derivations.crosscheck.params")
+    assert count.main(["--config", hostile_files[kind]]) == 2
+    err = _one_error_line(capsys, "paramcount")
     assert f"--config {hostile_files[kind]!a}" in err and "JSON" in err
 
 
@@ -144,7 +144,7 @@ def test_the_diagnosis_benchmark_refuses_a_hostile_corpus(hostile_files):
 
 #: modules that may call json.load/json.loads themselves, with the reason
 JSON_EXCEPTIONS = {
-    "derivations/commandline.py": "the one reader",
+    "foundation/commandline.py": "the one reader",
     "derivations/crosscheck/target_cache.py": "the cross-check cache: any parse failure (ValueError, RecursionError) "
                                               "means rebuild, never an error",
 }
@@ -174,7 +174,7 @@ def test_no_module_parses_json_but_the_one_reader():
             lines = json_parsers(path.read_text(encoding="utf-8"))
             if lines:
                 found[rel] = lines
-    assert not found, f"parse JSON with derivations.commandline.parse_json / read_json_file instead: {found}"
+    assert not found, f"parse JSON with foundation.commandline.parse_json / read_json_file instead: {found}"
 
 
 def test_the_json_scan_catches_a_planted_json_loads():
@@ -230,7 +230,7 @@ def test_no_command_line_takes_an_unchecked_integer():
             lines = [] if rel in INT_EXCEPTIONS else int_typed_options(path.read_text(encoding="utf-8"))
             if lines:
                 found[rel] = lines
-    assert not found, f"use derivations.commandline.int_option(low, high) instead of type=int: {found}"
+    assert not found, f"use foundation.commandline.int_option(low, high) instead of type=int: {found}"
 
 
 def test_the_option_scan_catches_a_planted_type_int():
@@ -411,7 +411,7 @@ def test_a_complex_parameter_for_adamw_still_takes_a_complex_gradient():
 def test_check_whole_refuses_bools_and_non_integers(value):
     import numpy as np
 
-    from numerics.kernels.argcheck import check_whole
+    from foundation.compute.argcheck import check_whole
 
     with pytest.raises(TypeError, match="f: heads must be a whole number >= 1"):
         check_whole("f", "heads", value)

@@ -41,11 +41,11 @@ from derivations import balance, registry
 from derivations import halfsplit as halfsplit_rule
 from derivations.balance import SPDPower
 from derivations.cli import render
-from derivations.engine.vocabulary import PolarFactor
 from derivations.printing.codegen import DerivedOutput
 from derivations.regenerate import shipped
-from numerics.kernels import jax_damped_gram, jax_exact_scaling, jax_msign, jax_output_checks
-from numerics.kernels import numpy_kernels as NK
+from derivations.vocabulary.nodes import PolarFactor
+from foundation.compute import jax_damped_gram, jax_exact_scaling, jax_msign, jax_output_checks
+from foundation.compute import numpy_kernels as NK
 from tests.conftest import load_module
 from tests.emitted_inputs import example_call
 
@@ -504,7 +504,7 @@ def test_the_longest_schedule_compiles_as_a_loop():
     code = textwrap.dedent("""
         import numpy as np, jax, jax.numpy as jnp
         from numerics.emitted.halfsplit import halfsplit_qk
-        from numerics.kernels.gram_roots import gram_inv_sqrt
+        from foundation.compute.gram_roots import gram_inv_sqrt
         rng = np.random.default_rng(0)
         a = [jnp.asarray(rng.standard_normal((2, 32, 8)), jnp.float32) for _ in range(4)]
         step = (1.5, -0.5)  # the cubic: converges, then stays at 1

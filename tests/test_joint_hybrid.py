@@ -5,7 +5,7 @@ import pytest
 
 from derivations import hybrid_ov, joint
 from derivations.cli import render
-from numerics.kernels.spectra import with_singular_values
+from foundation.compute.spectra import with_singular_values
 from tests import hand_formulas as hand
 from tests.conftest import load_module
 
@@ -110,7 +110,7 @@ def test_derivations_check():
 
 
 def test_orthogonal_reduction_is_derived_by_the_engine():
-    from derivations.engine.vocabulary import HStack, Msign
+    from derivations.vocabulary.nodes import HStack, Msign
     der = joint.orthogonal_reduction()
     assert der.formula == HStack(Msign(joint.A), Msign(joint.B))
     assert [s.lemma.key for s in der.steps] == ["msign_polar_form", "orthogonal_blocks", "block_product",

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from coeffsearch.registry import get
-from numerics.kernels.jax_spectral_sign import spectral_sign
+from foundation.compute.jax_spectral_sign import spectral_sign
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

@@ -10,14 +10,14 @@ import dataclasses
 import pytest
 from sympy.matrices.expressions import MatrixSymbol
 
-import derivations.engine.vocabulary as vocabulary
+import derivations.vocabulary.nodes as vocabulary
 from derivations import registry
 from derivations.cli import main
-from derivations.engine.latex_notation import WorkbenchLatexPrinter, latex
-from derivations.engine.norm_nodes import AspectScale
-from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, PolarFactor, latex_subscript
 from derivations.parsing.formula import parse
 from derivations.parsing.latex_roundtrip import UNREADABLE, round_trip, round_trips
+from derivations.vocabulary.latex_notation import WorkbenchLatexPrinter, latex
+from derivations.vocabulary.nodes import GramInvSqrt, GramSqrt, PolarFactor, latex_subscript
+from derivations.vocabulary.norm_nodes import AspectScale
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,10 @@
-"""The architecture as a test: every hand-written module sits on one layer, imports only from its
-own layer or below, and no import circle exists (README, "Layout").
+"""The architecture as a test: every folder of the project's packages sits on one layer, a module imports only
+from its own layer or below, and no import circle exists between modules or between folders.
 
-The layers are named once, in :data:`LAYERS`; a module belongs to the longest prefix that matches
-its dotted name. Imports inside functions count like any other. A planted back-import and a planted
-circle must make the check fail (the last two tests).
+The layers are named once, in :data:`LAYERS`: one line per folder (its layer and its role); a module's layer
+is its folder's. The README's and ``docs/layout.rst``'s layout tables are checked against it
+(:func:`test_the_layout_tables_are_the_layers`). Imports inside functions count like any other. A planted
+back-import and planted circles, between modules and between folders, must make the checks fail.
 
 An import inside a function is kept only where a heavy import must stay lazy, and says so on its
 line with a ``# lazy: <reason>`` comment; :func:`test_function_local_imports_are_few_and_explained`
@@ -22,54 +23,50 @@ import pytest
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("derivations", "numerics", "coeffsearch", "benchmarks")
+PACKAGES = ("foundation", "derivations", "coeffsearch", "paramcount", "numerics", "benchmarks")
 
-#: prefix -> layer, from the ground up; the longest matching prefix decides
-LAYERS: dict[str, int] = {
-    # 1. primitives: numerical kernels, the expression vocabulary and its evaluators, the command line
-    "numerics.kernels": 1,
-    "derivations.engine.vocabulary": 1,
-    "derivations.engine.algebra": 1,
-    "derivations.engine.interpret": 1,
-    "derivations.engine.evaluate": 1,
-    "derivations.engine.numeric": 1,
-    "derivations.engine.latex_notation": 1,
-    "derivations.engine.norm_nodes": 1,
-    "derivations.engine.spectral_nodes": 1,  # the SVD, PSD powers and counts of the classics' lemmas
-    "derivations.commandline": 1,
-    # the Newton–Schulz schedule as a value: the one Schedule type (coeffsearch.schedule) and the pure mpmath
-    # polynomial maths it validates with (polynomial) and computes recipes by (minimax). They import nothing
-    # of the project but each other, and every consumer takes the validated type, the printers (layer 3)
-    # and the kernels included; the registry, certifier and searches stay on layer 4
-    "coeffsearch.schedule": 1,
-    "coeffsearch.polynomial": 1,
-    "coeffsearch.minimax": 1,
-    # 2. lemmas
-    "derivations.lemmas": 2,
-    # 3. the engine: problems, derivations, norm families, symbolic model, search, printers
-    "derivations.engine": 3,
-    "derivations.printing": 3,
-    "derivations.parsing": 3,  # the formula language read into engine expressions; the LaTeX round trip
-    # 4. rule modules, their command line and registry; Newton–Schulz schedules
-    "derivations": 4,
-    "coeffsearch": 4,
-    # 5. tools on top of the rules
-    "derivations.crosscheck": 5,
-    "derivations.classics": 5,  # classic results from hand-written formulas, counted by crosscheck.params
-    # 6. products: emitted modules, optimizer, training, benchmarks
-    "numerics": 6,
-    "numerics.distributed": 6,  # the update across processes (jax.distributed) and head-parallel (shard_map)
-    "numerics.train_model": 6, "numerics.train": 6, "numerics.study": 6, "numerics.study_report": 6,  # training
-    "benchmarks": 6,
+#: folder -> (layer, role), from the ground up: every folder of :data:`PACKAGES` once; a module's layer is its folder's
+LAYERS: dict[str, tuple[int, str]] = {
+    "foundation/": (1, "the ground floor: command-line I/O, the Newton–Schulz Schedule value, its polynomials"),
+    "foundation/compute/": (1, "compute routines: the JAX and NumPy linear algebra emitted code imports; references"),
+    "derivations/vocabulary/": (1, "the matrix-expression vocabulary, its algebra and its evaluators"),
+    "derivations/lemmas/": (2, "the named lemmas, their statements as SymPy objects, the trusted proof kernel"),
+    "derivations/engine/": (3, "problems, checked derivations, norm families, derive(), a rule's declaration"),
+    "derivations/printing/": (3, "JAX, NumPy and text printers, layout adapters, translation validation"),
+    "derivations/parsing/": (3, "the formula parser, its notation tables, the LaTeX round trip"),
+    "derivations/": (4, "the rule modules (python -m derivations.<rule>), command line, registry, classics"),
+    "coeffsearch/": (4, "Newton–Schulz schedules: registry, search, certificates, restarts, validation"),
+    "paramcount/": (4, "parameter counts of decoder families from their tensors' shapes"),
+    "derivations/crosscheck/": (5, "the cross-checker: formulas and chains derived by hand against the engine's"),
+    "numerics/": (6, "training, the study, sharding across processes"),
+    "numerics/optimizer/": (6, "the optax optimizer: pairs, direction rules, transformations, gauge rebalancing"),
+    "numerics/emitted/": (6, "the emitted JAX modules (generated by python -m derivations.regenerate)"),
+    "benchmarks/": (6, "commands that print measured figures and a ratio"),
 }
-#: generated code: imports only jax, functools and numerics.kernels.jax_runtime (layer 1; checked by its own
-#: tests), not part of the layer graph
+#: generated code: imports only jax, functools and foundation.compute.jax_runtime (layer 1; checked by its own
+#: tests), not part of the import graph
 GENERATED = ("numerics.emitted.",)
 
 
-def layer_of(module: str) -> int:
-    best = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len)
-    return LAYERS[best]
+def folder_of(module: str, root: Path = ROOT) -> str:
+    """The folder (``a/b/``) whose files define ``module``: the package itself for a package's ``__init__``."""
+    path = Path(*module.split("."))
+    return (path if (root / path).is_dir() else path.parent).as_posix() + "/"
+
+
+def layer_of(module: str, root: Path = ROOT) -> int:
+    return LAYERS[folder_of(module, root)][0]
+
+
+def folders(root: Path = ROOT) -> set[str]:
+    """Every folder of :data:`PACKAGES` that holds Python files (``_build`` and caches aside)."""
+    return {path.parent.relative_to(root).as_posix() + "/" for package in PACKAGES
+            for path in (root / package).rglob("*.py") if not {"_build", "__pycache__"} & set(path.parts)}
+
+
+def layout_table(layers: dict = LAYERS) -> str:
+    """The layout block of the README and ``docs/layout.rst``, one line per folder, rendered from ``layers``."""
+    return "\n".join(f"    {folder:<25}{layer}  {role}" for folder, (layer, role) in layers.items())
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
@@ -147,20 +144,37 @@ def graph(root: Path = ROOT) -> dict[str, set[str]]:
 
 
 def with_package_inits(g: dict) -> dict[str, set[str]]:
-    """``g`` plus, for every module, what its enclosing packages' ``__init__`` files import: Python runs them
-    first, so a layer-1 module in a package whose ``__init__`` imports layer 4 depends on layer 4. (Used for the
-    layer check; a package importing its own submodules is no circle.)"""
+    """``g`` plus, for every module, what its enclosing packages' ``__init__`` files import from outside their own
+    folders: Python runs them first, so a layer-1 module in a package whose ``__init__`` imports layer 4 from
+    elsewhere depends on layer 4. A package's face that re-exports names of its own folders (``derivations``:
+    the vocabulary, the engine, the lemmas) is a table of contents, not a dependency of the modules below it.
+    (Used for the layer check; a package importing its own submodules is no circle.)"""
     out = {}
     for name, targets in g.items():
         parts = name.split(".")
         packages = [".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in g]
-        out[name] = (targets.union(*(g[p] for p in packages))) - {name}
+        outside = (t for p in packages for t in g[p] if not t.startswith(p + "."))
+        out[name] = targets.union(outside) - {name}
     return out
 
 
-def upward_imports(g: dict) -> list[str]:
-    return sorted(f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
-                  for a, targets in g.items() for b in targets if layer_of(b) > layer_of(a))
+def upward_imports(g: dict, root: Path = ROOT) -> list[str]:
+    return sorted(f"{a} (layer {layer_of(a, root)}) imports {b} (layer {layer_of(b, root)})"
+                  for a, targets in g.items() for b in targets if layer_of(b, root) > layer_of(a, root))
+
+
+def folder_graph(g: dict, root: Path = ROOT) -> dict[str, set[str]]:
+    """Folder -> the other folders its modules import (a package's ``__init__`` belongs to its own folder)."""
+    out: dict[str, set[str]] = {}
+    for a, targets in g.items():
+        fa = folder_of(a, root)
+        out.setdefault(fa, set()).update(fb for fb in (folder_of(b, root) for b in targets) if fb != fa)
+    return out
+
+
+def upward_folder_imports(fg: dict) -> list[str]:
+    return sorted(f"{a} (layer {LAYERS[a][0]}) imports {b} (layer {LAYERS[b][0]})"
+                  for a, targets in fg.items() for b in targets if LAYERS[b][0] > LAYERS[a][0])
 
 
 def circles(g: dict) -> list[list[str]]:
@@ -203,41 +217,76 @@ def test_no_import_circles():
     assert circles(graph()) == []
 
 
-def test_every_module_has_a_layer():
-    for name in modules():
-        assert layer_of(name) in range(1, 7), name
+def test_every_folder_has_one_layer_line():
+    assert folders() == set(LAYERS), "LAYERS names each folder of the packages once (add the new folder's line)"
+    assert all(layer in range(1, 7) for layer, _ in LAYERS.values())
+
+
+def test_folders_import_only_down_and_without_circles():
+    fg = folder_graph(graph())
+    assert upward_folder_imports(fg) == []
+    assert circles(fg) == []
+
+
+def test_the_layout_tables_are_the_layers():
+    """The README's and docs/layout.rst's layout blocks are :data:`LAYERS`, rendered by :func:`layout_table`."""
+    table = layout_table()
+    for page in ("README.md", "docs/layout.rst"):
+        assert table in (ROOT / page).read_text(encoding="utf-8"), f"{page}: paste the layout block\n{table}"
+
+
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for package in PACKAGES:
+        (root / package).mkdir(exist_ok=True)
+        (root / package / "__init__.py").write_text("")
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
 
 
 def test_planted_back_import_and_circle_are_caught(tmp_path):
-    for package in PACKAGES:
-        (tmp_path / package).mkdir()
-        (tmp_path / package / "__init__.py").write_text("")
-    (tmp_path / "numerics" / "kernels").mkdir()
-    (tmp_path / "numerics" / "kernels" / "__init__.py").write_text("")
-    (tmp_path / "numerics" / "kernels" / "low.py").write_text("def f():\n    from derivations import rule\n")
-    (tmp_path / "derivations" / "rule.py").write_text("from derivations import other\n")
-    (tmp_path / "derivations" / "other.py").write_text("from . import rule\n")
+    _tree(tmp_path, {"foundation/compute/__init__.py": "",
+                     "foundation/compute/low.py": "def f():\n    from derivations import rule\n",
+                     "derivations/rule.py": "from derivations import other\n",
+                     "derivations/other.py": "from . import rule\n"})
     g = graph(tmp_path)
-    assert upward_imports(g) == ["numerics.kernels.low (layer 1) imports derivations.rule (layer 4)"]
+    assert upward_imports(g, tmp_path) == ["foundation.compute.low (layer 1) imports derivations.rule (layer 4)"]
     assert circles(g) == [["derivations.other", "derivations.rule"]]
+    assert upward_folder_imports(folder_graph(g, tmp_path)) == [
+        "foundation/compute/ (layer 1) imports derivations/ (layer 4)"]
+
+
+def test_planted_folder_circle_is_caught(tmp_path):
+    """Two folders of one layer that import each other (no module circle) are a circle of folders."""
+    _tree(tmp_path, {"derivations/engine/__init__.py": "", "derivations/printing/__init__.py": "",
+                     "derivations/engine/a.py": "from derivations.printing import b\n",
+                     "derivations/printing/b.py": "", "derivations/printing/c.py": "from derivations.engine import d\n",
+                     "derivations/engine/d.py": ""})
+    g = graph(tmp_path)
+    assert circles(g) == [] and upward_imports(g, tmp_path) == []
+    assert circles(folder_graph(g, tmp_path)) == [["derivations/engine/", "derivations/printing/"]]
+
+
+def test_planted_unlisted_folder_and_stale_table_are_caught(tmp_path):
+    _tree(tmp_path, {"derivations/newfolder/__init__.py": "", "derivations/newfolder/x.py": ""})
+    assert "derivations/newfolder/" in folders(tmp_path) - set(LAYERS)
+    moved = {**LAYERS, "derivations/lemmas/": (3, LAYERS["derivations/lemmas/"][1])}
+    assert layout_table(moved) not in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_a_package_init_counts_for_every_module_in_it(tmp_path):
-    """A layer-1 module whose package ``__init__`` imports a layer-4 module depends on layer 4."""
-    for package in PACKAGES:
-        (tmp_path / package).mkdir()
-        (tmp_path / package / "__init__.py").write_text("")
-    (tmp_path / "coeffsearch" / "__init__.py").write_text("from coeffsearch.registry import resolve\n")
-    (tmp_path / "coeffsearch" / "registry.py").write_text("")
-    (tmp_path / "coeffsearch" / "schedule.py").write_text("")
-    (tmp_path / "derivations" / "__init__.py").write_text("from numerics.kernels import low\n")
-    (tmp_path / "numerics" / "kernels").mkdir()
-    (tmp_path / "numerics" / "kernels" / "__init__.py").write_text("")
-    (tmp_path / "numerics" / "kernels" / "low.py").write_text("")
+    """A layer-1 module whose package ``__init__`` imports a layer-4 module from another folder depends on layer 4;
+    a face re-exporting its own folders does not make its subfolders depend on it."""
+    _tree(tmp_path, {"foundation/__init__.py": "from coeffsearch.registry import resolve\n",
+                     "coeffsearch/registry.py": "", "foundation/schedule.py": "",
+                     "derivations/__init__.py": "from derivations.engine.search import derive\n",
+                     "derivations/engine/__init__.py": "", "derivations/engine/search.py": "",
+                     "derivations/vocabulary/__init__.py": "", "derivations/vocabulary/nodes.py": ""})
     g = with_package_inits(graph(tmp_path))
-    assert g["coeffsearch.schedule"] == {"coeffsearch.registry"}
-    assert g["derivations"] == {"numerics.kernels.low"} and g["numerics.kernels.low"] == set()
-    assert upward_imports(g) == ["coeffsearch.schedule (layer 1) imports coeffsearch.registry (layer 4)"]
+    assert g["foundation.schedule"] == {"coeffsearch.registry"}
+    assert g["derivations.vocabulary.nodes"] == set()
+    assert upward_imports(g, tmp_path) == ["foundation (layer 1) imports coeffsearch.registry (layer 4)",
+                                           "foundation.schedule (layer 1) imports coeffsearch.registry (layer 4)"]
 
 
 #: at most this many imports inside functions, each lazy for a stated reason (issue 18: at most 10)

@@ -23,13 +23,13 @@ from derivations import halfsplit as H
 from derivations import lemmas as L
 from derivations.cli import self_check_rows
 from derivations.engine import norms as N
-from derivations.engine.algebra import product
-from derivations.engine.evaluate import InstanceSampler, evaluate
-from derivations.engine.vocabulary import Msign, Projector
 from derivations.lemmas import counting
 from derivations.lemmas.base import Case, stated_by
 from derivations.lemmas.kernel import step_instance
 from derivations.lemmas.statement import Clause, Statement, size_problems
+from derivations.vocabulary.algebra import product
+from derivations.vocabulary.evaluate import InstanceSampler, evaluate
+from derivations.vocabulary.nodes import Msign, Projector
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

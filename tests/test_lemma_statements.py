@@ -18,10 +18,12 @@ from sympy.matrices.expressions import Identity, Inverse, MatrixSymbol
 
 from derivations import gram_ns, joint
 from derivations.engine import norms
-from derivations.engine.algebra import product, total
-from derivations.engine.norm_nodes import AspectScale, FrobeniusNorm, MaxAbsNorm, RmsOpNorm
-from derivations.engine.spectral_nodes import Flops, PsdPower, Singular
-from derivations.engine.vocabulary import (
+from derivations.lemmas import balance, blocks, counting, descent, gram, isometry, ring, spectral
+from derivations.lemmas.balance import SPDPower
+from derivations.lemmas.kernel import step_instance
+from derivations.lemmas.statement import Clause, Statement
+from derivations.vocabulary.algebra import product, total
+from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
     ORTHONORMAL_COLUMNS,
     ORTHONORMAL_ROWS,
@@ -37,11 +39,9 @@ from derivations.engine.vocabulary import (
     RegularizedSylvester,
     dimension,
 )
-from derivations.lemmas import balance, blocks, counting, descent, gram, isometry, ring, spectral
-from derivations.lemmas.balance import SPDPower
-from derivations.lemmas.kernel import step_instance
-from derivations.lemmas.statement import Clause, Statement
-from numerics.kernels import reference
+from derivations.vocabulary.norm_nodes import AspectScale, FrobeniusNorm, MaxAbsNorm, RmsOpNorm
+from derivations.vocabulary.spectral_nodes import Flops, PsdPower, Singular
+from foundation.compute import reference
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

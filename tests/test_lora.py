@@ -29,10 +29,10 @@ from derivations import (
 )
 from derivations import joint as J
 from derivations import lemmas as L
-from derivations.engine.algebra import with_damping
-from derivations.engine.evaluate import evaluate_on
 from derivations.lemmas import chain_rule, isometry
 from derivations.lemmas.base import rewrite_nodes
+from derivations.vocabulary.algebra import with_damping
+from derivations.vocabulary.evaluate import evaluate_on
 from numerics.emitted import balance as balance_emitted
 from numerics.emitted import joint as joint_emitted
 from numerics.emitted import lora as emitted

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from derivations import sylvester
-from derivations.cli import RuleModule, check_table, failures, measurement_rows
+from derivations.cli import check_table, failures, measurement_rows
+from derivations.engine.rule import RuleModule
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

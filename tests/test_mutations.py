@@ -18,9 +18,9 @@ from derivations import gqa, halfsplit, sylvester
 from derivations import lemmas as L
 from derivations.cli import main
 from derivations.engine import derivation as engine_derivation
-from derivations.engine.algebra import map_bottom_up, product, transpose
 from derivations.engine.derivation import Derivation, DerivationError, Problem, StepCheckFailed
-from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, Inner, Msign, OpNorm
+from derivations.vocabulary.algebra import map_bottom_up, product, transpose
+from derivations.vocabulary.nodes import GramInvSqrt, GramSqrt, Inner, Msign, OpNorm
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

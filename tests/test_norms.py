@@ -11,14 +11,14 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from derivations.engine import norms as N
 from derivations.engine.derivation import Problem
-from derivations.engine.interpret import MissingRule
-from derivations.engine.numeric import NumericEvaluator, evaluate
-from derivations.engine.vocabulary import Inner, MatrixFunction, OpNorm
+from derivations.engine.latex import latex
 from derivations.printing.jax_printer import JaxPrinter
-from derivations.printing.latex import latex
 from derivations.printing.numpy_printer import NumpyPrinter
-from numerics.kernels import jax_exact_scaling, jax_spectral_sign, numpy_kernels
-from numerics.kernels.reference import MpmathBackend
+from derivations.vocabulary.interpret import MissingRule
+from derivations.vocabulary.nodes import Inner, MatrixFunction, OpNorm
+from derivations.vocabulary.numeric import NumericEvaluator, evaluate
+from foundation.compute import jax_exact_scaling, jax_spectral_sign, numpy_kernels
+from foundation.compute.reference import MpmathBackend
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

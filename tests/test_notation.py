@@ -25,12 +25,12 @@ from derivations.crosscheck.identities import identity_target, parse_assumptions
 from derivations.crosscheck.inputs import BadInput
 from derivations.crosscheck.rule_lookup import find_derivation
 from derivations.crosscheck.verdict import show
-from derivations.engine.spectral_nodes import PsdPower, SingularValue
-from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, Msign, dimension, positive_symbol
 from derivations.parsing.formula import Builder
 from derivations.parsing.formula_syntax import FormulaError, parse_tree
 from derivations.parsing.notation_nodes import Kron, SingularSum, Vec
 from derivations.parsing.targets import Target, target_of
+from derivations.vocabulary.nodes import GramInvSqrt, GramSqrt, Msign, dimension, positive_symbol
+from derivations.vocabulary.spectral_nodes import PsdPower, SingularValue
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import coeffsearch
-from numerics.kernels import numpy_kernels as NK
-from numerics.kernels.jax_damped_gram import gram_eigh, psd_power
-from numerics.kernels.jax_msign import msign_svd, newton_schulz
-from numerics.kernels.reference import MpmathBackend, NumpyBackend
-from numerics.kernels.spectra import log_spaced_spectrum, random_orthonormal, with_singular_values
+from foundation.compute import numpy_kernels as NK
+from foundation.compute.jax_damped_gram import gram_eigh, psd_power
+from foundation.compute.jax_msign import msign_svd, newton_schulz
+from foundation.compute.reference import MpmathBackend, NumpyBackend
+from foundation.compute.spectra import log_spaced_spectrum, random_orthonormal, with_singular_values
 
 #: jitted once per shape and schedule length (the coefficients are data); eagerly, every primitive of the unrolled
 #: iteration was compiled for every new shape

@@ -36,15 +36,15 @@ from derivations import (
     dimension,
     positive_symbol,
     product,
-    render,
     transpose,
 )
 from derivations import lemmas as L
+from derivations.cli import render
 from derivations.engine import derivation, search
 from derivations.engine import norms as N
 from derivations.lemmas import chain_rule
 from derivations.lemmas.base import _NP
-from numerics.kernels.reference import MpmathBackend
+from foundation.compute.reference import MpmathBackend
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

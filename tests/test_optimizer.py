@@ -13,8 +13,8 @@ import scipy.linalg
 
 from derivations import regenerate
 from numerics import emitted
-from numerics.gauge_balance import balance
 from numerics.optimizer import OVPair, QKPair, compositional_muon
+from numerics.optimizer.gauge_balance import balance
 
 D, H, DH = 16, 2, 4
 

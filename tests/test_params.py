@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from derivations.crosscheck import params as P
+from paramcount import count as P
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 
@@ -81,7 +81,7 @@ def test_bad_input_is_one_line_exit_2(bad, capsys):
 
 
 @pytest.mark.parametrize("argv", [
-    ["derivations.crosscheck.params", "--hidden", "64", "--layers", "2", "--vocab", "100", "--ffn", "128",
+    ["paramcount", "--hidden", "64", "--layers", "2", "--vocab", "100", "--ffn", "128",
      "--heads", "4", "--kv-heads", "2"],
     ["derivations.crosscheck", "identity", "A^T B", "(B^T A)^T"],  # prints its verdict; builds no derivation
 ])

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from derivations import mla
-from derivations.crosscheck import params as P
-from derivations.crosscheck import params_config as C
+from paramcount import config as C
+from paramcount import count as P
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

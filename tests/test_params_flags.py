@@ -1,4 +1,4 @@
-"""The shape options of ``python -m derivations.crosscheck.params`` for every family that ``--config`` reads (GPT-2,
+"""The shape options of ``python -m paramcount`` for every family that ``--config`` reads (GPT-2,
 Llama, Mistral, Qwen2, Mixtral-style experts with shared experts, DeepSeek's multi-head latent attention).
 
 The options of each published model in tests/configs (written out here by hand from the config) give the same
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from derivations.crosscheck import params as P
-from derivations.crosscheck import params_config as C
-from derivations.crosscheck import params_flags as F
+from paramcount import config as C
+from paramcount import count as P
+from paramcount import flags as F
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

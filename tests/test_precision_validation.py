@@ -13,7 +13,6 @@ import pytest
 
 from derivations import registry
 from derivations.cli import adapters_of, format_table, render, translation_rows
-from derivations.engine.numeric import evaluate
 from derivations.printing.jax_printer import JaxPrinter
 from derivations.printing.numpy_printer import NumpyPrinter
 from derivations.printing.validation import (
@@ -27,7 +26,8 @@ from derivations.printing.validation import (
     relative_error,
     validate_source,
 )
-from numerics.kernels.reference import NumpyBackend
+from derivations.vocabulary.numeric import evaluate
+from foundation.compute.reference import NumpyBackend
 from tests.test_translation_validation import _partner_on_the_left, _transpose_dropped
 
 TARGETS = ("numpy", "jax")

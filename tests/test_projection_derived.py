@@ -6,9 +6,9 @@ import pytest
 from derivations import gauge
 from derivations import gauge_directions as G
 from derivations import projection as P
-from derivations.engine.algebra import product, total, transpose
-from derivations.engine.evaluate import evaluate_on
-from derivations.engine.vocabulary import RegularizedSylvester
+from derivations.vocabulary.algebra import product, total, transpose
+from derivations.vocabulary.evaluate import evaluate_on
+from derivations.vocabulary.nodes import RegularizedSylvester
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

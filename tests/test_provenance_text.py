@@ -11,7 +11,7 @@ import pytest
 import coeffsearch
 from coeffsearch import registry
 from coeffsearch.provenance import SOURCES, check, check_registry
-from coeffsearch.schedule import Recipe, Schedule
+from foundation.schedule import Recipe, Schedule
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

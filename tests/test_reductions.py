@@ -10,10 +10,10 @@ from derivations import gqa, hybrid_ov
 from derivations import lemmas as L
 from derivations.engine import derivation as engine_derivation
 from derivations.engine.derivation import Context, Derivation, DerivationError, Problem, StepCheckFailed
-from derivations.engine.evaluate import evaluate
-from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix, Inner, OpNorm, dimension, positive_symbol
 from derivations.lemmas.base import rewrite_nodes
 from derivations.printing.text import derivation_text
+from derivations.vocabulary.evaluate import evaluate
+from derivations.vocabulary.nodes import FULL_COLUMN_RANK, FactMatrix, Inner, OpNorm, dimension, positive_symbol
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 
@@ -123,7 +123,7 @@ def test_the_adapters_are_printed_from_the_reduction_steps():
 def test_printed_gqa_adapter_stacks_each_groups_queries(tmp_path):
     """The stored-layout entry point equals the derived key formula on the hand-stacked group."""
     from derivations.cli import render
-    from derivations.engine.evaluate import evaluate_on
+    from derivations.vocabulary.evaluate import evaluate_on
     from tests.conftest import load_module
     path = tmp_path / "gqa_fresh.py"
     path.write_text(render(gqa.rule_module(), "jax"))
@@ -143,8 +143,8 @@ def test_printed_gqa_adapter_stacks_each_groups_queries(tmp_path):
 
 def test_concatenation_passes_its_self_check_and_a_swapped_partner_fails():
     assert L.CONCATENATION.self_check(np.random.default_rng(0)).passed
-    from derivations.engine.vocabulary import BlockDiag
     from derivations.lemmas import blocks
+    from derivations.vocabulary.nodes import BlockDiag
 
     def swapped(expr, **params):  # the partner's blocks in the wrong order
         new, conds = L.CONCATENATION.rewrite(expr, **params)
@@ -171,8 +171,8 @@ def test_joint_reduces_two_variables_to_one_stacked_variable():
 def test_a_wrong_abbreviation_fails_the_joint_step_check():
     """A concatenation whose partner abbreviation binds P to blockdiag(W_Q, W_K) (blocks swapped)."""
     from derivations import joint
-    from derivations.engine.evaluate import evaluate as ev
-    from derivations.engine.vocabulary import BlockDiag
+    from derivations.vocabulary.evaluate import evaluate as ev
+    from derivations.vocabulary.nodes import BlockDiag
 
     def swapped_instance(env, rng, backend, dims, *, names=None, **_):
         env = dict(env)
@@ -186,7 +186,7 @@ def test_a_wrong_abbreviation_fails_the_joint_step_check():
 
 
 def test_block_diagonal_root_checks_and_a_reversed_one_fails():
-    from derivations.engine.vocabulary import BlockDiag
+    from derivations.vocabulary.nodes import BlockDiag
     assert L.BLOCK_DIAGONAL_ROOT.self_check(np.random.default_rng(0)).passed
 
     def reversed_blocks(expr, **params):

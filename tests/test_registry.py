@@ -23,7 +23,8 @@ THROWAWAY = '''
 from functools import cache
 
 from derivations import lemmas as L
-from derivations.cli import RuleModule, main
+from derivations.engine.rule import RuleModule
+from derivations.cli import main
 from derivations.engine.derivation import identity_chain
 from derivations.gauge_directions import A, context, tangent, vertical
 

@@ -1,7 +1,7 @@
 """Notebook reprs (issue 23): a ``Derivation``, a ``Problem``, a ``Lemma`` and a cross-check ``Verdict``
 render themselves in Jupyter through ``_repr_latex_`` and ``_repr_markdown_``.
 
-The LaTeX is the LaTeX printer's own (:func:`derivations.printing.latex.state_latex`), and every formula is
+The LaTeX is the LaTeX printer's own (:func:`derivations.engine.latex.state_latex`), and every formula is
 typeset by the MathJax the docs ship (``sphinx-mathjax-offline``), run by ``node`` where it is installed: a
 TeX error (an unbalanced brace, an undefined macro) fails. Text that is not math is escaped for Markdown,
 and no Python repr (``MatrixSymbol(…)``, ``<… object at 0x…>``) reaches the reader.
@@ -24,8 +24,8 @@ from derivations import lemmas as L
 from derivations.crosscheck.verdict import Verdict
 from derivations.engine import norms as N
 from derivations.engine.derivation import CheckResult
+from derivations.engine.latex import latex, state_latex
 from derivations.lemmas.base import markdown_text
-from derivations.printing.latex import latex, state_latex
 from tests.tex_checks import balanced
 
 #: what a Python repr looks like when it leaks into a repr meant for a reader

@@ -1,4 +1,4 @@
-"""The one Schedule type (coeffsearch.schedule): validated once where it is made, literal or recipe,
+"""The one Schedule type (foundation.schedule): validated once where it is made, literal or recipe,
 registrable either way, carrying its certificate; a certificate cannot be relabelled to a recipe schedule."""
 
 import json
@@ -8,8 +8,8 @@ import pytest
 import coeffsearch
 from coeffsearch import registry
 from coeffsearch.certify import CertificateError, certify, recheck
-from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, ScheduleError
-from coeffsearch.schedule import Recipe, Schedule
+from foundation.polynomial import MAX_SCHEDULE_STEPS, ScheduleError
+from foundation.schedule import Recipe, Schedule
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

@@ -1,6 +1,6 @@
 """Emitted modules import their kernels from one runtime per target, or inline exactly the ones they reach.
 
-By default a printed module imports the kernels its code calls from :mod:`numerics.kernels.jax_runtime`
+By default a printed module imports the kernels its code calls from :mod:`foundation.compute.jax_runtime`
 (``numpy_runtime`` for NumPy), naming exactly those; ``--standalone`` inlines the transitive closure of the
 kernels the printed code reaches (found from the code: :func:`~derivations.printing.codegen.kernel_closure`),
 with the constants they read, so the module imports only ``jax``/``functools`` (``numpy``).
@@ -26,7 +26,7 @@ from derivations.printing.codegen import (
     kernel_closure,
     unresolved_names,
 )
-from numerics.kernels import jax_runtime, jax_sylvester, numpy_runtime
+from foundation.compute import jax_runtime, jax_sylvester, numpy_runtime
 from tests.conftest import load_module
 
 RUNTIMES = {"jax": jax_runtime, "numpy": numpy_runtime}
@@ -42,7 +42,7 @@ def imports(source: str) -> set[str]:
 def runtime_imports(source: str) -> set[str]:
     """The names a module imports from a runtime module."""
     return {a.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom)
-            and n.module in ("numerics.kernels.jax_runtime", "numerics.kernels.numpy_runtime") for a in n.names}
+            and n.module in ("foundation.compute.jax_runtime", "foundation.compute.numpy_runtime") for a in n.names}
 
 
 def top_level_defs(source: str) -> list[str]:

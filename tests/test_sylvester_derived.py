@@ -5,10 +5,10 @@ import pytest
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import sylvester as S
-from derivations.engine.algebra import product, total
 from derivations.engine.derivation import DerivationError
-from derivations.engine.evaluate import evaluate_on
-from derivations.engine.vocabulary import RegularizedSylvester
+from derivations.vocabulary.algebra import product, total
+from derivations.vocabulary.evaluate import evaluate_on
+from derivations.vocabulary.nodes import RegularizedSylvester
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

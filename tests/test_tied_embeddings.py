@@ -7,9 +7,9 @@ import pytest
 
 from derivations import Msign
 from derivations import tied_embeddings as T
-from derivations.engine.evaluate import evaluate_on
-from derivations.engine.norm_nodes import AspectScale
 from derivations.engine.norms import duality_errors
+from derivations.vocabulary.evaluate import evaluate_on
+from derivations.vocabulary.norm_nodes import AspectScale
 from numerics.emitted import tied_embeddings as emitted
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)

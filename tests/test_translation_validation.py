@@ -14,10 +14,10 @@ import pytest
 
 from derivations import regenerate, registry
 from derivations.cli import adapters_of, check_table, failures, main, render
-from derivations.engine.vocabulary import GramInvSqrt
 from derivations.printing.jax_printer import JaxPrinter
 from derivations.printing.numpy_printer import NumpyPrinter
 from derivations.printing.validation import check_sizes, validate_source
+from derivations.vocabulary.nodes import GramInvSqrt
 
 TARGETS = ("numpy", "jax")
 

@@ -18,11 +18,15 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import halfsplit
 from derivations import lemmas as L
-from derivations.engine.algebra import product
 from derivations.engine.derivation import Context, Derivation, Problem, StepCheckFailed, identity_chain
 from derivations.engine.norms import NORM_LEMMAS
-from derivations.engine.spectral_nodes import Flops, Group
-from derivations.engine.vocabulary import (
+from derivations.lemmas import balance, blocks, counting, gram
+from derivations.lemmas.balance import SPDPower
+from derivations.lemmas.blocks import BlockMaxOpNorm
+from derivations.lemmas.kernel import rewrite_normal_form, ring_normal_form, step_instance
+from derivations.lemmas.statement import Clause, Statement, known
+from derivations.vocabulary.algebra import product
+from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
     FULL_ROW_RANK,
     FactMatrix,
@@ -33,11 +37,7 @@ from derivations.engine.vocabulary import (
     PolarFactor,
     dimension,
 )
-from derivations.lemmas import balance, blocks, counting, gram
-from derivations.lemmas.balance import SPDPower
-from derivations.lemmas.blocks import BlockMaxOpNorm
-from derivations.lemmas.kernel import rewrite_normal_form, ring_normal_form, step_instance
-from derivations.lemmas.statement import Clause, Statement, known
+from derivations.vocabulary.spectral_nodes import Flops, Group
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 

@@ -35,9 +35,21 @@ from sympy import Basic, Expr, Mul, Symbol
 from sympy.matrices.expressions import MatrixExpr, MatrixSymbol
 
 from derivations import lemmas as L  # looked up when used: a planted lemma (tests) takes effect
-from derivations.engine.algebra import product, tidy
-from derivations.engine.evaluate import InstanceSampler, free_symbols, relative_error
-from derivations.engine.norm_nodes import (
+from derivations.lemmas import _SMALL, Lemma, _k, _lsd_rewrite, _n, _tall
+from derivations.lemmas.base import _LARGE, Applies, everywhere, rewrite_nodes
+from derivations.lemmas.descent import no_improving_direction
+from derivations.lemmas.isometry import drop_transpose, isometry_statement, strip_isometries
+from derivations.lemmas.statement import Clause, Statement
+from derivations.vocabulary.algebra import product, tidy
+from derivations.vocabulary.evaluate import InstanceSampler, free_symbols, relative_error
+from derivations.vocabulary.nodes import (
+    ORTHONORMAL_COLUMNS,
+    Inner,
+    Msign,
+    NuclearNorm,
+    OpNorm,
+)
+from derivations.vocabulary.norm_nodes import (
     AspectScale,
     EntrywiseL1Norm,
     FrobeniusNorm,
@@ -47,20 +59,8 @@ from derivations.engine.norm_nodes import (
     Sign,
     TopSingular,
 )
-from derivations.engine.numeric import NumericEvaluator, evaluate
-from derivations.engine.vocabulary import (
-    ORTHONORMAL_COLUMNS,
-    Inner,
-    Msign,
-    NuclearNorm,
-    OpNorm,
-)
-from derivations.lemmas import _SMALL, Lemma, _k, _lsd_rewrite, _n, _tall
-from derivations.lemmas.base import _LARGE, Applies, everywhere, rewrite_nodes
-from derivations.lemmas.descent import no_improving_direction
-from derivations.lemmas.isometry import drop_transpose, isometry_statement, strip_isometries
-from derivations.lemmas.statement import Clause, Statement
-from numerics.kernels.reference import NumpyBackend
+from derivations.vocabulary.numeric import NumericEvaluator, evaluate
+from foundation.compute.reference import NumpyBackend
 
 
 # ---- the families ---------------------------------------------------------------------------

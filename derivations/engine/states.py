@@ -13,8 +13,8 @@ from sympy import Expr
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import lemmas as L
+from derivations.engine.latex import latex, state_latex
 from derivations.engine.symbolic import size_label
-from derivations.printing.latex import latex, state_latex
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ family; :data:`ALL_LEMMAS` is collected from those modules (no hand-kept list). 
 a rule's final formula: they are generic identities.
 """
 
-from derivations.engine.vocabulary import GramInvSqrt, NuclearNorm  # noqa: F401 (names the single-module lemmas re-exported)
 from derivations.lemmas import (
     adjoint,
     balance,
@@ -147,6 +146,7 @@ from derivations.lemmas.whitening import (
     _projector_ids,
     _projector_rewrite,
 )
+from derivations.vocabulary.nodes import GramInvSqrt, NuclearNorm  # noqa: F401 (names the single-module lemmas re-exported)
 
 #: the family modules, in reading order
 FAMILY_MODULES = (descent, isometry, adjoint, whitening, msign, chain_rule, ring, blocks, spectral, counting, gram,

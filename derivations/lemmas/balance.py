@@ -13,19 +13,6 @@ from sympy import Basic, Rational, S, Symbol, sympify
 from sympy.core.sympify import _sympify
 from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, Transpose
 
-from derivations.engine.algebra import product, tidy, total, transpose
-from derivations.engine.evaluate import InstanceSampler, evaluate
-from derivations.engine.vocabulary import (
-    FULL_COLUMN_RANK,
-    SPD,
-    SYMMETRIC,
-    FactMatrix,
-    GramInvSqrt,
-    GramPower,
-    GramSqrt,
-    PolarFactor,
-    _Derived,
-)
 from derivations.lemmas.base import (
     _LARGE,
     _SMALL,
@@ -42,6 +29,19 @@ from derivations.lemmas.base import (
 )
 from derivations.lemmas.spectral import svd_gram_power
 from derivations.lemmas.statement import Clause, Statement
+from derivations.vocabulary.algebra import product, tidy, total, transpose
+from derivations.vocabulary.evaluate import InstanceSampler, evaluate
+from derivations.vocabulary.nodes import (
+    FULL_COLUMN_RANK,
+    SPD,
+    SYMMETRIC,
+    FactMatrix,
+    GramInvSqrt,
+    GramPower,
+    GramSqrt,
+    PolarFactor,
+    _Derived,
+)
 
 #: the split of an exponent into two equal halves (``X^p = X^{p·HALF} X^{p·HALF}``)
 HALF = Rational(1, 2)
@@ -84,7 +84,7 @@ class SPDPower(_Derived):
     def _numpycode(self, printer):
         """``V diag(x)^p Vᵀ`` from one eigendecomposition per distinct ``X`` (shared by its powers).
 
-        Eigenvalues are floored at ``n·eps·max(x)`` (as :mod:`numerics.gauge_balance` does), so a
+        Eigenvalues are floored at ``n·eps·max(x)`` (as :mod:`numerics.optimizer.gauge_balance` does), so a
         rank-deficient factor gives finite powers. JAX: the eigh runs one matrix at a time on the
         CPU (``per_matrix_on_cpu``: batched LAPACK kernels at once can deadlock jaxlib's pool).
         """

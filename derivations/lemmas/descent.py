@@ -6,11 +6,11 @@ import mpmath
 import numpy as np
 from sympy.matrices.expressions import MatrixSymbol
 
-from derivations.engine.algebra import product, tidy
-from derivations.engine.evaluate import evaluate
-from derivations.engine.vocabulary import Inner, Msign, NuclearNorm, OpNorm, dimension, positive_symbol
 from derivations.lemmas.base import _NP, Lemma, NotApplicable
 from derivations.lemmas.statement import Clause, Statement
+from derivations.vocabulary.algebra import product, tidy
+from derivations.vocabulary.evaluate import evaluate
+from derivations.vocabulary.nodes import Inner, Msign, NuclearNorm, OpNorm, dimension, positive_symbol
 
 
 # ---- Lemma 1: linear steepest descent (Muon) ----------------------------------------------

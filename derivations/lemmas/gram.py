@@ -26,12 +26,12 @@ from sympy import Basic, Expr, S, Symbol, sympify
 from sympy.core.symbol import Str
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.algebra import product, replace_free, rewrite_adjacent, total, transpose
-from derivations.engine.evaluate import EvaluationError, InstanceSampler
-from derivations.engine.spectral_nodes import Flops
-from derivations.engine.vocabulary import SYMMETRIC, FactMatrix, dimension
 from derivations.lemmas.base import Case, Lemma, NotApplicable, rewrite_nodes, stated_by
 from derivations.lemmas.statement import Clause, Statement
+from derivations.vocabulary.algebra import product, replace_free, rewrite_adjacent, total, transpose
+from derivations.vocabulary.evaluate import EvaluationError, InstanceSampler
+from derivations.vocabulary.nodes import SYMMETRIC, FactMatrix, dimension
+from derivations.vocabulary.spectral_nodes import Flops
 
 SIDES = ("left", "right")
 
@@ -423,8 +423,8 @@ KINDS = ("standard", "gram")
 
 
 def kernel_flops(kind: str, side: str, n: int, m: int, steps: int, restarts: int = 0) -> int:
-    """Matmul flops the project's kernel executes (:func:`numerics.kernels.flop_count.kernel_flops`)."""
-    from numerics.kernels.flop_count import kernel_flops as count  # lazy: derivations imports without JAX
+    """Matmul flops the project's kernel executes (:func:`foundation.compute.flop_count.kernel_flops`)."""
+    from foundation.compute.flop_count import kernel_flops as count  # lazy: derivations imports without JAX
     return count(kind, side, n, m, steps, restarts)
 
 

@@ -5,7 +5,7 @@ A rewrite step turns ``before`` into ``after``. It counts as an instance of a le
 subexpressions replaced, each replacement ``σ(lhs) → σ(rhs)`` (or ``σ(rhs) → σ(lhs)``) for one
 clause of the statement under one substitution ``σ`` of its pattern symbols, and the side
 conditions hold for ``σ`` by what the expressions carry. Expressions are compared in the sound
-normal form of :func:`derivations.engine.algebra.tidy` (flattened products and sums, transposes
+normal form of :func:`derivations.vocabulary.algebra.tidy` (flattened products and sums, transposes
 pushed inward, identities dropped): nothing else is taken on trust.
 
 The matcher is :class:`~derivations.lemmas.matcher.Matcher`.
@@ -27,9 +27,9 @@ from itertools import permutations
 from sympy import Add, Basic, Mul, Symbol
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.algebra import map_bottom_up, product, rebuild, replace_free, tidy, total, transpose
 from derivations.lemmas.matcher import MAX_PERMUTED, MAX_SEGMENT, Matcher, is_matrix, matrix_factors, substitute
 from derivations.lemmas.statement import Clause, Statement, follows, ring_normal_form
+from derivations.vocabulary.algebra import map_bottom_up, product, rebuild, replace_free, tidy, total, transpose
 
 MAX_REWRITES = 64  # passes of a ``closure="rewrite"`` statement's clauses over one side of a step
 

@@ -1,6 +1,6 @@
 """Shared machinery of the code printers: emission specs, common subexpressions, dispatch.
 
-A :class:`MatrixCodePrinter` turns the derived expressions of an :class:`EmittedFunction`
+A :class:`MatrixCodePrinter` turns the derived expressions of an :class:`~derivations.engine.rule.EmittedFunction`
 into straight-line array code. Common subexpressions are computed once: every spectral sign,
 Gram root and isotropic scale gets a named temporary, and so does any other product or sum that
 occurs more than once; the Gram roots of one partner share a single eigendecomposition. Nodes
@@ -16,16 +16,15 @@ import keyword
 import symtable
 import textwrap
 import types
-from dataclasses import dataclass, field
 from typing import Any
 
 from sympy import Add, Basic, Mul, Pow, Rational, S, Symbol, preorder_traversal
 from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.algebra import product
 from derivations.engine.derivation import Derivation
-from derivations.engine.interpret import Interpreter, MissingRule, find_rule
-from derivations.engine.vocabulary import (
+from derivations.vocabulary.algebra import product
+from derivations.vocabulary.interpret import Interpreter, MissingRule, find_rule
+from derivations.vocabulary.nodes import (
     BLOCK_DIAGONAL,
     GramInvSqrt,
     GramPower,
@@ -86,39 +85,6 @@ class UnsupportedNode(MissingRule):
 
     def __init__(self, message: str):
         TypeError.__init__(self, message)
-
-
-@dataclass
-class EmittedFunction:
-    """One public function of an emitted module: inputs, outputs and the derivations behind them."""
-
-    name: str
-    summary: str
-    inputs: list  # MatrixSymbols, in argument order
-    outputs: list  # (output name, Derivation)
-    notes: list = field(default_factory=list)
-    #: extra static keyword options: name -> (default, allowed values)
-    options: dict = field(default_factory=dict)
-    #: the rule needs λ > 0 (e.g. a regularized Sylvester solve)
-    positive_damping: bool = False
-    #: the outputs depend on the step budget ε (a projection does not)
-    needs_eps: bool = True
-    #: further positive scalar arguments: Symbol -> argument name (required keywords)
-    extra_scalars: dict = field(default_factory=dict)
-    #: argument name -> trailing dimension names, for arguments not stored as their symbol's shape
-    #: (a block-diagonal partner travels as its blocks, ``(..., k, d, d_h)``)
-    shape_spec: dict = field(default_factory=dict)
-
-    @property
-    def argument_names(self) -> list[str]:
-        return [m.name for m in self.inputs]
-
-    def shapes(self) -> dict:
-        """Argument name → the names of its two trailing dimensions."""
-        return {m.name: self.shape_spec.get(m.name, (str(m.rows), str(m.cols))) for m in self.inputs}
-
-    def derivations(self) -> list:
-        return [der for _, der in self.outputs]
 
 
 class DerivedOutput:
@@ -264,14 +230,14 @@ def unresolved_names(source: str) -> list[str]:
 class MatrixCodePrinter(Interpreter):
     """Straight-line array code for matrix expressions, with common subexpressions named once.
 
-    A SymPy :class:`~sympy.printing.printer.Printer` (through :class:`~derivations.engine.interpret.Interpreter`):
+    A SymPy :class:`~sympy.printing.printer.Printer` (through :class:`~derivations.vocabulary.interpret.Interpreter`):
     rules are ``_print_<Class>`` methods found along the node's class hierarchy, or the node's own
     ``_jaxcode``/``_numpycode``; a node without either raises :class:`UnsupportedNode` (a
-    :class:`~derivations.engine.interpret.MissingRule`) naming the node and the printer.
+    :class:`~derivations.vocabulary.interpret.MissingRule`) naming the node and the printer.
     """
 
     cse_always = (Msign, GramSqrt, GramInvSqrt, IsotropicScale, RegularizedSylvester, PolarFactor)
-    #: rule lookup (:func:`derivations.engine.interpret.find_rule`): node method, then ``_print_<Class>``
+    #: rule lookup (:func:`derivations.vocabulary.interpret.find_rule`): node method, then ``_print_<Class>``
     rule_prefix = "_print_"
 
     @property

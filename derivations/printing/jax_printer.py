@@ -1,6 +1,6 @@
 """JAX printer: a jitted, batched module that imports ``jax``, ``functools`` and the kernels its code calls.
 
-By default the kernels come from :mod:`numerics.kernels.jax_runtime` (one import naming exactly the names the
+By default the kernels come from :mod:`foundation.compute.jax_runtime` (one import naming exactly the names the
 printed code reads); a standalone module (``--emit jax --standalone``) inlines the source of the kernels its code
 reaches instead, with the constants they read, and imports only ``jax`` and ``functools``.
 """
@@ -14,19 +14,9 @@ from dataclasses import dataclass
 from sympy import Integer, Mul, Pow, Symbol
 from sympy.matrices.expressions import MatMul, MatrixSymbol, Transpose
 
-from coeffsearch.schedule import Schedule
-from derivations.engine.vocabulary import (
-    BLOCK_DIAGONAL,
-    GramInvSqrt,
-    GramSqrt,
-    IsotropicScale,
-    Msign,
-    RegularizedSylvester,
-    facts_of,
-)
+from derivations.engine.rule import EmittedFunction
 from derivations.printing.array_module import docstring, header
 from derivations.printing.codegen import (
-    EmittedFunction,
     MatrixCodePrinter,
     UnsupportedNode,
     check_docstring,
@@ -37,7 +27,17 @@ from derivations.printing.codegen import (
 )
 from derivations.printing.function_spec import FunctionSpec, Parameter, render_functions
 from derivations.printing.scaling import scaling_plan
-from numerics.kernels import jax_runtime
+from derivations.vocabulary.nodes import (
+    BLOCK_DIAGONAL,
+    GramInvSqrt,
+    GramSqrt,
+    IsotropicScale,
+    Msign,
+    RegularizedSylvester,
+    facts_of,
+)
+from foundation.compute import jax_runtime
+from foundation.schedule import Schedule
 
 #: the comment each constant gets where a standalone module defines it
 CONSTANT_NOTES = {
@@ -50,7 +50,7 @@ CONSTANT_NOTES = {
 
 
 class JaxPrinter(MatrixCodePrinter):
-    """``_print_<Node>`` rules that call the JAX kernels (:mod:`numerics.kernels.jax_runtime`).
+    """``_print_<Node>`` rules that call the JAX kernels (:mod:`foundation.compute.jax_runtime`).
 
     Same-shape eigendecompositions and spectral signs are stacked into one batched call: fewer
     kernel launches, and on the CPU it avoids running two LAPACK kernels at once, which
@@ -366,13 +366,13 @@ def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedul
              standalone: bool = False) -> str:
     """The module text (deterministic byte for byte).
 
-    ``schedule`` is the default Newton–Schulz schedule, a :class:`~coeffsearch.schedule.Schedule`: validated
+    ``schedule`` is the default Newton–Schulz schedule, a :class:`~foundation.schedule.Schedule`: validated
     where it was made (its coefficients finite float64 numbers), so it is taken as it is here. The kernels the
-    printed code calls are imported from :mod:`numerics.kernels.jax_runtime`, or with ``standalone`` inlined:
+    printed code calls are imported from :mod:`foundation.compute.jax_runtime`, or with ``standalone`` inlined:
     those it reaches and the constants they read (:func:`~derivations.printing.codegen.kernel_parts`).
     """
     if not isinstance(schedule, Schedule):
-        raise TypeError(f"schedule must be a coeffsearch.schedule.Schedule (validated where it is made), "
+        raise TypeError(f"schedule must be a foundation.schedule.Schedule (validated where it is made), "
                         f"got {type(schedule).__name__}")
     if msign_default not in jax_runtime.MSIGN_METHODS:
         raise ValueError(f"msign_default must be one of {jax_runtime.MSIGN_METHODS!r}, got {msign_default!r}")
@@ -395,7 +395,7 @@ def _module_docstring(title: str, command: str, functions: list[EmittedFunction]
     """The module docstring: the header of every emitted module, then the schedule and the msign default.
 
     Every caller-given string is escaped for the docstring (defence in depth: names are also checked where
-    they are read, coeffsearch.polynomial.NAME_PATTERN), and the header must parse as one string literal.
+    they are read, foundation.polynomial.NAME_PATTERN), and the header must parse as one string literal.
     """
     name, quoted = docstring_fragment(schedule.name), shlex.quote(schedule.name)
     escaped = docstring_fragment(quoted)

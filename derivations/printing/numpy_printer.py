@@ -1,15 +1,15 @@
 """NumPy printer: a float64 reference module (SVD msign, eigh roots) that imports numpy and its kernels.
 
-By default the kernels come from :mod:`numerics.kernels.numpy_runtime` (one import naming exactly the names the
+By default the kernels come from :mod:`foundation.compute.numpy_runtime` (one import naming exactly the names the
 printed code reads); a standalone module (``--emit numpy --standalone``) inlines the kernels its code reaches
 instead and imports only ``numpy``.
 """
 
 from __future__ import annotations
 
+from derivations.engine.rule import EmittedFunction
 from derivations.printing.array_module import docstring, header
 from derivations.printing.codegen import (
-    EmittedFunction,
     MatrixCodePrinter,
     UnsupportedNode,
     check_docstring,
@@ -20,11 +20,11 @@ from derivations.printing.codegen import (
     kernel_parts,
 )
 from derivations.printing.function_spec import FunctionSpec, Parameter, render_functions
-from numerics.kernels import numpy_runtime
+from foundation.compute import numpy_runtime
 
 
 class NumpyPrinter(MatrixCodePrinter):
-    """``_print_<Node>`` rules that call the NumPy kernels (:mod:`numerics.kernels.numpy_runtime`)."""
+    """``_print_<Node>`` rules that call the NumPy kernels (:mod:`foundation.compute.numpy_runtime`)."""
 
     def _print_Msign(self, expr):
         return f"msign_svd({self._print(expr.arg)})"
@@ -68,7 +68,7 @@ def _arg_doc(fn: EmittedFunction) -> str:
 def emit_numpy(title: str, command: str, functions: list[EmittedFunction], scalars: dict,
                standalone: bool = False) -> str:
     """The module text (deterministic byte for byte); its kernels imported from
-    :mod:`numerics.kernels.numpy_runtime`, or with ``standalone`` inlined (those its code reaches)."""
+    :mod:`foundation.compute.numpy_runtime`, or with ``standalone`` inlined (those its code reaches)."""
     head = header(docstring_fragment(title) + " (float64 NumPy reference)", docstring_fragment(command), functions, [])
     own = f"__all__ = {sorted(fn.name for fn in functions)!r}\n"
     printed = [render_functions([function_spec(fn, scalars)]) for fn in functions]

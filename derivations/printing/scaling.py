@@ -5,7 +5,7 @@ the argument it damps) scales each output by a fixed power. Code printed from pr
 (``C_K W_QᵀW_Q C_K`` in the balancing gauge, ``m_KᵀW_K − W_Qᵀm_Q`` in the horizontal projection) can
 underflow or overflow although the result is representable: float32 weights of size 1e-10 make the
 first 1e-40. The JAX printer therefore scales such arguments by exact powers of two at the start of
-the computation and the outputs back at its end (:func:`numerics.kernels.jax_exact_scaling.scale_group`).
+the computation and the outputs back at its end (:func:`foundation.compute.jax_exact_scaling.scale_group`).
 
 :func:`scaling_plan` finds the groups of arguments that must share one scale, by reading the formulas:
 an argument is a variable of degree 1; products add degrees, a sum needs equal degrees in its terms
@@ -26,7 +26,7 @@ from fractions import Fraction
 from sympy import Mul, Number, Pow, Symbol
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose, ZeroMatrix
 
-from derivations.engine.vocabulary import (
+from derivations.vocabulary.nodes import (
     GramInvSqrt,
     GramSqrt,
     HStack,

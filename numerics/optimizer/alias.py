@@ -15,7 +15,7 @@ from typing import Any, Literal
 import jax
 import optax
 
-from numerics.kernels.jax_spectral_sign import msign_choice
+from foundation.compute.jax_spectral_sign import msign_choice
 
 from .groups import LoRAPlan
 from .head_axes import head_axes_dimension_numbers
@@ -89,7 +89,7 @@ def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
     ``(x @ W)`` (the matrices stored in × out, as ``q = x @ W_Q`` and ``y = o @ W_O`` use them), ``(x @ Wᵀ)``
     (out × in: PyTorch, equinox) or ``(head axes)`` (flax ``DenseGeneral`` kernels). With ``msign`` (and the
     optimizer's ``ns_coeffs``, ``ns_steps``), each Muon matrix's line also says which iteration its ``msign``
-    runs and why (:func:`numerics.kernels.jax_spectral_sign.msign_choice`: ``"auto"`` runs Gram Newton–Schulz
+    runs and why (:func:`foundation.compute.jax_spectral_sign.msign_choice`: ``"auto"`` runs Gram Newton–Schulz
     only with restart positions certified for the matrix's dtype, else the standard iteration).
 
     Examples:

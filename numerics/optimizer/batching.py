@@ -6,7 +6,7 @@ leading axes, and each matrix is scaled, whitened and orthogonalized on its own 
 over its last two axes), so stacking does not mix the layers. The step's program then holds each rule once
 instead of once per layer, which is what its compile time scales with (XLA compiles every fused kernel of
 the program; ``optax.contrib.muon`` holds one Newton–Schulz per matrix).
-What a stacked call shares: the route of :func:`~numerics.kernels.jax_damped_gram.gram_eigh`, taken for the
+What a stacked call shares: the route of :func:`~foundation.compute.jax_damped_gram.gram_eigh`, taken for the
 whole batch (the SVD route as soon as one partner of the batch is ill-conditioned; the two routes agree to
 rounding). And the emitted rules check their outputs per call: a NaN or Inf in one layer's result makes every
 layer's result of that call NaN, as for layers stored stacked in one leaf. The step is skipped either way

@@ -24,6 +24,7 @@ from dataclasses import replace
 import jax
 import jax.numpy as jnp
 
+from foundation.compute import jax_damped_gram
 from numerics.emitted import gqa as _gqa
 from numerics.emitted import halfsplit as _halfsplit
 from numerics.emitted import hybrid_ov as _hybrid_ov
@@ -31,7 +32,6 @@ from numerics.emitted import joint as _joint
 from numerics.emitted import lora as _lora
 from numerics.emitted import mla as _mla
 from numerics.emitted import sylvester as _sylvester
-from numerics.kernels import jax_damped_gram
 
 from .framework_pairs import on_merged_heads
 from .groups import LoRAPlan, MLAPlan

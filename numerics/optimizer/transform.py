@@ -23,7 +23,7 @@ from optax.contrib import MuonDimensionNumbers
 
 from numerics.emitted import gauge as _gauge
 from numerics.emitted import halfsplit as _halfsplit
-from numerics.gauge_balance import balance
+from numerics.optimizer.gauge_balance import balance
 
 from .batching import (
     STATIC,

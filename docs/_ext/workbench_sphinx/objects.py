@@ -53,7 +53,7 @@ class RuleEntry:
     """One rule module: its command-line description, derivations and emitted functions."""
 
     module: object
-    rule: object  # derivations.cli.RuleModule
+    rule: object  # derivations.engine.rule.RuleModule
     derivations: list
     functions: list
 

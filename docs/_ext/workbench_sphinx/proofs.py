@@ -26,7 +26,7 @@ from sphinx.util.docutils import SphinxDirective
 
 from derivations.cli import render
 from derivations.engine.derivation import Solution
-from derivations.printing.latex import latex, state_latex
+from derivations.engine.latex import latex, state_latex
 
 from . import rst, signatures
 from .evidence import EVIDENCE_DIR, check_details, check_sizes, evidence_line, legend, sizes_sentence, sizes_text

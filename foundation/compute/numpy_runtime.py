@@ -1,0 +1,28 @@
+"""The NumPy runtime of the emitted float64 reference modules: every kernel that printed NumPy code may call.
+
+A module printed by ``python -m derivations.<rule> --emit numpy`` imports the names its code uses from
+here; ``--emit numpy --standalone`` inlines the source of the kernels its code reaches instead,
+transitively (:func:`derivations.printing.codegen.kernel_closure`), in the order of :data:`__all__`.
+Nothing is defined here: every name is the kernel module's own object.
+"""
+
+from foundation.compute.numpy_kernels import (
+    check_group,
+    check_scalar,
+    check_shapes,
+    finite_for_lapack,
+    gram_eigh,
+    isotropic_scale,
+    msign_svd,
+    polar_factor,
+    psd_power,
+    scale_of,
+    sylvester_dense,
+    sylvester_gram,
+    validate_arrays,
+)
+
+__all__ = [
+    "check_scalar", "check_shapes", "check_group", "validate_arrays", "finite_for_lapack", "scale_of", "gram_eigh",
+    "psd_power", "polar_factor", "isotropic_scale", "msign_svd", "sylvester_dense", "sylvester_gram",
+]
