@@ -5,7 +5,7 @@
 The corpus (``tests/diagnosis_corpus.json``, a list of objects) holds hand formulas written the way
 researchers write them (plain text, unicode and LaTeX spellings) against the derivations of the rule
 modules: ``derivation``, ``formula``, ``expect`` (``"equal"`` or ``"different"``) and, for a wrong one, the
-``slip`` planted in it (one of :data:`ACCEPTS`). None of them is a case of ``tests/test_diagnosis.py``
+``slip`` planted in it (one of :data:`ACCEPTS`). None of them is a case of ``tests/crosscheck/test_diagnosis.py``
 (the development corpus): the corpus is held back to measure the diagnosis, not to tune it.
 
 Every target is built (or read from the target cache) first; then each candidate is parsed and compared

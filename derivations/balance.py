@@ -23,10 +23,10 @@ in float64 on random instances and in mpmath at 50 digits:
   ``W_Q' = W_Q C_K (NᵀN)^{-1/4}``, ``W_K' = W_K C_K⁻¹ (NᵀN)^{1/4}`` have equal Grams, both
   ``(NᵀN)^{1/2}``, and ``W_Q' W_K'ᵀ = W_Q W_Kᵀ``.
 
-:func:`balanced_factors` is what :func:`numerics.optimizer.gauge_balance.balance` computes (``tests/test_balance.py``
-compares them at 50 digits). The powers of SPD matrices are one node, :class:`SPDPower`, with its
-own rules for every interpreter; the lemmas B1–B7 are generic identities of such powers, registered with
-the other lemma families in :mod:`derivations.lemmas.balance`.
+:func:`balanced_factors` is what :func:`numerics.optimizer.gauge_balance.balance` computes
+(``tests/rules/test_balance.py`` compares them at 50 digits). The powers of SPD matrices are one node,
+:class:`SPDPower`, with its own rules for every interpreter; the lemmas B1–B7 are generic identities of
+such powers, registered with the other lemma families in :mod:`derivations.lemmas.balance`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ process count and this process's id from the scheduler (SLURM, Open MPI, a TPU p
 
     srun --nodes=2 --ntasks-per-node=1 python examples/launch_multihost.py --mesh 2x8 --heads 16 --kv-heads 8
 
-On one machine, for testing, two processes of 4 CPU devices each (what ``tests/test_distributed.py`` runs)::
+On one machine, for testing, two processes of 4 CPU devices each (what ``tests/numerics/test_distributed.py`` runs)::
 
     export XLA_FLAGS=--xla_force_host_platform_device_count=4 JAX_PLATFORMS=cpu
     python examples/launch_multihost.py --coordinator localhost:12355 --num-processes 2 --process-id 0 &

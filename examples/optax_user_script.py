@@ -16,7 +16,7 @@ optax documents and what the workbench's README and optimizer guide show:
 
 Run ``python examples/optax_user_script.py`` (``--steps N``, ``--checkpoint-dir DIR``). It prints one line
 per step and ends with ``resume bit-identical: True``; it exits with status 1 when the resumed run differs.
-``tests/test_user_script.py`` runs it.
+``tests/project/test_user_script.py`` runs it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The trusted kernel: is a derivation step an instance of the statement of the lemma it cites?
 
 This module is the kernel: 553 lines, 42 functions and methods, none of cyclomatic complexity over 15
-(``tests/test_kernel_complexity.py`` holds both). The engine asks :func:`step_instance` once per step; it
+(``tests/lemmas/test_kernel_complexity.py`` holds both). The engine asks :func:`step_instance` once per step; it
 dispatches on the kind of step to one small verdict helper each.
 
 What it checks (σ: a substitution of the statement's pattern symbols under which the side conditions hold):

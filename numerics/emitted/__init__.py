@@ -4,5 +4,5 @@ Each file here is exactly what ``python -m derivations.<rule> --emit jax`` print
 and msign); nothing in it is written by hand, and each imports only ``jax``, ``functools`` and the kernels
 its code calls, from :mod:`foundation.compute.jax_runtime`. The emitter owns them:
 ``python -m derivations.regenerate --regenerate`` rewrites them and ``--check`` compares them with a
-fresh emission (``tests/test_optimizer.py`` runs the same comparison).
+fresh emission (``tests/numerics/test_optimizer.py`` runs the same comparison).
 """

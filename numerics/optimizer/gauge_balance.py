@@ -14,7 +14,7 @@ Nothing here is written by hand: the closed form is derived step by step in
 :mod:`derivations.balance` (``python -m derivations.balance --check``: the equal-Gram condition is
 the Riccati equation ``P B P = A`` for ``P = S Sᵀ``, whose unique SPD solution splits as ``S Sᵀ``
 with the ``S`` above), and :func:`balance` calls the function the JAX printer emits from it
-(``balance_qk`` in :mod:`numerics.emitted.balance`). ``tests/test_balance.py`` compares it with the
+(``balance_qk`` in :mod:`numerics.emitted.balance`). ``tests/rules/test_balance.py`` compares it with the
 derived pair evaluated at 50 digits. Eigenvalues of ``NᵀN`` are floored at ``d_h · eps · max`` and
 ``C_K⁻¹`` is a pseudo-inverse root (cut at the numerical rank of ``W_K``), so rank-deficient factors
 stay finite; eigendecompositions run one matrix at a time on the CPU (``per_matrix_on_cpu``: two
