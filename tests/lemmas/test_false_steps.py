@@ -16,9 +16,9 @@ from sympy.matrices.expressions import Identity, MatrixSymbol
 from derivations import lemmas as L
 from derivations.engine import derivation as engine_derivation
 from derivations.engine.derivation import Context, Derivation, DerivationError, Problem, StepCheckFailed, identity_chain
-from derivations.lemmas import balance
-from derivations.lemmas.balance import SPDPower
+from derivations.lemmas import spd_powers
 from derivations.lemmas.kernel import step_instance
+from derivations.lemmas.spd_powers import SPDPower
 from derivations.vocabulary.algebra import product, transpose
 from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
@@ -113,7 +113,7 @@ FALSE_STEPS = [
      [product(MatrixSymbol("P", d, d), MatrixSymbol("R", d, d))],
      [product(MatrixSymbol("R", d, d), MatrixSymbol("P", d, d))], {}),
     ("like terms collected wrongly: 2A + 3A → 4A", L.RING, "rewrite", [2 * A + 3 * A], [4 * A], {}),
-    ("a square root split into a quarter and an eighth power", balance.POWER_SPLIT, "rewrite",
+    ("a square root split into a quarter and an eighth power", spd_powers.POWER_SPLIT, "rewrite",
      [SPDPower(MatrixSymbol("Y", h, h), Rational(1, 2))],
      [product(SPDPower(MatrixSymbol("Y", h, h), Rational(1, 4)), SPDPower(MatrixSymbol("Y", h, h), Rational(1, 8)))],
      {}),

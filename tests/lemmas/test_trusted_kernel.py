@@ -20,10 +20,10 @@ from derivations import halfsplit
 from derivations import lemmas as L
 from derivations.engine.derivation import Context, Derivation, Problem, StepCheckFailed, identity_chain
 from derivations.engine.norms import NORM_LEMMAS
-from derivations.lemmas import balance, blocks, counting, gram
-from derivations.lemmas.balance import SPDPower
+from derivations.lemmas import blocks, counting, gram, spd_powers
 from derivations.lemmas.blocks import BlockMaxOpNorm
 from derivations.lemmas.kernel import rewrite_normal_form, ring_normal_form, step_instance
+from derivations.lemmas.spd_powers import SPDPower
 from derivations.lemmas.statement import Clause, Statement, known
 from derivations.vocabulary.algebra import product
 from derivations.vocabulary.nodes import (
@@ -250,9 +250,9 @@ def test_a_scalar_of_bound_pattern_symbols_matches_its_value():
     """B3: ``X^p = X^{p/2} (X^{p/2})ᵀ`` matches ``X^{1/2} → X^{1/4} X^{1/4}`` (``p/2`` evaluated), not ``X^{1/8}``."""
     y = product(GramSqrt(W), W.T, W, GramSqrt(W))  # Fᵀ F for F = W C_W
     half, quarter = SPDPower(y, Rational(1, 2)), SPDPower(y, Rational(1, 4))
-    assert step_instance(balance.POWER_SPLIT, "rewrite", [half], [product(quarter, quarter)])[1] is None
+    assert step_instance(spd_powers.POWER_SPLIT, "rewrite", [half], [product(quarter, quarter)])[1] is None
     eighth = SPDPower(y, Rational(1, 8))
-    assert step_instance(balance.POWER_SPLIT, "rewrite", [half], [product(quarter, eighth)])[1] is not None
+    assert step_instance(spd_powers.POWER_SPLIT, "rewrite", [half], [product(quarter, eighth)])[1] is not None
 
 
 def test_full_rank_of_a_product_follows_from_its_factors():
@@ -264,7 +264,7 @@ def test_full_rank_of_a_product_follows_from_its_factors():
     assert not known(FULL_ROW_RANK, product(W, GramSqrt(W)))  # tall: full column rank, not row rank
     y = product(a.T, W.T, W, a)
     quarter = SPDPower(y, Rational(1, 4))
-    assert step_instance(balance.POWER_SPLIT, "rewrite", [SPDPower(y, Rational(1, 2))],
+    assert step_instance(spd_powers.POWER_SPLIT, "rewrite", [SPDPower(y, Rational(1, 2))],
                          [product(quarter, quarter)])[1] is not None
     square = FactMatrix("G", d, d, [FULL_COLUMN_RANK])
     assert known(FULL_ROW_RANK, square) and not known(FULL_ROW_RANK, W)

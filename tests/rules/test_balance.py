@@ -11,7 +11,7 @@ from derivations import StepCheckFailed
 from derivations import balance as B
 from derivations import lemmas as L
 from derivations.cli import main
-from derivations.lemmas import balance as LB
+from derivations.lemmas import spd_powers as LB
 from derivations.vocabulary.evaluate import evaluate
 from foundation.compute.reference import MpmathBackend
 from numerics.optimizer.gauge_balance import balance
@@ -37,7 +37,7 @@ def test_every_step_checks_and_the_result_is_the_quarter_power():
 
 @pytest.fixture
 def planted(monkeypatch):
-    """``planted(name, value)``: set a name of the balance lemma module for one test, with the derivations'
+    """``planted(name, value)``: set a name of the SPD-power lemma module for one test, with the derivations'
     caches cleared before and after (after the name is restored, so no planted result stays cached)."""
     clear()
     with monkeypatch.context() as m:

@@ -1,4 +1,4 @@
-"""The balance lemmas B1–B7: generic identities of powers of symmetric positive definite matrices.
+"""The SPD-power lemmas B1–B7: generic identities of powers of symmetric positive definite matrices.
 
 :mod:`derivations.balance` derives the balancing gauge of ``M = W_Q W_Kᵀ`` with them. The powers are one
 node, :class:`SPDPower` (``X^p`` for an SPD ``X``, with its own rules for every interpreter); the lemmas are
