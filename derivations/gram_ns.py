@@ -237,12 +237,12 @@ def flop_count(kind: str, rows: int, cols: int, steps: int, restarts: int = 0) -
     return int(value)
 
 
-#: the shapes of the issue: single matrices and per-head batches
+#: the shapes the flop model is measured at: single weight matrices and per-head batches
 SHAPES = ((768, 3072), (4096, 14336), (2048, 11059), (768, 64), (4096, 128))
 
 
 def measurements(rng):
-    """Flop-model ratios gram/standard at the issue's shapes (5 steps, 1 restart): below 1, the Gram form is
+    """Flop-model ratios gram/standard at :data:`SHAPES` (5 steps, 1 restart): below 1, the Gram form is
     cheaper at every one of them."""
     del rng
     return [(f"flop model gram/standard at {a} x {b}, 5 steps, 1 restart",

@@ -16,7 +16,7 @@ def test_newton_schulz_flops_count_every_product():
 
 def test_flop_model_reproduces_the_published_estimate_at_gpt2_small():
     cm, muon = flop_model(768, 12, 12, 64, steps=5, degree=3)
-    assert cm / muon == pytest.approx(0.31, abs=0.01)  # the flop model
+    assert cm / muon == pytest.approx(0.31, abs=0.01)  # the published estimate
     # Llama-3-8B: the O side's global d × H·d_h sign alone is half of Muon's two square signs
     cm, muon = flop_model(4096, 32, 8, 128, steps=5, degree=3)
     assert 0.5 < cm / muon < 0.52

@@ -1,4 +1,4 @@
-"""A corpus of false steps the trusted kernel must refuse (issue 38, item 3).
+"""A corpus of false steps the trusted kernel must refuse.
 
 Each entry is a step a careless or hostile derivation could record: a definition laid over an independent
 symbol, a back-substitution with another partner or a factor applied twice, a rewrite that is true only for
@@ -145,8 +145,8 @@ def test_the_honest_back_substitution_and_definition_are_accepted():
 
 
 def test_a_definition_over_an_independent_symbol_is_refused_in_a_derivation():
-    """Defect (a) of the issue: the context does not define ``G_Q``, the start has an independent ``G_Q``, and a
-    chain-rule step "defines" it as ``G_M W_K``; before, the kernel counted it as proven for all sizes."""
+    """The context does not define ``G_Q``, the start has an independent ``G_Q``, and a chain-rule step "defines"
+    it as ``G_M W_K``; before, the kernel counted it as proven for all sizes."""
     der = identity_chain("plant.independent", "planted", product(G, W_K, B) - product(G_Q, B), CONTEXT)
     with pytest.raises(StepCheckFailed, match="redefines G_Q, an independent symbol"):
         der.apply(L.CHAIN_RULE, gradients={G_Q: product(G, W_K)})

@@ -1,4 +1,4 @@
-"""The lemma statements made SymPy objects in issue 19's second pass (1, K, BD, Fl, S, Σp, Gp, f, GU, GT, B1–B3,
+"""The lemma statements made SymPy objects after the first ones (1, K, BD, Fl, S, Σp, Gp, f, GU, GT, B1–B3,
 B5–B7).
 
 For each: a false variant of its statement fails the statement's self-check (float64 at both sizes and mpmath),
@@ -240,7 +240,7 @@ def test_the_norm_families_isometry_and_transposition_lemmas_are_checked_stateme
     assert not _ok(norms.NORM_TRANSPOSITION, NuclearNorm(W.T), FrobeniusNorm(W))
 
 
-# ---- GR and GX: claims proven by induction from the derivation's definitions (issue 19, item 1) -------------------
+# ---- GR and GX: claims proven by induction from the derivation's definitions ----------------------------------
 def _claims_ok(lemma, before, after, definitions, **params):
     return step_instance(lemma, "rewrite", [before], [after], params=params, definitions=definitions)[1] is None
 

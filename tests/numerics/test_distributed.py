@@ -1,4 +1,4 @@
-"""The update across processes and head-parallel (issue 22, item 5): ``numerics.distributed`` and
+"""The update across processes and head-parallel: ``numerics.distributed`` and
 ``examples/launch_multihost.py``.
 
 One test (run by ``.ci/run`` after the suite, like the docs-site tests: set ``WORKBENCH_MULTIPROCESS=1``)

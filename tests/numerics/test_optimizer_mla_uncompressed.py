@@ -1,5 +1,4 @@
-"""Multi-head latent attention without query compression, and MLA blocks found by their DeepSeek names (issue 22,
-item 2).
+"""Multi-head latent attention without query compression, and MLA blocks found by their DeepSeek names.
 
 The optimizer's step of an :class:`MLAPair` with ``wq_a=None`` (DeepSeek-V2-Lite: one dense per-head ``wq``) is
 compared with the closed forms of ``derivations.mla``'s ``_uncompressed`` rules written here in NumPy from the

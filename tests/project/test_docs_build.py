@@ -1,5 +1,5 @@
 """The docs build: the tutorial as a notebook executed while it builds, search snippets offline, and the
-read order that lets the derivations build while pages run their code (issue 23).
+read order that lets the derivations build while pages run their code.
 
 * ``docs/tutorial.ipynb`` is a Jupyter notebook stored without outputs; MyST-NB runs it in a fresh kernel
   on every build, with the site's settings (read from ``docs/conf.py`` here), shows what each cell printed

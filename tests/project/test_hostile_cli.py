@@ -1,4 +1,4 @@
-"""Hostile command-line input, round 2 (issue 17): code injection into emitted modules, tracebacks on
+"""Hostile command-line input: code injection into emitted modules, tracebacks on
 ordinary arguments, closed stdout, and bounds on the work every command-line number sizes.
 
 Every case has a time limit (a hang fails the test). Most cases call the commands' ``main(argv)``:

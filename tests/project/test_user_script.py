@@ -1,4 +1,4 @@
-"""The optax user's script (issue 24, "Done when"): ``examples/optax_user_script.py`` runs unchanged.
+"""The optax user's script: ``examples/optax_user_script.py`` runs unchanged.
 
 One subprocess runs the script as a user would (``python examples/optax_user_script.py``): a small GQA
 decoder in bfloat16 with float32 gradients, ``optax.inject_hyperparams(compositional_muon)`` with a

@@ -73,7 +73,7 @@ def test_balance_lemmas_are_registered():
 
 
 def test_planted_wrong_literal_in_b3_self_check_fails_naming_the_lemma(planted, capsys):
-    """Planted mistake (issue 19): a wrong literal in B3's self-check, X^{1/2} = X^{1/3} X^{1/3}. The registered
+    """Planted mistake: a wrong literal in B3's self-check, X^{1/2} = X^{1/3} X^{1/3}. The registered
     lemma's self-check fails naming B3, and so does ``balance --check``."""
     b3 = next(lem for lem in L.ALL_LEMMAS if lem.number == "B3")
     assert b3.self_check(np.random.default_rng(0)).passed

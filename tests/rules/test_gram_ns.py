@@ -40,7 +40,7 @@ def test_the_chain_ends_in_the_gram_form(side):
         assert all(s.check.passed for s in der.steps), der.name
 
 
-def test_the_lemmas_named_by_the_issue_are_used():
+def test_the_gram_lemmas_are_all_used():
     used = {lem.number for der in G.derivations() for lem in der.lemmas_used()}
     assert {"GC", "GG", "GT", "GX", "GF", "GR", "GU", "GK"} <= used
 

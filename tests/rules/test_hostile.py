@@ -161,7 +161,7 @@ raises("gqa_key stacked rows vs group_size", lambda: Q.gqa_key(jnp.concatenate([
 raises("complex input", lambda: H.halfsplit_qk(W_Q.astype(complex), W_K, G_Q, G_K, eps=0.1), TypeError,
        "W_Q must be real floating point")
 
-# 5 (issue 11): schedules are data: a second schedule of the same shape does not recompile
+# 5. schedules are data: a second schedule of the same shape does not recompile
 def compilations():
     before = H._halfsplit_qk._cache_size()
     for name in ("muon", "cesista", "polar-express-5"):

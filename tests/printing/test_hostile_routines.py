@@ -1,4 +1,4 @@
-"""Hostile inputs to the emitted kernels (issue 17, items 4, 6, 7 and the schedule length of 8).
+"""Hostile inputs to the emitted modules and the compute routines they call.
 
 * Ill-conditioned partners: the Gram roots must not square the condition number. ``halfsplit_qk``
   with a partner of condition number κ is compared with the exact rule evaluated at 60 digits; the
@@ -11,7 +11,7 @@
   arguments not unit-scaled, the balancing gauge's groups not rescaled) fail.
 * Schedules: every one runs as one loop whatever its length (the same program), longer than
   ``MAX_SCHEDULE_STEPS`` they are refused naming ``schedule`` (whatever msign is).
-* Round 2 of the audit: huge weights and tiny eps give the right update or one underflow line naming
+* The number range of every output: huge weights and tiny eps give the right update or one underflow line naming
   the function and its arguments' sizes, in every function (they were all zero); float16 outputs among
   the subnormals are refused, ordinary ones are not; balance_qk forms no Gram matrix (its error grows
   like eps·κ^(1/2)); the stored-layout entry points name their own arguments; boolean scalars are refused.
@@ -83,7 +83,7 @@ def _rel(got, want):
     return max(errs)
 
 
-# ---- item 4: ill-conditioned partners -------------------------------------------------------
+# ---- ill-conditioned partners ---------------------------------------------------------------
 D, DH = 16, 4
 
 
@@ -231,7 +231,7 @@ def test_rank_cut_is_on_singular_values_not_their_squares():
     assert np.linalg.norm(ci - exact) / np.linalg.norm(exact) <= 4 * np.finfo(np.float64).eps * 1e12
 
 
-# ---- item 6: empty batches, zero widths, scalars, dtypes --------------------------------------
+# ---- empty batches, zero widths, scalars, dtypes ----------------------------------------------
 @pytest.mark.parametrize("rule,name", FUNCTIONS)
 def test_empty_batch_gives_an_empty_result(rule, name):
     fn = _fn(rule, name)
@@ -290,7 +290,7 @@ def test_bad_scalars_under_jit_give_nan(rule, name):
             fn(*args, **{**kwargs, key: -0.1})
 
 
-# ---- item 7: the edges of the number range -----------------------------------------------------
+# ---- the edges of the number range -------------------------------------------------------------
 def _scaled_case(name, positions, c, dtype, degree):
     """``(scaled result or error text, float64 result on the unscaled inputs, the output's scale)``."""
     rule = {n: r for r, n in FUNCTIONS}[name]
@@ -464,7 +464,7 @@ def test_pow2_scale_moves_the_exponent_exactly_whatever_the_shift():
     assert _pow2_scale_failures(planted) == ["float16", "bfloat16", "float32", "float64"]
 
 
-# ---- item 8: schedule length ------------------------------------------------------------------
+# ---- schedule length --------------------------------------------------------------------------
 def _lowered(schedule_steps):
     step = (3.4445, -4.775, 2.0315)
     schedule = jax_msign.schedule_array((step,) * schedule_steps)
@@ -522,7 +522,7 @@ def test_the_longest_schedule_compiles_as_a_loop():
 
 
 def test_integers_beyond_every_float_are_refused_in_one_line():
-    """Audit: ``eps=10**400`` and a schedule coefficient ``10**400`` raised OverflowError tracebacks."""
+    """``eps=10**400`` and a schedule coefficient ``10**400`` once raised OverflowError tracebacks."""
     from numerics.emitted.halfsplit import halfsplit_qk
     rng = np.random.default_rng(0)
     w_q, w_k, g_q, g_k = (jnp.asarray(rng.standard_normal((6, 2))) for _ in range(4))
@@ -534,7 +534,7 @@ def test_integers_beyond_every_float_are_refused_in_one_line():
         assert "\n" not in str(err.value)
 
 
-# ---- round 2 of the audit (issue 17): the number range of every output, 16-bit outputs, balance ---------
+# ---- the number range of every output, 16-bit outputs, balance ------------------------------------------
 #: the weight scales at which the update (about eps/|W|) is below the underflow limit of the dtype
 HUGE = {np.float32: (1e30, 1e36, 1e37, 1e38), np.float64: (1e300, 1e306, 1e307)}
 
