@@ -218,7 +218,7 @@ def stable_query():
     """``W_Q' = U_N (NᵀN)^{1/4}``, ``N = W_Q C_K``: the balanced query factor as the emitted code computes it.
 
     ``(NᵀN)^{1/4}`` and ``U_N`` come from the singular values and vectors of ``N`` itself (the JAX and NumPy
-    kernels), so no Gram matrix is formed and the condition number is not squared.
+    routines), so no Gram matrix is formed and the condition number is not squared.
     """
     der = identity_chain("balance.stable_query", "Balance: the balanced query factor without a formed Gram matrix",
                          balanced_factors()[0], context(),

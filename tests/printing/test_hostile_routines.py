@@ -45,7 +45,7 @@ from derivations.printing.codegen import DerivedOutput
 from derivations.regenerate import shipped
 from derivations.vocabulary.nodes import PolarFactor
 from foundation.compute import jax_damped_gram, jax_exact_scaling, jax_msign, jax_output_checks
-from foundation.compute import numpy_kernels as NK
+from foundation.compute import numpy_routines as NK
 from tests.conftest import load_module
 from tests.emitted_inputs import example_call
 
@@ -145,15 +145,15 @@ def test_beyond_the_numerical_rank_cut_the_update_is_the_pseudo_inverse_rule(dty
 
 
 def _standalone_copy(rule, name):
-    """``python -m derivations.<rule> --emit jax --standalone`` loaded as its own module: its kernels and constants
-    are its own globals, so a kernel planted there changes this copy only."""
+    """``python -m derivations.<rule> --emit jax --standalone`` loaded as its own module: its routines and constants
+    are its own globals, so a routine planted there changes this copy only."""
     path = Path(tempfile.mkdtemp()) / f"{name}.py"
     path.write_text(render(registry.rule_module(rule), "jax", standalone=True))
     return load_module(path, name)
 
 
 def test_planted_gram_route_squares_the_condition_number(tmp_path):
-    """Forcing the eigenvalues of the formed Gram matrix (the old kernel) fails the accuracy check."""
+    """Forcing the eigenvalues of the formed Gram matrix (the old routine) fails the accuracy check."""
     planted = _standalone_copy("halfsplit", "planted_gram_route_halfsplit")
     planted.GRAM_ROUTE_RATIO = 0.0  # every batch "well conditioned": eigh of WᵀW
     errors = _query_errors(planted.halfsplit_qk, np.float32, (1e3, 3.3e3))
@@ -198,7 +198,7 @@ def test_the_svd_route_hands_lapack_finite_matrices_only(monkeypatch, tmp_path):
     flag of the Gram matrix: the scaled partner is all NaN or finite with entries below 2. Planted: unguarded."""
     seen, r = _lapack_inputs_of_the_svd_route(jax_damped_gram, monkeypatch)
     assert seen == [True, True] and np.all(np.isfinite(r[0])) and np.all(np.isnan(r[1]))
-    source = (ROOT / "numerics" / "kernels" / "jax_damped_gram.py").read_text()
+    source = Path(jax_damped_gram.__file__).read_text()
     assert source.count("jnp.where(ok, a, 0)") == 1
     (tmp_path / "planted_gram.py").write_text(source.replace("jnp.where(ok, a, 0)", "a"))
     planted = load_module(tmp_path / "planted_gram.py", "planted_unguarded_svd_route")
@@ -221,7 +221,7 @@ def test_rank_cut_is_on_singular_values_not_their_squares():
             rn, _, s = NK.gram_eigh(w, 0.0, "right")
             rn = np.sort(rn * s[..., 0])
             assert rn[0] == 0 and rn[1] == pytest.approx(8 * tol, rel=1e-6)
-    # the NumPy reference kernel: C⁻¹ accurate to eps·κ at κ = 1e12 (the Gram route would lose it all)
+    # the NumPy reference routine: C⁻¹ accurate to eps·κ at κ = 1e12 (the Gram route would lose it all)
     w = _partner(rng, 1e12)
     ci = NK.psd_power(NK.gram_eigh(w, 0.0, "right"), -0.5)
     with mpmath.workdps(50):
@@ -475,7 +475,7 @@ def _lowered(schedule_steps):
 
 def test_every_schedule_runs_as_one_loop_whatever_its_length():
     """The steps run in one loop whose body is compiled once: the program is the same for 2, 5 and 100 steps
-    (unrolled, every step would compile kernels of its own; a planted unrolled scan is caught)."""
+    (unrolled, every step would compile ops of its own; a planted unrolled scan is caught)."""
     programs = [_lowered(n) for n in (2, 5, jax_msign.MAX_SCHEDULE_STEPS)]
     assert programs[0] == programs[1] == programs[2] and programs[0][0] == 1
 
@@ -743,7 +743,7 @@ def test_planted_gram_formed_balance_squares_the_condition_number(tmp_path):
 
 
 def test_balance_emits_no_gram_matrix():
-    """The emitted balance_qk is printed from balance.stable_query/stable_key: SVD kernels, no formed NᵀN."""
+    """The emitted balance_qk is printed from balance.stable_query/stable_key: SVDs, no formed NᵀN."""
     source = inspect.getsource(importlib.import_module("numerics.emitted.balance")._balance_qk)
     assert "polar_factor(" in source and "jnp.linalg.eigh" not in source and "W_Q.mT @ W_Q" not in source
     for der in (balance.stable_query(), balance.stable_key()):

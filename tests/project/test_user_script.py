@@ -2,7 +2,7 @@
 
 One subprocess runs the script as a user would (``python examples/optax_user_script.py``): a small GQA
 decoder in bfloat16 with float32 gradients, ``optax.inject_hyperparams(compositional_muon)`` with a
-schedule, ``pairs="auto"`` on kernels with head axes, a NaN batch refused by ``checked_jit``, an orbax
+schedule, ``pairs="auto"`` on flax kernels with head axes, a NaN batch refused by ``checked_jit``, an orbax
 checkpoint half-way and a resume from it. The test reads what it printed: the pairs found, the loss
 falling, the NaN batch named and skipped, and the resumed run bit-identical to the straight one.
 """

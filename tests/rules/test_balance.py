@@ -102,10 +102,10 @@ def derived_at_50_digits(w_q, w_k, exponent=QUARTER):
         return [np.array(evaluate(x, env, backend, dims).tolist(), dtype=float) for x in (q, k)]
 
 
-def test_kernel_is_the_derived_expression_at_50_digits():
+def test_gauge_balance_is_the_derived_expression_at_50_digits():
     """``numerics.optimizer.gauge_balance.balance`` (float64) against the derived pair at 50 digits.
 
-    Planted mistake: the derived gauge with exponent 1/2 instead of 1/4 differs from the kernel.
+    Planted mistake: the derived gauge with exponent 1/2 instead of 1/4 differs from the routine.
     """
     rng = np.random.default_rng(0)
     w_q, w_k = 3 * rng.standard_normal((7, 3)), rng.standard_normal((7, 3)) / 2
@@ -117,7 +117,7 @@ def test_kernel_is_the_derived_expression_at_50_digits():
     assert not np.allclose(got_q, wrong_q, rtol=1e-3) and not np.allclose(got_k, wrong_k, rtol=1e-3)
 
 
-def test_kernel_balances_batched_stacked_groups():
+def test_gauge_balance_balances_batched_stacked_groups():
     """A stacked GQA group (G·d rows against d rows), batched: equal Grams and the same products."""
     rng = np.random.default_rng(1)
     q, k = rng.standard_normal((2, 3, 12, 4)) * 3, rng.standard_normal((2, 3, 6, 4))

@@ -53,7 +53,7 @@ jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, sys.argv[1])
 import halfsplit_jax as H, sylvester_jax as S, joint_jax as J, gqa_jax as Q, hybrid_ov_jax as O
 import coeffsearch
-from foundation.compute import jax_runtime as R  # the kernels the emitted modules import
+from foundation.compute import jax_runtime as R  # the routines the emitted modules import
 rng = np.random.default_rng(0)
 d, dh = 12, 4
 W_Q, W_K, G_Q, G_K = (jnp.asarray(rng.standard_normal((2, d, dh))) for _ in range(4))
