@@ -1,4 +1,4 @@
-"""Benchmark: the cross-checker's diagnosis on a held-back corpus of hand formulas (issue 21, item 3).
+"""Benchmark: the cross-checker's diagnosis on a held-back corpus of hand formulas.
 
     python -m benchmarks.diagnosis [--corpus FILE] [--only DERIVATION]
 

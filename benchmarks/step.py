@@ -108,7 +108,7 @@ def ns_flops(m, n, steps, degree):
 def gram_flops(m, n, steps, restarts):
     """Flops of Gram Newton–Schulz (quintic steps) on an ``m × n`` matrix (short side ``a``, long ``b``) with
     ``restarts`` restarts: ``4(K + 1) a²b + 2a³ (4T − 3K − 3)`` (``python -m derivations.gram_ns``, Lemma GK;
-    ``tests/benchmarks/test_benchmarks.py`` checks it against the products the kernel executes)."""
+    ``tests/benchmarks/test_benchmarks.py`` checks it against the products the routine executes)."""
     a, b = min(m, n), max(m, n)
     return 4 * (restarts + 1) * a * a * b + 2 * a ** 3 * (4 * steps - 3 * restarts - 3)
 

@@ -3,7 +3,7 @@
     python -m benchmarks.sylvester [--d 1024] [--d-h 64] [--repeats N]
 
 Solves ``(W_QW_Qᵀ + λI) H + H (W_KW_Kᵀ + λI) = D`` in float64 three ways, in one run: the project's
-structured JAX kernel (``O(d² d_h)``), ``jax.scipy.linalg.solve_sylvester`` and
+structured JAX routine (``O(d² d_h)``), ``jax.scipy.linalg.solve_sylvester`` and
 ``scipy.linalg.solve_sylvester`` (both ``O(d³)``). Prints median times, the largest difference
 from SciPy's answer, and the speed-ups; the last line is the smaller of the two speed-ups.
 """

@@ -26,7 +26,7 @@ in float64 on random instances and in mpmath at 50 digits:
 :func:`balanced_factors` is what :func:`numerics.optimizer.gauge_balance.balance` computes
 (``tests/rules/test_balance.py`` compares them at 50 digits). The powers of SPD matrices are one node,
 :class:`SPDPower`, with its own rules for every interpreter; the lemmas B1–B7 are generic identities of
-such powers, registered with the other lemma families in :mod:`derivations.lemmas.balance`.
+such powers, registered with the other lemma families in :mod:`derivations.lemmas.spd_powers`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from sympy.matrices.expressions import Inverse, MatAdd, MatMul, Transpose, ZeroM
 from derivations import lemmas as L
 from derivations.engine.derivation import Context, DerivationError, identity_chain
 from derivations.engine.rule import EmittedFunction, RuleModule
-from derivations.lemmas.balance import (
+from derivations.lemmas.spd_powers import (
     CONGRUENCE,
     GRAM_OF_PRODUCT,
     INVERSE_CANCEL,
@@ -218,7 +218,7 @@ def stable_query():
     """``W_Q' = U_N (NᵀN)^{1/4}``, ``N = W_Q C_K``: the balanced query factor as the emitted code computes it.
 
     ``(NᵀN)^{1/4}`` and ``U_N`` come from the singular values and vectors of ``N`` itself (the JAX and NumPy
-    kernels), so no Gram matrix is formed and the condition number is not squared.
+    routines), so no Gram matrix is formed and the condition number is not squared.
     """
     der = identity_chain("balance.stable_query", "Balance: the balanced query factor without a formed Gram matrix",
                          balanced_factors()[0], context(),

@@ -40,7 +40,7 @@ def _parser(rule: RuleModule) -> OneLineParser:
     what.add_argument("--check", action="store_true", help="re-check every step numerically and print a table")
     p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     p.add_argument("--standalone", action="store_true",
-                   help="--emit jax|numpy: inline the kernels the code reaches, so the module imports only jax "
+                   help="--emit jax|numpy: inline the routines the code reaches, so the module imports only jax "
                         "(numpy), instead of importing them from foundation.compute")
     p.add_argument("--msign", choices=MSIGN_METHODS, default="newton_schulz",
                    help="default msign method of the emitted JAX code (default: newton_schulz)")
@@ -61,7 +61,7 @@ def _parser(rule: RuleModule) -> OneLineParser:
 def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
            schedule_name: str = coeffsearch.DEFAULT, standalone: bool = False) -> str:
     """The text ``--emit target`` prints (``target``: one of :data:`EMIT_TARGETS`; ``standalone``: ``--standalone``,
-    code with its kernels inlined).
+    code with its routines inlined).
 
     Examples:
       >>> from derivations import registry
@@ -125,7 +125,8 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
                          "float64_error": s.check.float64_error, "mpmath_error": s.check.mpmath_error,
                          "symbolic": s.check.symbolic, "instances": s.check.trials,
                          "subchecks": s.check.subchecks, "status": "ok" if s.check.passed else "FAIL",
-                         "failure": s.check.failure, "kernel": s.check.instance})
+                         "failure": s.check.failure,
+                         "kernel": s.check.instance})  # the trusted kernel's verdict
         if all(s.check.passed for s in der.steps):
             proofs.append({"derivation": der.name, **der.proof_status()})
     rng = np.random.default_rng(seed)
@@ -258,7 +259,7 @@ def format_table(table: dict) -> str:
                        if r["status"] == "unreadable" else f"FAIL: {r['failure']}")
             out.append(f"{r['derivation']:<56} {r['error']:>10.1e}  {verdict}")
     if table.get("proofs"):
-        out += ["", "proven for all sizes (kernel: an instance of the cited statement, symbolic dimensions)"]
+        out += ["", "proven for all sizes (trusted kernel: an instance of the cited statement, symbolic dimensions)"]
         for p in table["proofs"]:
             why = "; ".join(f"{n} {reason}" for reason, n in p["why"].items())
             out.append(f"  {p['derivation']:<28} {p['for all sizes']:>3} for all sizes, {p['at instances']:>3} at "

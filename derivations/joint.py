@@ -53,7 +53,7 @@ from derivations.vocabulary.nodes import (
     Projector,
     dimension,
 )
-from foundation.compute.numpy_kernels import gram_eigh, psd_power
+from foundation.compute.numpy_routines import gram_eigh, psd_power
 
 d, d_h = halfsplit.d, halfsplit.d_h
 m, n = dimension("m"), dimension("n")  # m = 2 d_h, n = 2 d (separate symbols: smaller symbolic checks)

@@ -17,7 +17,7 @@ from foundation.commandline import FileRefused, parse_json
 
 DEFAULT_DPS = 30
 
-#: the longest Newton–Schulz schedule anything here accepts (files, ``--steps``, the emitted code's kernels)
+#: the longest Newton–Schulz schedule anything here accepts (files, ``--steps``, the emitted code's routines)
 MAX_SCHEDULE_STEPS = 100
 #: the most coefficients in one step (odd degree ``2·32 − 1 = 63``); ``minimax --degree`` stops at 15
 MAX_STEP_COEFFICIENTS = 32

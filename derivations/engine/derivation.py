@@ -363,7 +363,7 @@ class Derivation:
         rng = np.random.default_rng(seed)
         results = []
         for step in self.steps:
-            step.instance = None  # the kernel decides again: a step cannot carry its own verdict in
+            step.instance = None  # the trusted kernel decides again: a step cannot carry its own verdict in
             step.check = self._check_step(step, trials, mp, rng, strict)
             results.append(step.check)
         return results

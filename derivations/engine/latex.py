@@ -88,7 +88,7 @@ def check_text(check) -> str:
     if check.symbolic:
         parts.append(f"symbolic: {markdown_text(check.symbolic)}")
     if getattr(check, "instance", ""):
-        parts.append(f"kernel: {markdown_text(check.instance)}")
+        parts.append(f"kernel: {markdown_text(check.instance)}")  # the trusted kernel's verdict
     if check.failure:
         parts.append(f"**failed**: {markdown_text(check.failure)}")
     return " · ".join(parts)

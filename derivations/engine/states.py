@@ -116,7 +116,7 @@ class Step:
     check: CheckResult | None = None
     params: dict = field(default_factory=dict)
     symbolic: str | None = None  # the symbolic verdict (deterministic: computed once)
-    instance: str | None = None  # the kernel's instance verdict (deterministic: computed once)
+    instance: str | None = None  # the trusted kernel's instance verdict (deterministic: computed once)
 
 
 @dataclass

@@ -11,7 +11,6 @@ a rule's final formula: they are generic identities.
 
 from derivations.lemmas import (
     adjoint,
-    balance,
     blocks,
     chain_rule,
     counting,
@@ -20,6 +19,7 @@ from derivations.lemmas import (
     isometry,
     msign,
     ring,
+    spd_powers,
     spectral,
     whitening,
 )
@@ -150,7 +150,7 @@ from derivations.vocabulary.nodes import GramInvSqrt, NuclearNorm  # noqa: F401 
 
 #: the family modules, in reading order
 FAMILY_MODULES = (descent, isometry, adjoint, whitening, msign, chain_rule, ring, blocks, spectral, counting, gram,
-                  balance)
+                  spd_powers)
 
 
 def collect(modules=FAMILY_MODULES) -> tuple:

@@ -1,4 +1,4 @@
-"""Assembly of an emitted module (JAX or NumPy): header, kernels, one function per rule."""
+"""Assembly of an emitted module (JAX or NumPy): header, compute routines, one function per rule."""
 
 from __future__ import annotations
 

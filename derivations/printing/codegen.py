@@ -130,8 +130,8 @@ def derivation_list(functions) -> list[Derivation]:
     return list(out.values())
 
 
-def kernel_source(functions) -> str:
-    """Source text of kernel functions, to be inlined into an emitted module."""
+def routine_source(functions) -> str:
+    """Source text of compute routines, to be inlined into an emitted module."""
     return "\n\n".join(inspect.getsource(f).rstrip() for f in functions)
 
 
@@ -148,7 +148,7 @@ def free_globals(source: str) -> set[str]:
     """The names the code in ``source`` reads from its module's globals and does not define there itself.
 
     Read from the compiler's symbol table (:mod:`symtable`), not from the text: a parameter, a local or a
-    comprehension variable that happens to share a kernel's name is not a read of the kernel. Builtins are
+    comprehension variable that happens to share a routine's name is not a read of the routine. Builtins are
     included (a caller intersects with the names it knows).
     """
     top = symtable.symtable(source, "<emitted>", "exec")
@@ -157,9 +157,9 @@ def free_globals(source: str) -> set[str]:
     return reads - defined
 
 
-def kernel_closure(names, runtime: types.ModuleType) -> list[str]:
+def routine_closure(names, runtime: types.ModuleType) -> list[str]:
     """The exports of ``runtime`` (its ``__all__``) that code reading ``names`` reaches: those among ``names``,
-    then transitively every export the source of a reached kernel function reads (:func:`free_globals`).
+    then transitively every export the source of a reached routine reads (:func:`free_globals`).
     In the order of ``runtime.__all__``; constants are reached but have no source to follow."""
     exported = list(runtime.__all__)
     todo = [n for n in names if n in exported]
@@ -183,8 +183,8 @@ def runtime_import(runtime: types.ModuleType, names) -> str:
     return f"from {runtime.__name__} import (\n" + "".join(f"    {n},\n" for n in ordered) + ")\n"
 
 
-def inlined_kernels(names, runtime: types.ModuleType, notes: dict | None = None) -> tuple[str, str]:
-    """``(constants, kernels)``: the text that defines the exports of ``runtime`` in ``names`` in a standalone
+def inlined_routines(names, runtime: types.ModuleType, notes: dict | None = None) -> tuple[str, str]:
+    """``(constants, routines)``: the text that defines the exports of ``runtime`` in ``names`` in a standalone
     module, each constant as ``NAME = <repr>`` (with its line of ``notes`` as a comment), each function as its
     source, in the order of ``runtime.__all__``."""
     constants, functions = [], []
@@ -195,22 +195,22 @@ def inlined_kernels(names, runtime: types.ModuleType, notes: dict | None = None)
         else:
             note = (notes or {}).get(name)
             constants.append(f"{name} = {value!r}" + (f"  # {note}" if note else ""))
-    return "".join(line + "\n" for line in constants), kernel_source(functions)
+    return "".join(line + "\n" for line in constants), routine_source(functions)
 
 
-def kernel_parts(code: str, runtime: types.ModuleType, standalone: bool, notes: dict | None = None
+def routine_parts(code: str, runtime: types.ModuleType, standalone: bool, notes: dict | None = None
                  ) -> tuple[str, str, str]:
-    """``(import, constants, kernels)`` of a module whose own ``code`` reads exports of ``runtime``: by default
+    """``(import, constants, routines)`` of a module whose own ``code`` reads exports of ``runtime``: by default
     one import naming exactly the exports ``code`` reads (:func:`runtime_import`); ``standalone``: no import, and
-    the definitions of the exports ``code`` reaches (:func:`kernel_closure`, :func:`inlined_kernels`)."""
+    the definitions of the exports ``code`` reaches (:func:`routine_closure`, :func:`inlined_routines`)."""
     used = free_globals(code) & set(runtime.__all__)
     if not standalone:
         return runtime_import(runtime, used), "", ""
-    return ("", *inlined_kernels(kernel_closure(used, runtime), runtime, notes))
+    return ("", *inlined_routines(routine_closure(used, runtime), runtime, notes))
 
 
 class UnresolvedName(RuntimeError):
-    """An emitted module would read a global that nothing defines (a kernel the runtime does not export)."""
+    """An emitted module would read a global that nothing defines (a routine the runtime does not export)."""
 
 
 def check_resolved(source: str, what: str) -> str:

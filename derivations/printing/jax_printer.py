@@ -1,7 +1,7 @@
-"""JAX printer: a jitted, batched module that imports ``jax``, ``functools`` and the kernels its code calls.
+"""JAX printer: a jitted, batched module that imports ``jax``, ``functools`` and the routines its code calls.
 
-By default the kernels come from :mod:`foundation.compute.jax_runtime` (one import naming exactly the names the
-printed code reads); a standalone module (``--emit jax --standalone``) inlines the source of the kernels its code
+By default the routines come from :mod:`foundation.compute.jax_runtime` (one import naming exactly the names the
+printed code reads); a standalone module (``--emit jax --standalone``) inlines the source of the routines its code
 reaches instead, with the constants they read, and imports only ``jax`` and ``functools``.
 """
 
@@ -23,7 +23,7 @@ from derivations.printing.codegen import (
     check_identifier,
     check_resolved,
     docstring_fragment,
-    kernel_parts,
+    routine_parts,
 )
 from derivations.printing.function_spec import FunctionSpec, Parameter, render_functions
 from derivations.printing.scaling import scaling_plan
@@ -50,10 +50,10 @@ CONSTANT_NOTES = {
 
 
 class JaxPrinter(MatrixCodePrinter):
-    """``_print_<Node>`` rules that call the JAX kernels (:mod:`foundation.compute.jax_runtime`).
+    """``_print_<Node>`` rules that call the JAX routines (:mod:`foundation.compute.jax_runtime`).
 
     Same-shape eigendecompositions and spectral signs are stacked into one batched call: fewer
-    kernel launches, and on the CPU it avoids running two LAPACK kernels at once, which
+    compiled ops, and on the CPU it avoids running two LAPACK calls at once, which
     can deadlock jaxlib 0.10's thread pool (see ``per_matrix_on_cpu``).
     """
 
@@ -367,9 +367,9 @@ def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedul
     """The module text (deterministic byte for byte).
 
     ``schedule`` is the default Newton–Schulz schedule, a :class:`~foundation.schedule.Schedule`: validated
-    where it was made (its coefficients finite float64 numbers), so it is taken as it is here. The kernels the
+    where it was made (its coefficients finite float64 numbers), so it is taken as it is here. The routines the
     printed code calls are imported from :mod:`foundation.compute.jax_runtime`, or with ``standalone`` inlined:
-    those it reaches and the constants they read (:func:`~derivations.printing.codegen.kernel_parts`).
+    those it reaches and the constants they read (:func:`~derivations.printing.codegen.routine_parts`).
     """
     if not isinstance(schedule, Schedule):
         raise TypeError(f"schedule must be a foundation.schedule.Schedule (validated where it is made), "
@@ -383,9 +383,9 @@ def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedul
            "NS_SCHEDULE = (\n" + "".join(f"    {step!r},\n" for step in schedule.as_floats()) + ")\n"]
     printed = [render_functions(list(function_specs(fn, scalars, msign_default))) for fn in functions]
     printed += ["\n" + extra_source] if extra_source else []
-    imported, constants, kernels = kernel_parts("\n".join(own + printed), jax_runtime, standalone, CONSTANT_NOTES)
+    imported, constants, routines = routine_parts("\n".join(own + printed), jax_runtime, standalone, CONSTANT_NOTES)
     parts = [head, "import functools\n\nimport jax\nimport jax.numpy as jnp\n" + ("\n" + imported if imported else ""),
-             own[0], *([constants] if constants else []), own[1], *(["\n" + kernels + "\n"] if kernels else []),
+             own[0], *([constants] if constants else []), own[1], *(["\n" + routines + "\n"] if routines else []),
              *printed]
     return check_resolved("\n".join(parts).rstrip() + "\n", "the emitted JAX module")
 
@@ -523,7 +523,7 @@ def _option_checks(fn: EmittedFunction) -> list[str]:
 def _scaling(fn: EmittedFunction, scalars: dict, uses_msign: bool) -> tuple[list[str], list[str], list[str]]:
     """Lines that scale argument groups by powers of two at the start, and the outputs back at the end.
 
-    Only for rules without msign: there the kernels and the unit-scaled msign arguments keep every
+    Only for rules without msign: there the routines and the unit-scaled msign arguments keep every
     intermediate in range; products of raw inputs elsewhere (``C_K W_QᵀW_Q C_K`` in the balancing gauge)
     need their arguments near 1 (:mod:`derivations.printing.scaling`).
     """

@@ -22,7 +22,7 @@ the stored layouts into core calls and the updates back into the stored layouts:
 What the derivations say nothing about stays hand-written and is called by name: the array primitives
 ``split_heads``/``merge_heads`` (:mod:`foundation.compute.jax_head_layout`) and the input checks
 (:mod:`foundation.compute.ov_layout`), imported from :mod:`foundation.compute.jax_runtime` by the emitted module
-(or inlined into a standalone one) like every other kernel it calls.
+(or inlined into a standalone one) like every other routine it calls.
 """
 
 from __future__ import annotations
@@ -205,6 +205,6 @@ class AdapterPrinter:
 
 def adapter_source(adapter: Adapter) -> tuple[str, tuple]:
     """``(source, public names)``: the printed adapter and the entry point (the primitives and the check they
-    call are kernels of :mod:`foundation.compute.jax_runtime`)."""
+    call are routines of :mod:`foundation.compute.jax_runtime`)."""
     printer = AdapterPrinter(adapter)
     return printer.source() + "\n\n\n" + printer.entry_source() + "\n", (adapter.entry,)

@@ -1,7 +1,7 @@
-"""NumPy printer: a float64 reference module (SVD msign, eigh roots) that imports numpy and its kernels.
+"""NumPy printer: a float64 reference module (SVD msign, eigh roots) that imports numpy and its routines.
 
-By default the kernels come from :mod:`foundation.compute.numpy_runtime` (one import naming exactly the names the
-printed code reads); a standalone module (``--emit numpy --standalone``) inlines the kernels its code reaches
+By default the routines come from :mod:`foundation.compute.numpy_runtime` (one import naming exactly the names the
+printed code reads); a standalone module (``--emit numpy --standalone``) inlines the routines its code reaches
 instead and imports only ``numpy``.
 """
 
@@ -17,14 +17,14 @@ from derivations.printing.codegen import (
     check_resolved,
     docstring_fragment,
     free_globals,
-    kernel_parts,
+    routine_parts,
 )
 from derivations.printing.function_spec import FunctionSpec, Parameter, render_functions
 from foundation.compute import numpy_runtime
 
 
 class NumpyPrinter(MatrixCodePrinter):
-    """``_print_<Node>`` rules that call the NumPy kernels (:mod:`foundation.compute.numpy_runtime`)."""
+    """``_print_<Node>`` rules that call the NumPy routines (:mod:`foundation.compute.numpy_runtime`)."""
 
     def _print_Msign(self, expr):
         return f"msign_svd({self._print(expr.arg)})"
@@ -67,15 +67,15 @@ def _arg_doc(fn: EmittedFunction) -> str:
 
 def emit_numpy(title: str, command: str, functions: list[EmittedFunction], scalars: dict,
                standalone: bool = False) -> str:
-    """The module text (deterministic byte for byte); its kernels imported from
+    """The module text (deterministic byte for byte); its routines imported from
     :mod:`foundation.compute.numpy_runtime`, or with ``standalone`` inlined (those its code reaches)."""
     head = header(docstring_fragment(title) + " (float64 NumPy reference)", docstring_fragment(command), functions, [])
     own = f"__all__ = {sorted(fn.name for fn in functions)!r}\n"
     printed = [render_functions([function_spec(fn, scalars)]) for fn in functions]
-    imported, _, kernels = kernel_parts("\n".join([own, *printed]), numpy_runtime, standalone)
-    numpy = "import numpy as np\n" if "np" in free_globals("\n".join([kernels, *printed])) else ""
+    imported, _, routines = routine_parts("\n".join([own, *printed]), numpy_runtime, standalone)
+    numpy = "import numpy as np\n" if "np" in free_globals("\n".join([routines, *printed])) else ""
     parts = [check_docstring(head, "module docstring"), "\n".join(filter(None, [numpy, imported])), own,
-             *(["\n" + kernels + "\n"] if kernels else []), *printed]
+             *(["\n" + routines + "\n"] if routines else []), *printed]
     return check_resolved("\n".join(parts).rstrip() + "\n", "the emitted NumPy module")
 
 

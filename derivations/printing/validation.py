@@ -312,7 +312,7 @@ def validate_precision(module: types.ModuleType, functions: list, scalars: dict,
     The limit, ``100 u κ`` (``u = 2⁻⁵³``): the rules' outputs are products of a partner's inverse Gram root
     ``C⁻¹ = (WᵀW + λI)^(-1/2)`` (or its isotropic scale) with signs and gradients, and ``C⁻¹`` has relative
     condition number κ with respect to ``W``; computed from a backward-stable decomposition of ``W`` (an SVD or
-    a scaled eigendecomposition, as the printed kernels do) the forward error is ``c u κ`` with ``c`` of order 1
+    a scaled eigendecomposition, as the printed routines do) the forward error is ``c u κ`` with ``c`` of order 1
     (measured: ``c ≤ 0.6`` at κ = 1e5 and ``≤ 0.93`` at κ = 1e6 over every emitted function, both targets), so
     ``100 u κ`` ≈ 1.1e-9 leaves a margin of 100. A reference evaluated in float64 through the Gram ``WᵀW`` itself
     has condition κ² and is off by up to ``u κ²`` ≈ 1e-6 here (the engine's float64 evaluator, measured), which is

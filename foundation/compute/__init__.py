@@ -4,7 +4,7 @@ of the project above it). (The word *kernel* in this project means the trusted p
 
 * :mod:`foundation.compute.reference` — float64 NumPy and high-precision mpmath references
   (msign over nonzero singular values, damped PSD powers of Gram matrices, norms).
-* the JAX kernels, which the emitted code imports from :mod:`~foundation.compute.jax_runtime` (or, emitted with
+* the JAX routines, which the emitted code imports from :mod:`~foundation.compute.jax_runtime` (or, emitted with
   ``--standalone``, inlines verbatim: they import only ``jax``):
   :mod:`~foundation.compute.jax_msign` (msign by SVD and the one Newton–Schulz),
   :mod:`~foundation.compute.jax_damped_gram` (powers of ``WᵀW + λI``: Gram roots, polar factor),
@@ -14,7 +14,7 @@ of the project above it). (The word *kernel* in this project means the trusted p
   :mod:`~foundation.compute.jax_input_checks` and :mod:`~foundation.compute.jax_output_checks`
   (arguments before, NaN/overflow/underflow after), :mod:`~foundation.compute.jax_head_layout`
   (attention heads in the stored layouts).
-* :mod:`foundation.compute.numpy_kernels` — their float64 NumPy counterparts (imported by the emitted NumPy
+* :mod:`foundation.compute.numpy_routines` — their float64 NumPy counterparts (imported by the emitted NumPy
   code from :mod:`~foundation.compute.numpy_runtime`).
 * :mod:`foundation.compute.gram_roots` — matmul-only PSD roots (coupled Newton–Schulz).
 * :mod:`foundation.compute.spectra` — random test matrices with prescribed singular values.
@@ -30,7 +30,7 @@ Examples:
   >>> import numpy as np
   >>> from coeffsearch import get
   >>> from foundation.compute.jax_msign import newton_schulz, schedule_array
-  >>> from foundation.compute.numpy_kernels import msign_svd
+  >>> from foundation.compute.numpy_routines import msign_svd
   >>> from foundation.compute.spectra import with_singular_values
   >>> a = with_singular_values(np.random.default_rng(0), 4, 6, [1.0, 0.5, 0.1, 0.01])
   >>> np.linalg.svd(msign_svd(a), compute_uv=False).round(12)

@@ -8,7 +8,7 @@ of ``R`` in :mod:`foundation.compute.gram_newton_schulz` decided by the data. Th
 are not computed: only values of at most :data:`CONCRETE_MAX_SIZE` entries that do not depend on the
 input (the schedule's flags, loop counters) are, and every other value is carried as its shape and
 dtype. A branch that the input's values would decide makes the count run the whole program on them
-instead. :func:`kernel_flops` counts the project's two Newton–Schulz kernels;
+instead. :func:`routine_flops` counts the project's two Newton–Schulz routines;
 :mod:`derivations.lemmas.gram` (Lemma GK) checks the derived flop formulas against it.
 """
 
@@ -108,7 +108,7 @@ def _run_counting(jaxpr, consts, args, count, concrete: bool):
                 ys.reverse()
             outs = [*carry, *[_stacked(ys, j) for j in range(len(ys[0]) if ys else 0)]]
         elif name in ("while", "custom_jvp_call", "custom_vjp_call"):
-            raise NotImplementedError(f"the flop counter does not run {name} (counted kernels use cond, scan and jit)")
+            raise NotImplementedError(f"the flop counter does not run {name} (counted routines use cond, scan and jit)")
         elif abstract:
             outs = _shapes(eqn)
         else:
@@ -141,7 +141,7 @@ def executed_matmul_flops(fn, *args, concrete: bool = False) -> int:
     return count[0]
 
 
-#: the quintic the counted kernels run (any coefficients: the count depends on the shapes only)
+#: the quintic the counted routines run (any coefficients: the count depends on the shapes only)
 COUNTED_QUINTIC = (1.875, -1.25, 0.375)
 KINDS = ("standard", "gram")
 SIDES = ("left", "right")
@@ -155,8 +155,8 @@ def restart_positions(steps: int, restarts: int) -> tuple:
 
 
 @cache
-def kernel_flops(kind: str, side: str, n: int, m: int, steps: int, restarts: int = 0) -> int:
-    """Matmul flops the project's kernel executes on an ``n × m`` input (``side="left"``) or its
+def routine_flops(kind: str, side: str, n: int, m: int, steps: int, restarts: int = 0) -> int:
+    """Matmul flops the project's routine executes on an ``n × m`` input (``side="left"``) or its
     transpose (``"right"``; ``kind`` one of :data:`KINDS`) for a ``steps``-step quintic schedule:
     :func:`foundation.compute.jax_msign.newton_schulz` (``kind="standard"``) or
     :func:`foundation.compute.gram_newton_schulz.gram_newton_schulz_oriented` with ``restarts`` restarts at

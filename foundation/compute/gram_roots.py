@@ -16,7 +16,7 @@ the cubic ``q(y) = (3 − y)/2`` replaced by any certified schedule.
 
 Accuracy and where it differs from the emitted roots: this path works on the formed Gram matrix
 ``A = WᵀW + λI``, so its condition number is ``κ(W)²`` (damped: ``(σ_max² + λ)/(σ_min² + λ)``) and
-its relative error is about ``eps·κ(A)``, not the ``eps·κ(W)`` of the emitted kernels
+its relative error is about ``eps·κ(A)``, not the ``eps·κ(W)`` of the emitted routines
 (:func:`foundation.compute.jax_damped_gram.gram_eigh` takes the roots from the SVD of ``W`` when ``W`` is
 ill-conditioned). It has no rank cut: it is only meant for damped partners, certified when
 :func:`certified_lower` is at least the schedule's lower end (``λ`` then bounds ``κ(A)``); below that

@@ -100,7 +100,7 @@ def gram_eigh(w, damping, side):
 def gram_eigh_stacked(ws, damping, side):
     """:func:`gram_eigh` of several same-shape matrices in one batched call.
 
-    One LAPACK call instead of several (fewer kernel launches; see :func:`per_matrix_on_cpu`); matrices of
+    One LAPACK call instead of several (fewer compiled ops; see :func:`per_matrix_on_cpu`); matrices of
     different shapes (a LoRA pair's ``B`` and ``Aᵀ``) get one call each.
     """
     if len({tuple(w.shape) for w in ws}) > 1:

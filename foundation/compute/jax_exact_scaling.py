@@ -1,4 +1,4 @@
-"""Exact scaling by powers of two: how the JAX kernels keep every number in range.
+"""Exact scaling by powers of two: how the JAX routines keep every number in range.
 
 A float is ``m · 2**e``; multiplying it by ``2**k`` changes only ``e``, so it is exact whenever the
 result is a normal number. XLA on the CPU flushes subnormal numbers to zero, operands included, so
@@ -7,7 +7,7 @@ subnormal entries too) before anything is squared or multiplied. The Gram roots 
 scales carry their power of two apart and apply it last, each factor of an msign argument is
 unit-scaled (:func:`unit_scale`: ``msign`` ignores positive factors), rules without msign scale
 argument groups and their outputs (:func:`scale_group`), and scalar arguments enter as mantissa and
-exponent (:func:`split_scalar`). Every kernel batches over leading axes; eigh and SVD run in at
+exponent (:func:`split_scalar`). Every routine batches over leading axes; eigh and SVD run in at
 least float32 (:func:`compute_dtype`). Standalone emitted modules inline these functions verbatim
 (:mod:`derivations.printing.codegen`), so they import nothing but ``jax``.
 """
@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 
 def compute_dtype(dtype):
-    """Float32 for 16-bit inputs (eigh and SVD have no 16-bit kernels), else the dtype itself."""
+    """Float32 for 16-bit inputs (eigh and SVD have no 16-bit implementations), else the dtype itself."""
     return jnp.float32 if jnp.dtype(dtype).itemsize < 4 else dtype
 
 
@@ -43,7 +43,7 @@ def exponent_fields(x):
     """``(bits, magnitude, field)`` of float ``x`` as integers of its width: the bits, the bits without the
     sign (ordered as ``|x|``) and the biased exponent field (0 for zeros and subnormals, all ones for NaN/Inf).
 
-    The bit-level kernels here use ``jax.lax`` directly: ``jnp``'s wrappers trace through a ``jit`` of their
+    The bit-level routines here use ``jax.lax`` directly: ``jnp``'s wrappers trace through a ``jit`` of their
     own per new shape (about 10 ms per :func:`pow2_normalize` of a new shape against 2 ms), which made these
     few integer operations a third of the time to trace an optimizer step.
     """

@@ -1,11 +1,11 @@
-"""LAPACK calls from the JAX kernels: no NaN or Inf reaches them, and none deadlocks on the CPU.
+"""LAPACK calls from the JAX routines: no NaN or Inf reaches them, and none deadlocks on the CPU.
 
 Hostile values: :func:`lapack_guard` replaces every matrix that holds a NaN or Inf by zeros before an
 eigh, SVD or Schur call and turns that matrix's results into NaN after it (a NaN or Inf in an SVD
 made jaxlib 0.10's ``dgesdd`` spin forever). It works on traced values, so it holds under ``jit`` and
-``vmap`` too; each kernel spreads a NaN or Inf over the whole matrix it computes, so the emitted
+``vmap`` too; each LAPACK call spreads a NaN or Inf over the whole matrix it computes, so the emitted
 functions check only their outputs (:mod:`foundation.compute.jax_output_checks`). Batches:
-:func:`per_matrix_on_cpu` runs a batched LAPACK kernel as single-matrix calls on the CPU. Inlined
+:func:`per_matrix_on_cpu` runs a batched LAPACK call as single-matrix calls on the CPU. Inlined
 verbatim into the emitted modules.
 """
 
@@ -25,8 +25,8 @@ def lapack_guard(a):
 def per_matrix_on_cpu(fn, a):
     """``fn(a)`` for a batched LAPACK ``fn``; on the CPU one single-matrix call per matrix, in a loop.
 
-    jaxlib's CPU kernels split a batch over the intra-op pool and wait inside a pool worker for
-    it; two such kernels at once on a 2-worker pool deadlock (seen at Llama-3-8B attention shapes
+    jaxlib's CPU LAPACK calls split a batch over the intra-op pool and wait inside a pool worker for
+    it; two such calls at once on a 2-worker pool deadlock (seen at Llama-3-8B attention shapes
     with gdb). A single-matrix call never waits on the pool. The calls run one after another in a
     ``lax.map``, so each call site is compiled once whatever the batch: 24 eighs of 64 × 64 compile
     in 0.13 s and run in 5.4 ms on 2 cores with one OpenBLAS thread, against 0.49 s and 4.1 ms as 24

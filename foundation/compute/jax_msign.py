@@ -1,6 +1,6 @@
 """The matrix sign ``msign(A) = U Vᵀ`` (``A = U Σ Vᵀ``, zero singular values dropped) in JAX.
 
-Two kernels: the SVD (:func:`msign_svd`, singular values at or below ``max(m, n)·eps·σ_max`` count
+Two routines: the SVD (:func:`msign_svd`, singular values at or below ``max(m, n)·eps·σ_max`` count
 as zero), and the one Newton–Schulz iteration of the project (:func:`newton_schulz`).
 :data:`MSIGN_METHODS` also names its Gram form and the automatic choice between the two, dispatched by
 :mod:`foundation.compute.jax_spectral_sign`. The iteration: each step of a schedule applies an odd polynomial
@@ -65,7 +65,7 @@ def newton_schulz(x, schedule):
     ``schedule`` is data: an array ``(steps, k+1)`` (or a tuple of coefficient tuples) scanned by
     ``jax.lax.scan``, so schedules of one shape share one compilation; the scan runs as a loop, so its
     body compiles once whatever the schedule's length (at most ``MAX_SCHEDULE_STEPS``, see
-    :func:`check_schedule`): unrolled, every step compiled kernels of its own (with the first step
+    :func:`check_schedule`): unrolled, every step compiled ops of its own (with the first step
     apart, 30 more for the first training step of a GPT-2-small layer, about a sixth of its compile
     time), for no measurable gain in step time on the CPU. Runs in the input dtype.
 

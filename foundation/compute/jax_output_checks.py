@@ -7,7 +7,7 @@ compute dtype (below that, entries flushed to zero by XLA on the CPU are no long
 the largest; for 16-bit outputs also when rounding to the dtype loses more than ``eps``). So a result
 is right whenever it and the roots are representable; otherwise :func:`output_status` says which,
 :func:`nan_unless` makes the whole update NaN, and :func:`raise_if_not_finite` raises one clear error
-naming the input, the overflow or the underflow. Inputs are not scanned: every kernel spreads a NaN or
+naming the input, the overflow or the underflow. Inputs are not scanned: every routine spreads a NaN or
 Inf over the whole matrix it computes, so checking the outputs suffices. Inlined verbatim into the
 emitted modules.
 """
@@ -101,7 +101,7 @@ def nan_unless(ok, arrays):
 
     The emitted functions pass ``ok = output_status(outputs) == 0``: the inputs themselves are not
     scanned (that pass cost 1.9 ms of a 90 ms half-split update at 12 × (768, 64)). A NaN/Inf input
-    still makes the whole result NaN, because every kernel spreads one over the whole matrix it
+    still makes the whole result NaN, because every routine spreads one over the whole matrix it
     computes (``x / max|x_ij|`` divides by NaN or Inf; LAPACK results are NaN where
     :func:`lapack_guard` failed), so each output computed from the input has a NaN. The test suite
     plants NaN and ±Inf in every input of every emitted function to hold this.

@@ -1,12 +1,12 @@
-"""The JAX runtime of the emitted modules: every kernel and constant that printed JAX code may call, in one place.
+"""The JAX runtime of the emitted modules: every routine and constant that printed JAX code may call, in one place.
 
 A module printed by ``python -m derivations.<rule> --emit jax`` imports the names its code uses from
 here (``from foundation.compute.jax_runtime import (...)``); ``--emit jax --standalone`` inlines the
-source of the kernels its code reaches instead, transitively (:func:`derivations.printing.codegen.kernel_closure`),
+source of the routines its code reaches instead, transitively (:func:`derivations.printing.codegen.routine_closure`),
 and writes the constants they read as assignments. :data:`__all__` lists the exports in that order:
-constants first, then each kernel after the ones it calls where that reads best. Nothing is defined
-here: every name is the kernel module's own object, so an emitted module computes exactly what the
-kernel modules compute.
+constants first, then each routine after the ones it calls where that reads best. Nothing is defined
+here: every name is the defining module's own object, so an emitted module computes exactly what the
+compute modules compute.
 """
 
 from foundation.compute.argcheck import check_group, check_scalar, check_shapes

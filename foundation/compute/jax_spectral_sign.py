@@ -76,7 +76,7 @@ def certified_restarts(schedule):
 
 
 def msign_choice(shape, dtype, method, schedule, restarts=None, gram_aspect=None):
-    """``(kernel, restarts, why)``: what ``method`` runs for a ``shape``/``dtype`` input (static).
+    """``(chosen, restarts, why)``: what ``method`` runs for a ``shape``/``dtype`` input (static).
 
     ``"auto"`` runs the Gram form only where the flop model prefers it and restart positions are given or
     certified for ``dtype`` (:func:`certified_restarts`); else the standard iteration. ``"gram_newton_schulz"``
@@ -121,10 +121,10 @@ def spectral_sign(a, method, schedule, restarts=None, gram_aspect=None):
     or the ``{dtype: flags}`` of :func:`gram_flags`; ``None``: the certified ones for ``a``'s dtype,
     :func:`msign_choice`); ``gram_aspect``: ``"auto"``'s threshold (``None``: :data:`GRAM_ASPECT`).
     """
-    kernel, restarts, _ = msign_choice(a.shape, a.dtype, method, schedule, restarts, gram_aspect)
-    if kernel == "svd":
+    chosen, restarts, _ = msign_choice(a.shape, a.dtype, method, schedule, restarts, gram_aspect)
+    if chosen == "svd":
         return msign_svd(a)
-    if kernel == "newton_schulz":
+    if chosen == "newton_schulz":
         return newton_schulz(a, schedule)
     return gram_newton_schulz(a, schedule, restarts)
 

@@ -1,12 +1,12 @@
-"""The NumPy runtime of the emitted float64 reference modules: every kernel that printed NumPy code may call.
+"""The NumPy runtime of the emitted float64 reference modules: every routine that printed NumPy code may call.
 
 A module printed by ``python -m derivations.<rule> --emit numpy`` imports the names its code uses from
-here; ``--emit numpy --standalone`` inlines the source of the kernels its code reaches instead,
-transitively (:func:`derivations.printing.codegen.kernel_closure`), in the order of :data:`__all__`.
-Nothing is defined here: every name is the kernel module's own object.
+here; ``--emit numpy --standalone`` inlines the source of the routines its code reaches instead,
+transitively (:func:`derivations.printing.codegen.routine_closure`), in the order of :data:`__all__`.
+Nothing is defined here: every name is the defining module's own object.
 """
 
-from foundation.compute.numpy_kernels import (
+from foundation.compute.numpy_routines import (
     check_group,
     check_scalar,
     check_shapes,

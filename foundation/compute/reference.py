@@ -10,11 +10,11 @@ import mpmath
 import numpy as np
 import scipy.linalg
 
-from foundation.compute import numpy_kernels
+from foundation.compute import numpy_routines
 
 
 class NumpyBackend:
-    """Float64 NumPy kernels (batched over leading axes where that is free)."""
+    """Float64 NumPy routines (batched over leading axes where that is free)."""
 
     name = "float64"
 
@@ -42,7 +42,7 @@ class NumpyBackend:
     def matmul(a, b):
         return a @ b
 
-    msign = staticmethod(numpy_kernels.msign_svd)
+    msign = staticmethod(numpy_routines.msign_svd)
 
     @staticmethod
     def psd_power(a, p):
@@ -50,12 +50,12 @@ class NumpyBackend:
         w, v = np.linalg.eigh(a)
         if p < 0 and np.any(w <= 0):
             raise np.linalg.LinAlgError("negative power of a singular PSD matrix")
-        # numpy_kernels.psd_power takes root singular values r (eigenvalues r²); for p < 0 eigenvalues
+        # numpy_routines.psd_power takes root singular values r (eigenvalues r²); for p < 0 eigenvalues
         # at or below n·eps·max(w) count as 0 (a pseudo-inverse power)
         cut = w.shape[-1] * np.finfo(np.float64).eps * w[..., -1:] if p < 0 else 0.0
-        return numpy_kernels.psd_power((np.sqrt(np.where(w > cut, w, 0.0)), v, 1.0), p)
+        return numpy_routines.psd_power((np.sqrt(np.where(w > cut, w, 0.0)), v, 1.0), p)
 
-    sylvester = staticmethod(numpy_kernels.sylvester_dense)
+    sylvester = staticmethod(numpy_routines.sylvester_dense)
 
     @staticmethod
     def inverse(a):
@@ -88,7 +88,7 @@ class NumpyBackend:
 
 
 class MpmathBackend:
-    """mpmath kernels at ``dps`` decimal digits (the caller scopes precision with ``workdps``)."""
+    """mpmath routines at ``dps`` decimal digits (the caller scopes precision with ``workdps``)."""
 
     name = "mpmath"
 

@@ -18,7 +18,7 @@ with the ``S`` above), and :func:`balance` calls the function the JAX printer em
 derived pair evaluated at 50 digits. Eigenvalues of ``NᵀN`` are floored at ``d_h · eps · max`` and
 ``C_K⁻¹`` is a pseudo-inverse root (cut at the numerical rank of ``W_K``), so rank-deficient factors
 stay finite; eigendecompositions run one matrix at a time on the CPU (``per_matrix_on_cpu``: two
-batched LAPACK kernels at once can deadlock jaxlib's 2-worker pool). ``W_Q`` and ``W_K`` are each
+batched LAPACK calls at once can deadlock jaxlib's 2-worker pool). ``W_Q`` and ``W_K`` are each
 scaled by an exact power of two before ``C_K W_QᵀW_Q C_K`` is formed and the pair is scaled back
 (the balanced factors scale as ``√(ab)`` for ``(a W_Q, b W_K)``), so tiny weights (float32 ×1e-10)
 keep equal Grams; a pair whose balanced factors fall below ``tiny/(16 eps)`` of the dtype is refused

@@ -4,7 +4,7 @@ import pytest
 
 from benchmarks import step
 from benchmarks.step import flop_model, gram_flops, layer_flop_model, ns_flops, sign_flops
-from foundation.compute.flop_count import kernel_flops
+from foundation.compute.flop_count import routine_flops
 
 
 def test_newton_schulz_flops_count_every_product():
@@ -16,7 +16,7 @@ def test_newton_schulz_flops_count_every_product():
 
 def test_flop_model_reproduces_the_published_estimate_at_gpt2_small():
     cm, muon = flop_model(768, 12, 12, 64, steps=5, degree=3)
-    assert cm / muon == pytest.approx(0.31, abs=0.01)  # the flop model
+    assert cm / muon == pytest.approx(0.31, abs=0.01)  # the published estimate
     # Llama-3-8B: the O side's global d × H·d_h sign alone is half of Muon's two square signs
     cm, muon = flop_model(4096, 32, 8, 128, steps=5, degree=3)
     assert 0.5 < cm / muon < 0.52
@@ -123,9 +123,9 @@ def test_paired_ratio_is_the_median_of_per_round_ratios():
         paired_ratio([1.0], [1.0, 2.0])
 
 
-def test_the_gram_flop_model_counts_what_the_kernel_executes():
-    # 5 quintic steps, 2 restarts, on 4 x 12: every product the Gram kernel runs (cond branches taken only)
-    assert gram_flops(4, 12, 5, 2) == gram_flops(12, 4, 5, 2) == kernel_flops("gram", "left", 4, 12, 5, 2)
+def test_the_gram_flop_model_counts_what_the_routine_executes():
+    # 5 quintic steps, 2 restarts, on 4 x 12: every product the Gram routine runs (cond branches taken only)
+    assert gram_flops(4, 12, 5, 2) == gram_flops(12, 4, 5, 2) == routine_flops("gram", "left", 4, 12, 5, 2)
 
 
 def test_auto_counts_the_gram_form_exactly_where_it_is_chosen():

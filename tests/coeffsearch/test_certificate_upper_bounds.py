@@ -1,4 +1,4 @@
-"""Certificates are upper bounds in every printed digit (issue 44, item 1).
+"""Certificates are upper bounds in every printed digit.
 
 Each printed bound is compared with an enclosure recomputed here at 300 bits, independently of the
 certifier (mpmath ``iv``, the polynomial summed term by term, the band's worst error taken from the

@@ -1,11 +1,11 @@
-"""Only certified defaults (issue 44, item 4): ``msign="auto"`` and the Gram form's default restarts run, per
+"""Only certified defaults: ``msign="auto"`` and the Gram form's default restarts run, per
 dtype, only positions that ``python -m coeffsearch restarts`` certifies; where none certify, ``"auto"`` runs
 the standard iteration and ``describe_pairs`` says so.
 
-The kernel's table (:func:`foundation.compute.jax_spectral_sign.certified_restarts`) is data; it is
+The routine's table (:func:`foundation.compute.jax_spectral_sign.certified_restarts`) is data; it is
 re-checked here against the project's restart certification, and a table claiming the uncertified
 ``(2,)`` in bfloat16 (the old default) is caught, both by the re-check and on the adversarial bfloat16
-input of the issue (256 × 1024, singular values spread geometrically over [1e-3, 1], a few repeated).
+input that exposed it (256 × 1024, singular values spread geometrically over [1e-3, 1], a few repeated).
 """
 
 import jax
@@ -96,11 +96,11 @@ def test_auto_never_picks_an_uncertified_gram_iteration():
         schedule = coeffsearch.get(name).as_floats()
         entry = certified_restarts(schedule)
         for dtype in ("float64", *DTYPES):
-            kernel, restarts, why = msign_choice(wide, dtype, "auto", schedule)
+            chosen, restarts, why = msign_choice(wide, dtype, "auto", schedule)
             if dtype in entry:
-                assert (kernel, restarts) == ("gram_newton_schulz", entry[dtype]), (name, dtype)
+                assert (chosen, restarts) == ("gram_newton_schulz", entry[dtype]), (name, dtype)
             else:
-                assert kernel == "newton_schulz" and "certified" in why, (name, dtype)
+                assert chosen == "newton_schulz" and "certified" in why, (name, dtype)
 
 
 def test_gram_without_certified_restarts_is_refused_in_one_line():

@@ -135,7 +135,7 @@ def test_cli_malformed_and_tampered_certificate_files(tmp_path):
     path.write_text(json.dumps(bad))
     r = run("certify", str(path))
     lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and "Traceback" not in r.stderr and len(lines) == 1  # one line (issue 43)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(lines) == 1  # one error line
     assert lines[0].startswith("coeffsearch: error: certificate ")
     assert "field 'band/0'" in r.stderr and "(1 more bad field(s))" in r.stderr
     tampered = dict(cert, worst_error="0.001")

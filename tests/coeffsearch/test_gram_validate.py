@@ -1,6 +1,6 @@
 """``python -m coeffsearch validate SCHEDULE --gram``: Gram Newton–Schulz against SVD next to certified bounds.
 
-The kept check of issue 20: Muon's quintic in float16 needs its restart after iteration 2 (without it bound
+The kept check: Muon's quintic in float16 needs its restart after iteration 2 (without it bound
 (a) is not proven, ``tests/coeffsearch/test_restarts.py``). A certificate with that restart removed (its bounds kept)
 fails ``coeffsearch certify`` and fails the validation: at 16 x 64 the float16 run without the restart
 measures beyond the stated bounds on the clustered, ill-conditioned and rank-deficient spectra, while the

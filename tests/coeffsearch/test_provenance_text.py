@@ -1,4 +1,4 @@
-"""The registry's words match what the sources publish (issue 44, item 5).
+"""The registry's words match what the sources publish.
 
 Polar Express's Algorithm 1 prints all 8 tuples, and the registry says so; CANS's digits come from
 NVIDIA-NeMo/Emerging-Optimizers' code, the paper's table was not reached, and the registry says that

@@ -1,4 +1,4 @@
-"""Chain verdicts that mean proven (issue 38, item 6): a change of variables must reach every point, or the
+"""Chain verdicts that mean proven: a change of variables must reach every point, or the
 step is refused naming the rank obstruction (the Compositional Muon paper, §2.1: ``Z = ΔW_Q W_Kᵀ`` has rank
 ``≤ d_h < d``); a step whose optimality or reach was not established makes the chain *not proven* (exit 3),
 never "all steps hold"; and the exact check runs on a numeric agreement too, so ``(B + 10⁻⁶⁰ A) − B`` against
@@ -63,7 +63,7 @@ def test_without_the_reach_check_the_achievable_set_check_still_refuses_the_solu
 
 
 def test_without_both_checks_the_paper_s_wrong_chain_holds(monkeypatch):
-    """Plant: both checks removed, the defect of issue 38 comes back ("all steps hold", exit 0): the two
+    """Plant: both checks removed, the rank-deficient chain holds again ("all steps hold", exit 0): the two
     tests above are what catches it."""
     monkeypatch.setattr(chain, "reachability", _surjective)
     monkeypatch.setattr(chain, "in_range", _surjective)
@@ -144,7 +144,7 @@ def test_a_difference_below_rounding_is_different_exactly(capsys):
 
 
 def test_without_the_exact_check_on_agreement_it_is_equal(monkeypatch):
-    """Plant: the exact check skipped on agreement (the old order) gives EQUAL, the defect of issue 38."""
+    """Plant: the exact check skipped on agreement (the old order) gives EQUAL for two different expressions."""
     monkeypatch.setattr(checker, "_symbolic_status", lambda *a: "not modelled")
     target, cand = identities.identity_target(*HIDDEN, identities.parse_assumptions([]))
     assert checker.compare(target, cand).verdict == "equal"

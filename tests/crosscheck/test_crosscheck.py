@@ -288,7 +288,7 @@ def test_derivation_names_are_cached_per_source_hash(tmp_path, monkeypatch):
         rule_lookup.derivation_names()
 
 
-# ---- a symbolic verdict says how far it reaches (issue 19, item 5) ----------------------------------
+# ---- a symbolic verdict says how far it reaches -------------------------------------------------
 def test_symbolic_verdict_names_the_sizes_it_was_shown_at(query, capsys):
     v = check(query, sstr(halfsplit.query_side().formula))
     assert (v.method, v.sizes) == ("symbolic", {"d": 3, "d_h": 2})

@@ -1,4 +1,4 @@
-"""The cross-checker's defects in identity mode (issue 21, item 1), each with a test that fails without its
+"""The cross-checker's defects in identity mode, each with a test that fails without its
 fix (a planted variant inside the test where one can be planted): lowercase names read as matrices when
 used as matrices and the scalars listed, Gram roots printed as what they are, tolerances relative to the
 magnitudes, identities checked on tall and wide instances with the shapes printed, a scale that appears on
@@ -129,7 +129,7 @@ def test_a_true_identity_with_tiny_sides_is_equal_and_a_tiny_true_difference_is_
     assert identity("10^-40 msign(A) A^T", "10^-40 (A A^T)^{1/2}", fact).verdict == "equal"
     v = identity("10^-40 msign(A) A^T", "10^-40 (1 + 10^-3) (A A^T)^{1/2}", fact)
     assert v.verdict == "different" and v.scale == "1001/1000", (v.scale, v.diagnosis)
-    # planted: an absolute cutoff of 1e-30 (the issue's) calls the tiny difference equal
+    # planted: an absolute cutoff of 1e-30 (the old one) calls the tiny difference equal
     monkeypatch.setattr(checker, "_agree", lambda a, b, tol: evaluation._difference(a, b)[0] <= 1e-30)
     assert identity("10^-40 msign(A) A^T", "10^-40 (1 + 10^-3) (A A^T)^{1/2}", fact,
                     diagnose=False).verdict == "equal"

@@ -1,6 +1,6 @@
-"""A diagnosis for every wrong formula (issue 21, item 3): the near variants at every occurrence, the same slips
+"""A diagnosis for every wrong formula: the near variants at every occurrence, the same slips
 found from the candidate's side, and the first differing subexpression localised with its scale, transpose
-or exponent, else a counterexample of just that part. Each of the issue's misses (they all ended in "no
+or exponent, else a counterexample of just that part. Each formerly undiagnosed miss (they all ended in "no
 scalar multiple and none of the near variants of the derived result matches") is a case below with the
 words its diagnosis must carry; every claim is checked at full precision, and the diagnosis never changes a
 verdict."""
@@ -62,7 +62,7 @@ def said(v, *words):
     return all(w in text for w in words)
 
 
-# ---- the issue's misses, each with the words its diagnosis carries ---------------------------------------
+# ---- formerly undiagnosed misses, each with the words its diagnosis carries ----------------------------
 MISSES = [
     # G_M's transpose dropped in an expanded form (G_K = G_Mᵀ W_Q written out)
     ("halfsplit.key", "-eps/2 msign(G_M W_Q C_Q^-1) C_Q^-1", ["the candidate with G_M transposed equals"]),
@@ -113,7 +113,7 @@ MISSES = [
 
 
 @pytest.mark.parametrize("name, text, words", MISSES, ids=[f"{n}: {t}" for n, t, _ in MISSES])
-def test_each_miss_of_the_issue_is_diagnosed(target, name, text, words):
+def test_each_former_miss_is_diagnosed(target, name, text, words):
     v = check(target, name, text)
     assert v.verdict == "different"
     assert said(v, *words) and not said(v, OLD), v.diagnosis

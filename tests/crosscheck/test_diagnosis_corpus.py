@@ -1,4 +1,4 @@
-"""The held-back diagnosis corpus (issue 21, item 3): zero false verdicts and a useful diagnosis for at least
+"""The held-back diagnosis corpus: zero false verdicts and a useful diagnosis for at least
 90 % of the wrong candidates (:mod:`benchmarks.diagnosis` defines *useful*; its timing is the benchmark's, never
 asserted here). The corpus is run once per module, every target built once."""
 

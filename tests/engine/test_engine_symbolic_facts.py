@@ -1,4 +1,4 @@
-"""The symbolic model with facts (issue 19, item 5): Gram roots tied to their matrices, isometries orthonormal and
+"""The symbolic model with facts: Gram roots tied to their matrices, isometries orthonormal and
 msign's defining identities hold identically in it, so a step or formula that needs one of these facts is verified
 at the explicit sizes, and a wrong one (a dropped transpose, a wrong power, a flipped sign) is still refuted.
 

@@ -73,7 +73,7 @@ def test_dropped_transpose_in_the_chain_rule_rewrite(monkeypatch):
             gauge.gradients_horizontal()
         _caught("drop a transpose (chain rule)", info, "gauge.gradients step 1 (rewrite), lemma CR",
                 "sub-check 'instance of the statement'")
-        # and the numerical check refutes it on its own, with the kernel's verdict taken away
+        # and the numerical check refutes it on its own, with the trusted kernel's verdict taken away
         monkeypatch.setattr(engine_derivation, "step_instance", lambda *a, **k: ("(bypassed)", None))
         gauge.gradients_horizontal.cache_clear()
         with pytest.raises(StepCheckFailed) as info:

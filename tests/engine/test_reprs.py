@@ -1,4 +1,4 @@
-"""Notebook reprs (issue 23): a ``Derivation``, a ``Problem``, a ``Lemma`` and a cross-check ``Verdict``
+"""Notebook reprs: a ``Derivation``, a ``Problem``, a ``Lemma`` and a cross-check ``Verdict``
 render themselves in Jupyter through ``_repr_latex_`` and ``_repr_markdown_``.
 
 The LaTeX is the LaTeX printer's own (:func:`derivations.engine.latex.state_latex`), and every formula is

@@ -1,4 +1,4 @@
-"""msign="gram_newton_schulz" and "auto" in the kernels, the emitted rule functions and the optimizer."""
+"""msign="gram_newton_schulz" and "auto" in the compute routines, the emitted rule functions and the optimizer."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 import coeffsearch
 from derivations.gram_ns import flop_count
 from foundation.compute import jax_spectral_sign
-from foundation.compute.flop_count import executed_matmul_flops, kernel_flops
+from foundation.compute.flop_count import executed_matmul_flops, routine_flops
 from foundation.compute.gram_newton_schulz import gram_newton_schulz
 from foundation.compute.jax_msign import newton_schulz
 from foundation.compute.jax_spectral_sign import GRAM_ASPECT, gram_chosen, spectral_sign
@@ -32,7 +32,7 @@ def test_gram_form_equals_standard_iteration_to_float64_rounding(restarts):
         want = np.asarray(newton_schulz(x, PE5))
         got = np.asarray(gram_newton_schulz(x, PE5, restarts))
         assert np.max(np.abs(got - want)) <= 1e-12, (name, restarts)
-        # the dispatch runs the same kernels
+        # the dispatch runs the same routines
         assert np.array_equal(np.asarray(spectral_sign(x, "gram_newton_schulz", PE5, restarts)), got)
 
 
@@ -48,15 +48,15 @@ def test_auto_chooses_by_the_derived_flop_model():
 
 
 @pytest.mark.parametrize("shape,kind", [((8, 32), "gram"), ((32, 8), "gram"), ((16, 16), "standard")])
-def test_auto_runs_the_chosen_kernel(shape, kind):
-    """The products "auto" executes are those of the chosen kernel (the default schedule's certified restart
+def test_auto_runs_the_chosen_routine(shape, kind):
+    """The products "auto" executes are those of the chosen routine (the default schedule's certified restart
     in float32: one, after iteration 2)."""
     schedule = PE5
     x = jnp.zeros(shape, jnp.float32)
     n, m = shape
     side = "left" if n <= m else "right"
     counted = executed_matmul_flops(lambda x: spectral_sign(x, "auto", schedule), x)
-    assert counted == kernel_flops(kind, side, min(n, m), max(n, m), 5, 1 if kind == "gram" else 0)
+    assert counted == routine_flops(kind, side, min(n, m), max(n, m), 5, 1 if kind == "gram" else 0)
 
 
 def _qk_inputs(rng, dtype=np.float64):

@@ -1,4 +1,4 @@
-"""Kernels shared by the emitted code and the checks."""
+"""Compute routines shared by the emitted code and the checks."""
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import coeffsearch
-from foundation.compute import numpy_kernels as NK
+from foundation.compute import numpy_routines as NK
 from foundation.compute.jax_damped_gram import gram_eigh, psd_power
 from foundation.compute.jax_msign import msign_svd, newton_schulz
 from foundation.compute.reference import MpmathBackend, NumpyBackend

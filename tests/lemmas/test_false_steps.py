@@ -1,4 +1,4 @@
-"""A corpus of false steps the trusted kernel must refuse (issue 38, item 3).
+"""A corpus of false steps the trusted kernel must refuse.
 
 Each entry is a step a careless or hostile derivation could record: a definition laid over an independent
 symbol, a back-substitution with another partner or a factor applied twice, a rewrite that is true only for
@@ -16,9 +16,9 @@ from sympy.matrices.expressions import Identity, MatrixSymbol
 from derivations import lemmas as L
 from derivations.engine import derivation as engine_derivation
 from derivations.engine.derivation import Context, Derivation, DerivationError, Problem, StepCheckFailed, identity_chain
-from derivations.lemmas import balance
-from derivations.lemmas.balance import SPDPower
+from derivations.lemmas import spd_powers
 from derivations.lemmas.kernel import step_instance
+from derivations.lemmas.spd_powers import SPDPower
 from derivations.vocabulary.algebra import product, transpose
 from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
@@ -113,7 +113,7 @@ FALSE_STEPS = [
      [product(MatrixSymbol("P", d, d), MatrixSymbol("R", d, d))],
      [product(MatrixSymbol("R", d, d), MatrixSymbol("P", d, d))], {}),
     ("like terms collected wrongly: 2A + 3A → 4A", L.RING, "rewrite", [2 * A + 3 * A], [4 * A], {}),
-    ("a square root split into a quarter and an eighth power", balance.POWER_SPLIT, "rewrite",
+    ("a square root split into a quarter and an eighth power", spd_powers.POWER_SPLIT, "rewrite",
      [SPDPower(MatrixSymbol("Y", h, h), Rational(1, 2))],
      [product(SPDPower(MatrixSymbol("Y", h, h), Rational(1, 4)), SPDPower(MatrixSymbol("Y", h, h), Rational(1, 8)))],
      {}),
@@ -145,8 +145,8 @@ def test_the_honest_back_substitution_and_definition_are_accepted():
 
 
 def test_a_definition_over_an_independent_symbol_is_refused_in_a_derivation():
-    """Defect (a) of the issue: the context does not define ``G_Q``, the start has an independent ``G_Q``, and a
-    chain-rule step "defines" it as ``G_M W_K``; before, the kernel counted it as proven for all sizes."""
+    """The context does not define ``G_Q``, the start has an independent ``G_Q``, and a chain-rule step "defines"
+    it as ``G_M W_K``; before, the kernel counted it as proven for all sizes."""
     der = identity_chain("plant.independent", "planted", product(G, W_K, B) - product(G_Q, B), CONTEXT)
     with pytest.raises(StepCheckFailed, match="redefines G_Q, an independent symbol"):
         der.apply(L.CHAIN_RULE, gradients={G_Q: product(G, W_K)})

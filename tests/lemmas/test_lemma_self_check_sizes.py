@@ -1,4 +1,4 @@
-"""Self-checks that cannot be weakened (issue 38, item 4): every registered lemma's self-check runs at two sizes
+"""Self-checks that cannot be weakened: every registered lemma's self-check runs at two sizes
 at least, each giving every dimension its own value, so that no matrix of two dimensions is square there.
 
 A clause true only for square matrices, ``P_W = I`` (the projector ``W (WᵀW)⁻¹ Wᵀ`` onto the range of ``W`` is the

@@ -1,4 +1,4 @@
-"""The lemma statements made SymPy objects in issue 19's second pass (1, K, BD, Fl, S, Σp, Gp, f, GU, GT, B1–B3,
+"""The lemma statements made SymPy objects after the first ones (1, K, BD, Fl, S, Σp, Gp, f, GU, GT, B1–B3,
 B5–B7).
 
 For each: a false variant of its statement fails the statement's self-check (float64 at both sizes and mpmath),
@@ -18,9 +18,9 @@ from sympy.matrices.expressions import Identity, Inverse, MatrixSymbol
 
 from derivations import gram_ns, joint
 from derivations.engine import norms
-from derivations.lemmas import balance, blocks, counting, descent, gram, isometry, ring, spectral
-from derivations.lemmas.balance import SPDPower
+from derivations.lemmas import blocks, counting, descent, gram, isometry, ring, spd_powers, spectral
 from derivations.lemmas.kernel import step_instance
+from derivations.lemmas.spd_powers import SPDPower
 from derivations.lemmas.statement import Clause, Statement
 from derivations.vocabulary.algebra import product, total
 from derivations.vocabulary.nodes import (
@@ -82,17 +82,17 @@ def _false_statements():
     for a in sp.clauses[0].lhs.args:
         sig, s_q = (a, s_q) if sig is None else (sig, a)
     out.append(("Σp", _falsified(sp, 0, Singular(sig.base, sig.power * s_q.power))))
-    b1 = balance.POWER_ADD.statement
+    b1 = spd_powers.POWER_ADD.statement
     first, second = b1.clauses[0].lhs.args
     out.append(("B1", _falsified(b1, 0, SPDPower(first.arg, first.exponent - second.exponent))))
-    b3 = balance.POWER_SPLIT.statement
+    b3 = spd_powers.POWER_SPLIT.statement
     whole = b3.clauses[0].lhs
     out.append(("B3", _falsified(b3, 0, product(SPDPower(whole.arg, whole.exponent / 2),
                                                  SPDPower(whole.arg, whole.exponent / 4)))))
-    b6 = balance.GRAM_OF_PRODUCT.statement
+    b6 = spd_powers.GRAM_OF_PRODUCT.statement
     f6 = _pattern(b6, "F")
     out.append(("B6", _falsified(b6, 0, GramPower(f6, 0, "right", 2 * _pattern(b6, "p")))))
-    b7 = balance.POLAR_FORM.statement
+    b7 = spd_powers.POLAR_FORM.statement
     f7 = _pattern(b7, "F")
     out.append(("B7", _falsified(b7, 0, product(PolarFactor(f7), GramPower(f7, 0, "right", _pattern(b7, "p"))))))
     gp = spectral.GRAM_POWER.statement
@@ -101,10 +101,10 @@ def _false_statements():
     f = spectral.SPECTRAL_CALCULUS.statement
     q, xs = _pattern(f, "Q"), _pattern(f, "X")
     out.append(("f", _falsified(f, 0, product(q, Singular(xs, _pattern(f, "a") + _pattern(f, "p")), q.T))))
-    b2 = balance.POWER_INVERSE.statement
+    b2 = spd_powers.POWER_INVERSE.statement
     inv = b2.clauses[0]
     out.append(("B2", _falsified(b2, 0, product(*reversed(inv.rhs.args)))))  # the factors of the inverse swapped
-    b5 = balance.CONGRUENCE.statement
+    b5 = spd_powers.CONGRUENCE.statement
     f5, x5, y5 = b5.clauses[0].lhs.args[0].args[0], _pattern(b5, "X"), _pattern(b5, "Y")
     out.append(("B5", _falsified(b5, 0, product(f5, total(x5, y5), f5))))  # F⁻¹ Y F⁻¹ dropped
     bd = blocks.BLOCK_DIAGONAL_ROOT.statement
@@ -129,10 +129,10 @@ def test_a_false_variant_of_each_new_statement_fails_its_self_check(number, fals
 
 def test_every_new_statement_is_a_sympy_object():
     lemmas = (descent.LINEAR_STEEPEST_DESCENT, blocks.BLOCK_STACKING, blocks.BLOCK_DIAGONAL_ROOT,
-              balance.POWER_INVERSE, balance.CONGRUENCE, counting.PRODUCT_COST, ring.SYLVESTER_EQUATION,
+              spd_powers.POWER_INVERSE, spd_powers.CONGRUENCE, counting.PRODUCT_COST, ring.SYLVESTER_EQUATION,
               spectral.DIAGONAL_POWERS, spectral.GRAM_POWER,
-              spectral.SPECTRAL_CALCULUS, gram.UNROLL, gram.TELESCOPING, balance.POWER_ADD, balance.POWER_SPLIT,
-              balance.GRAM_OF_PRODUCT, balance.POLAR_FORM)
+              spectral.SPECTRAL_CALCULUS, gram.UNROLL, gram.TELESCOPING, spd_powers.POWER_ADD, spd_powers.POWER_SPLIT,
+              spd_powers.GRAM_OF_PRODUCT, spd_powers.POLAR_FORM)
     assert all(isinstance(lem.statement, Statement) for lem in lemmas)
 
 
@@ -161,15 +161,15 @@ def test_spd_power_steps_must_be_instances():
     """B1 merges powers of ``Fᵀ F`` and cancels Gram roots; B6 names a power of ``Fᵀ F`` a Gram power of ``F``;
     B7 writes ``F (FᵀF)^p`` in polar form. Each refuses a wrong exponent."""
     g, k = MatrixSymbol("G", h, h), MatrixSymbol("H", h, h)
-    assert _ok(balance.POWER_ADD, product(g, CI, W.T, W, CI, k), product(g, k))
+    assert _ok(spd_powers.POWER_ADD, product(g, CI, W.T, W, CI, k), product(g, k))
     quarter = SPDPower(Y, Rational(1, 4))
-    assert _ok(balance.POWER_ADD, product(quarter, quarter), SPDPower(Y, Rational(1, 2)))
-    assert not _ok(balance.POWER_ADD, product(quarter, quarter), quarter)
-    assert _ok(balance.GRAM_OF_PRODUCT, SPDPower(Y, -Rational(1, 4)), GramPower(F, 0, "right", -Rational(1, 4)))
-    assert not _ok(balance.GRAM_OF_PRODUCT, SPDPower(Y, -Rational(1, 4)), GramPower(F, 0, "right", -Rational(1, 2)))
+    assert _ok(spd_powers.POWER_ADD, product(quarter, quarter), SPDPower(Y, Rational(1, 2)))
+    assert not _ok(spd_powers.POWER_ADD, product(quarter, quarter), quarter)
+    assert _ok(spd_powers.GRAM_OF_PRODUCT, SPDPower(Y, -Rational(1, 4)), GramPower(F, 0, "right", -Rational(1, 4)))
+    assert not _ok(spd_powers.GRAM_OF_PRODUCT, SPDPower(Y, -Rational(1, 4)), GramPower(F, 0, "right", -Rational(1, 2)))
     before = product(F, GramPower(F, 0, "right", -Rational(1, 4)))
-    assert _ok(balance.POLAR_FORM, before, product(PolarFactor(F), GramPower(F, 0, "right", Rational(1, 4))))
-    assert not _ok(balance.POLAR_FORM, before, product(PolarFactor(F), GramPower(F, 0, "right", -Rational(1, 4))))
+    assert _ok(spd_powers.POLAR_FORM, before, product(PolarFactor(F), GramPower(F, 0, "right", Rational(1, 4))))
+    assert not _ok(spd_powers.POLAR_FORM, before, product(PolarFactor(F), GramPower(F, 0, "right", -Rational(1, 4))))
 
 
 def test_gram_power_and_spectral_calculus_steps_must_be_instances():
@@ -204,11 +204,11 @@ def test_inverse_and_congruence_steps_must_be_instances():
     ``C_W⁻¹`` out of ``C_W⁻¹ X C_W⁻¹ + Y`` with ``C_W Y C_W`` inside, not with ``Y``."""
     x, y = MatrixSymbol("Z", h, h), MatrixSymbol("S", h, h)
     before = Inverse(product(CI, SPDPower(Y, Rational(1, 4)))).T
-    assert _ok(balance.POWER_INVERSE, before, product(C, SPDPower(Y, -Rational(1, 4))))
-    assert not _ok(balance.POWER_INVERSE, before, product(C, SPDPower(Y, Rational(1, 4))))
+    assert _ok(spd_powers.POWER_INVERSE, before, product(C, SPDPower(Y, -Rational(1, 4))))
+    assert not _ok(spd_powers.POWER_INVERSE, before, product(C, SPDPower(Y, Rational(1, 4))))
     sum_ = total(product(CI, x, CI), -y)
-    assert _ok(balance.CONGRUENCE, sum_, product(CI, total(x, -product(C, y, C)), CI))
-    assert not _ok(balance.CONGRUENCE, sum_, product(CI, total(x, -y), CI))
+    assert _ok(spd_powers.CONGRUENCE, sum_, product(CI, total(x, -product(C, y, C)), CI))
+    assert not _ok(spd_powers.CONGRUENCE, sum_, product(CI, total(x, -y), CI))
 
 
 def test_block_root_steps_must_be_instances():
@@ -240,7 +240,7 @@ def test_the_norm_families_isometry_and_transposition_lemmas_are_checked_stateme
     assert not _ok(norms.NORM_TRANSPOSITION, NuclearNorm(W.T), FrobeniusNorm(W))
 
 
-# ---- GR and GX: claims proven by induction from the derivation's definitions (issue 19, item 1) -------------------
+# ---- GR and GX: claims proven by induction from the derivation's definitions ----------------------------------
 def _claims_ok(lemma, before, after, definitions, **params):
     return step_instance(lemma, "rewrite", [before], [after], params=params, definitions=definitions)[1] is None
 
@@ -307,7 +307,7 @@ def test_gram_power_statements_evaluate_one_side_independently(monkeypatch):
     for backend in (reference.NumpyBackend, reference.MpmathBackend):
         wrong = backend.psd_power
         monkeypatch.setattr(backend, "psd_power", staticmethod(lambda a, p, wrong=wrong: wrong(a, 2 * p)))
-    for statement in (balance.GRAM_OF_PRODUCT.statement, spectral.GRAM_POWER.statement):
+    for statement in (spd_powers.GRAM_OF_PRODUCT.statement, spectral.GRAM_POWER.statement):
         errors = statement.check(np.random.default_rng(3), trials=1)
         failing = {k for k, err in errors.items() if not err <= Statement.tolerance(k)}
         assert any("float64" in k for k in failing) and any("mpmath" in k for k in failing), errors

@@ -1,4 +1,4 @@
-"""Lemma statements as SymPy objects, and the trusted kernel that matches steps against them (issue 19, item 1).
+"""Lemma statements as SymPy objects, and the trusted kernel that matches steps against them.
 
 * (a) the LaTeX of a lemma is printed from its :class:`Statement`;
 * (b) the statement's self-check evaluates it in float64 at two sizes (one with every dimension ≥ 16)
@@ -20,10 +20,10 @@ from derivations import halfsplit
 from derivations import lemmas as L
 from derivations.engine.derivation import Context, Derivation, Problem, StepCheckFailed, identity_chain
 from derivations.engine.norms import NORM_LEMMAS
-from derivations.lemmas import balance, blocks, counting, gram
-from derivations.lemmas.balance import SPDPower
+from derivations.lemmas import blocks, counting, gram, spd_powers
 from derivations.lemmas.blocks import BlockMaxOpNorm
 from derivations.lemmas.kernel import rewrite_normal_form, ring_normal_form, step_instance
+from derivations.lemmas.spd_powers import SPDPower
 from derivations.lemmas.statement import Clause, Statement, known
 from derivations.vocabulary.algebra import product
 from derivations.vocabulary.nodes import (
@@ -46,7 +46,7 @@ G = MatrixSymbol("G_M", d, d)
 W = FactMatrix("W_K", d, h, [FULL_COLUMN_RANK])
 X = MatrixSymbol("dW_Q", d, h)
 STATED = [lem for lem in L.ALL_LEMMAS if isinstance(lem.statement, Statement)]
-#: lemmas whose statement is still LaTeX text (each one is a gap of issue 19; the list may only shrink)
+#: lemmas whose statement is still LaTeX text (each one is a gap in the kernel's reach; the list may only shrink)
 TEXT_STATEMENTS = {lem.key for lem in L.ALL_LEMMAS if not isinstance(lem.statement, Statement)}
 
 
@@ -156,7 +156,7 @@ def test_a_true_rewrite_citing_the_wrong_lemma_stops_the_derivation(monkeypatch)
 
 
 def test_a_forged_step_cannot_carry_its_own_verdict():
-    """Item 2: a step appended behind the engine's back, claiming the kernel's verdict, is refused when the
+    """A step appended behind the engine's back, claiming the kernel's verdict, is refused when the
     derivation is checked: ``check()`` asks the kernel again (the wrong ``after`` is also numerically wrong,
     so the kernel's verdict is what stops it first)."""
     dq = MatrixSymbol("dW_Q", d, h)
@@ -174,7 +174,7 @@ def test_a_forged_step_cannot_carry_its_own_verdict():
 
 
 def test_proof_status_counts_steps_proven_for_all_sizes():
-    """Item 5: every step the kernel matched is proven for all sizes; the rest say why they are not."""
+    """Every step the kernel matched is proven for all sizes; the rest say why they are not."""
     status = halfsplit.product_step().proof_status()
     assert status["for all sizes"] == len(halfsplit.product_step().steps) and status["at instances"] == 0
     query = halfsplit.query_side().proof_status()
@@ -198,7 +198,7 @@ def test_lemma_numbers_and_keys_are_unique():
     assert len(set(keys)) == len(keys)
 
 
-# ---- the kernel's rules for the statements of the counts, powers and definitions (issue 19, item 1) ----------
+# ---- the kernel's rules for the statements of the counts, powers and definitions -----------------------------
 N_, M_ = dimension("n"), dimension("m")
 
 
@@ -250,9 +250,9 @@ def test_a_scalar_of_bound_pattern_symbols_matches_its_value():
     """B3: ``X^p = X^{p/2} (X^{p/2})ᵀ`` matches ``X^{1/2} → X^{1/4} X^{1/4}`` (``p/2`` evaluated), not ``X^{1/8}``."""
     y = product(GramSqrt(W), W.T, W, GramSqrt(W))  # Fᵀ F for F = W C_W
     half, quarter = SPDPower(y, Rational(1, 2)), SPDPower(y, Rational(1, 4))
-    assert step_instance(balance.POWER_SPLIT, "rewrite", [half], [product(quarter, quarter)])[1] is None
+    assert step_instance(spd_powers.POWER_SPLIT, "rewrite", [half], [product(quarter, quarter)])[1] is None
     eighth = SPDPower(y, Rational(1, 8))
-    assert step_instance(balance.POWER_SPLIT, "rewrite", [half], [product(quarter, eighth)])[1] is not None
+    assert step_instance(spd_powers.POWER_SPLIT, "rewrite", [half], [product(quarter, eighth)])[1] is not None
 
 
 def test_full_rank_of_a_product_follows_from_its_factors():
@@ -264,7 +264,7 @@ def test_full_rank_of_a_product_follows_from_its_factors():
     assert not known(FULL_ROW_RANK, product(W, GramSqrt(W)))  # tall: full column rank, not row rank
     y = product(a.T, W.T, W, a)
     quarter = SPDPower(y, Rational(1, 4))
-    assert step_instance(balance.POWER_SPLIT, "rewrite", [SPDPower(y, Rational(1, 2))],
+    assert step_instance(spd_powers.POWER_SPLIT, "rewrite", [SPDPower(y, Rational(1, 2))],
                          [product(quarter, quarter)])[1] is not None
     square = FactMatrix("G", d, d, [FULL_COLUMN_RANK])
     assert known(FULL_ROW_RANK, square) and not known(FULL_ROW_RANK, W)
@@ -306,7 +306,7 @@ def test_a_restriction_replaces_the_whole_constraint_by_an_upper_bound_and_keeps
 
 
 def test_a_chain_rule_gradient_must_be_the_derivations_definition():
-    """Item 4: the derivation defines ``G_Q = G_M W_K``; a chain-rule step that names ``G_M W_Q`` as ``G_Q`` is
+    """The derivation defines ``G_Q = G_M W_K``; a chain-rule step that names ``G_M W_Q`` as ``G_Q`` is
     consistent with itself (its numbers come from differentiating a loss through its own definition), so only the
     comparison with the derivation's definition refuses it."""
     w_q = FactMatrix("W_Q", d, h, [FULL_COLUMN_RANK])

@@ -1,4 +1,4 @@
-"""The update across processes and head-parallel (issue 22, item 5): ``numerics.distributed`` and
+"""The update across processes and head-parallel: ``numerics.distributed`` and
 ``examples/launch_multihost.py``.
 
 One test (run by ``.ci/run`` after the suite, like the docs-site tests: set ``WORKBENCH_MULTIPROCESS=1``)
@@ -10,7 +10,7 @@ declarations (one line, exit 2, before any connection), the one non-finite decis
 (``jax.vmap`` with an axis name stands in for the mesh axis) and the state's specs.
 
 Tolerance: ``max|Δ| / max|update| ≤ 1e-4`` per parameter, in float32. The spread update is not bitwise the
-unsharded one: XLA compiles each device's smaller blocks with other dot kernels and summation orders, and the
+unsharded one: XLA compiles each device's smaller blocks with other dot ops and summation orders, and the
 O side's one spectral sign sums ``X Xᵀ`` over devices; Newton–Schulz amplifies that float32 rounding to about
 ``2e-5`` (measured); a wrong split (a rule given a device's heads where it needs all) differs by 0.1 to 1.
 """

@@ -1,4 +1,4 @@
-"""Hostile inputs to the optimizer (issue 17, items 3 and 9): no NaN/Inf update reaches the parameters,
+"""Hostile inputs to the optimizer: no NaN/Inf update reaches the parameters,
 and bad declarations get one clear error naming the argument or the parameter.
 
 Each test plants the mistake its fix exists to catch: the guard monkeypatched off, the old refusals
@@ -48,7 +48,7 @@ def tiny_float16(scale=1e-6):
 
     At 1e-6 the direction (computed in float32: up to 3e5) is not representable in float16, and
     with learning rate 1 neither is the update: NaN/Inf is the only float16 result, whatever the
-    arithmetic. (At the audit's 1e-5 the float32 direction peaks at 3.2e4; float16 arithmetic
+    arithmetic. (At 1e-5, the hostile case below, the float32 direction peaks at 3.2e4; float16 arithmetic
     overflows on the way.)
     """
     return model(dtype=jnp.float16, qk_scale=scale)
@@ -69,7 +69,7 @@ def assert_skipped_and_counted(opt, params, g, update=None):
     return new
 
 
-# ---- item 3: a non-finite update never reaches the parameters ---------------------------------
+# ---- a non-finite update never reaches the parameters -----------------------------------------
 def test_float16_tiny_weights_undamped_direction_overflows():
     """The input is hostile: the direction itself (no guard in scale_by_compositional_muon) is NaN/Inf."""
     params = tiny_float16()
@@ -93,8 +93,8 @@ def test_float16_tiny_weights_step_is_skipped_and_counted_eagerly_and_under_jit(
     assert (int(guard.notfinite_count), bool(guard.last_finite), int(guard.total_notfinite)) == (0, True, 2)
 
 
-def test_audit_case_float16_near_1e_5_never_writes_nan():
-    """The audit's input (float16 W_Q, W_K near 1e-5, damping 0, learning rate 0.01): finite params either way."""
+def test_float16_near_1e_5_never_writes_nan():
+    """A hostile input (float16 W_Q, W_K near 1e-5, damping 0, learning rate 0.01): finite params either way."""
     params, opt = tiny_float16(1e-5), compositional_muon(0.01, pairs=pairs_of(), damping=0.0)
     update = jax.jit(opt.update)
     state = opt.init(params)
@@ -213,7 +213,7 @@ def test_subnormal_damping_is_refused_at_init():
     compositional_muon(0.01, pairs=pairs_of(), damping=1e-40).init(model(dtype=jnp.float64))
 
 
-# ---- item 9: declarations --------------------------------------------------------------------
+# ---- declarations ----------------------------------------------------------------------------
 @pytest.mark.parametrize("damping", [np.float32(1e-2), np.float64(1e-2), jnp.float32(1e-2), np.array(1e-2),
                                      Fraction(1, 100), 0, np.int64(0)])
 def test_damping_accepts_any_real_scalar(damping):
@@ -321,8 +321,8 @@ def test_direction_alone_refuses_vectors_naming_them():
         direction.update(grads(params), direction.init(params), params)
 
 
-def test_audit_integers_beyond_floats_and_string_coefficients_are_refused():
-    """Audit: ``damping=10**400`` raised OverflowError, string coefficients a bare float() error."""
+def test_integers_beyond_floats_and_string_coefficients_are_refused():
+    """``damping=10**400`` once raised OverflowError, string coefficients a bare float() error."""
     with pytest.raises(ValueError, match="damping must be finite"):
         compositional_muon(0.1, pairs=None, damping=10**400)
     for coeffs in (("a", 1, 1), (("a", 1, 1),), ((10**400, 1, 1),), ((True, 1.0, 1.0),)):
@@ -332,9 +332,9 @@ def test_audit_integers_beyond_floats_and_string_coefficients_are_refused():
     assert opt is not None
 
 
-# ---- issue 17, audit round 3 -----------------------------------------------------------------
+# ---- sizes, keys, gradient trees, dtypes and flags the optimizer is given -------------------------
 def test_ns_steps_is_bounded_naming_it():
-    """Audit optimizer#53: ``ns_steps=10**7`` hung (the schedule was built and checked step by step)."""
+    """``ns_steps=10**7`` once hung (the schedule was built and checked step by step)."""
     abc = (3.4445, -4.775, 2.0315)
     for steps in (101, 3000, 10**7):
         with pytest.raises(ValueError, match=rf"ns_steps = {steps} is more than MAX_SCHEDULE_STEPS = 100"):
@@ -351,7 +351,7 @@ def test_ns_steps_is_bounded_naming_it():
 
 @pytest.mark.parametrize("shape", [(0, 4), (4, 0), (3, 0, 4)])
 def test_empty_matrix_parameter_gets_the_empty_update(shape):
-    """Audit optimizer#92/#93: a (0, 4) or (4, 0) matrix raised 'zero-size array to reduction operation'."""
+    """A (0, 4) or (4, 0) matrix once raised 'zero-size array to reduction operation'."""
     params = {"w": jnp.ones(shape, jnp.float32),
               "v": jnp.asarray(np.random.default_rng(0).standard_normal((4, 4)), jnp.float32)}
     opt = compositional_muon(0.1)
@@ -362,7 +362,7 @@ def test_empty_matrix_parameter_gets_the_empty_update(shape):
 
 
 def test_dict_keys_that_cannot_be_ordered_are_refused_naming_them():
-    """Audit optimizer#90: keys 0 and '0' gave JAX's 'Comparator raised exception while sorting' error."""
+    """Keys 0 and '0' once gave JAX's 'Comparator raised exception while sorting' error."""
     params = {0: jnp.ones((4, 4)), "0": jnp.ones((4, 4))}
     message = r"the dict at the top level has keys \[0, '0'\] of types that cannot be ordered"
     for check_finite in (True, False):
@@ -375,7 +375,7 @@ def test_dict_keys_that_cannot_be_ordered_are_refused_naming_them():
 
 
 def test_gradients_that_do_not_match_the_params_are_refused_naming_the_leaf():
-    """Audit optimizer#147: a missing gradient leaf gave a raw pytree structure error."""
+    """A missing gradient leaf once gave a raw pytree structure error."""
     params = model()
     opt = compositional_muon(0.01, pairs=pairs_of())
     state = opt.init(params)
@@ -397,7 +397,7 @@ def test_gradients_that_do_not_match_the_params_are_refused_naming_the_leaf():
 
 
 def test_complex_matrix_parameter_is_refused_at_init_naming_it():
-    """Audit optimizer#97: a complex matrix was silently skipped every step (its update counted non-finite)."""
+    """A complex matrix was once silently skipped every step (its update counted non-finite)."""
     rng = np.random.default_rng(0)
     w = jnp.asarray(rng.standard_normal((4, 4)) + 1j * rng.standard_normal((4, 4)), jnp.complex64)
     with pytest.raises(TypeError, match=r"the matrix parameter 'w' has dtype complex64; Muon and the attention rules "
@@ -409,7 +409,7 @@ def test_complex_matrix_parameter_is_refused_at_init_naming_it():
 
 
 def test_flags_must_be_bools():
-    """Audit optimizer#39/#40: check_finite='yes' and nesterov='no' were taken as True."""
+    """``check_finite='yes'`` and ``nesterov='no'`` were once taken as True."""
     for name in ("check_finite", "nesterov"):
         for value in ("yes", "no", 1, None):
             with pytest.raises(TypeError, match=rf"compositional_muon: {name} must be True or False, got "):
@@ -420,7 +420,7 @@ def test_flags_must_be_bools():
 
 
 def test_decimal_damping_is_the_nearest_float():
-    """Audit optimizer#11: Decimal('0.01') was refused although it is a real number."""
+    """``Decimal('0.01')`` was once refused although it is a real number."""
     assert optimizer.real_scalar("damping", Decimal("0.01")) == 0.01
     assert optimizer.real_scalar("damping", Decimal("1e-3")) == 1e-3
     for bad, message in ((Decimal("NaN"), "finite and >= 0"), (Decimal("sNaN"), "finite and >= 0"),
@@ -438,7 +438,7 @@ def _inf_gradient(params, where=("attn", "wv")):
 
 
 def test_checked_jit_reports_a_nonfinite_gradient_as_one_line():
-    """Audit optimizer#100: under jit the error was a multi-line JaxRuntimeError from a CPU callback."""
+    """Under jit the error was once a multi-line JaxRuntimeError from a CPU callback."""
     params = model()
     opt = compositional_muon(0.01, pairs=pairs_of())
     state = opt.init(params)

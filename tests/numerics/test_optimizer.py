@@ -437,7 +437,7 @@ print(all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(u)))
 def test_grouped_query_layer_update_does_not_deadlock_the_cpu_pool(which):
     """Two batched eighs at once (QK key side, OV side) deadlocked jaxlib's 2-worker CPU pool.
 
-    Planted mistake: batched ``jnp.linalg.eigh`` on the CPU in the kernels hung here forever (the
+    Planted mistake: batched ``jnp.linalg.eigh`` on the CPU in the routines hung here forever (the
     emitted case; the optimizer case hung with it even when it chained the OV pair after the QK
     pair's ``ΔW_Q``). A subprocess with a time limit turns a regression into a failure instead of
     a hung suite.
@@ -446,7 +446,7 @@ def test_grouped_query_layer_update_does_not_deadlock_the_cpu_pool(which):
         out = subprocess.run([sys.executable, "-c", _GQA_LAYER.replace("{which}", which)],
                              check=False, capture_output=True, text=True, timeout=240)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"the jitted GQA layer update ({which}) hung: concurrent LAPACK kernels deadlocked the pool")
+        pytest.fail(f"the jitted GQA layer update ({which}) hung: concurrent LAPACK calls deadlocked the pool")
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "True"
 

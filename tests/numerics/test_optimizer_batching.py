@@ -140,8 +140,8 @@ def _slots(state):
 
 
 def _distinct_fusions(hlo: str) -> int:
-    """How many different fused computations an optimized HLO module's kernels run (names and metadata aside):
-    what XLA compiles once each (identical fusions share one kernel)."""
+    """How many different fused computations an optimized HLO module runs (names and metadata aside):
+    what XLA compiles once each (identical fusions share one compiled op)."""
     blocks, cur = {}, None
     for line in hlo.splitlines():
         m = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
@@ -159,19 +159,19 @@ def _distinct_fusions(hlo: str) -> int:
     return len(bodies)
 
 
-def _compiled_kernels(layers: int) -> int:
+def _compiled_ops(layers: int) -> int:
     params, grads = _model(layers), _model(layers, 1)
     opt = _optimizer(layers, "isotropic", full=False)
     return _distinct_fusions(jax.jit(opt.update).lower(grads, opt.init(params), params).compile().as_text())
 
 
-def test_stacked_results_are_split_at_runtime_positions_so_layers_share_kernels(monkeypatch):
-    """Split at the state's slots (runtime values under jit), every layer's slice feeds identical kernels: the
-    compiled step has as many different kernels for 6 layers as for 3. Planted: static slices (``x[i]``), which
-    XLA fuses with each layer's offset baked in, so each layer adds kernels of its own."""
-    assert _compiled_kernels(6) == _compiled_kernels(3)
+def test_stacked_results_are_split_at_runtime_positions_so_layers_share_compiled_ops(monkeypatch):
+    """Split at the state's slots (runtime values under jit), every layer's slice feeds identical compiled ops: the
+    compiled step has as many different ops for 6 layers as for 3. Planted: static slices (``x[i]``), which
+    XLA fuses with each layer's offset baked in, so each layer adds compiled ops of its own."""
+    assert _compiled_ops(6) == _compiled_ops(3)
     monkeypatch.setattr(batching_module, "_take", lambda x, i, slots: x[i])
-    assert _compiled_kernels(6) > _compiled_kernels(3)
+    assert _compiled_ops(6) > _compiled_ops(3)
 
 
 def test_slots_hold_the_largest_stack_and_change_no_value():

@@ -1,5 +1,4 @@
-"""The optimizer on flax linen, flax nnx and equinox parameter trees, and its state in orbax checkpoints
-(issue 24, items 2 and 4).
+"""The optimizer on flax linen, flax nnx and equinox parameter trees, and its state in orbax checkpoints.
 
 Each framework's attention is checked twice against this project's plain layout (``q = x @ W_Q``,
 ``k = x @ W_K``, ``v = x @ W_Vᵀ``, ``y = o @ W_Oᵀ``, query head ``h`` on key head ``h // G``): the framework's
@@ -118,7 +117,7 @@ def test_a_wrong_head_axes_reshape_fails_the_comparison(linen_block, monkeypatch
 
 
 def test_unpaired_head_axes_kernels_are_orthogonalized_as_whole_matrices(linen_block):
-    """Found in issue 24: a kernel with head axes in no pair got Muon per head slice (``(H, d_h)`` slices of
+    """A flax kernel with head axes in no pair once got Muon per head slice (``(H, d_h)`` slices of
     ``d`` rows); it is one ``d → H·d_h`` map, which optax.contrib.muon orthogonalizes whole given its dimension
     numbers. Here ``pairs=None`` sends all four kernels of the linen block to Muon."""
     _, _, params = linen_block

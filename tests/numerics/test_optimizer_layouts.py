@@ -1,4 +1,4 @@
-"""``pairs="auto"`` never guesses how a square matrix is stored (issue 38, item 7).
+"""``pairs="auto"`` never guesses how a square matrix is stored.
 
 A plain-dict model written as usual (``q = x @ wq``, ``k = x @ wk``, ``v = x @ wv``, ``y = o @ wo``) with square
 ``d × d`` projections reads both as ``x @ W`` kernels and as ``x @ Wᵀ`` weights. ``AutoPairs(heads=H)`` used to read
@@ -99,7 +99,7 @@ def test_the_old_guess_planted_is_caught(square, monkeypatch):
     guessed = update(AutoPairs(heads=H), params, g)  # no refusal: the old behaviour
     ratios = np.asarray(value_side_changes(params, guessed)) / LR
     assert ratios.max() > 1.5 and not np.allclose(ratios, 1.0, rtol=1e-3), ratios  # 1.6–2.2 η here
-    assert relative_difference(guessed["attn"]["wv"], want["attn"]["wv"]) > 0.3  # 59 % here, 52 % in the issue
+    assert relative_difference(guessed["attn"]["wv"], want["attn"]["wv"]) > 0.3  # 59 % here
     table = describe_pairs(params, AutoPairs(heads=H))  # and the table shows the mixed layout it used
     assert "qk pair: heads=4 kv_heads=4 d_h=4 (x @ W)" in table
     assert "ov pair: heads=4 kv_heads=4 d_h=4 (x @ Wᵀ)" in table

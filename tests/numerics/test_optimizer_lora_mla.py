@@ -1,4 +1,4 @@
-"""LoRA pairs and multi-head latent attention blocks in the optimizer (issue 22, items 1 and 2).
+"""LoRA pairs and multi-head latent attention blocks in the optimizer.
 
 The optimizer's step of a :class:`LoRAPair` is the emitted ``lora_halfsplit`` (or ``joint_qk`` on ``(B, Aᵀ)``)
 and equals the closed form computed here in NumPy; at the ``B = 0`` start ``A`` does not move and ``B`` takes a

@@ -1,5 +1,4 @@
-"""Multi-head latent attention without query compression, and MLA blocks found by their DeepSeek names (issue 22,
-item 2).
+"""Multi-head latent attention without query compression, and MLA blocks found by their DeepSeek names.
 
 The optimizer's step of an :class:`MLAPair` with ``wq_a=None`` (DeepSeek-V2-Lite: one dense per-head ``wq``) is
 compared with the closed forms of ``derivations.mla``'s ``_uncompressed`` rules written here in NumPy from the
@@ -111,7 +110,7 @@ def test_uncompressed_step_is_the_closed_form_and_planted_mistakes_differ(dense_
     assert "1 MLA blocks" in describe_pairs(params, [BLOCK])
 
 
-def test_uncompressed_terms_are_a_third_of_each_circuit_budget_and_kernels_transpose(dense_case):
+def test_uncompressed_terms_are_a_third_of_each_circuit_budget_and_flax_kernels_transpose(dense_case):
     """At λ = 0 the query projection's and key up-projection's terms of each head's score circuit are exactly
     lr·2/3 and the shared wkv_a's score and value terms at most that (Lemma K); flax kernels give the transposed
     step."""

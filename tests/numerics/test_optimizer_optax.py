@@ -1,4 +1,4 @@
-"""The optimizer as optax users use it (issue 24): inject_hyperparams without static_args, mixed
+"""The optimizer as optax users use it: inject_hyperparams without static_args, mixed
 precision, declarations as data, pairs found from parameter names, optax.contrib.muon's options and
 presets, checkpoints by pickle.
 
@@ -294,7 +294,7 @@ def test_presets_are_optax_schedules():
 
 
 def test_optax_arguments_as_optax_users_pass_them():
-    """Found by an optax user's audit (issue 24): optax.contrib.muon's ``preconditioning`` (a TypeError before), its
+    """Arguments an optax user passes: optax.contrib.muon's ``preconditioning`` (a TypeError before), its
     ``ns_coeffs`` as a JAX array (refused as not a schedule before: a 0-d JAX array has ``len``), and momentum rates
     of 1 or NaN, which made every step NaN and skipped, silently, or strings, which failed inside optax."""
     step = [3.4445, -4.775, 2.0315]

@@ -159,7 +159,7 @@ def test_lora_adapters_add_b_a_to_each_linear_map_and_are_found_by_name():
     x = np.random.default_rng(0).standard_normal((3, 4 * TINY.width)).astype(np.float32)
     for name, (d_out, d_in) in M.matrix_shapes(TINY).items():
         def apply(w, name=name, d_in=d_in):
-            return x[:, :d_in] @ (w[0] if M.KERNEL[name] else w[0].T)
+            return x[:, :d_in] @ (w[0] if M.X_AT_W[name] else w[0].T)
 
         a, b = lora[name]["lora_A"][0], lora[name]["lora_B"][0]
         assert apply(merged["layers"][name]).shape[1] == d_out

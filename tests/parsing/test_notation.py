@@ -1,4 +1,4 @@
-"""The notation the cross-checker reads (issue 21, item 2): every accepted spelling parses and gives the right
+"""The notation the cross-checker reads: every accepted spelling parses and gives the right
 verdict on a true and on a wrong formula; what the tool prints parses back (against hand-made targets and the
 cheap real ones); definitions, singular values, sums, Kronecker products and sizes in ``--assume`` in
 identities and chain files; hostile input ends in one column-pointed line and exit 2; and every command of the

@@ -9,7 +9,7 @@ line naming the argument; under ``jax.jit`` every output must be entirely NaN. A
 adapter (``gqa_qk``, ``hybrid_ov``, ``joint_qk``) calls one function per side, so there each
 output is entirely NaN or entirely finite (a side that does not read the argument keeps its
 correct update), and at least one is NaN. The planted
-mistake is a kernel that zeroes non-finite entries (as a "safe" normalisation might): the same
+mistake is a routine that zeroes non-finite entries (as a "safe" normalisation might): the same
 check reports the silent finite update.
 """
 
@@ -80,8 +80,8 @@ def test_a_nonfinite_input_makes_the_whole_result_nan(rule, name):
         kw = {**kwargs, "damping": damping, **({"msign": method} if method else {})}
         assert propagation_failures(fn, args, kw, seed=zlib.crc32(name.encode())) == [], (name, kw)
 
-def test_planted_masking_kernel_is_caught():
-    """A halfsplit whose kernel zeroes non-finite entries returns a finite (wrong) update: caught."""
+def test_planted_masking_routine_is_caught():
+    """A halfsplit whose routine zeroes non-finite entries returns a finite (wrong) update: caught."""
     from numerics.emitted import halfsplit
 
     def masked(*arrays, **kwargs):

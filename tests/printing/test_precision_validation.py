@@ -84,7 +84,7 @@ def gram_squared(w, damping, side):
 '''
 
 
-def test_a_kernel_that_squares_the_condition_number_fails_only_against_mpmath():
+def test_a_routine_that_squares_the_condition_number_fails_only_against_mpmath():
     """The printed module's Gram roots taken from a formed Gram (every ``gram_eigh(`` call redirected, a later
     definition winning over an inlined one): exact enough at well-conditioned sizes, not at κ = 1e5."""
     module = registry.rule_module("halfsplit")

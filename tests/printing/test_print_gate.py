@@ -1,4 +1,4 @@
-"""Only what was checked is printed (issue 38, item 1).
+"""Only what was checked is printed.
 
 Every printer takes a derivation through :meth:`Derivation.verified`: its steps follow one another from the
 start, each exactly as it passed its check in this process, and its state is the last step's result. A replaced

@@ -1,8 +1,8 @@
-"""Emitted modules import their kernels from one runtime per target, or inline exactly the ones they reach.
+"""Emitted modules import their routines from one runtime per target, or inline exactly the ones they reach.
 
-By default a printed module imports the kernels its code calls from :mod:`foundation.compute.jax_runtime`
+By default a printed module imports the routines its code calls from :mod:`foundation.compute.jax_runtime`
 (``numpy_runtime`` for NumPy), naming exactly those; ``--standalone`` inlines the transitive closure of the
-kernels the printed code reaches (found from the code: :func:`~derivations.printing.codegen.kernel_closure`),
+routines the printed code reaches (found from the code: :func:`~derivations.printing.codegen.routine_closure`),
 with the constants they read, so the module imports only ``jax``/``functools`` (``numpy``).
 """
 
@@ -23,7 +23,7 @@ from derivations.printing import codegen, numpy_printer
 from derivations.printing.codegen import (
     UnresolvedName,
     free_globals,
-    kernel_closure,
+    routine_closure,
     unresolved_names,
 )
 from foundation.compute import jax_runtime, jax_sylvester, numpy_runtime
@@ -68,10 +68,10 @@ def default_sources(halfsplit_source):
 
 
 @pytest.mark.parametrize("target", ["jax", "numpy"])
-def test_default_module_imports_exactly_the_kernels_its_code_calls(default_sources, target):
+def test_default_module_imports_exactly_the_routines_its_code_calls(default_sources, target):
     source, runtime = default_sources[target], RUNTIMES[target]
-    assert imports(source) <= {"jax", "functools", "numpy", "numerics"}
-    assert imports(source) - {"numerics"} <= ({"jax", "functools"} if target == "jax" else {"numpy"})
+    assert imports(source) <= {"jax", "functools", "numpy", "foundation"}
+    assert imports(source) - {"foundation"} <= ({"jax", "functools"} if target == "jax" else {"numpy"})
     own = set(top_level_defs(source))
     read = free_globals(source.replace(codegen.runtime_import(runtime, runtime_imports(source)), ""))
     assert runtime_imports(source) == read & set(runtime.__all__) and not own & set(runtime.__all__)
@@ -83,8 +83,8 @@ def test_standalone_module_inlines_exactly_the_transitive_closure(standalone_sou
     source, runtime = standalone_sources[target], RUNTIMES[target]
     assert imports(source) == ({"jax", "functools"} if target == "jax" else {"numpy"})
     inlined = [n for n in top_level_defs(source) if n in runtime.__all__]
-    assert inlined == kernel_closure(runtime_imports(default_sources[target]), runtime)
-    # independently, by walking the module's own text: every inlined kernel is reached from the printed
+    assert inlined == routine_closure(runtime_imports(default_sources[target]), runtime)
+    # independently, by walking the module's own text: every inlined routine is reached from the printed
     # functions, and nothing it reads is missing
     tree = {n.name: n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
     todo = [n for n in tree if n not in runtime.__all__]
@@ -98,11 +98,11 @@ def test_standalone_module_inlines_exactly_the_transitive_closure(standalone_sou
     assert set(inlined) - {n for n in inlined if not inspect.isfunction(getattr(runtime, n))} <= reached
     assert unresolved_names(source) == []
     for constant in ("GRAM_ASPECT", "MAX_SCHEDULE_STEPS") if target == "jax" else ():
-        assert f"\n{constant} = {getattr(runtime, constant)!r}" in source  # read by an inlined kernel
+        assert f"\n{constant} = {getattr(runtime, constant)!r}" in source  # read by an inlined routine
 
 
-def test_closure_follows_kernel_sources_not_local_names(tmp_path, monkeypatch):
-    """Planted: an unused kernel, and a local variable that shares a kernel's name; neither is inlined."""
+def test_closure_follows_routine_sources_not_local_names(tmp_path, monkeypatch):
+    """Planted: an unused routine, and a local variable that shares a routine's name; neither is inlined."""
     (tmp_path / "planted_runtime.py").write_text(
         "LIMIT = 3\nUNREAD = 4\n\n\ndef helper(x):\n    return min(x, LIMIT)\n\n\n"
         "def used(x):\n    unused = helper(x)\n    return [unused for unused in (unused,)]\n\n\n"
@@ -111,26 +111,26 @@ def test_closure_follows_kernel_sources_not_local_names(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     runtime = importlib.import_module("planted_runtime")
     code = "def f(x):\n    return used(x)\n"
-    assert kernel_closure(free_globals(code), runtime) == ["LIMIT", "helper", "used"]
-    imported, constants, kernels = codegen.kernel_parts(code, runtime, standalone=True)
-    assert imported == "" and constants == "LIMIT = 3\n" and "def unused" not in kernels
-    assert unresolved_names("\n".join([constants, kernels, code])) == []
-    imported, constants, kernels = codegen.kernel_parts(code, runtime, standalone=False)
-    assert imported == "from planted_runtime import (\n    used,\n)\n" and constants == kernels == ""
+    assert routine_closure(free_globals(code), runtime) == ["LIMIT", "helper", "used"]
+    imported, constants, routines = codegen.routine_parts(code, runtime, standalone=True)
+    assert imported == "" and constants == "LIMIT = 3\n" and "def unused" not in routines
+    assert unresolved_names("\n".join([constants, routines, code])) == []
+    imported, constants, routines = codegen.routine_parts(code, runtime, standalone=False)
+    assert imported == "from planted_runtime import (\n    used,\n)\n" and constants == routines == ""
 
 
 def test_a_planted_runtime_export_that_nothing_calls_is_not_inlined(monkeypatch):
-    planted = "sylvester_lowrank"  # a real kernel the printed code never reaches
+    planted = "sylvester_lowrank"  # a real routine the printed code never reaches
     monkeypatch.setattr(jax_runtime, planted, jax_sylvester.sylvester_lowrank, raising=False)
     monkeypatch.setattr(jax_runtime, "__all__", [*jax_runtime.__all__, planted])
     source = render(halfsplit.rule_module(), "jax", standalone=True)
     assert f"def {planted}(" not in source and "def spectral_sign(" in source
 
 
-def test_a_kernel_dropped_from_the_closure_makes_the_standalone_module_fail(monkeypatch, tmp_path):
+def test_a_routine_dropped_from_the_closure_makes_the_standalone_module_fail(monkeypatch, tmp_path):
     """Planted: ``check_shapes`` (reached only through ``validate_inputs``) left out of the closure."""
-    closure = codegen.kernel_closure
-    monkeypatch.setattr(codegen, "kernel_closure", lambda names, runtime: [n for n in closure(names, runtime)
+    closure = codegen.routine_closure
+    monkeypatch.setattr(codegen, "routine_closure", lambda names, runtime: [n for n in closure(names, runtime)
                                                                            if n != "check_shapes"])
     with pytest.raises(UnresolvedName, match="reads check_shapes, which nothing in it defines"):
         render(halfsplit.rule_module(), "jax", standalone=True)
@@ -144,8 +144,8 @@ def test_a_kernel_dropped_from_the_closure_makes_the_standalone_module_fail(monk
         module.halfsplit_qk(w, w, w, w, eps=0.1)
 
 
-def test_every_runtime_kernel_reads_only_exports_and_its_imports():
-    """A kernel reading a name its runtime does not export would break the standalone modules that inline it."""
+def test_every_runtime_routine_reads_only_exports_and_its_imports():
+    """A routine reading a name its runtime does not export would break the standalone modules that inline it."""
     allowed = {"jax": {"jax", "jnp", "functools"}, "numpy": {"np", "scipy"}}
     for target, runtime in RUNTIMES.items():
         for name in runtime.__all__:

@@ -272,9 +272,9 @@ def _visible_text(dom: str) -> str:
 
 
 #: every proof page at most this long, in the words of its own content (its ``<article>``: the navigation
-#: sidebar, the same on every page, left out) and its rendered height at 1280 px wide: what issue 23's item 4
+#: sidebar, the same on every page, left out) and its rendered height at 1280 px wide: what halving the proof pages
 #: reached, with a margin of about 2 % so that none can regrow, and never more than half the length measured
-#: before issue 23 (:data:`BEFORE_ISSUE_23`). Pages that did not exist then were held to the half-split page's
+#: before they were halved (:data:`BEFORE_HALVING`). Pages that did not exist then were held to the half-split page's
 #: words and px per derivation step or as close as their number of derivations allows.
 PROOF_PAGE_LIMITS = {
     "rules/halfsplit.html": (1990, 5975),
@@ -283,7 +283,7 @@ PROOF_PAGE_LIMITS = {
     "rules/hybrid_ov.html": (1005, 3270),
     "rules/balance.html": (1360, 4464),
     "rules/gauge.html": (930, 3465),
-    "rules/gram_ns.html": (3300, 7600),  # 3277 words, 7493 px: the two-size self-check rows of issue 38
+    "rules/gram_ns.html": (3300, 7600),  # 3277 words, 7493 px: the self-check rows at two sizes
     "rules/joint.html": (980, 3050),
     "rules/lora.html": (3100, 8400),
     "rules/mla.html": (5355, 14490),
@@ -292,18 +292,18 @@ PROOF_PAGE_LIMITS = {
     "rules/tied_embeddings.html": (470, 1750),
     "classics.html": (2235, 7450),
 }
-#: (article words, px) of the proof pages that existed before issue 23, measured on a build of that commit
-BEFORE_ISSUE_23 = {
+#: (article words, px) of the proof pages that existed before they were halved, measured on a build of that time
+BEFORE_HALVING = {
     "rules/halfsplit.html": (6524, 19646), "rules/gqa.html": (4178, 10812), "rules/damped.html": (3099, 9898),
     "rules/hybrid_ov.html": (2841, 7821), "rules/balance.html": (2799, 8928), "rules/gauge.html": (2309, 8409),
     "rules/joint.html": (2779, 8449), "rules/sylvester.html": (1138, 4015), "classics.html": (4496, 18117),
 }
 
 
-def test_every_page_measured_before_issue_23_is_held_to_half_its_length():
-    too_long = {page: PROOF_PAGE_LIMITS[page] for page, (words, px) in BEFORE_ISSUE_23.items()
+def test_every_page_measured_before_the_halving_is_held_to_half_its_length():
+    too_long = {page: PROOF_PAGE_LIMITS[page] for page, (words, px) in BEFORE_HALVING.items()
                 if PROOF_PAGE_LIMITS[page][0] > words / 2 or PROOF_PAGE_LIMITS[page][1] > px / 2}
-    assert not too_long, f"limits above half the length before issue 23: {too_long}"
+    assert not too_long, f"limits above half the length before the halving: {too_long}"
 
 
 def article(page: str) -> str:
@@ -351,7 +351,7 @@ def test_browser_renders_the_math_of_the_half_split_page(tmp_path):
     assert ready, "MathJax never finished typesetting the page"
     rendered = len(re.findall(r"<mjx-container", dom))
     assert int(ready.group(1)) == rendered and rendered >= formulas
-    # half its length before issue 23, in what a reader sees: words before unfolding, and height at 1280 px wide
+    # half its length before the halving, in what a reader sees: words before unfolding, and height at 1280 px wide
     words = visible_words(article(page.read_text()))
     assert 1000 < words <= HALFSPLIT_MAX_WORDS, f"the half-split page shows {words} words before unfolding"
     height = re.search(r'data-page-height="(\d+)"', dom)

@@ -1,5 +1,5 @@
 """The docs build: the tutorial as a notebook executed while it builds, search snippets offline, and the
-read order that lets the derivations build while pages run their code (issue 23).
+read order that lets the derivations build while pages run their code.
 
 * ``docs/tutorial.ipynb`` is a Jupyter notebook stored without outputs; MyST-NB runs it in a fresh kernel
   on every build, with the site's settings (read from ``docs/conf.py`` here), shows what each cell printed
@@ -115,7 +115,7 @@ def test_a_notebook_page_runs_shows_its_outputs_and_its_text_gives_search_snippe
 def test_a_notebook_cell_that_raises_stops_the_build(tmp_path):
     with pytest.raises(ExecutionError, match=r"notebook\.ipynb") as err:    # sphinx-build: exit status 2
         build_notebook(tmp_path, [new_code_cell("x = 1\nassert x == 2, 'the example is stale'")])
-    cause = re.sub(r"\x1b\[[0-9;]*m", "", str(err.value.__cause__))       # the kernel's traceback, uncoloured
+    cause = re.sub(r"\x1b\[[0-9;]*m", "", str(err.value.__cause__))       # the notebook kernel's traceback, uncoloured
     assert "assert x == 2" in cause and "AssertionError: the example is stale" in cause
 
 

@@ -1,4 +1,4 @@
-"""The newcomer pages and the readability of the proof pages (issue 23).
+"""The newcomer pages and the readability of the proof pages.
 
 Fast tests of the docs extension's pieces (side conditions typeset as math, internal symbol names
 replaced, command discovery), of the hand-written pages (every code block is executed at build time
@@ -158,7 +158,7 @@ def test_rule_page_shows_50_digit_evidence_folded_details_and_command_output(tmp
     assert text.count("the trusted kernel matched") == 1                  # its boilerplate said once, folded
     # a last step that ends at the theorem's result does not print it again (sylvester.adjoint, .achieved_change)
     assert text.count("⟹ the theorem's result.") == 2
-    # what a reader sees before unfolding anything: 1,096 words before issue 23's item 4 (half-length pages)
+    # what a reader sees before unfolding anything: 1,096 words before the proof pages were halved
     assert visible_words(html) <= 700
     assert "$ python -m derivations.sylvester --help" in text and "more lines)" in text
     assert not re.search(r"Theorem \d", text)                             # no second number in the box

@@ -1,4 +1,4 @@
-"""The API reference covers every public module, and the examples in the docstrings run (issue 23, item 5).
+"""The API reference covers every public module, and the examples in the docstrings run.
 
 * Coverage: every public module of the installed packages (``[tool.setuptools.packages.find]`` in
   pyproject.toml, walked on disk) has a section (``.. automodule::``) in ``docs/api/*.rst``, a module's

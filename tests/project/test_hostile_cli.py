@@ -1,4 +1,4 @@
-"""Hostile command-line input, round 2 (issue 17): code injection into emitted modules, tracebacks on
+"""Hostile command-line input: code injection into emitted modules, tracebacks on
 ordinary arguments, closed stdout, and bounds on the work every command-line number sizes.
 
 Every case has a time limit (a hang fails the test). Most cases call the commands' ``main(argv)``:
@@ -497,12 +497,12 @@ def test_every_work_size_is_bounded(tmp_path):
 
 
 def test_one_schedule_length_bound():
-    """The schedule files' bound is MAX_SCHEDULE_STEPS = 100, the number the JAX kernels refuse above."""
+    """The schedule files' bound is MAX_SCHEDULE_STEPS = 100, the number the JAX routines refuse above."""
     from foundation.polynomial import MAX_SCHEDULE_STEPS, ScheduleError, validate_steps
     assert MAX_SCHEDULE_STEPS == 100
-    kernels = pytest.importorskip("foundation.compute.jax_msign")
-    if hasattr(kernels, "MAX_SCHEDULE_STEPS"):
-        assert kernels.MAX_SCHEDULE_STEPS == MAX_SCHEDULE_STEPS
+    jax_msign = pytest.importorskip("foundation.compute.jax_msign")
+    if hasattr(jax_msign, "MAX_SCHEDULE_STEPS"):
+        assert jax_msign.MAX_SCHEDULE_STEPS == MAX_SCHEDULE_STEPS
     validate_steps([ONE_STEP[0]] * MAX_SCHEDULE_STEPS)
     with pytest.raises(ScheduleError, match="at most 100"):
         validate_steps([ONE_STEP[0]] * (MAX_SCHEDULE_STEPS + 1))

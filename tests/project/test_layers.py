@@ -289,7 +289,7 @@ def test_a_package_init_counts_for_every_module_in_it(tmp_path):
                                            "foundation.schedule (layer 1) imports coeffsearch.registry (layer 4)"]
 
 
-#: at most this many imports inside functions, each lazy for a stated reason (issue 18: at most 10)
+#: at most this many imports inside functions, each lazy for a stated reason
 MAX_LAZY_IMPORTS = 10
 
 
@@ -332,10 +332,10 @@ def test_planted_function_local_import_is_counted(tmp_path):
     assert unexplained == ["derivations/rule.py:2"]
 
 
-#: the most lines a hand-written module may have (issue 18, item 6); generated code is not counted. The other
-#: half of item 6, no function too complex, is ruff's C901 (mccabe) in pyproject.toml ([tool.ruff.lint.mccabe])
+#: the most lines a hand-written module may have; generated code is not counted. The other half of the size
+#: limit, no function too complex, is ruff's C901 (mccabe) in pyproject.toml ([tool.ruff.lint.mccabe])
 MAX_MODULE_LINES = 600
-#: TEMPORARY (issue 18): modules over the limit that other helpers are splitting while this check lands; the
+#: TEMPORARY: modules over the limit that other helpers are splitting while this check lands; the
 #: lead removes this list once they are split (then the check covers every module)
 OVERSIZE_EXEMPT = (
 )

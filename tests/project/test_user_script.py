@@ -1,8 +1,8 @@
-"""The optax user's script (issue 24, "Done when"): ``examples/optax_user_script.py`` runs unchanged.
+"""The optax user's script: ``examples/optax_user_script.py`` runs unchanged.
 
 One subprocess runs the script as a user would (``python examples/optax_user_script.py``): a small GQA
 decoder in bfloat16 with float32 gradients, ``optax.inject_hyperparams(compositional_muon)`` with a
-schedule, ``pairs="auto"`` on kernels with head axes, a NaN batch refused by ``checked_jit``, an orbax
+schedule, ``pairs="auto"`` on flax kernels with head axes, a NaN batch refused by ``checked_jit``, an orbax
 checkpoint half-way and a resume from it. The test reads what it printed: the pairs found, the loss
 falling, the NaN batch named and skipped, and the resumed run bit-identical to the straight one.
 """

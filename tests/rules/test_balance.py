@@ -11,7 +11,7 @@ from derivations import StepCheckFailed
 from derivations import balance as B
 from derivations import lemmas as L
 from derivations.cli import main
-from derivations.lemmas import balance as LB
+from derivations.lemmas import spd_powers as LB
 from derivations.vocabulary.evaluate import evaluate
 from foundation.compute.reference import MpmathBackend
 from numerics.optimizer.gauge_balance import balance
@@ -37,7 +37,7 @@ def test_every_step_checks_and_the_result_is_the_quarter_power():
 
 @pytest.fixture
 def planted(monkeypatch):
-    """``planted(name, value)``: set a name of the balance lemma module for one test, with the derivations'
+    """``planted(name, value)``: set a name of the SPD-power lemma module for one test, with the derivations'
     caches cleared before and after (after the name is restored, so no planted result stays cached)."""
     clear()
     with monkeypatch.context() as m:
@@ -73,7 +73,7 @@ def test_balance_lemmas_are_registered():
 
 
 def test_planted_wrong_literal_in_b3_self_check_fails_naming_the_lemma(planted, capsys):
-    """Planted mistake (issue 19): a wrong literal in B3's self-check, X^{1/2} = X^{1/3} X^{1/3}. The registered
+    """Planted mistake: a wrong literal in B3's self-check, X^{1/2} = X^{1/3} X^{1/3}. The registered
     lemma's self-check fails naming B3, and so does ``balance --check``."""
     b3 = next(lem for lem in L.ALL_LEMMAS if lem.number == "B3")
     assert b3.self_check(np.random.default_rng(0)).passed
@@ -102,10 +102,10 @@ def derived_at_50_digits(w_q, w_k, exponent=QUARTER):
         return [np.array(evaluate(x, env, backend, dims).tolist(), dtype=float) for x in (q, k)]
 
 
-def test_kernel_is_the_derived_expression_at_50_digits():
+def test_gauge_balance_is_the_derived_expression_at_50_digits():
     """``numerics.optimizer.gauge_balance.balance`` (float64) against the derived pair at 50 digits.
 
-    Planted mistake: the derived gauge with exponent 1/2 instead of 1/4 differs from the kernel.
+    Planted mistake: the derived gauge with exponent 1/2 instead of 1/4 differs from the routine.
     """
     rng = np.random.default_rng(0)
     w_q, w_k = 3 * rng.standard_normal((7, 3)), rng.standard_normal((7, 3)) / 2
@@ -117,7 +117,7 @@ def test_kernel_is_the_derived_expression_at_50_digits():
     assert not np.allclose(got_q, wrong_q, rtol=1e-3) and not np.allclose(got_k, wrong_k, rtol=1e-3)
 
 
-def test_kernel_balances_batched_stacked_groups():
+def test_gauge_balance_balances_batched_stacked_groups():
     """A stacked GQA group (G·d rows against d rows), batched: equal Grams and the same products."""
     rng = np.random.default_rng(1)
     q, k = rng.standard_normal((2, 3, 12, 4)) * 3, rng.standard_normal((2, 3, 6, 4))

@@ -1,5 +1,5 @@
 """``--emit`` and ``regenerate --regenerate`` refuse code from a derivation whose cited lemmas fail their
-self-checks (issue 19, item 3): a planted failing self-check gives exit 1 and one line naming the lemma."""
+self-checks: a planted failing self-check gives exit 1 and one line naming the lemma."""
 
 import pytest
 

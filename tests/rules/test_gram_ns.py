@@ -1,4 +1,4 @@
-"""Gram Newton–Schulz: the derivation (``derivations.gram_ns``), its flop counts, and the JAX kernel
+"""Gram Newton–Schulz: the derivation (``derivations.gram_ns``), its flop counts, and the JAX routine
 (``foundation.compute.gram_newton_schulz``) against SVD, the standard iteration and the certified restarts."""
 
 import subprocess
@@ -17,7 +17,7 @@ from coeffsearch.restart_model import Model
 from derivations import gram_ns as G
 from derivations.engine.derivation import StepCheckFailed, identity_chain
 from derivations.lemmas import gram as GL
-from foundation.compute.flop_count import executed_matmul_flops, kernel_flops
+from foundation.compute.flop_count import executed_matmul_flops, routine_flops
 from foundation.compute.gram_newton_schulz import gram_newton_schulz, gram_newton_schulz_oriented, restart_flags
 from foundation.compute.jax_msign import newton_schulz
 from foundation.compute.spectra import with_singular_values
@@ -40,7 +40,7 @@ def test_the_chain_ends_in_the_gram_form(side):
         assert all(s.check.passed for s in der.steps), der.name
 
 
-def test_the_lemmas_named_by_the_issue_are_used():
+def test_the_gram_lemmas_are_all_used():
     used = {lem.number for der in G.derivations() for lem in der.lemmas_used()}
     assert {"GC", "GG", "GT", "GX", "GF", "GR", "GU", "GK"} <= used
 
@@ -67,7 +67,7 @@ def test_telescoping_into_the_wrong_q_fails_its_step(side):
         der.apply(GL.TELESCOPING, products={it.q[2]: three})
 
 
-def test_a_flop_model_that_forgets_the_restarts_fails_against_the_kernel(monkeypatch):
+def test_a_flop_model_that_forgets_the_restarts_fails_against_the_routine(monkeypatch):
     """Planted: the Gram form's products without the extra Gram formation and Q X of each restart."""
     honest = GL.executed_products
 
@@ -79,7 +79,7 @@ def test_a_flop_model_that_forgets_the_restarts_fails_against_the_kernel(monkeyp
         G.flops.__wrapped__("gram", "left")
 
 
-def test_the_flop_counts_match_the_stated_model_and_the_kernels():
+def test_the_flop_counts_match_the_stated_model_and_the_routines():
     n, m, t = 768, 3072, 5
     assert G.flop_count("standard", n, m, t) == t * (4 * n * n * m + 2 * n ** 3)  # independent hand formulas
     for k in range(t):
@@ -88,7 +88,7 @@ def test_the_flop_counts_match_the_stated_model_and_the_kernels():
     assert G.flop_count("gram", n, m, t, t - 1) == G.flop_count("standard", n, m, t)  # a restart every step
     for kind, side, size, steps, restarts in [("gram", "left", (5, 11), 6, 2), ("gram", "right", (3, 4), 4, 3),
                                               ("standard", "right", (2, 9), 3, 0)]:
-        assert kernel_flops(kind, side, *size, steps, restarts) == G.flop_count(kind, *size, steps, restarts)
+        assert routine_flops(kind, side, *size, steps, restarts) == G.flop_count(kind, *size, steps, restarts)
     with pytest.raises(ValueError, match="restarts must be in"):
         G.flop_count("gram", n, m, t, t)
 
@@ -103,7 +103,7 @@ def test_the_counter_counts_only_the_branch_that_runs():
 
 
 def test_counting_without_computing_the_matrices_equals_running_the_program():
-    """The count decides the kernels' branches from their flags without computing a matrix; running the whole
+    """The count decides the routines' branches from their flags without computing a matrix; running the whole
     program on the data (``concrete=True``) gives the same count, restarts and orientations included."""
     for kind, side, (n, m), steps, restarts in [("gram", "left", (3, 7), 5, 2), ("gram", "right", (2, 5), 4, 3),
                                                 ("gram", "left", (4, 4), 3, 0), ("standard", "right", (3, 6), 3, 0)]:
@@ -122,7 +122,7 @@ def test_a_branch_the_matrix_decides_is_counted_by_running_it():
     assert executed_matmul_flops(fn, -jnp.ones((4, 4))) == 0
 
 
-# ---- the kernel ---------------------------------------------------------------------------------------
+# ---- the routine --------------------------------------------------------------------------------------
 def _scalar_iteration(sigma, schedule):
     for step in schedule:
         sigma = sigma * sum(c * sigma ** (2 * j) for j, c in enumerate(step))
@@ -131,7 +131,7 @@ def _scalar_iteration(sigma, schedule):
 
 @pytest.mark.parametrize("shape", [(6, 20), (20, 6), (2, 3, 5, 9)])
 @pytest.mark.parametrize("restarts", [(), (2,), (1, 3)])
-def test_the_kernel_is_the_schedule_applied_to_the_singular_values(shape, restarts):
+def test_the_routine_is_the_schedule_applied_to_the_singular_values(shape, restarts):
     """Against SVD: ``U p_T(Σ/‖X‖_F) Vᵀ`` in float64, and against the standard iteration."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal(shape)
@@ -167,7 +167,7 @@ def test_bad_restarts_name_the_position(restarts, needle):
 
 
 @pytest.mark.parametrize("dtype,positions", [("float16", (2,)), ("bfloat16", (1, 2, 3))])
-def test_certified_restarts_keep_the_kernel_within_the_certified_bound_and_none_does_not(dtype, positions):
+def test_certified_restarts_keep_the_routine_within_the_certified_bound_and_none_does_not(dtype, positions):
     """Muon's quintic on an ill-conditioned 16 × 64 matrix (one singular value 1, the rest 0.01: normalized,
     all in [l, 1] = [1e-3, 1]): with the certified restarts every singular value of the result is within
     the certified deviation (b) of 1; without restarts the Gram form leaves it (the model's prediction)."""

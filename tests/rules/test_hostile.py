@@ -53,7 +53,7 @@ jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, sys.argv[1])
 import halfsplit_jax as H, sylvester_jax as S, joint_jax as J, gqa_jax as Q, hybrid_ov_jax as O
 import coeffsearch
-from foundation.compute import jax_runtime as R  # the kernels the emitted modules import
+from foundation.compute import jax_runtime as R  # the routines the emitted modules import
 rng = np.random.default_rng(0)
 d, dh = 12, 4
 W_Q, W_K, G_Q, G_K = (jnp.asarray(rng.standard_normal((2, d, dh))) for _ in range(4))
@@ -161,7 +161,7 @@ raises("gqa_key stacked rows vs group_size", lambda: Q.gqa_key(jnp.concatenate([
 raises("complex input", lambda: H.halfsplit_qk(W_Q.astype(complex), W_K, G_Q, G_K, eps=0.1), TypeError,
        "W_Q must be real floating point")
 
-# 5 (issue 11): schedules are data: a second schedule of the same shape does not recompile
+# 5. schedules are data: a second schedule of the same shape does not recompile
 def compilations():
     before = H._halfsplit_qk._cache_size()
     for name in ("muon", "cesista", "polar-express-5"):

@@ -1,5 +1,5 @@
 """Measurements in --check are gated: each has a limit (or is marked as context), and one outside its limit
-fails the check (issue 19: the Sylvester least-squares agreement with μ = λ planted printed 6.6e-2 and passed)."""
+fails the check (once the Sylvester least-squares agreement with μ = λ planted printed 6.6e-2 and passed)."""
 
 import numpy as np
 import pytest

@@ -17,7 +17,7 @@ from derivations.printing.numpy_printer import NumpyPrinter
 from derivations.vocabulary.interpret import MissingRule
 from derivations.vocabulary.nodes import Inner, MatrixFunction, OpNorm
 from derivations.vocabulary.numeric import NumericEvaluator, evaluate
-from foundation.compute import jax_exact_scaling, jax_spectral_sign, numpy_kernels
+from foundation.compute import jax_exact_scaling, jax_spectral_sign, numpy_routines
 from foundation.compute.reference import MpmathBackend
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
@@ -83,7 +83,7 @@ def test_every_scalar_and_argmin_prints_for_every_target(expr):
     rng = np.random.default_rng(3)
     values = {"A": rng.standard_normal((5, 3)), "B": rng.standard_normal((5, 3)), "beta": 0.7}
     ref = np.asarray(evaluate(expr, {A: values["A"], B: values["B"], beta: 0.7}), dtype=float)
-    np_ns = {"np": np, "msign_svd": numpy_kernels.msign_svd}
+    np_ns = {"np": np, "msign_svd": numpy_routines.msign_svd}
     jax_ns = {"jnp": jnp, "compute_dtype": jax_exact_scaling.compute_dtype,
               "spectral_sign": jax_spectral_sign.spectral_sign,
               "unit_scale": jax_exact_scaling.unit_scale, "msign": "svd", "schedule": (), "restarts": None,

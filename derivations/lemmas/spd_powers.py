@@ -1,4 +1,4 @@
-"""The balance lemmas B1–B7: generic identities of powers of symmetric positive definite matrices.
+"""The SPD-power lemmas B1–B7: generic identities of powers of symmetric positive definite matrices.
 
 :mod:`derivations.balance` derives the balancing gauge of ``M = W_Q W_Kᵀ`` with them. The powers are one
 node, :class:`SPDPower` (``X^p`` for an SPD ``X``, with its own rules for every interpreter); the lemmas are
@@ -86,7 +86,7 @@ class SPDPower(_Derived):
 
         Eigenvalues are floored at ``n·eps·max(x)`` (as :mod:`numerics.optimizer.gauge_balance` does), so a
         rank-deficient factor gives finite powers. JAX: the eigh runs one matrix at a time on the
-        CPU (``per_matrix_on_cpu``: batched LAPACK kernels at once can deadlock jaxlib's pool).
+        CPU (``per_matrix_on_cpu``: batched LAPACK calls at once can deadlock jaxlib's pool).
         """
         jax = printer.printmethod == "_jaxcode"
         m = "jnp" if jax else "np"

@@ -1,8 +1,8 @@
-"""msign is scale-free, so the kernels must not lose a matrix to its scale under ``jit``.
+"""msign is scale-free, so the routines must not lose a matrix to its scale under ``jit``.
 
 Dividing by ``max|x_ij|`` compiles on the CPU to a multiply by the reciprocal, which is subnormal
 (flushed to zero) once ``max|x_ij| > 2**126`` in float32: the output was an all-zero matrix with no
-error. The kernels now scale by an exact power of two (``pow2_normalize``).
+error. The routines now scale by an exact power of two (``pow2_normalize``).
 """
 
 import jax

@@ -1,4 +1,4 @@
-"""Hostile inputs, round 3 (issue 43), grouped by the promise each case guards.
+"""Hostile JSON files, integer options and complex gradients, grouped by the promise each case guards.
 
 * **One JSON reader** (:func:`foundation.commandline.parse_json`): every JSON file a command reads is bounded in
   size, nesting depth and integer-literal length, and anything else is one line naming the file and what is

@@ -1,4 +1,4 @@
-"""Hostile inputs to the emitted kernels (issue 17, items 4, 6, 7 and the schedule length of 8).
+"""Hostile inputs to the emitted modules and the compute routines they call.
 
 * Ill-conditioned partners: the Gram roots must not square the condition number. ``halfsplit_qk``
   with a partner of condition number κ is compared with the exact rule evaluated at 60 digits; the
@@ -11,7 +11,7 @@
   arguments not unit-scaled, the balancing gauge's groups not rescaled) fail.
 * Schedules: every one runs as one loop whatever its length (the same program), longer than
   ``MAX_SCHEDULE_STEPS`` they are refused naming ``schedule`` (whatever msign is).
-* Round 2 of the audit: huge weights and tiny eps give the right update or one underflow line naming
+* The number range of every output: huge weights and tiny eps give the right update or one underflow line naming
   the function and its arguments' sizes, in every function (they were all zero); float16 outputs among
   the subnormals are refused, ordinary ones are not; balance_qk forms no Gram matrix (its error grows
   like eps·κ^(1/2)); the stored-layout entry points name their own arguments; boolean scalars are refused.
@@ -45,7 +45,7 @@ from derivations.printing.codegen import DerivedOutput
 from derivations.regenerate import shipped
 from derivations.vocabulary.nodes import PolarFactor
 from foundation.compute import jax_damped_gram, jax_exact_scaling, jax_msign, jax_output_checks
-from foundation.compute import numpy_kernels as NK
+from foundation.compute import numpy_routines as NK
 from tests.conftest import load_module
 from tests.emitted_inputs import example_call
 
@@ -83,7 +83,7 @@ def _rel(got, want):
     return max(errs)
 
 
-# ---- item 4: ill-conditioned partners -------------------------------------------------------
+# ---- ill-conditioned partners ---------------------------------------------------------------
 D, DH = 16, 4
 
 
@@ -145,15 +145,15 @@ def test_beyond_the_numerical_rank_cut_the_update_is_the_pseudo_inverse_rule(dty
 
 
 def _standalone_copy(rule, name):
-    """``python -m derivations.<rule> --emit jax --standalone`` loaded as its own module: its kernels and constants
-    are its own globals, so a kernel planted there changes this copy only."""
+    """``python -m derivations.<rule> --emit jax --standalone`` loaded as its own module: its routines and constants
+    are its own globals, so a routine planted there changes this copy only."""
     path = Path(tempfile.mkdtemp()) / f"{name}.py"
     path.write_text(render(registry.rule_module(rule), "jax", standalone=True))
     return load_module(path, name)
 
 
 def test_planted_gram_route_squares_the_condition_number(tmp_path):
-    """Forcing the eigenvalues of the formed Gram matrix (the old kernel) fails the accuracy check."""
+    """Forcing the eigenvalues of the formed Gram matrix (the old routine) fails the accuracy check."""
     planted = _standalone_copy("halfsplit", "planted_gram_route_halfsplit")
     planted.GRAM_ROUTE_RATIO = 0.0  # every batch "well conditioned": eigh of WᵀW
     errors = _query_errors(planted.halfsplit_qk, np.float32, (1e3, 3.3e3))
@@ -198,7 +198,7 @@ def test_the_svd_route_hands_lapack_finite_matrices_only(monkeypatch, tmp_path):
     flag of the Gram matrix: the scaled partner is all NaN or finite with entries below 2. Planted: unguarded."""
     seen, r = _lapack_inputs_of_the_svd_route(jax_damped_gram, monkeypatch)
     assert seen == [True, True] and np.all(np.isfinite(r[0])) and np.all(np.isnan(r[1]))
-    source = (ROOT / "numerics" / "kernels" / "jax_damped_gram.py").read_text()
+    source = Path(jax_damped_gram.__file__).read_text()
     assert source.count("jnp.where(ok, a, 0)") == 1
     (tmp_path / "planted_gram.py").write_text(source.replace("jnp.where(ok, a, 0)", "a"))
     planted = load_module(tmp_path / "planted_gram.py", "planted_unguarded_svd_route")
@@ -221,7 +221,7 @@ def test_rank_cut_is_on_singular_values_not_their_squares():
             rn, _, s = NK.gram_eigh(w, 0.0, "right")
             rn = np.sort(rn * s[..., 0])
             assert rn[0] == 0 and rn[1] == pytest.approx(8 * tol, rel=1e-6)
-    # the NumPy reference kernel: C⁻¹ accurate to eps·κ at κ = 1e12 (the Gram route would lose it all)
+    # the NumPy reference routine: C⁻¹ accurate to eps·κ at κ = 1e12 (the Gram route would lose it all)
     w = _partner(rng, 1e12)
     ci = NK.psd_power(NK.gram_eigh(w, 0.0, "right"), -0.5)
     with mpmath.workdps(50):
@@ -231,7 +231,7 @@ def test_rank_cut_is_on_singular_values_not_their_squares():
     assert np.linalg.norm(ci - exact) / np.linalg.norm(exact) <= 4 * np.finfo(np.float64).eps * 1e12
 
 
-# ---- item 6: empty batches, zero widths, scalars, dtypes --------------------------------------
+# ---- empty batches, zero widths, scalars, dtypes ----------------------------------------------
 @pytest.mark.parametrize("rule,name", FUNCTIONS)
 def test_empty_batch_gives_an_empty_result(rule, name):
     fn = _fn(rule, name)
@@ -290,7 +290,7 @@ def test_bad_scalars_under_jit_give_nan(rule, name):
             fn(*args, **{**kwargs, key: -0.1})
 
 
-# ---- item 7: the edges of the number range -----------------------------------------------------
+# ---- the edges of the number range -------------------------------------------------------------
 def _scaled_case(name, positions, c, dtype, degree):
     """``(scaled result or error text, float64 result on the unscaled inputs, the output's scale)``."""
     rule = {n: r for r, n in FUNCTIONS}[name]
@@ -464,7 +464,7 @@ def test_pow2_scale_moves_the_exponent_exactly_whatever_the_shift():
     assert _pow2_scale_failures(planted) == ["float16", "bfloat16", "float32", "float64"]
 
 
-# ---- item 8: schedule length ------------------------------------------------------------------
+# ---- schedule length --------------------------------------------------------------------------
 def _lowered(schedule_steps):
     step = (3.4445, -4.775, 2.0315)
     schedule = jax_msign.schedule_array((step,) * schedule_steps)
@@ -475,7 +475,7 @@ def _lowered(schedule_steps):
 
 def test_every_schedule_runs_as_one_loop_whatever_its_length():
     """The steps run in one loop whose body is compiled once: the program is the same for 2, 5 and 100 steps
-    (unrolled, every step would compile kernels of its own; a planted unrolled scan is caught)."""
+    (unrolled, every step would compile ops of its own; a planted unrolled scan is caught)."""
     programs = [_lowered(n) for n in (2, 5, jax_msign.MAX_SCHEDULE_STEPS)]
     assert programs[0] == programs[1] == programs[2] and programs[0][0] == 1
 
@@ -522,7 +522,7 @@ def test_the_longest_schedule_compiles_as_a_loop():
 
 
 def test_integers_beyond_every_float_are_refused_in_one_line():
-    """Audit: ``eps=10**400`` and a schedule coefficient ``10**400`` raised OverflowError tracebacks."""
+    """``eps=10**400`` and a schedule coefficient ``10**400`` once raised OverflowError tracebacks."""
     from numerics.emitted.halfsplit import halfsplit_qk
     rng = np.random.default_rng(0)
     w_q, w_k, g_q, g_k = (jnp.asarray(rng.standard_normal((6, 2))) for _ in range(4))
@@ -534,7 +534,7 @@ def test_integers_beyond_every_float_are_refused_in_one_line():
         assert "\n" not in str(err.value)
 
 
-# ---- round 2 of the audit (issue 17): the number range of every output, 16-bit outputs, balance ---------
+# ---- the number range of every output, 16-bit outputs, balance ------------------------------------------
 #: the weight scales at which the update (about eps/|W|) is below the underflow limit of the dtype
 HUGE = {np.float32: (1e30, 1e36, 1e37, 1e38), np.float64: (1e300, 1e306, 1e307)}
 
@@ -743,7 +743,7 @@ def test_planted_gram_formed_balance_squares_the_condition_number(tmp_path):
 
 
 def test_balance_emits_no_gram_matrix():
-    """The emitted balance_qk is printed from balance.stable_query/stable_key: SVD kernels, no formed NᵀN."""
+    """The emitted balance_qk is printed from balance.stable_query/stable_key: SVDs, no formed NᵀN."""
     source = inspect.getsource(importlib.import_module("numerics.emitted.balance")._balance_qk)
     assert "polar_factor(" in source and "jnp.linalg.eigh" not in source and "W_Q.mT @ W_Q" not in source
     for der in (balance.stable_query(), balance.stable_key()):

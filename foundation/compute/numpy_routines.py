@@ -1,7 +1,7 @@
-"""Float64 NumPy kernels; the emitted NumPy reference imports them (:mod:`foundation.compute.numpy_runtime`) or,
+"""Float64 NumPy routines; the emitted NumPy reference imports them (:mod:`foundation.compute.numpy_runtime`) or,
 emitted with ``--standalone``, inlines them (it imports only numpy).
 
-They follow the JAX kernels' conventions: inputs are validated where the computation starts
+They follow the JAX routines' conventions: inputs are validated where the computation starts
 (:func:`validate_arrays`), no NaN or Inf ever reaches LAPACK (:func:`finite_for_lapack` raises
 instead), scales are taken out before squaring, Gram roots come from the SVD of ``W`` (the
 condition number is not squared), and negative powers of Gram matrices are pseudo-inverse powers
