@@ -12,6 +12,7 @@ file again); the browser test needs Debian's ``chromium``, which ``.ci/run`` ins
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import io
 import os
@@ -34,6 +35,9 @@ sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 
 from workbench_sphinx.api import resolve  # noqa: E402 (found through the sys.path entry above)
 from workbench_sphinx.checks import external_assets, has_docstring, public_api  # noqa: E402 (as above)
+from workbench_sphinx.objects import Catalogue, FailedDerivation  # noqa: E402 (as above)
+
+from derivations import lemmas as L  # noqa: E402 (after the docs extension's path, as above)
 
 CONF = """
 import sys
@@ -198,6 +202,18 @@ def test_undocumented_public_name_stops_the_build(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "planted_pkg.mod")
     out = build(tmp_path, {"api": page}, api=["planted_pkg"])        # documented: the build passes
     assert 'id="planted_pkg.mod.documented"' in (out / "api.html").read_text()
+
+
+def test_two_lemmas_with_one_number_stop_the_build_naming_both(monkeypatch):
+    """The lemma reference heads each lemma "Lemma <number>: <title>": a second lemma with a number in use stops
+    the build instead of printing two headings alike."""
+    twin = dataclasses.replace(L.RING, key="planted_twin", title="planted twin")
+    monkeypatch.setattr(L, "ALL_LEMMAS", (*L.ALL_LEMMAS, twin))
+    with pytest.raises(FailedDerivation, match=r"lemma number 'R' is declared twice: Lemma R \(ring: .*\) and "
+                                               r"Lemma R \(planted_twin: planted twin\)"):
+        Catalogue([]).lemmas()
+    monkeypatch.setattr(L, "ALL_LEMMAS", (*L.ALL_LEMMAS[:-1], dataclasses.replace(twin, number="R9")))
+    assert "planted_twin" in {lem.key for lem in Catalogue([]).lemmas()}
 
 
 def test_missing_page_stops_the_build(tmp_path):
