@@ -20,6 +20,7 @@ from derivations.printing.jax_printer import emit_jax
 from derivations.printing.numpy_printer import emit_numpy
 from derivations.printing.text import derivation_text, lemma_text
 from derivations.printing.validation import CONDITION, validate_source
+from derivations.vocabulary.interpret import MissingRule
 from foundation.commandline import STDOUT_CLOSED, OneLineParser, UsageError, int_option, usage_error, write_result
 from foundation.compute.jax_msign import MSIGN_METHODS
 from foundation.polynomial import MAX_SCHEDULE_STEPS
@@ -318,6 +319,9 @@ def main(rule: RuleModule, argv: list[str] | None = None) -> int:
             text = render(rule, args.emit, args.msign, args.schedule, args.standalone)
             check_translation(rule, args.emit, text)  # what is about to be written computes the checked formulas
         except (StepCheckFailed, DerivationError) as exc:  # never emit what did not check
+            sys.stderr.write(f"{prog}: not emitted: {exc}\n")
+            return 1
+        except MissingRule as exc:  # a node the printer (or the exact-scaling plan) has no rule for
             sys.stderr.write(f"{prog}: not emitted: {exc}\n")
             return 1
         except UnsafeText as exc:  # text that would not stay inert in the emitted code

@@ -228,6 +228,11 @@ class Lemma:
     solution: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
     applies: Applies | None = field(default=None, repr=False, compare=False)  # where derive() tries it
 
+    def __post_init__(self):
+        if not isinstance(self.number, str) or not self.number.strip():
+            raise ValueError(f"lemma {self.key!r} ({self.title}) declares no number: every lemma is cited by a number "
+                             "of its own")
+
     @property
     def statement_latex(self) -> str:
         """The statement as LaTeX (no delimiters), printed from the :class:`Statement` where there is one."""

@@ -76,6 +76,10 @@ class SPDPower(_Derived):
     def _eval_transpose(self):
         return self
 
+    def _degree(self, scaling):
+        """``p`` times the degree of ``X`` (``(cX)^p = c^p X^p`` for ``c > 0``)."""
+        return scaling.times(self.exponent, scaling.degree(self.arg))
+
     def _numeric(self, ev):
         a = ev(self.arg)
         sym = (a + ev.backend.transpose(a)) * ev.backend.scalar(Rational(1, 2))

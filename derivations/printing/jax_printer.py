@@ -525,13 +525,13 @@ def _scaling(fn: EmittedFunction, scalars: dict, uses_msign: bool) -> tuple[list
 
     Only for rules without msign: there the routines and the unit-scaled msign arguments keep every
     intermediate in range; products of raw inputs elsewhere (``C_K W_QᵀW_Q C_K`` in the balancing gauge)
-    need their arguments near 1 (:mod:`derivations.printing.scaling`).
+    need their arguments near 1 (:mod:`derivations.printing.scaling`). The plan is made for every function,
+    so that a node without a homogeneity degree stops any emission (:class:`~derivations.printing.scaling.
+    NoDegreeRule`), not only the one that would have scaled it.
     """
-    if uses_msign:
-        return [], [], []
     damping = {sym for sym, name in scalars.items() if name == "damping"}
     plan = scaling_plan(fn.argument_names, [der.formula for _, der in fn.outputs], damping)
-    if not plan:
+    if uses_msign or not plan:
         return [], [], []
     first, last = [], []
     for i, group in enumerate(plan, 1):

@@ -15,6 +15,11 @@ Conventions:
   ``W`` (``W = C_W U_W``).
 * ``PolarFactor(W, λ, side)``: ``W C_W⁻¹`` (right) or ``C_W⁻¹ W`` (left); it has orthonormal
   columns (rows) when ``λ = 0`` and ``W`` has full column (row) rank.
+
+Every node also states its homogeneity degree, ``_degree(self, scaling)``: how its value scales when its
+arguments are scaled (``msign(cA) = msign(A)``: degree 0; ``‖cA‖_op = c‖A‖_op``: the degree of ``A``), which
+the exact-scaling plan of the emitted JAX code reads (:mod:`derivations.printing.scaling`, where ``scaling``
+and its helpers are described).
 """
 
 from __future__ import annotations
@@ -138,6 +143,10 @@ class MatrixFunction(MatrixExpr):
 class Msign(MatrixFunction):
     """Spectral sign ``msign(A) = U Vᵀ`` over the nonzero singular values of ``A``."""
 
+    def _degree(self, scaling):
+        """Degree 0: ``msign(cA) = msign(A)`` for ``c > 0``."""
+        return scaling.invariant(self.arg)
+
     def _sympystr(self, printer):
         return f"msign({printer._print(self.arg)})"
 
@@ -188,6 +197,10 @@ class _GramNode(_Derived):
 
     def label(self) -> str:
         return f"C_{short_name(self.base)}"
+
+    def _degree(self, scaling):
+        """``(WᵀW + λI)^p`` has ``2p`` times the degree of ``W`` (``λ`` scaled as ``W``'s square)."""
+        return scaling.times(2 * self.exponent, scaling.gram_base(self))
 
 
 class GramSqrt(_GramNode):
@@ -273,6 +286,11 @@ class PolarFactor(_Derived):
     def gram_inv_sqrt(self) -> GramInvSqrt:
         return GramInvSqrt(self.base, self.damping, self.side)
 
+    def _degree(self, scaling):
+        """Degree 0: ``W C_W⁻¹`` is unchanged when ``W`` (and ``λ`` as its square) is scaled."""
+        scaling.gram_base(self)  # λ follows W's group: the emitted code damps the root it computes
+        return {}
+
     def _sympystr(self, printer):
         return f"U_{short_name(self.base)}"
 
@@ -293,6 +311,10 @@ class HStack(MatrixExpr):
             raise ValueError(f"HStack needs two or more blocks with equal rows, got {[b.shape for b in blocks]}")
         return Basic.__new__(cls, *blocks)
 
+    def _degree(self, scaling):
+        """The degree of its blocks, which must agree (as the terms of a sum)."""
+        return scaling.same_degree(*self.args)
+
     @property
     def shape(self) -> tuple[Expr, Expr]:
         return (self.args[0].shape[0], sum((b.shape[1] for b in self.args), S.Zero))
@@ -309,6 +331,10 @@ class BlockDiag(MatrixExpr):
 
     def __new__(cls, *blocks):
         return Basic.__new__(cls, *[_sympify(b) for b in blocks])
+
+    def _degree(self, scaling):
+        """The degree of its blocks, which must agree (as the terms of a sum)."""
+        return scaling.same_degree(*self.args)
 
     @property
     def shape(self) -> tuple[Expr, Expr]:
@@ -348,6 +374,10 @@ class Projector(_Derived):
     def _sympystr(self, printer):
         return f"P_{short_name(self.base)}"
 
+    def _degree(self, scaling):
+        """Degree 0: the range of ``cW`` is the range of ``W``."""
+        return scaling.invariant(self.base)
+
     def _latex(self, printer):
         return f"P_{{{latex_subscript(self.base, printer)}}}"
 
@@ -381,6 +411,12 @@ class RegularizedSylvester(_Derived):
         if self.side == "outer":
             return a * a.T, b * b.T
         return a.T * a, b.T * b
+
+    def _degree(self, scaling):
+        """The degree of ``D`` less twice the factors' (``λ`` as their square), the two factors scaled as one."""
+        scaling.share_scale(self.left, self.right)
+        factor = scaling.tie(self.left)
+        return scaling.plus(scaling.degree(self.rhs), scaling.times(-2, factor))
 
     @property
     def shape(self) -> tuple[Expr, Expr]:
@@ -420,6 +456,10 @@ def _reduction_code(printer, template: str, *args) -> str:
 class Inner(_MatrixScalar):
     """Frobenius inner product ``⟨A, B⟩ = tr(AᵀB)``."""
 
+    def _degree(self, scaling):
+        """Bilinear: the sum of the degrees of ``A`` and ``B``."""
+        return scaling.product(*self.args)
+
     def _numpycode(self, printer):
         return _reduction_code(printer, "{m}.sum(({0}) * ({1}), ", *self.args)
 
@@ -443,6 +483,10 @@ class OpNorm(_MatrixScalar):
 
     is_nonnegative = True
 
+    def _degree(self, scaling):
+        """A norm: ``‖cA‖ = c‖A‖``, the degree of ``A``."""
+        return scaling.degree(self.args[0])
+
     def _numpycode(self, printer):
         return _reduction_code(printer, "{m}.linalg.norm({0}, ord=2, ", *self.args)
 
@@ -459,6 +503,10 @@ class NuclearNorm(_MatrixScalar):
     """Nuclear norm ``‖A‖_*`` (sum of singular values)."""
 
     is_nonnegative = True
+
+    def _degree(self, scaling):
+        """A norm: ``‖cA‖ = c‖A‖``, the degree of ``A``."""
+        return scaling.degree(self.args[0])
 
     def _numpycode(self, printer):
         return _reduction_code(printer, "{m}.linalg.norm({0}, ord='nuc', ", *self.args)
@@ -490,6 +538,10 @@ class IsotropicScale(_MatrixScalar):
     @property
     def damping(self) -> Expr:
         return self.args[1]
+
+    def _degree(self, scaling):
+        """The degree of ``W`` (one argument; ``λ`` scaled as its square)."""
+        return scaling.tie(self.base)
 
     def _sympystr(self, printer):
         return f"c_{short_name(self.base)}"

@@ -1,6 +1,7 @@
 """Norm and sharp-map nodes of the vocabulary: ``‖A‖_F``, ``‖A‖_max``, the entrywise ℓ1 norm, the
 aspect scale ``√(m/n)``, the RMS→RMS operator norm, and the sharp maps ``sign(A)``, ``A/‖A‖_F`` and the
-top singular pair ``u₁v₁ᵀ``. Each node carries its evaluation and printing rules; the norm families
+top singular pair ``u₁v₁ᵀ``. Each node carries its evaluation and printing rules and its homogeneity degree
+(``_degree``, read by :mod:`derivations.printing.scaling`); the norm families
 that solve a ball through its dual norm are in :mod:`derivations.engine.norms`."""
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ class FrobeniusNorm(_MatrixScalar):
 
     is_nonnegative = True
 
+    def _degree(self, scaling):
+        """A norm: ``‖cA‖ = c‖A‖``, the degree of ``A``."""
+        return scaling.degree(self.args[0])
+
     def _numeric(self, ev):
         a = ev(self.args[0])
         return ev.backend.inner(a, a) ** 0.5
@@ -77,6 +82,10 @@ class MaxAbsNorm(_MatrixScalar):
 
     is_nonnegative = True
 
+    def _degree(self, scaling):
+        """A norm: ``‖cA‖ = c‖A‖``, the degree of ``A``."""
+        return scaling.degree(self.args[0])
+
     def _numeric(self, ev):
         return max(abs(x) for x in _entries(ev(self.args[0])))
 
@@ -97,6 +106,10 @@ class EntrywiseL1Norm(_MatrixScalar):
     """``‖A‖_1 = Σ_ij |A_ij|`` (dual of the max-abs norm)."""
 
     is_nonnegative = True
+
+    def _degree(self, scaling):
+        """A norm: ``‖cA‖ = c‖A‖``, the degree of ``A``."""
+        return scaling.degree(self.args[0])
 
     def _numeric(self, ev):
         return sum((abs(x) for x in _entries(ev(self.args[0]))), ev.backend.scalar(0))
@@ -133,6 +146,10 @@ class AspectScale(_MatrixScalar):
             arg = Transpose(arg.arg.base)
         return _MatrixScalar.__new__(cls, arg)
 
+    def _degree(self, scaling):
+        """Degree 0: a function of the shape alone."""
+        return {}
+
     def _numeric(self, ev):
         m, n = ev.shape(self.args[0])
         return (ev.backend.scalar(m) / n) ** 0.5
@@ -159,6 +176,10 @@ class RmsOpNorm(_MatrixScalar):
 
     is_nonnegative = True
 
+    def _degree(self, scaling):
+        """A norm: ``‖cA‖ = c‖A‖``, the degree of ``A``."""
+        return scaling.degree(self.args[0])
+
     def _numeric(self, ev):
         return ev(OpNorm(self.args[0])) / ev(AspectScale(self.args[0]))
 
@@ -180,6 +201,10 @@ class RmsOpNorm(_MatrixScalar):
 class Sign(MatrixFunction):
     """Entrywise sign: the sharp map of the max-abs norm (``sign(0) = 0``)."""
 
+    def _degree(self, scaling):
+        """Degree 0: ``sign(cA) = sign(A)`` for ``c > 0``."""
+        return scaling.invariant(self.arg)
+
     def _numeric(self, ev):
         return _entrywise(ev(self.arg), _sign)
 
@@ -197,6 +222,10 @@ class Sign(MatrixFunction):
 
 class FrobeniusUnit(MatrixFunction):
     """``A / ‖A‖_F`` (zero for ``A = 0``): the sharp map of the Frobenius norm."""
+
+    def _degree(self, scaling):
+        """Degree 0: ``unit_F(cA) = unit_F(A)`` for ``c > 0``."""
+        return scaling.invariant(self.arg)
 
     def _numeric(self, ev):
         a = ev(self.arg)
@@ -225,6 +254,10 @@ class TopSingular(MatrixFunction):
     Unique when the largest singular value is simple (almost surely for random instances); any
     unit-nuclear-norm matrix in the span of the top singular pairs attains the same value.
     """
+
+    def _degree(self, scaling):
+        """Degree 0: the singular vectors of ``cA`` are those of ``A`` for ``c > 0``."""
+        return scaling.invariant(self.arg)
 
     def _numeric(self, ev):
         a = ev(self.arg)

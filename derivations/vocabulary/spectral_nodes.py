@@ -115,6 +115,10 @@ class SvdFactor(_Derived):
         u, _, v = thin_svd(ev, self.base)
         return u if self.side == "left" else v
 
+    def _degree(self, scaling):
+        """Degree 0: ``cG = U (cΣ) Vᵀ`` has the singular vectors of ``G`` for ``c > 0``."""
+        return scaling.invariant(self.base)
+
     def _sympystr(self, printer):
         return "U" if self.side == "left" else "V"
 
@@ -156,6 +160,10 @@ class Singular(_Derived):
     def _eval_transpose(self):
         return self
 
+    def _degree(self, scaling):
+        """``p`` times the degree of ``G`` (the singular values of ``cG`` are ``c σ_i``)."""
+        return scaling.times(self.power, scaling.degree(self.base))
+
     def _numeric(self, ev):
         _, s, _ = thin_svd(ev, self.base)
         r = ev.size(self.r) if self.part != "all" else 0
@@ -189,6 +197,10 @@ class TruncatedSvd(_Derived):
     @property
     def shape(self):
         return self.base.shape
+
+    def _degree(self, scaling):
+        """The degree of ``G`` (``(cG)_r = c G_r``)."""
+        return scaling.degree(self.base)
 
     def _numeric(self, ev):
         u, s, v = thin_svd(ev, self.base)
@@ -228,6 +240,10 @@ class PsdPower(MatrixExpr):
     def _eval_transpose(self):
         return self
 
+    def _degree(self, scaling):
+        """``p`` times the degree of ``A``."""
+        return scaling.times(self.power, scaling.degree(self.arg))
+
     def _numeric(self, ev):
         p = self.power
         scalar = mpmath.mpf(p.p) / p.q if ev.backend.name == "mpmath" else float(p.p) / p.q
@@ -256,6 +272,10 @@ class Group(MatrixExpr):
 
     def _numeric(self, ev):
         return ev(self.arg)
+
+    def _degree(self, scaling):
+        """The degree of ``X``."""
+        return scaling.degree(self.arg)
 
     def _sympystr(self, printer):
         return f"({printer._print(self.arg)})"

@@ -19,7 +19,6 @@ from sympy.matrices.expressions import MatrixSymbol
 from derivations import halfsplit
 from derivations import lemmas as L
 from derivations.engine.derivation import Context, Derivation, Problem, StepCheckFailed, identity_chain
-from derivations.engine.norms import NORM_LEMMAS
 from derivations.lemmas import blocks, counting, gram, spd_powers
 from derivations.lemmas.blocks import BlockMaxOpNorm
 from derivations.lemmas.kernel import rewrite_normal_form, ring_normal_form, step_instance
@@ -187,15 +186,6 @@ def test_scalar_powers_have_one_ring_normal_form():
     t, m, n = (Symbol(s, positive=True) for s in "Tmn")
     assert ring_normal_form(t * (4 * m * n**2 + 2 * n**3)) == ring_normal_form(2 * t * n**2 * (2 * m + n))
     assert ring_normal_form(n**2) != ring_normal_form(n**3)
-
-
-def test_lemma_numbers_and_keys_are_unique():
-    """A step cites a lemma by number on every page: two lemmas may not share one (``I`` did)."""
-    every = [*L.ALL_LEMMAS, *NORM_LEMMAS]
-    numbers = [lem.number for lem in every]
-    keys = [lem.key for lem in every]
-    assert len(set(numbers)) == len(numbers), sorted(n for n in numbers if numbers.count(n) > 1)
-    assert len(set(keys)) == len(keys)
 
 
 # ---- the kernel's rules for the statements of the counts, powers and definitions -----------------------------

@@ -11,6 +11,7 @@ from derivations.engine.latex import latex
 from derivations.engine.symbolic import ExplicitModel
 from derivations.printing.jax_printer import JaxPrinter
 from derivations.printing.numpy_printer import NumpyPrinter
+from derivations.printing.scaling import scaling_plan
 from derivations.vocabulary.interpret import MissingRule
 from derivations.vocabulary.nodes import MatrixFunction
 from derivations.vocabulary.numeric import evaluate
@@ -35,6 +36,9 @@ class Tanh(MatrixFunction):
         return f"{'jnp' if printer.printmethod == '_jaxcode' else 'np'}.tanh({printer._print(self.arg)})"
 
     _jaxcode = _numpycode
+
+    def _degree(self, scaling):
+        return scaling.inhomogeneous("tanh has no fixed degree")
 
     def _sympystr(self, printer):
         return f"tanh({printer._print(self.arg)})"
@@ -66,6 +70,7 @@ def test_a_new_node_works_in_every_interpreter():
     assert sstr(expr) == "tanh(A*A.T)" and r"\tanh" in latex(expr)
     model = ExplicitModel({})
     assert model.value(expr).shape == (4, 4)
+    assert scaling_plan(["A"], [expr]) is None  # the exact scaling leaves it alone, as its degree rule says
 
 
 @pytest.mark.parametrize("interpret", [
@@ -73,7 +78,8 @@ def test_a_new_node_works_in_every_interpreter():
     lambda e: ExplicitModel({}).value(e),
     lambda e: NumpyPrinter({"A": "A"}, {}).body([("out", e)]),
     lambda e: JaxPrinter({"A": "A"}, {}).body([("out", e)]),
-], ids=["numeric evaluator", "symbolic model", "NumPy printer", "JAX printer"])
+    lambda e: scaling_plan(["A"], [e]),
+], ids=["numeric evaluator", "symbolic model", "NumPy printer", "JAX printer", "exact-scaling plan"])
 def test_a_missing_rule_fails_the_same_way_everywhere(interpret):
     with pytest.raises(MissingRule, match=r"has no rule for Untaught|no explicit model for Untaught"):
         interpret(Untaught(A))
