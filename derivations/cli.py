@@ -16,6 +16,7 @@ from derivations.engine.latex import document_latex
 from derivations.engine.rule import RuleModule
 from derivations.parsing.latex_roundtrip import round_trips
 from derivations.printing.codegen import UnsafeText, lemmas_used
+from derivations.printing.examples import example_problems
 from derivations.printing.jax_printer import emit_jax
 from derivations.printing.numpy_printer import emit_numpy
 from derivations.printing.text import derivation_text, lemma_text
@@ -113,8 +114,10 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
     step, the failure (derivation, step, kind, lemma, sub-check, counterexample). ``ok`` is False
     when any step or lemma self-check failed, or a derivation's result is not what its checked steps give
     (``integrity``: :meth:`~derivations.engine.derivation.Derivation.integrity`), an emitted function disagrees
-    with its formula (``translation``), or a printed LaTeX result reads back as another formula (``latex``: one
-    row per derivation, :mod:`derivations.parsing.latex_roundtrip`; a known-unreadable one is ``unreadable``).
+    with its formula (``translation``), a printed LaTeX result reads back as another formula (``latex``: one
+    row per derivation, :mod:`derivations.parsing.latex_roundtrip`; a known-unreadable one is ``unreadable``), or
+    the example call of an emitted function cannot be drawn from the declaration (``examples``: one line each,
+    :func:`~derivations.printing.examples.example_problems`).
     """
     rows, proofs = [], []
     ders = rule.derivations()
@@ -137,10 +140,11 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
     measurements = measurement_rows(rule.measurements(rng) if rule.measurements and not integrity else [])
     translation = [] if integrity else translation_rows(rule, seed=seed)
     latex_rows = [] if integrity else [r.row() for r in round_trips(rule, seed, ders)]
+    examples = [] if integrity else example_problems(rule)
     ok = (all(r["status"] == "ok" for r in rows + lemmas + translation)
-          and all(m["status"] != "FAIL" for m in measurements + latex_rows) and not integrity)
+          and all(m["status"] != "FAIL" for m in measurements + latex_rows) and not integrity and not examples)
     return {"ok": ok, "steps": rows, "lemmas": lemmas, "measurements": measurements, "proofs": proofs,
-            "integrity": integrity, "translation": translation, "latex": latex_rows}
+            "integrity": integrity, "translation": translation, "latex": latex_rows, "examples": examples}
 
 
 def translation_rows(rule: RuleModule, targets: tuple = ("numpy", "jax"), seed: int = 0) -> list[dict]:
@@ -166,9 +170,13 @@ class TranslationFailed(DerivationError):
 
 def check_translation(rule: RuleModule, target: str, text: str) -> None:
     """Refuse ``--emit target`` of ``text`` with :class:`TranslationFailed` naming the first emitted function that
-    disagrees with its checked formula (and how many more). Only code targets are validated here."""
+    disagrees with its checked formula (and how many more), or whose declared example call cannot be drawn
+    (:func:`~derivations.printing.examples.example_problems`). Only code targets are validated here."""
     if target not in ("jax", "numpy"):
         return
+    bad = example_problems(rule)
+    if bad:
+        raise TranslationFailed(bad[0] + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
     wrong = [v for v in validate_source(text, rule.functions(), rule.scalars, target, rule.name,
                                         adapters=adapters_of(rule)) if not v.passed]
     if wrong:
@@ -226,7 +234,8 @@ def failures(table: dict) -> list[str]:
         f for r in table["lemmas"] for f in r["failures"]] + [
         f"measurement '{m['measurement']}' is {m['value']:.3e}, outside its limit {limit_text(m['limit'])}"
         for m in table["measurements"] if m["status"] == "FAIL"] + [
-        r["failure"] for r in table.get("translation", []) + table.get("latex", []) if r["failure"]]
+        r["failure"] for r in table.get("translation", []) + table.get("latex", []) if r["failure"]] + list(
+        table.get("examples", []))
 
 
 def format_table(table: dict) -> str:
@@ -278,6 +287,7 @@ def format_table(table: dict) -> str:
             + (f", {read}/{len(latex_rows)} printed LaTeX results read back as their formulas"
                + (f" ({unreadable} known unreadable)" if unreadable else "") if latex_rows else "")]
     out += [f"NOT CHECKED: {problem}" for problem in table.get("integrity", [])]
+    out += [f"NO EXAMPLE CALL: {problem}" for problem in table.get("examples", [])]
     return "\n".join(out) + "\n"
 
 

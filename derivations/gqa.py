@@ -196,7 +196,8 @@ def adapter():
                              "W_Q, G_Q (..., d, H·d_h); W_K, G_K (..., d, H_kv·d_h).\n\n"
                              "    Returns (ΔW_Q, ΔW_K) in the same layouts: gqa_query per query head, gqa_key per "
                              "key head.",
-                   notes=["Query head h uses key head h // G (consecutive grouping, as repeat_kv does)."])
+                   notes=["Query head h uses key head h // G (consecutive grouping, as repeat_kv does)."],
+                   example_sizes={"d": 7, "d_h": 3, "H": 4, "H_kv": 2})  # G = 2: at ε = 1e-3 a normal float16 step
 
 
 def jax_extra():

@@ -4,6 +4,11 @@
 :class:`~derivations.engine.derivation.Derivation` objects) and the public functions of its emitted module
 (:class:`EmittedFunction`: arguments, outputs and the derivations behind each output). These are plain data:
 this module imports no command line, printer or array library; :mod:`derivations.cli` runs a declaration.
+
+The example inputs of the emitted functions (what the golden copies, the non-finite and the hostile-input tests
+call them with) are part of the declaration too: :mod:`derivations.printing.examples` draws them from each
+argument's shape and facts, at the sizes the function's derivation is checked at, unless ``example_sizes``
+names others.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ class EmittedFunction:
     #: argument name -> trailing dimension names, for arguments not stored as their symbol's shape
     #: (a block-diagonal partner travels as its blocks, ``(..., k, d, d_h)``)
     shape_spec: dict = field(default_factory=dict)
+    #: sizes of the dimensions of its example call (dimension symbol or name -> size, all distinct): overrides the
+    #: rule's ``example_sizes``; empty: its derivation's first check size with all dimensions distinct
+    example_sizes: dict = field(default_factory=dict)
 
     @property
     def argument_names(self) -> list[str]:
@@ -61,3 +69,7 @@ class RuleModule:
     jax_extra: Callable | None = None
     #: () -> the :class:`~derivations.printing.layout.Adapter` records ``jax_extra`` prints (each is validated)
     adapters: Callable | None = None
+    #: sizes of the example calls of every emitted function (dimension symbol or name -> size, all distinct) and
+    #: of the adapters (``d``, ``d_h``; ``H`` heads over ``H_kv`` shared heads); empty: each function at its
+    #: derivation's check size, the adapters at :data:`~derivations.printing.validation.ADAPTER_SIZES`
+    example_sizes: dict = field(default_factory=dict)

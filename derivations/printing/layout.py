@@ -59,6 +59,9 @@ class Adapter:
     entry_doc: str = ""
     head_dim: bool = True
     notes: list = field(default_factory=list)
+    #: stored sizes of its example call (``d``, ``d_h``; ``H``, ``H_kv`` with heads): overrides the rule's
+    #: ``example_sizes`` (:mod:`derivations.printing.examples`)
+    example_sizes: dict = field(default_factory=dict)
 
 
 def layouts_of(function) -> list[HeadLayout]:

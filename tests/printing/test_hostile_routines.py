@@ -591,7 +591,7 @@ def _planted_without_lost_flag(rule):
 def test_planted_lost_flag_is_what_catches_huge_weights():
     planted = _planted_without_lost_flag("halfsplit")
     bad = dict(_huge_weight_failures(planted, "halfsplit_qk", np.float32))
-    assert "rel err 1.00e+00 (max |out| 0.00e+00)" in bad.get(1e37, ""), bad  # silently all zero, no error
+    assert any("rel err 1.00e+00 (max |out| 0.00e+00)" in v for v in bad.values()), bad  # all zero, no error
 
 
 #: eps at the bottom of the normal range: the update (about eps·|G|/|W|) underflows
