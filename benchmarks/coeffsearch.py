@@ -13,8 +13,8 @@ import sys
 import time
 
 from coeffsearch.certify import certify
-from coeffsearch.minimax import greedy_schedule
-from derivations.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
+from foundation.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
+from foundation.minimax import greedy_schedule
 
 MAX_REPEATS = 100  # about 2 s per repeat
 

@@ -1,11 +1,11 @@
-"""Benchmark: the cross-checker's diagnosis on a held-back corpus of hand formulas (issue 21, item 3).
+"""Benchmark: the cross-checker's diagnosis on a held-back corpus of hand formulas.
 
     python -m benchmarks.diagnosis [--corpus FILE] [--only DERIVATION]
 
 The corpus (``tests/diagnosis_corpus.json``, a list of objects) holds hand formulas written the way
 researchers write them (plain text, unicode and LaTeX spellings) against the derivations of the rule
 modules: ``derivation``, ``formula``, ``expect`` (``"equal"`` or ``"different"``) and, for a wrong one, the
-``slip`` planted in it (one of :data:`ACCEPTS`). None of them is a case of ``tests/test_diagnosis.py``
+``slip`` planted in it (one of :data:`ACCEPTS`). None of them is a case of ``tests/crosscheck/test_diagnosis.py``
 (the development corpus): the corpus is held back to measure the diagnosis, not to tune it.
 
 Every target is built (or read from the target cache) first; then each candidate is parsed and compared
@@ -39,7 +39,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from derivations.commandline import (
+from derivations.crosscheck import rule_lookup
+from derivations.crosscheck.checker import compare, parse_for
+from derivations.crosscheck.inputs import BadInput
+from derivations.crosscheck.target_cache import load_target, store_target
+from derivations.parsing.formula_syntax import FormulaError
+from derivations.parsing.targets import target_of
+from foundation.commandline import (
     FileRefused,
     OneLineParser,
     UsageError,
@@ -48,12 +54,6 @@ from derivations.commandline import (
     usage_error,
     write_result,
 )
-from derivations.crosscheck import rule_lookup
-from derivations.crosscheck.checker import compare, parse_for
-from derivations.crosscheck.inputs import BadInput
-from derivations.crosscheck.target_cache import load_target, store_target
-from derivations.parsing.formula_syntax import FormulaError
-from derivations.parsing.targets import target_of
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "diagnosis_corpus.json"
 #: the largest corpus file read (the shipped one is 14 kB)

@@ -33,11 +33,11 @@ import coeffsearch
 from benchmarks import gram_roots as gr
 from benchmarks import step
 from benchmarks.interleave import interleaved
-from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error
+from foundation.commandline import OneLineParser, UsageError, stdout_closed, usage_error
+from foundation.compute.gram_roots import DEFAULT_SCHEDULE, gram_inv_sqrt
+from foundation.compute.lapack_threads import lapack_threads
 from numerics import sharding
 from numerics.emitted import halfsplit
-from numerics.kernels.gram_roots import DEFAULT_SCHEDULE, gram_inv_sqrt
-from numerics.kernels.lapack_threads import lapack_threads
 from numerics.optimizer import _schedule_for, resolve_schedule
 
 
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     dev = jax.devices()[0]
     small = args.small or dev.platform == "cpu"
     if dev.platform == "cpu":
-        lapack_threads(1)  # as benchmarks.step does (see numerics.kernels.lapack_threads)
+        lapack_threads(1)  # as benchmarks.step does (see foundation.compute.lapack_threads)
     t0 = time.perf_counter()
     print(f"device: {dev.device_kind} ({dev.platform}), {len(jax.devices())} device(s), small={small}", flush=True)
 

@@ -2,8 +2,8 @@
 
     python -m benchmarks.gram [--repeats N] [--shapes NAME,...] [--dtype float32|bfloat16] [--restarts S,...]
 
-Times the jitted standard iteration (:func:`numerics.kernels.jax_msign.newton_schulz`) and the Gram
-form (:func:`numerics.kernels.gram_newton_schulz.gram_newton_schulz`, restarts after the given
+Times the jitted standard iteration (:func:`foundation.compute.jax_msign.newton_schulz`) and the Gram
+form (:func:`foundation.compute.gram_newton_schulz.gram_newton_schulz`, restarts after the given
 iterations; default after iteration 2, the position ``python -m coeffsearch restarts polar-express-5
 --dtype float32 --restarts 1`` certifies) with the 5-step Polar Express schedule, on single matrices
 ``768 × 3072``, ``4096 × 14336``, ``2048 × 11059`` and on batches ``24 × (768, 64)``, ``32 × (4096, 128)``.
@@ -26,10 +26,10 @@ import numpy as np
 
 import coeffsearch
 from benchmarks.interleave import MAX_REPEATS, interleaved, paired_ratio
-from derivations.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
 from derivations.gram_ns import flop_count
-from numerics.kernels.gram_newton_schulz import gram_newton_schulz, restart_flags
-from numerics.kernels.jax_msign import newton_schulz
+from foundation.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
+from foundation.compute.gram_newton_schulz import gram_newton_schulz, restart_flags
+from foundation.compute.jax_msign import newton_schulz
 
 #: name -> (batch or None, rows, cols)
 SHAPES = {"768x3072": (None, 768, 3072), "4096x14336": (None, 4096, 14336), "2048x11059": (None, 2048, 11059),

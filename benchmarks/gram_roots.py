@@ -22,8 +22,8 @@ import numpy as np
 import coeffsearch
 from benchmarks.interleave import MAX_REPEATS, interleaved
 from coeffsearch.certify import certify
-from derivations.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
-from numerics.kernels.gram_roots import CERTIFIED_LOWER, DEFAULT_SCHEDULE, certified_lower, gram_inv_sqrt
+from foundation.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
+from foundation.compute.gram_roots import CERTIFIED_LOWER, DEFAULT_SCHEDULE, certified_lower, gram_inv_sqrt
 
 SHAPES = {"gpt2": (12, 768, 64), "llama3": (32, 4096, 128)}
 DAMPING = 1e-2

@@ -6,7 +6,7 @@ Times, in one run and interleaved, (1) the emitted jitted ``halfsplit_qk`` (the 
 input validation included) against a hand-written JAX version of the same algorithm (eigh
 inverse roots, the same Newton–Schulz schedule), and (2) Newton–Schulz msign against SVD msign
 inside the emitted function, for 12 heads of ``d = 768, d_h = 64`` and for ``d = 4096, d_h = 128``.
-The hand-written version comes in both Newton–Schulz orientations (the emitted kernel runs
+The hand-written version comes in both Newton–Schulz orientations (the emitted code runs
 batches tall on the CPU, which a hand-written version could also do); the ratio is against the
 faster of the two, as the median over interleaved rounds of the times within a round (see
 :mod:`benchmarks.interleave`). The last line is ``emitted/handwritten median time ratio: R`` (the
@@ -30,8 +30,8 @@ import coeffsearch
 from benchmarks.interleave import MAX_REPEATS, MAX_THREADS, interleaved, paired_ratio
 from derivations import halfsplit
 from derivations.cli import render
-from derivations.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
-from numerics.kernels.lapack_threads import lapack_threads
+from foundation.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
+from foundation.compute.lapack_threads import lapack_threads
 
 MAX_HEADS = 64  # --heads-4096: at most this many heads of width 128
 
@@ -43,7 +43,7 @@ def handwritten_halfsplit(W_Q, W_K, G_Q, G_K, eps, damping, coeffs, tall=False):
     Both Gram roots come from one stacked eigh and both signs from one stacked Newton–Schulz,
     as in the emitted code: two concurrent eigh calls deadlock jaxlib 0.10 on a 2-core CPU.
     ``tall`` runs Newton–Schulz on the ``d × d_h`` matrices as they are (``A = XᵀX``, ``X ← X p(A)``),
-    the orientation the emitted kernel picks for batches on the CPU; otherwise on their transposes.
+    the orientation the emitted code picks for batches on the CPU; otherwise on their transposes.
     """
     W = jnp.stack([W_K, W_Q])
     g = W.mT @ W
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
                    help=f"heads in the d = 4096 configuration, 1 to {MAX_HEADS} (default 1)")
     p.add_argument("--lapack-threads", type=int_option(0, MAX_THREADS, "a thread count"), default=1,
                    help="OpenBLAS threads for jaxlib's CPU eigh, both implementations (default 1; 0 leaves the "
-                        "library default; see numerics.kernels.lapack_threads)")
+                        "library default; see foundation.compute.lapack_threads)")
     try:
         args = p.parse_args(argv)
     except UsageError as exc:

@@ -12,7 +12,7 @@ import time
 
 import jax
 
-#: the ranges of the benchmarks' shared integer options (:func:`derivations.commandline.int_option`):
+#: the ranges of the benchmarks' shared integer options (:func:`foundation.commandline.int_option`):
 #: timed rounds, and OpenBLAS threads (0: the library default)
 MAX_REPEATS = 1000
 MAX_THREADS = 256

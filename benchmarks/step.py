@@ -43,9 +43,9 @@ import optax
 from threadpoolctl import threadpool_info
 
 from benchmarks.interleave import MAX_REPEATS, MAX_THREADS, interleaved, paired_ratio
-from derivations.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
-from numerics.kernels.jax_spectral_sign import default_restarts, gram_chosen
-from numerics.kernels.lapack_threads import lapack_threads
+from foundation.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
+from foundation.compute.jax_spectral_sign import default_restarts, gram_chosen
+from foundation.compute.lapack_threads import lapack_threads
 from numerics.optimizer import MSIGN_METHODS, OVPair, QKPair, compositional_muon, resolve_schedule
 
 SHAPES = {"gpt2": (768, 12, 12, 64), "llama3": (4096, 32, 8, 128)}
@@ -108,7 +108,7 @@ def ns_flops(m, n, steps, degree):
 def gram_flops(m, n, steps, restarts):
     """Flops of Gram Newton–Schulz (quintic steps) on an ``m × n`` matrix (short side ``a``, long ``b``) with
     ``restarts`` restarts: ``4(K + 1) a²b + 2a³ (4T − 3K − 3)`` (``python -m derivations.gram_ns``, Lemma GK;
-    ``tests/test_benchmarks.py`` checks it against the products the kernel executes)."""
+    ``tests/benchmarks/test_benchmarks.py`` checks it against the products the routine executes)."""
     a, b = min(m, n), max(m, n)
     return 4 * (restarts + 1) * a * a * b + 2 * a ** 3 * (4 * steps - 3 * restarts - 3)
 
@@ -116,7 +116,7 @@ def gram_flops(m, n, steps, restarts):
 def sign_flops(m, n, steps, degree, msign="newton_schulz"):
     """Flops of one msign of an ``m × n`` matrix as the project computes it with ``msign``: the Gram form
     (quintic steps, the default restarts) for ``"gram_newton_schulz"``, and for ``"auto"`` where
-    :func:`numerics.kernels.jax_spectral_sign.gram_chosen` picks it; else :func:`ns_flops`."""
+    :func:`foundation.compute.jax_spectral_sign.gram_chosen` picks it; else :func:`ns_flops`."""
     if degree == 3 and (msign == "gram_newton_schulz" or (msign == "auto" and gram_chosen((m, n)))):
         return gram_flops(m, n, steps, len(default_restarts(steps)))
     return ns_flops(m, n, steps, degree)
@@ -371,7 +371,7 @@ def main(argv=None) -> int:
                         "the flop model columns are per layer")
     p.add_argument("--lapack-threads", type=int_option(0, MAX_THREADS, "a thread count"), default=1,
                    help="OpenBLAS threads for jaxlib's CPU eigh (default 1; 0 leaves the library default; "
-                        "see numerics.kernels.lapack_threads)")
+                        "see foundation.compute.lapack_threads)")
     try:
         args = p.parse_args(argv)
         names = _names(args.shapes, SHAPES, "--shapes")

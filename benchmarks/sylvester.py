@@ -3,7 +3,7 @@
     python -m benchmarks.sylvester [--d 1024] [--d-h 64] [--repeats N]
 
 Solves ``(W_QW_Qᵀ + λI) H + H (W_KW_Kᵀ + λI) = D`` in float64 three ways, in one run: the project's
-structured JAX kernel (``O(d² d_h)``), ``jax.scipy.linalg.solve_sylvester`` and
+structured JAX routine (``O(d² d_h)``), ``jax.scipy.linalg.solve_sylvester`` and
 ``scipy.linalg.solve_sylvester`` (both ``O(d³)``). Prints median times, the largest difference
 from SciPy's answer, and the speed-ups; the last line is the smaller of the two speed-ups.
 """
@@ -19,11 +19,11 @@ import numpy as np
 import scipy.linalg
 
 from benchmarks.interleave import MAX_REPEATS
-from derivations.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
+from foundation.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
 
 jax.config.update("jax_enable_x64", True)
 
-from numerics.kernels import jax_sylvester  # noqa: E402 (after float64 is switched on)
+from foundation.compute import jax_sylvester  # noqa: E402 (after float64 is switched on)
 
 MAX_SIZE = 2**14  # --d, --d-h: at most this wide (a d x d float64 matrix of 2 GiB)
 

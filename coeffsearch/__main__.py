@@ -23,10 +23,8 @@ from coeffsearch.certify import (
     recheck,
 )
 from coeffsearch.compare import compare_rows, format_compare, plot
-from coeffsearch.minimax import greedy_schedule
-from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleError
 from coeffsearch.validate import DTYPES, check_size, format_rows, parse_shape, validate
-from derivations.commandline import (
+from foundation.commandline import (
     FileRefused,
     OneLineParser,
     UsageError,
@@ -36,6 +34,8 @@ from derivations.commandline import (
     usage_error,
     write_text_file,
 )
+from foundation.minimax import greedy_schedule
+from foundation.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleError
 
 #: upper bounds on what sizes the work (each refused above with one line, exit 2; stated in --help)
 MAX_DEGREE = 15  # minimax --degree: one greedy step at degree 15 and 200 digits takes about 2 s (31: 14 s)
@@ -79,7 +79,7 @@ def _fraction(text):
     return v
 
 
-# the integer options: the one shared type (derivations.commandline.int_option), each with its range
+# the integer options: the one shared type (foundation.commandline.int_option), each with its range
 _seed = int_option(0, 2**63 - 1, "a seed")
 
 

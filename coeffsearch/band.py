@@ -23,7 +23,7 @@ import numpy as np
 from scipy.optimize import differential_evolution, minimize
 
 from coeffsearch.certify import certify
-from coeffsearch.polynomial import odd_eval
+from foundation.polynomial import odd_eval
 
 BOUNDS = ((1.0, 9.0), (-30.0, 0.0), (0.0, 25.0))  # a, b, c
 

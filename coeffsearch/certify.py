@@ -30,8 +30,8 @@ import mpmath
 from mpmath import iv
 
 from coeffsearch import registry
-from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, NAME_PATTERN, odd_eval
-from derivations.commandline import FileRefused, parse_json
+from foundation.commandline import FileRefused, parse_json
+from foundation.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, NAME_PATTERN, odd_eval
 
 DEFAULT_PREC = 200  # bits (about 60 digits)
 BOUNDED = mpmath.mpf("1.5")  # "still converges": the final image stays inside (0, BOUNDED]
@@ -248,7 +248,7 @@ class CertificateFormatError(CertificateError):
 
 
 def parse_certificate_json(text: str | bytes, source: str) -> object:
-    """JSON text parsed by the one reader (:func:`derivations.commandline.parse_json`: nesting depth and
+    """JSON text parsed by the one reader (:func:`foundation.commandline.parse_json`: nesting depth and
     integer length bounded); :class:`CertificateFormatError` in one line otherwise."""
     try:
         return parse_json(text, source)
@@ -262,7 +262,7 @@ def _schema_lines(data) -> list:
     for err in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
         where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
         if err.validator == "pattern" and where == "name":
-            why = f"{ascii(err.instance)[:120]} is not allowed as a name (see coeffsearch.polynomial.NAME_PATTERN)"
+            why = f"{ascii(err.instance)[:120]} is not allowed as a name (see foundation.polynomial.NAME_PATTERN)"
         elif err.validator == "pattern":
             why = f"{err.instance!r} is not a decimal number"
         elif err.validator == "const":

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from coeffsearch.certify import certify
-from coeffsearch.polynomial import odd_eval
 from coeffsearch.validate import validate
+from foundation.polynomial import odd_eval
 
 
 def compare_rows(named, lower: float = 1e-3, upper: float = 1.0, shape=(128, 256), seed: int = 0):

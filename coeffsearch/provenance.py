@@ -29,8 +29,8 @@ import mpmath
 
 from coeffsearch import registry
 from coeffsearch.certify import certify
-from coeffsearch.minimax import greedy_schedule
-from coeffsearch.schedule import Schedule, Steps
+from foundation.minimax import greedy_schedule
+from foundation.schedule import Schedule, Steps
 
 #: the design interval's lower end on which stated errors and bands are recomputed: [1e-3, 1]
 CHECK_LOWER = "1e-3"

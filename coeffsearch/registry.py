@@ -1,4 +1,4 @@
-"""Registry of published Newton–Schulz coefficient schedules (:class:`coeffsearch.schedule.Schedule`),
+"""Registry of published Newton–Schulz coefficient schedules (:class:`foundation.schedule.Schedule`),
 with their sources, and :func:`resolve`: a registered name or a schedule / certificate JSON file.
 
 Literal and recipe schedules register alike: ``register(Schedule("mine", None, "my notes",
@@ -12,9 +12,9 @@ import os
 
 import jsonschema
 
-from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleDoc, ScheduleError, check_name
-from coeffsearch.schedule import Recipe, Schedule
-from derivations.commandline import FileRefused, parse_json, read_regular_file
+from foundation.commandline import FileRefused, parse_json, read_regular_file
+from foundation.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleDoc, ScheduleError, check_name
+from foundation.schedule import Recipe, Schedule
 
 
 def _scaled(rows, unit):
@@ -26,7 +26,7 @@ _REGISTRY: dict[str, Schedule] = {}
 
 def register(schedule: Schedule) -> Schedule:
     """Add ``schedule`` to the registry (names are unique and match
-    :data:`coeffsearch.polynomial.NAME_PATTERN`).
+    :data:`foundation.polynomial.NAME_PATTERN`).
 
     Examples:
       >>> from coeffsearch import Schedule, get, register
@@ -133,11 +133,11 @@ def resolve(spec: str) -> Schedule:
 
     Files are validated against :data:`SCHEDULE_SCHEMA` (or, for certificates, the fields
     :data:`CERTIFICATE_SCHEDULE_SCHEMA` names) and every coefficient must be finite in float64.
-    The path and a file's ``name`` must match :data:`coeffsearch.polynomial.NAME_PATTERN` (they reach
+    The path and a file's ``name`` must match :data:`foundation.polynomial.NAME_PATTERN` (they reach
     emitted code), a file is at most :data:`MAX_FILE_BYTES`, and a schedule has at most
-    :data:`coeffsearch.polynomial.MAX_SCHEDULE_STEPS` steps.
+    :data:`foundation.polynomial.MAX_SCHEDULE_STEPS` steps.
     Raises ``KeyError`` for an unknown name that is not a file, and
-    :class:`coeffsearch.polynomial.ScheduleError` for a malformed file or a refused name.
+    :class:`foundation.polynomial.ScheduleError` for a malformed file or a refused name.
 
     Examples:
       >>> from coeffsearch import resolve

@@ -24,7 +24,6 @@ from coeffsearch.certify import (
     iv_precision,
     parse_certificate_json,
 )
-from coeffsearch.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, NAME_PATTERN
 from coeffsearch.restart_arithmetic import make_step
 from coeffsearch.restart_bounds import DIGITS, MAX_PIECES, PRECISION_BITS, estimate, failures, point_text, prove
 from coeffsearch.restart_model import (
@@ -37,7 +36,8 @@ from coeffsearch.restart_model import (
     check_positions,
     describe,
 )
-from derivations.commandline import FileRefused, read_json_file
+from foundation.commandline import FileRefused, read_json_file
+from foundation.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, NAME_PATTERN
 
 _DEC = {"type": "string", "pattern": r"^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?$"}
 

@@ -1,6 +1,6 @@
 """Certified restart positions for Gram Newton–Schulz (``python -m coeffsearch restarts``): the search.
 
-A restart of Gram Newton–Schulz (:mod:`numerics.kernels.gram_newton_schulz`) re-forms the iterate and its
+A restart of Gram Newton–Schulz (:mod:`foundation.compute.gram_newton_schulz`) re-forms the iterate and its
 Gram matrix, discarding the rounding that the Gram recurrence amplifies. Under a stated rounding model
 (:mod:`coeffsearch.restart_model`, propagated by interval arithmetic over every ``σ ∈ [0, 1]``:
 :mod:`coeffsearch.restart_arithmetic`) a set of positions is certified when (a) ``max |Q_t| < 1/u`` and

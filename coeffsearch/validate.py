@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from coeffsearch.certify import certify
-from numerics.kernels.spectra import with_singular_values
+from foundation.compute.spectra import with_singular_values
 
 ROUNDING_ULPS = 8
 DTYPES = ("float64", "float32", "bfloat16")
@@ -117,12 +117,12 @@ def test_matrices(rng, shape, lower, count: int = 3):
     return out
 
 
-def jax_kernels():
+def jax_routines():
     """``(jax, newton_schulz, gram_newton_schulz)`` with float64 enabled, imported on first use: the
-    coeffsearch command line imports without JAX, and only validation runs the kernels."""
-    import jax  # lazy: coeffsearch imports without JAX; only validation runs the kernels
+    coeffsearch command line imports without JAX, and only validation runs the routines."""
+    import jax  # lazy: coeffsearch imports without JAX; only validation runs the routines
 
-    from numerics.kernels import gram_newton_schulz, jax_msign  # lazy: imports JAX (as above)
+    from foundation.compute import gram_newton_schulz, jax_msign  # lazy: imports JAX (as above)
 
     jax.config.update("jax_enable_x64", True)
     return jax, jax_msign.newton_schulz, gram_newton_schulz.gram_newton_schulz
@@ -130,7 +130,7 @@ def jax_kernels():
 
 def validate(steps, dtypes=DTYPES, shape=(256, 512), lower: float = 1e-3, batch: int = 3, seed: int = 0):
     """Observed vs certified bands per dtype (float steps are run; the certificate uses the decimals)."""
-    jax, newton_schulz, _ = jax_kernels()
+    jax, newton_schulz, _ = jax_routines()
     jnp = jax.numpy
     rng = np.random.default_rng(seed)
     mats = test_matrices(rng, shape, lower, batch)

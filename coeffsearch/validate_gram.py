@@ -1,7 +1,7 @@
 """Gram Newton–Schulz against SVD on hostile spectra, next to the certified restart bounds.
 
 ``python -m coeffsearch validate SCHEDULE --gram [--certificate FILE]... [--at S[,S...]]`` runs
-:func:`numerics.kernels.gram_newton_schulz.gram_newton_schulz` with restart positions in float32, bfloat16 and
+:func:`foundation.compute.gram_newton_schulz.gram_newton_schulz` with restart positions in float32, bfloat16 and
 float16, each on a batch of matrices with hostile spectra (:data:`SPECTRA`), as given and transposed (both
 orientations of the Gram matrix), and compares with the float64 SVD of the input as the dtype holds it.
 
@@ -13,7 +13,7 @@ sees) and output ``Y``:
   restarts``; eigenvector drift shows here too);
 * ``‖Y‖_op``, bounded by the certificate's final image of ``[0, 1]`` (the larger of its two ends in magnitude).
 
-Bound (a), ``max |Q|``, is not measured (the kernel does not return ``Q``); a ``Q`` that blows up shows in
+Bound (a), ``max |Q|``, is not measured (the routine does not return ``Q``); a ``Q`` that blows up shows in
 both columns. Where the bound comes from, per dtype: a restart certificate for that dtype (its positions,
 its ``l`` and its bounds, used as stated: ``python -m coeffsearch certify FILE`` re-checks them); else
 the positions of ``--at`` (else the certificates' positions, else the published choice of
@@ -39,9 +39,9 @@ from coeffsearch import registry, restarts
 from coeffsearch.certify import CertificateFormatError
 from coeffsearch.restart_certificate import parse
 from coeffsearch.restart_model import DEFAULT_GROWTH, Model, RestartError, check_positions
-from coeffsearch.validate import jax_kernels
-from derivations.commandline import FileRefused, UsageError, read_json_file
-from numerics.kernels.spectra import log_spaced_spectrum, with_singular_values
+from coeffsearch.validate import jax_routines
+from foundation.commandline import FileRefused, UsageError, read_json_file
+from foundation.compute.spectra import log_spaced_spectrum, with_singular_values
 
 GRAM_DTYPES = ("float32", "bfloat16", "float16")
 #: per dtype: (exponent of the smallest normal number, largest exponent, stored mantissa bits)
@@ -166,14 +166,14 @@ def measure(ys, x: np.ndarray, lower: float) -> tuple:
 
 @cache
 def _jitted_gram():
-    jax, _, gram = jax_kernels()
+    jax, _, gram = jax_routines()
     return jax.jit(gram)
 
 
 def run_dtype(batch: np.ndarray, dtype: str, steps, positions) -> list:
     """``[(reference, [output, transposed output of the transpose])]`` per matrix of ``batch``, in ``dtype``:
     the Gram matrix ``XXᵀ`` and ``XᵀX`` (the reference: the input as the dtype holds it, in float64)."""
-    jax, _, _ = jax_kernels()
+    jax, _, _ = jax_routines()
     jnp = jax.numpy
     dt = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}[dtype]
     schedule = jnp.asarray([[float(c) for c in s] for s in steps], jnp.float64)
@@ -303,7 +303,7 @@ def format_gram(name: str, shape, bounds: dict, rows) -> str:
         if b.deviation is not None:
             out.append(f"{b.dtype}: restarts after {_where(b.positions)} ({b.source}), l = {b.lower}: certified "
                        f"(b) max |x_T - 1| <= {b.deviation:.8g} on [l, 1], final image within +-{b.image:.8g}, "
-                       f"(a) max |Q| <= {b.max_q} (not measured: the kernel does not return Q)")
+                       f"(a) max |Q| <= {b.max_q} (not measured: the routine does not return Q)")
         else:
             out.append(f"{b.dtype}: restarts after {_where(b.positions)} ({b.source}): no certified bound, nothing "
                        f"is claimed: {b.reason}")

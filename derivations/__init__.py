@@ -15,8 +15,10 @@ Public surface:
 * extension points — :class:`MatrixFunction` and :class:`MatrixScalar` (the bases of a new vocabulary
   node), :class:`InstanceSampler` (random instances for a lemma's self-check), :func:`evaluate_on`
   (an expression on concrete arrays);
-* emission — :class:`RuleModule` (what ``python -m derivations.<rule>`` runs), :class:`EmittedFunction`
-  (one public function of an emitted module), :func:`render` (``--emit jax|numpy|latex|text`` as text);
+* a rule as one declaration — :class:`RuleModule` (what ``python -m derivations.<rule>`` runs) and
+  :class:`EmittedFunction` (one public function of an emitted module), plain data
+  (:mod:`derivations.engine.rule`); :func:`derivations.cli.render` prints a declaration
+  (``--emit jax|numpy|latex|text`` as text);
 * rule modules — :mod:`derivations.halfsplit` (``python -m derivations.halfsplit --help``).
 
 Examples:
@@ -35,37 +37,49 @@ Examples:
   ['Linear steepest descent (Muon)']
 """
 
-import importlib
-from typing import Any
+from derivations.engine.derivation import (
+    Context,
+    Derivation,
+    DerivationError,
+    Problem,
+    Solution,
+    StepCheckFailed,
+    identity_chain,
+)
+from derivations.engine.norms import FAMILIES, NormFamily
+from derivations.engine.rule import EmittedFunction, RuleModule
+from derivations.engine.search import SearchFailed, derive
+from derivations.lemmas import Applies, Lemma, NotApplicable, Offer, SearchView
+from derivations.vocabulary.algebra import product, total, transpose
+from derivations.vocabulary.evaluate import InstanceSampler, evaluate_on
+from derivations.vocabulary.nodes import (
+    FULL_COLUMN_RANK,
+    FULL_ROW_RANK,
+    ORTHONORMAL_COLUMNS,
+    ORTHONORMAL_ROWS,
+    SPD,
+    SYMMETRIC,
+    FactMatrix,
+    GramInvSqrt,
+    GramSqrt,
+    Inner,
+    IsotropicScale,
+    MatrixFunction,
+    MatrixScalar,
+    Msign,
+    NuclearNorm,
+    OpNorm,
+    PolarFactor,
+    Projector,
+    dimension,
+    positive_symbol,
+)
 
-#: public name -> the module (relative to this package) that defines it; loaded on first use, so that
-#: ``import derivations.commandline`` (every command's parser) does not pull in SymPy and the engine
-_PUBLIC = {
-    **dict.fromkeys(("Context", "Derivation", "DerivationError", "Problem", "Solution", "StepCheckFailed",
-                     "identity_chain"), "engine.derivation"),
-    **dict.fromkeys(("FactMatrix", "GramInvSqrt", "GramSqrt", "Inner", "IsotropicScale", "Msign", "NuclearNorm",
-                     "OpNorm", "PolarFactor", "Projector", "FULL_COLUMN_RANK", "FULL_ROW_RANK",
-                     "ORTHONORMAL_COLUMNS", "ORTHONORMAL_ROWS", "SPD", "SYMMETRIC", "dimension",
-                     "positive_symbol", "MatrixFunction", "MatrixScalar"), "engine.vocabulary"),
-    **dict.fromkeys(("InstanceSampler", "evaluate_on"), "engine.evaluate"),
-    **dict.fromkeys(("product", "total", "transpose"), "engine.algebra"),
-    **dict.fromkeys(("FAMILIES", "NormFamily"), "engine.norms"),
-    **dict.fromkeys(("SearchFailed", "derive"), "engine.search"),
-    **dict.fromkeys(("Applies", "Lemma", "NotApplicable", "Offer", "SearchView"), "lemmas"),
-    **dict.fromkeys(("RuleModule", "render"), "cli"),  # the emission API imports JAX
-    "EmittedFunction": "printing.codegen",
-}
-
-__all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _PUBLIC:
-        value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
-        globals()[name] = value  # once
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+__all__ = [
+    "FAMILIES", "FULL_COLUMN_RANK", "FULL_ROW_RANK", "ORTHONORMAL_COLUMNS", "ORTHONORMAL_ROWS", "SPD", "SYMMETRIC",
+    "Applies", "Context", "Derivation", "DerivationError", "EmittedFunction", "FactMatrix", "GramInvSqrt", "GramSqrt",
+    "Inner", "InstanceSampler", "IsotropicScale", "Lemma", "MatrixFunction", "MatrixScalar", "Msign", "NormFamily",
+    "NotApplicable", "NuclearNorm", "Offer", "OpNorm", "PolarFactor", "Problem", "Projector", "RuleModule",
+    "SearchFailed", "SearchView", "Solution", "StepCheckFailed", "derive", "dimension", "evaluate_on",
+    "identity_chain", "positive_symbol", "product", "total", "transpose",
+]

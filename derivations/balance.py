@@ -23,10 +23,10 @@ in float64 on random instances and in mpmath at 50 digits:
   ``W_Q' = W_Q C_K (NᵀN)^{-1/4}``, ``W_K' = W_K C_K⁻¹ (NᵀN)^{1/4}`` have equal Grams, both
   ``(NᵀN)^{1/2}``, and ``W_Q' W_K'ᵀ = W_Q W_Kᵀ``.
 
-:func:`balanced_factors` is what :func:`numerics.gauge_balance.balance` computes (``tests/test_balance.py``
-compares them at 50 digits). The powers of SPD matrices are one node, :class:`SPDPower`, with its
-own rules for every interpreter; the lemmas B1–B7 are generic identities of such powers, registered with
-the other lemma families in :mod:`derivations.lemmas.balance`.
+:func:`balanced_factors` is what :func:`numerics.optimizer.gauge_balance.balance` computes
+(``tests/rules/test_balance.py`` compares them at 50 digits). The powers of SPD matrices are one node,
+:class:`SPDPower`, with its own rules for every interpreter; the lemmas B1–B7 are generic identities of
+such powers, registered with the other lemma families in :mod:`derivations.lemmas.spd_powers`.
 """
 
 from __future__ import annotations
@@ -38,12 +38,9 @@ from sympy import Rational
 from sympy.matrices.expressions import Inverse, MatAdd, MatMul, Transpose, ZeroMatrix
 
 from derivations import lemmas as L
-from derivations.cli import RuleModule
-from derivations.engine.algebra import product, total, transpose
 from derivations.engine.derivation import Context, DerivationError, identity_chain
-from derivations.engine.evaluate import evaluate_on
-from derivations.engine.vocabulary import FULL_COLUMN_RANK, SPD, FactMatrix, GramInvSqrt, GramSqrt, dimension
-from derivations.lemmas.balance import (
+from derivations.engine.rule import EmittedFunction, RuleModule
+from derivations.lemmas.spd_powers import (
     CONGRUENCE,
     GRAM_OF_PRODUCT,
     INVERSE_CANCEL,
@@ -53,7 +50,10 @@ from derivations.lemmas.balance import (
     POWER_SPLIT,
     SPDPower,
 )
-from derivations.printing.codegen import DerivedOutput, EmittedFunction
+from derivations.printing.codegen import DerivedOutput
+from derivations.vocabulary.algebra import product, total, transpose
+from derivations.vocabulary.evaluate import evaluate_on
+from derivations.vocabulary.nodes import FULL_COLUMN_RANK, SPD, FactMatrix, GramInvSqrt, GramSqrt, dimension
 
 # ---- the problem ----------------------------------------------------------------------------
 d, d_Q, d_h = dimension("d"), dimension("d_Q"), dimension("d_h")
@@ -184,7 +184,7 @@ def inverse_transpose():
 
 
 def balanced_factors():
-    """``(W_Q S*⁻ᵀ, W_K S*)``: the balanced pair (what :func:`numerics.gauge_balance.balance` computes)."""
+    """``(W_Q S*⁻ᵀ, W_K S*)``: the balanced pair (what :func:`numerics.optimizer.gauge_balance.balance` computes)."""
     return transformed(gauge(), inverse_transpose().formula)
 
 
@@ -218,7 +218,7 @@ def stable_query():
     """``W_Q' = U_N (NᵀN)^{1/4}``, ``N = W_Q C_K``: the balanced query factor as the emitted code computes it.
 
     ``(NᵀN)^{1/4}`` and ``U_N`` come from the singular values and vectors of ``N`` itself (the JAX and NumPy
-    kernels), so no Gram matrix is formed and the condition number is not squared.
+    routines), so no Gram matrix is formed and the condition number is not squared.
     """
     der = identity_chain("balance.stable_query", "Balance: the balanced query factor without a formed Gram matrix",
                          balanced_factors()[0], context(),

@@ -13,9 +13,9 @@ from __future__ import annotations
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import lemmas as L
-from derivations.engine.algebra import product, transpose
 from derivations.engine.derivation import Context, Derivation, DerivationError, Problem, identity_chain
-from derivations.engine.vocabulary import BlockDiag, GramSqrt, HStack, Inner, OpNorm
+from derivations.vocabulary.algebra import product, transpose
+from derivations.vocabulary.nodes import BlockDiag, GramSqrt, HStack, Inner, OpNorm
 
 
 def block_whitened(name: str, title: str, delta: MatrixSymbol, partner, loss_gradient, gradient,

@@ -41,10 +41,6 @@ from sympy import Eq, solve
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import lemmas as L
-from derivations.commandline import OneLineParser, UsageError, usage_error, write_result
-from derivations.crosscheck.params import Shape, tensors
-from derivations.engine import spectral_nodes as N
-from derivations.engine.algebra import product, total, transpose
 from derivations.engine.derivation import (
     FLOAT64_TOL,
     MPMATH_DPS,
@@ -56,12 +52,16 @@ from derivations.engine.derivation import (
     _Failure,
     identity_chain,
 )
-from derivations.engine.evaluate import evaluate
 from derivations.engine.norms import UNITARY_INVARIANCE, FrobeniusNorm
-from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix, OpNorm, dimension, positive_symbol
 from derivations.lemmas import counting
 from derivations.lemmas import spectral as S
 from derivations.parsing.formula import parse
+from derivations.vocabulary import spectral_nodes as N
+from derivations.vocabulary.algebra import product, total, transpose
+from derivations.vocabulary.evaluate import evaluate
+from derivations.vocabulary.nodes import FULL_COLUMN_RANK, FactMatrix, OpNorm, dimension, positive_symbol
+from foundation.commandline import OneLineParser, UsageError, usage_error, write_result
+from paramcount.count import Shape, tensors
 
 DPS = MPMATH_DPS
 
@@ -333,7 +333,7 @@ def lora_fraction() -> ClassicDerivation:
 
 def llama_example(rank: int = 16) -> int:
     """Trainable parameters of rank-``rank`` LoRA on ``W_Q`` and ``W_V`` of every layer of Llama-3-8B, from the
-    derived count evaluated at the shapes of :mod:`derivations.crosscheck.params`."""
+    derived count evaluated at the shapes of :mod:`paramcount.count`."""
     shapes = {t.name: t.shape for t in tensors(Shape(4096, 32, 128256, 14336, 32, 8, 128))}
     count = lora().formula
     per_layer = sum(int(count.subs({d_out: shapes[w][0], d_in: shapes[w][1], r: rank})) for w in ("W_Q", "W_V"))

@@ -26,11 +26,11 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import halfsplit as H
 from derivations import lemmas as L
-from derivations.cli import RuleModule
-from derivations.engine.algebra import product, transpose, with_damping
 from derivations.engine.derivation import Context, Derivation, Problem
-from derivations.engine.evaluate import evaluate_on
-from derivations.engine.vocabulary import GramSqrt, Inner, OpNorm, positive_symbol
+from derivations.engine.rule import RuleModule
+from derivations.vocabulary.algebra import product, transpose, with_damping
+from derivations.vocabulary.evaluate import evaluate_on
+from derivations.vocabulary.nodes import GramSqrt, Inner, OpNorm, positive_symbol
 
 lam = positive_symbol("lambda")
 

@@ -25,17 +25,8 @@ import numpy as np
 
 from derivations import halfsplit
 from derivations import lemmas as L
-from derivations.cli import RuleModule
-from derivations.engine.algebra import product, total, with_damping
 from derivations.engine.derivation import identity_chain
-from derivations.engine.evaluate import evaluate_on
-from derivations.engine.vocabulary import (
-    FULL_COLUMN_RANK,
-    ORTHONORMAL_COLUMNS,
-    FactMatrix,
-    GramSqrt,
-    PolarFactor,
-)
+from derivations.engine.rule import EmittedFunction, RuleModule
 from derivations.gauge_directions import (  # re-exported: the gauge's symbols and first derivations
     W_K,
     W_Q,
@@ -50,8 +41,17 @@ from derivations.gauge_directions import (  # re-exported: the gauge's symbols a
     vertical,
     vertical_invisible,
 )
-from derivations.printing.codegen import DerivedOutput, EmittedFunction
+from derivations.printing.codegen import DerivedOutput
 from derivations.projection import coefficient, normal_operator
+from derivations.vocabulary.algebra import product, total, with_damping
+from derivations.vocabulary.evaluate import evaluate_on
+from derivations.vocabulary.nodes import (
+    FULL_COLUMN_RANK,
+    ORTHONORMAL_COLUMNS,
+    FactMatrix,
+    GramSqrt,
+    PolarFactor,
+)
 
 
 def projection_solution():

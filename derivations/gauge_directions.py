@@ -10,9 +10,9 @@ from functools import cache
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import lemmas as L
-from derivations.engine.algebra import product, total, transpose
 from derivations.engine.derivation import Context, identity_chain
-from derivations.engine.vocabulary import (
+from derivations.vocabulary.algebra import product, total, transpose
+from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
     FactMatrix,
     Inner,

@@ -36,10 +36,11 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import halfsplit
 from derivations import lemmas as L
-from derivations.cli import RuleModule
-from derivations.engine.algebra import product, transpose
 from derivations.engine.derivation import Context, Derivation, Problem, identity_chain
-from derivations.engine.vocabulary import (
+from derivations.engine.rule import EmittedFunction, RuleModule
+from derivations.printing.layout import Adapter, adapter_source
+from derivations.vocabulary.algebra import product, transpose
+from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
     ISOTROPIC_COLUMNS,
     FactMatrix,
@@ -48,8 +49,6 @@ from derivations.engine.vocabulary import (
     dimension,
     positive_symbol,
 )
-from derivations.printing.codegen import EmittedFunction
-from derivations.printing.layout import Adapter, adapter_source
 
 d, d_h, n = halfsplit.d, halfsplit.d_h, dimension("n")  # n = G·d rows of the stacked queries
 eps = halfsplit.eps
@@ -197,7 +196,8 @@ def adapter():
                              "W_Q, G_Q (..., d, H·d_h); W_K, G_K (..., d, H_kv·d_h).\n\n"
                              "    Returns (ΔW_Q, ΔW_K) in the same layouts: gqa_query per query head, gqa_key per "
                              "key head.",
-                   notes=["Query head h uses key head h // G (consecutive grouping, as repeat_kv does)."])
+                   notes=["Query head h uses key head h // G (consecutive grouping, as repeat_kv does)."],
+                   example_sizes={"d": 7, "d_h": 3, "H": 4, "H_kv": 2})  # G = 2: at ε = 1e-3 a normal float16 step
 
 
 def jax_extra():

@@ -13,19 +13,19 @@ induction step, checked on random instances.
 
 Flop model (used by ``python -m benchmarks.gram`` and the restart search): a product of a ``p × q`` and
 a ``q × r`` matrix costs ``2pqr`` flops; sums, scalings, the normalization and the identity are free, and
-no symmetry is exploited (the kernels compute full products). With ``T`` quintic steps and ``K``
+no symmetry is exploited (the routines compute full products). With ``T`` quintic steps and ``K``
 restarts the standard iteration costs ``T (4n²m + 2n³)`` and the Gram form
-``4(K + 1) n²m + 2n³ (4T − 3K − 3)``; both are derived from the products the kernels execute (Lemma
-GK), and each step's check runs the project's kernels (:func:`numerics.kernels.jax_msign.newton_schulz`,
-:func:`numerics.kernels.gram_newton_schulz.gram_newton_schulz`) and counts their products.
+``4(K + 1) n²m + 2n³ (4T − 3K − 3)``; both are derived from the products the routines execute (Lemma
+GK), and each step's check runs the project's routines (:func:`foundation.compute.jax_msign.newton_schulz`,
+:func:`foundation.compute.gram_newton_schulz.gram_newton_schulz`) and counts their products.
 
-Run ``python -m derivations.gram_ns --help``. The JAX kernel is
-:mod:`numerics.kernels.gram_newton_schulz`. This module emits no functions of its own (``--emit jax|numpy`` is
+Run ``python -m derivations.gram_ns --help``. The JAX routine is
+:mod:`foundation.compute.gram_newton_schulz`. This module emits no functions of its own (``--emit jax|numpy`` is
 refused); every emitted rule function and the optimizer take ``msign="gram_newton_schulz"`` (restart positions
 as data, by default one restart after iteration 2, the published choice) or ``msign="auto"``, which picks the
 Gram form exactly when the cost difference above, ``(T − K − 1)(4n²m − 6n³)``, is negative for fewer than
 ``T − 1`` restarts, i.e. when the long side exceeds 1.5 × the short side
-(:mod:`numerics.kernels.jax_spectral_sign`). Default restarts are certified per dtype
+(:mod:`foundation.compute.jax_spectral_sign`). Default restarts are certified per dtype
 (``certified_restarts``): for ``polar-express-5`` after iteration 2 in float32, after 1 and 3 in float16,
 and none in bfloat16 (``python -m coeffsearch restarts polar-express-5 --dtype bfloat16`` finds no certified
 positions under its rounding model), where ``"auto"`` runs the standard iteration. The standard iteration
@@ -39,10 +39,8 @@ from functools import cache
 from sympy import Symbol
 from sympy.matrices.expressions import MatrixSymbol
 
-from derivations.cli import RuleModule
-from derivations.engine.algebra import product, transpose
 from derivations.engine.derivation import Context, Derivation, identity_chain
-from derivations.engine.vocabulary import dimension
+from derivations.engine.rule import RuleModule
 from derivations.lemmas.counting import PRODUCT_COST, SCALAR_ALGEBRA
 from derivations.lemmas.gram import (
     EXECUTED_PRODUCTS,
@@ -55,11 +53,13 @@ from derivations.lemmas.gram import (
     SIDES,
     TELESCOPING,
     UNROLL,
-    KernelFlops,
+    RoutineFlops,
     gram_polynomial,
     gram_symbol,
     odd_step,
 )
+from derivations.vocabulary.algebra import product, transpose
+from derivations.vocabulary.nodes import dimension
 
 n, m = dimension("n"), dimension("m")  # X is n × m with n ≤ m (the right orientation holds its transpose)
 T = dimension("T")  # quintic steps
@@ -209,10 +209,10 @@ def flops(kind: str, side: str = "left") -> Derivation:
     """Matmul flops of ``T`` quintic steps with ``K`` restarts (``kind`` ``standard`` or ``gram``)."""
     title = {"standard": "the standard iteration", "gram": "the Gram form"}[kind]
     der = identity_chain(f"gram_ns.flops_{kind}_{side}", f"Flops of {title} ({_label(side)})",
-                         KernelFlops(kind, side, n, m, T, K), flops_context(),
+                         RoutineFlops(kind, side, n, m, T, K), flops_context(),
                          statement=f"X is {'n × m' if side == 'left' else 'm × n'}, n ≤ m; {T} quintic steps"
                                    + (f", {K} restarts" if kind == "gram" else ""))
-    der.apply(EXECUTED_PRODUCTS, note="the products the kernel runs")
+    der.apply(EXECUTED_PRODUCTS, note="the products the routine runs")
     der.apply(PRODUCT_COST, note="2pqr per product, from the shapes")
     der.apply(SCALAR_ALGEBRA, how="factor")
     return der
@@ -237,12 +237,12 @@ def flop_count(kind: str, rows: int, cols: int, steps: int, restarts: int = 0) -
     return int(value)
 
 
-#: the shapes of the issue: single matrices and per-head batches
+#: the shapes the flop model is measured at: single weight matrices and per-head batches
 SHAPES = ((768, 3072), (4096, 14336), (2048, 11059), (768, 64), (4096, 128))
 
 
 def measurements(rng):
-    """Flop-model ratios gram/standard at the issue's shapes (5 steps, 1 restart): below 1, the Gram form is
+    """Flop-model ratios gram/standard at :data:`SHAPES` (5 steps, 1 restart): below 1, the Gram form is
     cheaper at every one of them."""
     del rng
     return [(f"flop model gram/standard at {a} x {b}, 5 steps, 1 restart",

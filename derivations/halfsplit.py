@@ -22,11 +22,11 @@ from sympy import Rational
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import lemmas as L
-from derivations.cli import RuleModule
-from derivations.engine.algebra import product, total, transpose
 from derivations.engine.derivation import Context, Derivation, Problem, identity_chain
-from derivations.engine.evaluate import evaluate_on
-from derivations.engine.vocabulary import (
+from derivations.engine.rule import EmittedFunction, RuleModule
+from derivations.vocabulary.algebra import product, total, transpose
+from derivations.vocabulary.evaluate import evaluate_on
+from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
     ISOTROPIC_COLUMNS,
     FactMatrix,
@@ -36,8 +36,7 @@ from derivations.engine.vocabulary import (
     dimension,
     positive_symbol,
 )
-from derivations.printing.codegen import EmittedFunction
-from numerics.kernels.spectra import log_spaced_spectrum, with_singular_values
+from foundation.compute.spectra import log_spaced_spectrum, with_singular_values
 
 d, d_h = dimension("d"), dimension("d_h")
 eps = positive_symbol("epsilon")

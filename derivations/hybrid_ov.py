@@ -28,11 +28,10 @@ from derivations import gqa, halfsplit
 from derivations import lemmas as L
 from derivations.block_whitened import block_roots as block_roots_of
 from derivations.block_whitened import block_whitened
-from derivations.cli import RuleModule
 from derivations.engine.derivation import Context
-from derivations.engine.vocabulary import BLOCK_DIAGONAL, FULL_COLUMN_RANK, FactMatrix, dimension
-from derivations.printing.codegen import EmittedFunction
+from derivations.engine.rule import EmittedFunction, RuleModule
 from derivations.printing.layout import Adapter, adapter_source
+from derivations.vocabulary.nodes import BLOCK_DIAGONAL, FULL_COLUMN_RANK, FactMatrix, dimension
 
 d, m, n = dimension("d"), dimension("m"), dimension("n")  # m = H d_h, n = H d
 eps = halfsplit.eps
@@ -111,7 +110,9 @@ def adapter():
                              "H_kv·d_h, d).\n\n    H_kv = H: head-local V side. H_kv < H (GQA): each value head "
                              "is shared by H/H_kv consecutive output\n    heads and gets budget ε/(2G) (gqa_value). "
                              "Returns (ΔW_O, ΔW_V) in the same layouts.",
-                   notes=["Output head h reads value head h // G; with H_kv = H this is the head-local hybrid rule."])
+                   notes=["Output head h reads value head h // G; with H_kv = H this is the head-local hybrid rule."],
+                   # head-local (H_kv = H): the golden copy of this module predates shared value heads
+                   example_sizes={"d": 7, "d_h": 3, "H": 4, "H_kv": 4})
 
 
 def jax_extra():

@@ -35,11 +35,13 @@ from derivations import halfsplit
 from derivations import lemmas as L
 from derivations.block_whitened import block_roots as block_roots_of
 from derivations.block_whitened import block_whitened
-from derivations.cli import RuleModule
-from derivations.engine.algebra import product, total, transpose
 from derivations.engine.derivation import Context, Derivation, Problem, identity_chain
-from derivations.engine.evaluate import evaluate_on
-from derivations.engine.vocabulary import (
+from derivations.engine.rule import EmittedFunction, RuleModule
+from derivations.lemmas.blocks import ColumnBlock, HeadLayout
+from derivations.printing.layout import Adapter, adapter_source
+from derivations.vocabulary.algebra import product, total, transpose
+from derivations.vocabulary.evaluate import evaluate_on
+from derivations.vocabulary.nodes import (
     BLOCK_DIAGONAL,
     FULL_COLUMN_RANK,
     BlockDiag,
@@ -51,10 +53,7 @@ from derivations.engine.vocabulary import (
     Projector,
     dimension,
 )
-from derivations.lemmas.blocks import ColumnBlock, HeadLayout
-from derivations.printing.codegen import EmittedFunction
-from derivations.printing.layout import Adapter, adapter_source
-from numerics.kernels.numpy_kernels import gram_eigh, psd_power
+from foundation.compute.numpy_routines import gram_eigh, psd_power
 
 d, d_h = halfsplit.d, halfsplit.d_h
 m, n = dimension("m"), dimension("n")  # m = 2 d_h, n = 2 d (separate symbols: smaller symbolic checks)

@@ -73,11 +73,11 @@ from derivations import (
     transpose,
 )
 from derivations import lemmas as L
-from derivations.engine.algebra import with_damping
-from derivations.engine.evaluate import evaluate_on
-from derivations.engine.vocabulary import BLOCK_DIAGONAL, RegularizedSylvester
 from derivations.printing.codegen import DerivedOutput
 from derivations.sylvester import sylvester_operator
+from derivations.vocabulary.algebra import with_damping
+from derivations.vocabulary.evaluate import evaluate_on
+from derivations.vocabulary.nodes import BLOCK_DIAGONAL, RegularizedSylvester
 
 d_out, d_in, r = dimension("d_out"), dimension("d_in"), dimension("r")
 eps, lam = positive_symbol("epsilon"), positive_symbol("lambda")

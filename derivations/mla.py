@@ -85,8 +85,8 @@ from derivations import (
     product,
     transpose,
 )
-from derivations.engine.evaluate import evaluate_on
-from numerics.kernels.numpy_kernels import gram_eigh, psd_power
+from derivations.vocabulary.evaluate import evaluate_on
+from foundation.compute.numpy_routines import gram_eigh, psd_power
 
 d, c_q, c_kv, c_kvr = dimension("d"), dimension("c_q"), dimension("c_kv"), dimension("c_kvr")
 q_w, d_h, d_v, n = dimension("d_qk"), dimension("d_h"), dimension("d_v"), dimension("n")  # d_qk = d_h + d_R

@@ -22,11 +22,11 @@ from sympy import Add
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import gauge_directions as G
-from derivations.engine.algebra import product, total
 from derivations.engine.derivation import identity_chain
-from derivations.engine.evaluate import evaluate_on
-from derivations.engine.vocabulary import RegularizedSylvester
 from derivations.sylvester import sylvester_operator
+from derivations.vocabulary.algebra import product, total
+from derivations.vocabulary.evaluate import evaluate_on
+from derivations.vocabulary.nodes import RegularizedSylvester
 
 X = MatrixSymbol("X", G.d_h, G.d_h)
 

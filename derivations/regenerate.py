@@ -13,8 +13,9 @@ from pathlib import Path
 
 from derivations import registry
 from derivations.cli import TranslationFailed, check_translation, emit_gate, render, verified_functions
-from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
 from derivations.engine.derivation import UncheckedDerivation
+from derivations.vocabulary.interpret import MissingRule
+from foundation.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
 
 #: where the shipped copies live (the generated package :mod:`numerics.emitted`)
 SHIPPED_DIR = registry.PACKAGE_DIR.parent / "numerics" / "emitted"
@@ -28,7 +29,10 @@ def path_of(rule: str, directory: Path | None = None) -> Path:
 def emit(rule: str) -> str | None:
     """A fresh emission of ``rule`` (what ``--emit jax`` prints), or None when it emits no function."""
     module = registry.rule_module(rule)
-    return render(module, "jax") if verified_functions(module) else None
+    try:
+        return render(module, "jax") if verified_functions(module) else None
+    except MissingRule as exc:  # a node without a printing rule or a homogeneity degree
+        raise Refused(f"{rule}: {exc}") from None
 
 
 def shipped(directory: Path | None = None) -> tuple[str, ...]:
@@ -72,11 +76,13 @@ def regenerate(rules: tuple[str, ...] | None = None, directory: Path | None = No
         refused = emit_gate(module)
         if refused:
             raise Refused(f"{rule}: {refused[0]}")
-        fresh[rule] = render(module, "jax")
         try:
+            fresh[rule] = render(module, "jax")
             check_translation(module, "jax", fresh[rule])
         except TranslationFailed as exc:
             raise Refused(str(exc)) from None
+        except MissingRule as exc:  # a node without a printing rule or a homogeneity degree
+            raise Refused(f"{rule}: {exc}") from None
     changed = []
     for rule, text in fresh.items():
         path = path_of(rule, directory)
@@ -111,7 +117,11 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return write_result(prog, f"regenerated {len(rules)} rule modules; changed: {', '.join(changed) or 'none'}\n",
                             0)
-    bad = stale(rules)
+    try:
+        bad = stale(rules)
+    except Refused as exc:
+        sys.stderr.write(f"{prog}: not checked: {exc}\n")
+        return 1
     if bad:
         return write_result(prog, f"stale emitted modules: {', '.join(bad)}; run python -m derivations.regenerate "
                                   "--regenerate\n", 1)

@@ -5,7 +5,8 @@ A *rule module* is a module at the top of :mod:`derivations` that defines ``rule
 source* defines ``derivations()`` (every rule module does; :mod:`derivations.classics` only that).
 Both are found by reading the package's files, without importing them, so listing is cheap and a
 broken module cannot hide the others. The command line, the cross-checker, the regeneration and
-freshness check of emitted modules, the docs and the tests all ask here.
+freshness check of emitted modules, the docs and the tests all ask here, and here too for every lemma
+the workbench can cite (:func:`every_lemma`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import importlib
 import re
 from functools import cache
 from pathlib import Path
+
+from derivations import lemmas as L
+from derivations.engine import norms
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -59,7 +63,7 @@ def load(name: str):
 
 
 def rule_module(name: str):
-    """The :class:`~derivations.cli.RuleModule` of rule ``name``.
+    """The :class:`~derivations.engine.rule.RuleModule` of rule ``name``.
 
     Examples:
       >>> from derivations.registry import rule_module
@@ -73,3 +77,28 @@ def rule_module(name: str):
     if name not in rule_names():
         raise KeyError(f"no rule module {name!r}: known are {', '.join(rule_names())}")
     return load(name).rule_module()
+
+
+def every_lemma() -> list:
+    """Every lemma the workbench can cite, each once: the lemma families' (:func:`derivations.lemmas.registered`),
+    the norm families' invariances, the solve lemma of each norm family, and any lemma a module of this registry
+    defines. Their numbers and keys are unique (:func:`derivations.lemmas.duplicate_numbers` finds none; a norm
+    family's solve lemma with a number in use is refused when it is made).
+
+    Examples:
+      >>> from derivations import lemmas
+      >>> from derivations.registry import every_lemma
+      >>> found = every_lemma()
+      >>> [lem.number for lem in found if lem.key.startswith("steepest_descent")]
+      ['1f', '1n', '1m', '1r']
+      >>> lemmas.duplicate_numbers(found)
+      []
+    """
+    found = [*L.registered(), *norms.NORM_LEMMAS, *(norms.solve_lemma(f) for f in norms.FAMILIES)]
+    for name in derivation_sources():
+        found += [v for v in vars(load(name)).values() if isinstance(v, L.Lemma)]
+    out: list = []
+    for lemma in found:
+        if not any(lemma is seen for seen in out):
+            out.append(lemma)
+    return out

@@ -29,11 +29,12 @@ from sympy import Add, S
 from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol
 
 from derivations import lemmas as L
-from derivations.cli import RuleModule
-from derivations.engine.algebra import product, total, transpose
 from derivations.engine.derivation import Context, DerivationError, identity_chain
-from derivations.engine.evaluate import evaluate_on
-from derivations.engine.vocabulary import (
+from derivations.engine.rule import EmittedFunction, RuleModule
+from derivations.printing.codegen import DerivedOutput
+from derivations.vocabulary.algebra import product, total, transpose
+from derivations.vocabulary.evaluate import evaluate_on
+from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
     FactMatrix,
     Inner,
@@ -42,7 +43,6 @@ from derivations.engine.vocabulary import (
     dimension,
     positive_symbol,
 )
-from derivations.printing.codegen import DerivedOutput, EmittedFunction
 
 d, d_h = dimension("d"), dimension("d_h")
 eps = positive_symbol("epsilon")

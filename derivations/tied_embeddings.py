@@ -47,7 +47,7 @@ from derivations import (
     dimension,
     positive_symbol,
 )
-from derivations.engine.evaluate import evaluate_on
+from derivations.vocabulary.evaluate import evaluate_on
 
 V, d = dimension("V"), dimension("d")
 eps = positive_symbol("epsilon")

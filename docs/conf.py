@@ -40,6 +40,8 @@ nitpicky = False
 #: the rule modules whose derivations get pages (empty: every module of ``derivations`` with a
 #: ``rule_module()``); the completeness check fails when one of them has no page
 workbench_rule_modules = []
+#: write listings/<rule>.rst for every rule module while the docs build (git ignores them)
+workbench_listing_pages = True
 #: packages whose public names must each have an API entry
 workbench_api_packages = ["derivations", "coeffsearch", "numerics", "numerics.optimizer"]
 

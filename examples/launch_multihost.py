@@ -12,7 +12,7 @@ process count and this process's id from the scheduler (SLURM, Open MPI, a TPU p
 
     srun --nodes=2 --ntasks-per-node=1 python examples/launch_multihost.py --mesh 2x8 --heads 16 --kv-heads 8
 
-On one machine, for testing, two processes of 4 CPU devices each (what ``tests/test_distributed.py`` runs)::
+On one machine, for testing, two processes of 4 CPU devices each (what ``tests/numerics/test_distributed.py`` runs)::
 
     export XLA_FLAGS=--xla_force_host_platform_device_count=4 JAX_PLATFORMS=cpu
     python examples/launch_multihost.py --coordinator localhost:12355 --num-processes 2 --process-id 0 &
@@ -32,11 +32,11 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from derivations.commandline import OneLineParser, UsageError, int_option, usage_error
+from foundation.commandline import OneLineParser, UsageError, int_option, usage_error
 from numerics import distributed
 
 PROG = "launch_multihost"
-#: the ranges of the integer options (derivations.commandline.int_option)
+#: the ranges of the integer options (foundation.commandline.int_option)
 MAX_PROCESSES = 4096
 MAX_TIMEOUT = 86400  # seconds: a day
 MAX_SIZE = 4096

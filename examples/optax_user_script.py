@@ -7,7 +7,7 @@ optax documents and what the workbench's README and optimizer guide show:
 * ``optax.inject_hyperparams(compositional_muon)`` with a warm-up/cosine learning-rate schedule (the
   learning rate is in the state, where the script reads it);
 * bfloat16 weights with float32 gradients (the loss is computed in float32) and float32 momentum;
-* ``pairs="auto"``: the attention kernels are stored with head axes, ``query (d, H, d_h)``, ``key`` and
+* ``pairs="auto"``: the attention weights are stored as flax kernels with head axes, ``query (d, H, d_h)``, ``key`` and
   ``value (d, H_kv, d_h)``, ``out (H, d_h, d)`` (flax's layout), so the pairs and their head counts are
   found from the names and shapes; ``describe_pairs`` prints what was paired;
 * a NaN batch refused as one error line naming the parameter: the step is jitted with ``checked_jit``
@@ -16,7 +16,7 @@ optax documents and what the workbench's README and optimizer guide show:
 
 Run ``python examples/optax_user_script.py`` (``--steps N``, ``--checkpoint-dir DIR``). It prints one line
 per step and ends with ``resume bit-identical: True``; it exits with status 1 when the resumed run differs.
-``tests/test_user_script.py`` runs it.
+``tests/project/test_user_script.py`` runs it.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from derivations.commandline import (
+from foundation.commandline import (
     FileRefused,
     OneLineParser,
     UsageError,
@@ -64,7 +64,7 @@ from derivations.commandline import (
     stdout_closed,
     usage_error,
 )
-from numerics.kernels.lapack_threads import lapack_threads
+from foundation.compute.lapack_threads import lapack_threads
 from numerics.optimizer import compositional_muon
 from numerics.study_report import check_record, summarize, write_report
 from numerics.train import (
@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_from_args(args)
     except UsageError as exc:
         return usage_error(prog, exc)
-    lapack_threads(1)  # small per-head eigh: one OpenBLAS thread (see numerics.kernels.lapack_threads)
+    lapack_threads(1)  # small per-head eigh: one OpenBLAS thread (see foundation.compute.lapack_threads)
     pre, lora = plan.run_count()
     if not args.quiet:
         print(f"study: {pre} pretraining runs of {plan.steps} steps, {lora} LoRA runs of {plan.lora_steps} steps; "

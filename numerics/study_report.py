@@ -107,8 +107,8 @@ def _curve_band(curves: list[list[float]]) -> tuple[int, list[float], list[float
     """``(window, mean, std)``: mean and standard deviation over seeds of the training loss, each smoothed by a
     moving average over ``window = len / 25`` steps."""
     window = max(1, len(curves[0]) // 25)
-    kernel = np.ones(window) / window
-    smooth = np.array([np.convolve(np.asarray(c, float), kernel, mode="valid") for c in curves])
+    weights = np.ones(window) / window
+    smooth = np.array([np.convolve(np.asarray(c, float), weights, mode="valid") for c in curves])
     return window, smooth.mean(axis=0).tolist(), smooth.std(axis=0, ddof=1).tolist()
 
 

@@ -35,8 +35,8 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
-from derivations.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error, write_result
-from numerics.kernels.lapack_threads import lapack_threads
+from foundation.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error, write_result
+from foundation.compute.lapack_threads import lapack_threads
 from numerics.optimizer import compositional_muon, parameter_roles, path_name
 from numerics.train_model import (
     ADAMW_PARAMS,
@@ -60,7 +60,7 @@ SWEEPS = {
 }
 OPTIMIZERS = tuple(SWEEPS)
 #: the ranges of the integer options of ``python -m numerics.train`` and ``python -m numerics.study`` (checked by
-#: :func:`derivations.commandline.int_option`, so a value outside is one line and exit 2, never a crash inside
+#: :func:`foundation.commandline.int_option`, so a value outside is one line and exit 2, never a crash inside
 #: optax, NumPy or JAX): steps per run, model sizes, and the seeds NumPy's generator takes
 MAX_STEPS = 10**6
 MAX_WIDTH = 2**16
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         return usage_error(prog, exc)
     cfg = Config(width=args.width, heads=args.heads, kv_heads=kv, layers=args.layers)
-    lapack_threads(1)  # small per-head eigh: one OpenBLAS thread (see numerics.kernels.lapack_threads)
+    lapack_threads(1)  # small per-head eigh: one OpenBLAS thread (see foundation.compute.lapack_threads)
     if args.compare:
         compare(args.steps, cfg, Path(args.out))
         return 0

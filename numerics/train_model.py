@@ -37,9 +37,9 @@ from numerics.optimizer import LoRAPair, OVPair, QKPair, path_name
 
 VOCAB = 128  # ASCII; bytes above 127 map to 127
 #: the matrices of a block, with their ``(d_out, d_in)`` as multiples of ``(d, H·d_h, H_kv·d_h)`` read by
-#: :func:`matrix_shapes`; ``True``: stored as an ``x @ W`` kernel ``(d_in, d_out)``
-KERNEL = {"wq": True, "wk": True, "wv": False, "wo": False, "w1": True, "w2": True}
-LORA_TARGETS = tuple(KERNEL)
+#: :func:`matrix_shapes`; ``True``: stored in × out, used as ``x @ W`` ``(d_in, d_out)``
+X_AT_W = {"wq": True, "wk": True, "wv": False, "wo": False, "w1": True, "w2": True}
+LORA_TARGETS = tuple(X_AT_W)
 #: what the Muon family updates with its AdamW part: embeddings, output head, and the RMSNorm gains (stacked
 #: over layers they have two axes, but they are vectors, not linear maps)
 ADAMW_PARAMS = ("embed", "pos", "head", "layers/norm1", "layers/norm2", "norm_f")
@@ -158,7 +158,7 @@ def init_params(cfg: Config, seed: int) -> dict:
     embed, pos = normal((VOCAB, d), 1.0) * 0.02, normal((cfg.context, d), 1.0) * 0.02
     layers = {"norm1": jnp.ones((L, d), jnp.float32), "norm2": jnp.ones((L, d), jnp.float32)}
     for name, (d_out, d_in) in matrix_shapes(cfg).items():
-        layers[name] = normal((L, d_in, d_out) if KERNEL[name] else (L, d_out, d_in), d_in)
+        layers[name] = normal((L, d_in, d_out) if X_AT_W[name] else (L, d_out, d_in), d_in)
     return {"embed": embed, "pos": pos, "layers": layers, "norm_f": jnp.ones((d,), jnp.float32),
             "head": normal((d, VOCAB), d)}
 
@@ -241,7 +241,7 @@ def merge_lora(base: dict, lora: dict) -> dict:
     layers = dict(base["layers"])
     for name, ab in lora.items():
         delta = ab["lora_B"] @ ab["lora_A"]  # (L, d_out, d_in)
-        layers[name] = layers[name] + (jnp.swapaxes(delta, -1, -2) if KERNEL[name] else delta)
+        layers[name] = layers[name] + (jnp.swapaxes(delta, -1, -2) if X_AT_W[name] else delta)
     return {**base, "layers": layers}
 
 

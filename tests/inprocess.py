@@ -47,7 +47,7 @@ def main_of(kind):
 def run_case(kind, argv, catch=Exception) -> dict:
     """One command line called in this process: ``{argv, rc, stderr, stdout, escaped}`` (``escaped``: the repr
     of an exception of class ``catch`` that left ``main``; ``rc`` is then None). The subprocess runner of
-    ``tests/test_hostile_cli.py`` passes ``BaseException``; here a pytest-timeout stop must pass through."""
+    ``tests/project/test_hostile_cli.py`` passes ``BaseException``; here a pytest-timeout stop must pass through."""
     out, err = io.StringIO(), io.StringIO()
     saved, escaped = sys.stdout, ""
     try:

@@ -60,10 +60,10 @@ from derivations.crosscheck.identities import (
 from derivations.crosscheck.inputs import CHAIN_MAX_BYTES, BadInput, read_input
 from derivations.crosscheck.reachability import in_range, reachability
 from derivations.crosscheck.verdict import Verdict, format_verdict, shapes_of, show
-from derivations.engine.vocabulary import Inner, NuclearNorm, OpNorm
 from derivations.parsing.formula_syntax import FormulaError, Node, parse_definition, parse_definitions, parse_tree
 from derivations.parsing.notation import STAR, decorate
 from derivations.parsing.targets import Target
+from derivations.vocabulary.nodes import Inner, NuclearNorm, OpNorm
 
 MAX_FILE = CHAIN_MAX_BYTES  # bytes: a --chain file over this (or not a regular file) is refused
 

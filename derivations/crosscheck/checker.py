@@ -56,8 +56,11 @@ from derivations.crosscheck.rule_lookup import find_derivation
 from derivations.crosscheck.symbolic_proofs import _symbolic_different, _symbolic_status
 from derivations.crosscheck.target_cache import load_target, store_target
 from derivations.crosscheck.verdict import Verdict, _counterexample, shapes_of, show
-from derivations.engine.evaluate import free_symbols
-from derivations.engine.vocabulary import (
+from derivations.parsing.formula import Builder
+from derivations.parsing.formula_syntax import parse_tree
+from derivations.parsing.targets import Target, _preorder, target_of
+from derivations.vocabulary.evaluate import free_symbols
+from derivations.vocabulary.nodes import (
     GramInvSqrt,
     GramSqrt,
     IsotropicScale,
@@ -68,9 +71,6 @@ from derivations.engine.vocabulary import (
     Projector,
     RegularizedSylvester,
 )
-from derivations.parsing.formula import Builder
-from derivations.parsing.formula_syntax import parse_tree
-from derivations.parsing.targets import Target, _preorder, target_of
 
 
 def _algebraic(*exprs) -> bool:

@@ -9,11 +9,11 @@ import argparse
 import json
 import sys
 
-from derivations.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
 from derivations.crosscheck import chain, checker, identities, rule_lookup
 from derivations.crosscheck.inputs import CHAIN_MAX_BYTES, BadInput
 from derivations.crosscheck.verdict import format_verdict
 from derivations.parsing.formula_syntax import FormulaError
+from foundation.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
 
 
 def _parser() -> OneLineParser:

@@ -30,7 +30,7 @@ from derivations.crosscheck.relations import (
     scalar_nodes,
 )
 from derivations.crosscheck.verdict import show
-from derivations.engine.evaluate import free_symbols
+from derivations.vocabulary.evaluate import free_symbols
 
 MAX_SENTENCES = 4
 

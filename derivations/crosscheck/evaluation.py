@@ -15,10 +15,10 @@ import numpy as np
 from sympy import S
 from sympy.matrices.expressions import MatMul
 
-from derivations.engine.evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
-from derivations.engine.vocabulary import GramInvSqrt, GramPower, GramSqrt, _GramNode
 from derivations.parsing.targets import Target, _preorder
-from numerics.kernels.reference import MpmathBackend, NumpyBackend
+from derivations.vocabulary.evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
+from derivations.vocabulary.nodes import GramInvSqrt, GramPower, GramSqrt, _GramNode
+from foundation.compute.reference import MpmathBackend, NumpyBackend
 
 DPS = 50
 # Every comparison is relative to the magnitudes of both sides (see :func:`_agree`), so it is the same

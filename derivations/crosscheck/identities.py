@@ -28,8 +28,13 @@ from sympy import Integer, S, Symbol, cancel, fraction
 from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, MatrixSymbol
 
 from derivations.crosscheck.inputs import BadInput
-from derivations.engine.spectral_nodes import PsdPower, Singular, SingularValue, SvdFactor
-from derivations.engine.vocabulary import (
+from derivations.parsing.formula import Builder, gram_of
+from derivations.parsing.formula_notation import mentions_sigma
+from derivations.parsing.formula_syntax import FormulaError, Node, parse_tree
+from derivations.parsing.notation import SUM_TERMS
+from derivations.parsing.notation_nodes import SingularSum
+from derivations.parsing.targets import Target, _preorder
+from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
     FULL_ROW_RANK,
     ORTHONORMAL_COLUMNS,
@@ -44,12 +49,7 @@ from derivations.engine.vocabulary import (
     dimension,
     positive_symbol,
 )
-from derivations.parsing.formula import Builder, gram_of
-from derivations.parsing.formula_notation import mentions_sigma
-from derivations.parsing.formula_syntax import FormulaError, Node, parse_tree
-from derivations.parsing.notation import SUM_TERMS
-from derivations.parsing.notation_nodes import SingularSum
-from derivations.parsing.targets import Target, _preorder
+from derivations.vocabulary.spectral_nodes import PsdPower, Singular, SingularValue, SvdFactor
 
 _FACT_WORDS = {
     "orthonormal columns": ORTHONORMAL_COLUMNS, "orthonormal rows": ORTHONORMAL_ROWS,

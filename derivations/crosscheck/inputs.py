@@ -3,7 +3,7 @@ file within a size limit."""
 
 from __future__ import annotations
 
-from derivations.commandline import FileRefused, read_regular_file
+from foundation.commandline import FileRefused, read_regular_file
 
 CHAIN_MAX_BYTES = 1_000_000  # a --chain file over this, or not a regular file, is refused
 
@@ -14,7 +14,7 @@ class BadInput(ValueError):
 
 def read_input(path: str, limit: int, what: str) -> bytes:
     """The bytes of the regular file ``path`` (at most ``limit``); ``BadInput`` in one line otherwise
-    (:func:`derivations.commandline.read_regular_file`: a FIFO, a device or a directory is refused)."""
+    (:func:`foundation.commandline.read_regular_file`: a FIFO, a device or a directory is refused)."""
     try:
         return read_regular_file(path, limit, what)
     except FileRefused as exc:

@@ -33,9 +33,9 @@ from sympy.matrices.expressions import Inverse, MatAdd, MatMul, MatrixSymbol, Tr
 from derivations.crosscheck.evaluation import _flat, _value
 from derivations.crosscheck.relations import Values, relation
 from derivations.crosscheck.verdict import show
-from derivations.engine.algebra import product, rewrite_adjacent, tidy, transpose
-from derivations.engine.vocabulary import BlockDiag, HStack, MatrixFunction, _Derived, _GramNode
 from derivations.parsing.targets import _preorder
+from derivations.vocabulary.algebra import product, rewrite_adjacent, tidy, transpose
+from derivations.vocabulary.nodes import BlockDiag, HStack, MatrixFunction, _Derived, _GramNode
 
 MAX_DEPTH = 12  # nesting levels followed (deeper formulas are named at this level)
 SHIFT = 4  # aligned prefixes and suffixes of two products differ in length by at most this many factors

@@ -15,8 +15,9 @@ from sympy import Basic, S
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol
 
 from derivations.crosscheck.verdict import show
-from derivations.engine.algebra import product, tidy, total, transpose
-from derivations.engine.vocabulary import (
+from derivations.parsing.formula import matrix_power
+from derivations.vocabulary.algebra import product, tidy, total, transpose
+from derivations.vocabulary.nodes import (
     BlockDiag,
     GramInvSqrt,
     GramPower,
@@ -29,7 +30,6 @@ from derivations.engine.vocabulary import (
     _Derived,
     _GramNode,
 )
-from derivations.parsing.formula import matrix_power
 
 
 def _replace_at(expr, path, new):

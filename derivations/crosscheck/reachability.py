@@ -25,10 +25,10 @@ from sympy import S
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations.crosscheck.evaluation import Instance, _instances
-from derivations.engine.evaluate import EvaluationError, evaluate
-from derivations.engine.vocabulary import facts_of
 from derivations.parsing.targets import Target
-from numerics.kernels.reference import NumpyBackend
+from derivations.vocabulary.evaluate import EvaluationError, evaluate
+from derivations.vocabulary.nodes import facts_of
+from foundation.compute.reference import NumpyBackend
 
 RANK_TOL = 1e-9  # a singular value of J below this times the largest is zero (float64, random instances)
 AFFINE_TOL = 1e-8  # relative: S(X) at a random X against c + J vec X

@@ -19,10 +19,10 @@ from sympy import Integer, Mul, Rational, S, Symbol, sstr
 from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, MatPow, Transpose
 
 from derivations.crosscheck.evaluation import DPS, EQUAL_TOL, _agree, _in_float_range, _ratio, _same, _value
-from derivations.engine.algebra import product, transpose
-from derivations.engine.spectral_nodes import PsdPower, Singular
-from derivations.engine.vocabulary import _GramNode, _MatrixScalar
 from derivations.parsing.targets import _preorder
+from derivations.vocabulary.algebra import product, transpose
+from derivations.vocabulary.nodes import _GramNode, _MatrixScalar
+from derivations.vocabulary.spectral_nodes import PsdPower, Singular
 
 SCALE_TOL = 10.0 ** (25 - DPS)  # relative spread of the ratios candidate / derived for a constant multiple
 SCREEN_TOL = 1e-8  # relative, float64 screening

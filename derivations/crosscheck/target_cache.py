@@ -22,7 +22,8 @@ from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, Matrix
 
 from derivations import registry
 from derivations.crosscheck.inputs import BadInput, read_input
-from derivations.engine.vocabulary import (
+from derivations.parsing.targets import Target
+from derivations.vocabulary.nodes import (
     BlockDiag,
     FactMatrix,
     GramInvSqrt,
@@ -38,7 +39,6 @@ from derivations.engine.vocabulary import (
     Projector,
     RegularizedSylvester,
 )
-from derivations.parsing.targets import Target
 
 _NODE_TYPES = {c.__name__: c for c in (
     MatrixSymbol, FactMatrix, Identity, MatMul, MatAdd, Transpose, Inverse, Msign, GramSqrt, GramInvSqrt,

@@ -32,9 +32,9 @@ from sympy.printing.precedence import precedence
 from sympy.printing.str import StrPrinter
 
 from derivations.crosscheck.evaluation import DPS, _flat, relative_difference
-from derivations.engine.evaluate import free_symbols
-from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, PolarFactor, short_name
 from derivations.lemmas.base import markdown_text
+from derivations.vocabulary.evaluate import free_symbols
+from derivations.vocabulary.nodes import GramInvSqrt, GramSqrt, PolarFactor, short_name
 
 
 @dataclass

@@ -42,18 +42,18 @@ from sympy import Expr, srepr
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import lemmas as L
-from derivations.engine.algebra import product, replace_free, tidy
 from derivations.engine.duality import duality_certificate_errors
-from derivations.engine.evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
+from derivations.engine.latex import check_text, latex_text, state_latex
 from derivations.engine.norms import family_of, solve_lemma, unscaled
 from derivations.engine.states import CheckResult, Claim, Context, Problem, Solution, Step
 from derivations.engine.step_digest import digest
 from derivations.engine.symbolic import size_label, verify_equal
-from derivations.engine.vocabulary import GramInvSqrt, GramSqrt, Inner
 from derivations.lemmas.base import markdown_text
 from derivations.lemmas.kernel import proof_status, step_definitions, step_instance
-from derivations.printing.latex import check_text, latex_text, state_latex
-from numerics.kernels.reference import MpmathBackend, NumpyBackend
+from derivations.vocabulary.algebra import product, replace_free, tidy
+from derivations.vocabulary.evaluate import EvaluationError, InstanceSampler, evaluate, free_symbols
+from derivations.vocabulary.nodes import GramInvSqrt, GramSqrt, Inner
+from foundation.compute.reference import MpmathBackend, NumpyBackend
 
 FLOAT64_TOL = 1e-9
 MPMATH_DPS = 50
@@ -363,7 +363,7 @@ class Derivation:
         rng = np.random.default_rng(seed)
         results = []
         for step in self.steps:
-            step.instance = None  # the kernel decides again: a step cannot carry its own verdict in
+            step.instance = None  # the trusted kernel decides again: a step cannot carry its own verdict in
             step.check = self._check_step(step, trials, mp, rng, strict)
             results.append(step.check)
         return results

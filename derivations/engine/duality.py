@@ -12,9 +12,9 @@ import mpmath
 import numpy as np
 
 from derivations import lemmas as L
-from derivations.engine.evaluate import evaluate, free_symbols
 from derivations.engine.norms import OPERATOR, ball_certificate, family_of
-from derivations.engine.vocabulary import Inner
+from derivations.vocabulary.evaluate import evaluate, free_symbols
+from derivations.vocabulary.nodes import Inner
 
 
 def duality_certificate_errors(problem, sol, sampler, rng, backend, prepare=None):

@@ -35,9 +35,21 @@ from sympy import Basic, Expr, Mul, Symbol
 from sympy.matrices.expressions import MatrixExpr, MatrixSymbol
 
 from derivations import lemmas as L  # looked up when used: a planted lemma (tests) takes effect
-from derivations.engine.algebra import product, tidy
-from derivations.engine.evaluate import InstanceSampler, free_symbols, relative_error
-from derivations.engine.norm_nodes import (
+from derivations.lemmas import _SMALL, Lemma, _k, _lsd_rewrite, _n, _tall
+from derivations.lemmas.base import _LARGE, Applies, everywhere, rewrite_nodes
+from derivations.lemmas.descent import no_improving_direction
+from derivations.lemmas.isometry import drop_transpose, isometry_statement, strip_isometries
+from derivations.lemmas.statement import Clause, Statement
+from derivations.vocabulary.algebra import product, tidy
+from derivations.vocabulary.evaluate import InstanceSampler, free_symbols, relative_error
+from derivations.vocabulary.nodes import (
+    ORTHONORMAL_COLUMNS,
+    Inner,
+    Msign,
+    NuclearNorm,
+    OpNorm,
+)
+from derivations.vocabulary.norm_nodes import (
     AspectScale,
     EntrywiseL1Norm,
     FrobeniusNorm,
@@ -47,20 +59,8 @@ from derivations.engine.norm_nodes import (
     Sign,
     TopSingular,
 )
-from derivations.engine.numeric import NumericEvaluator, evaluate
-from derivations.engine.vocabulary import (
-    ORTHONORMAL_COLUMNS,
-    Inner,
-    Msign,
-    NuclearNorm,
-    OpNorm,
-)
-from derivations.lemmas import _SMALL, Lemma, _k, _lsd_rewrite, _n, _tall
-from derivations.lemmas.base import _LARGE, Applies, everywhere, rewrite_nodes
-from derivations.lemmas.descent import no_improving_direction
-from derivations.lemmas.isometry import drop_transpose, isometry_statement, strip_isometries
-from derivations.lemmas.statement import Clause, Statement
-from numerics.kernels.reference import NumpyBackend
+from derivations.vocabulary.numeric import NumericEvaluator, evaluate
+from foundation.compute.reference import NumpyBackend
 
 
 # ---- the families ---------------------------------------------------------------------------
@@ -74,6 +74,13 @@ class NormFamily:
     dual_of: Callable[[Basic], Basic]  # A -> scalar expression ‖A‖_†
     sharp_of: Callable[[Basic], Basic]  # A -> matrix expression A♯
     statement: str  # LaTeX
+    #: the number its solve lemma is cited by, declared (unique among every lemma: ``registry.every_lemma``)
+    solve_number: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.solve_number, str) or not self.solve_number.strip():
+            raise ValueError(f"norm family {self.key!r} declares no solve_number: its solve lemma needs a number of "
+                             "its own, unused by every other lemma")
 
     def matches(self, constraint: Basic) -> bool:
         return isinstance(constraint, self.norm)
@@ -85,21 +92,22 @@ class NormFamily:
 
 OPERATOR = NormFamily("operator", "operator (spectral) norm", OpNorm, NuclearNorm, Msign,
                       r"\operatorname*{argmin}_{\|Z\|_{\mathrm{op}} \le \beta} \langle A, Z\rangle"
-                      r" = -\beta \operatorname{msign}(A),\ \text{value } -\beta\|A\|_{*}")
+                      r" = -\beta \operatorname{msign}(A),\ \text{value } -\beta\|A\|_{*}", solve_number="1")
 FROBENIUS = NormFamily("frobenius", "Frobenius norm", FrobeniusNorm, FrobeniusNorm, FrobeniusUnit,
                        r"\operatorname*{argmin}_{\|Z\|_{F} \le \beta} \langle A, Z\rangle"
-                       r" = -\beta A/\|A\|_F,\ \text{value } -\beta\|A\|_{F}")
+                       r" = -\beta A/\|A\|_F,\ \text{value } -\beta\|A\|_{F}", solve_number="1f")
 NUCLEAR = NormFamily("nuclear", "nuclear norm", NuclearNorm, OpNorm, TopSingular,
                      r"\operatorname*{argmin}_{\|Z\|_{*} \le \beta} \langle A, Z\rangle"
-                     r" = -\beta u_1 v_1^{\top},\ \text{value } -\beta\|A\|_{\mathrm{op}}")
+                     r" = -\beta u_1 v_1^{\top},\ \text{value } -\beta\|A\|_{\mathrm{op}}", solve_number="1n")
 MAX_ABS = NormFamily("max_abs", "max-abs (elementwise) norm", MaxAbsNorm, EntrywiseL1Norm, Sign,
                      r"\operatorname*{argmin}_{\|Z\|_{\max} \le \beta} \langle A, Z\rangle"
-                     r" = -\beta \operatorname{sign}(A),\ \text{value } -\beta\|A\|_{1}")
+                     r" = -\beta \operatorname{sign}(A),\ \text{value } -\beta\|A\|_{1}", solve_number="1m")
 RMS = NormFamily("rms", "RMS→RMS operator norm", RmsOpNorm,
                  lambda a: AspectScale(a) * NuclearNorm(a),
                  lambda a: _scaled(AspectScale(a), Msign(a)),
                  r"\operatorname*{argmin}_{\|Z\|_{\mathrm{RMS}\to\mathrm{RMS}} \le \beta} \langle A, Z\rangle"
-                 r" = -\beta \sqrt{m/n}\operatorname{msign}(A),\ \text{value } -\beta\sqrt{m/n}\|A\|_{*}")
+                 r" = -\beta \sqrt{m/n}\operatorname{msign}(A),\ \text{value } -\beta\sqrt{m/n}\|A\|_{*}",
+                 solve_number="1r")
 
 #: the registered norm families, in the order the docs list them (operator, Frobenius, nuclear, max-abs, RMS→RMS)
 FAMILIES = (OPERATOR, FROBENIUS, NUCLEAR, MAX_ABS, RMS)
@@ -277,7 +285,23 @@ NORM_LEMMAS = (UNITARY_INVARIANCE, NORM_TRANSPOSITION)
 
 
 def solve_lemma(family: NormFamily):
-    """The solve step of ``family`` as a lemma whose self-check is the duality certificate."""
+    """The solve step of ``family`` as a lemma whose self-check is the duality certificate, cited by the family's
+    declared ``solve_number``; a number another lemma has (a lemma family's, a norm lemma's, another family's solve
+    lemma's) is refused with one line naming both lemmas."""
+    if family is OPERATOR:
+        return L.LINEAR_STEEPEST_DESCENT
+    if family not in _SOLVE_LEMMAS:
+        lemma = _new_solve_lemma(family)
+        others = [*L.registered(), *NORM_LEMMAS, *(_new_solve_lemma(f) for f in FAMILIES if f.key != family.key)]
+        clashes = L.duplicate_numbers([lemma, *(o for o in others if o.number == lemma.number)])
+        if clashes:
+            raise ValueError(clashes[0])
+        _SOLVE_LEMMAS[family] = lemma
+    return _SOLVE_LEMMAS[family]
+
+
+def _new_solve_lemma(family: NormFamily) -> Lemma:
+    """The solve lemma of ``family`` (not yet checked against the other lemmas' numbers)."""
     if family is OPERATOR:
         return L.LINEAR_STEEPEST_DESCENT
 
@@ -289,13 +313,14 @@ def solve_lemma(family: NormFamily):
                 errors[name] = max(errors.get(name, 0.0), err)
         return errors
 
-    return _SOLVE_LEMMAS.setdefault(family.key, Lemma(
-        key=f"steepest_descent_{family.key}", number=f"1{family.key[0]}",
+    return Lemma(
+        key=f"steepest_descent_{family.key}", number=family.solve_number,
         title=f"Steepest descent in the {family.title}",
         statement=family.statement, conditions=(r"\beta > 0",), rewrite=_lsd_rewrite, check=check,
-        solution=family.solve, not_modelled="certified by duality (the family's dual norm), not symbolically"))
+        solution=family.solve, not_modelled="certified by duality (the family's dual norm), not symbolically")
 
 
+#: family -> its solve lemma, made once (a family is its fields: another number under the same key is another family)
 _SOLVE_LEMMAS: dict = {}
 
 

@@ -41,7 +41,6 @@ from sympy.matrices.expressions import MatrixSymbol, Transpose
 
 from derivations import lemmas as L
 from derivations.engine import norms
-from derivations.engine.algebra import rewrite_adjacent
 from derivations.engine.derivation import (
     Context,
     Derivation,
@@ -51,7 +50,8 @@ from derivations.engine.derivation import (
     StepCheckFailed,
 )
 from derivations.engine.norms import unscaled
-from derivations.engine.vocabulary import (
+from derivations.vocabulary.algebra import rewrite_adjacent
+from derivations.vocabulary.nodes import (
     FactMatrix,
     GramInvSqrt,
     GramSqrt,

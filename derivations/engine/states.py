@@ -13,8 +13,8 @@ from sympy import Expr
 from sympy.matrices.expressions import MatrixSymbol
 
 from derivations import lemmas as L
+from derivations.engine.latex import latex, state_latex
 from derivations.engine.symbolic import size_label
-from derivations.printing.latex import latex, state_latex
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class Step:
     check: CheckResult | None = None
     params: dict = field(default_factory=dict)
     symbolic: str | None = None  # the symbolic verdict (deterministic: computed once)
-    instance: str | None = None  # the kernel's instance verdict (deterministic: computed once)
+    instance: str | None = None  # the trusted kernel's instance verdict (deterministic: computed once)
 
 
 @dataclass

@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from sympy import Matrix, S, Symbol, cancel, diag, symbols
 from sympy.matrices.expressions import MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.algebra import is_symmetric, product, tidy
-from derivations.engine.interpret import Interpreter, MissingRule
 from derivations.engine.norms import FAMILIES, EntrywiseL1Norm
 from derivations.engine.rational_zero import is_zero
-from derivations.engine.vocabulary import (
+from derivations.vocabulary.algebra import is_symmetric, product, tidy
+from derivations.vocabulary.interpret import Interpreter, MissingRule
+from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
     FULL_ROW_RANK,
     ORTHONORMAL_COLUMNS,

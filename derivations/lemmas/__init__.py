@@ -9,10 +9,8 @@ family; :data:`ALL_LEMMAS` is collected from those modules (no hand-kept list). 
 a rule's final formula: they are generic identities.
 """
 
-from derivations.engine.vocabulary import GramInvSqrt, NuclearNorm  # noqa: F401 (names the single-module lemmas re-exported)
 from derivations.lemmas import (
     adjoint,
-    balance,
     blocks,
     chain_rule,
     counting,
@@ -21,6 +19,7 @@ from derivations.lemmas import (
     isometry,
     msign,
     ring,
+    spd_powers,
     spectral,
     whitening,
 )
@@ -147,10 +146,11 @@ from derivations.lemmas.whitening import (
     _projector_ids,
     _projector_rewrite,
 )
+from derivations.vocabulary.nodes import GramInvSqrt, NuclearNorm  # noqa: F401 (names the single-module lemmas re-exported)
 
 #: the family modules, in reading order
 FAMILY_MODULES = (descent, isometry, adjoint, whitening, msign, chain_rule, ring, blocks, spectral, counting, gram,
-                  balance)
+                  spd_powers)
 
 
 def collect(modules=FAMILY_MODULES) -> tuple:
@@ -159,3 +159,26 @@ def collect(modules=FAMILY_MODULES) -> tuple:
 
 
 ALL_LEMMAS = collect()
+
+
+def registered() -> list:
+    """The lemma families' lemmas, one per key: :data:`ALL_LEMMAS`, then any other lemma this package exposes
+    (looked up when called: a lemma replaced here, as the tests plant mistakes, is the one returned)."""
+    found: dict = {}
+    for lemma in (*ALL_LEMMAS, *(v for v in globals().values() if isinstance(v, Lemma))):
+        found.setdefault(lemma.key, lemma)
+    return list(found.values())
+
+
+def duplicate_numbers(lemmas) -> list[str]:
+    """One line for each lemma that shares its number, or its key, with an earlier different one of ``lemmas``,
+    naming both: every page cites a step's lemma by its number (``Lemma 1m``), the search and the docs by its key.
+    The same lemma reached twice is not a duplicate."""
+    out, numbers, keys = [], {}, {}
+    for lemma in lemmas:
+        for what, seen, value in (("number", numbers, lemma.number), ("key", keys, lemma.key)):
+            first = seen.setdefault(value, lemma)
+            if first is not lemma and first != lemma:
+                out.append(f"lemma {what} {value!r} is declared twice: Lemma {first.number} ({first.key}: "
+                           f"{first.title}) and Lemma {lemma.number} ({lemma.key}: {lemma.title})")
+    return out

@@ -5,11 +5,11 @@ from __future__ import annotations
 from sympy import Add, S, Symbol
 from sympy.matrices.expressions import MatAdd, MatMul, Transpose
 
-from derivations.engine.algebra import product, transpose
-from derivations.engine.evaluate import InstanceSampler
-from derivations.engine.vocabulary import Inner, dimension
 from derivations.lemmas.base import _SMALL, Applies, Case, Lemma, Offer, _fresh, _k, _m, _n, rewrite_nodes, stated_by
 from derivations.lemmas.statement import Clause, Statement
+from derivations.vocabulary.algebra import product, transpose
+from derivations.vocabulary.evaluate import InstanceSampler
+from derivations.vocabulary.nodes import Inner, dimension
 
 
 # ---- Lemma 3: adjoint moves ---------------------------------------------------------------

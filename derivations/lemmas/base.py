@@ -12,9 +12,10 @@ import numpy as np
 from sympy import Basic
 from sympy.matrices.expressions import MatrixSymbol
 
-from derivations.engine.algebra import map_bottom_up, product, total
-from derivations.engine.evaluate import evaluate, free_symbols, relative_error
-from derivations.engine.vocabulary import (
+from derivations.lemmas.statement import Clause, Statement, known, size_problems, size_symbols
+from derivations.vocabulary.algebra import map_bottom_up, product, total
+from derivations.vocabulary.evaluate import evaluate, free_symbols, relative_error
+from derivations.vocabulary.nodes import (
     ORTHONORMAL_COLUMNS,
     ORTHONORMAL_ROWS,
     FactMatrix,
@@ -24,8 +25,7 @@ from derivations.engine.vocabulary import (
     facts_of,
     positive_symbol,
 )
-from derivations.lemmas.statement import Clause, Statement, known, size_problems, size_symbols
-from numerics.kernels.reference import NumpyBackend
+from foundation.compute.reference import NumpyBackend
 
 SELF_CHECK_TOL = 1e-8  # relative error a lemma's self-check tolerates (float64, well-conditioned instances)
 
@@ -227,6 +227,11 @@ class Lemma:
     instance: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
     solution: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
     applies: Applies | None = field(default=None, repr=False, compare=False)  # where derive() tries it
+
+    def __post_init__(self):
+        if not isinstance(self.number, str) or not self.number.strip():
+            raise ValueError(f"lemma {self.key!r} ({self.title}) declares no number: every lemma is cited by a number "
+                             "of its own")
 
     @property
     def statement_latex(self) -> str:

@@ -31,9 +31,11 @@ from sympy.core.symbol import Str
 from sympy.core.sympify import _sympify
 from sympy.matrices.expressions import MatMul, MatrixExpr, MatrixSymbol, Transpose
 
-from derivations.engine.algebra import product, transpose
-from derivations.engine.evaluate import InstanceSampler, evaluate
-from derivations.engine.vocabulary import (
+from derivations.lemmas.base import _LARGE, _NP, _SMALL, Lemma, _fresh, _n, _tall, rewrite_nodes
+from derivations.lemmas.statement import Clause, Statement
+from derivations.vocabulary.algebra import product, transpose
+from derivations.vocabulary.evaluate import InstanceSampler, evaluate
+from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
     BlockDiag,
     FactMatrix,
@@ -46,8 +48,6 @@ from derivations.engine.vocabulary import (
     dimension,
     positive_symbol,
 )
-from derivations.lemmas.base import _LARGE, _NP, _SMALL, Lemma, _fresh, _n, _tall, rewrite_nodes
-from derivations.lemmas.statement import Clause, Statement
 
 _SMALL_BLOCKS = _SMALL
 

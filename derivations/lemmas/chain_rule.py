@@ -9,11 +9,11 @@ import numpy as np
 from sympy import S
 from sympy.matrices.expressions import MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.algebra import product, replace_free, rewrite_adjacent, transpose
-from derivations.engine.evaluate import InstanceSampler, _size, evaluate, free_symbols
-from derivations.engine.vocabulary import FULL_COLUMN_RANK, FULL_ROW_RANK, FactMatrix, dimension
 from derivations.lemmas.base import _SMALL, Applies, Case, Lemma, NotApplicable, Offer, _fresh, _k, _m, _n, _tall
 from derivations.lemmas.statement import Clause, Statement
+from derivations.vocabulary.algebra import product, replace_free, rewrite_adjacent, transpose
+from derivations.vocabulary.evaluate import InstanceSampler, _size, evaluate, free_symbols
+from derivations.vocabulary.nodes import FULL_COLUMN_RANK, FULL_ROW_RANK, FactMatrix, dimension
 
 
 # ---- chain rule: factor gradients ---------------------------------------------------------

@@ -2,7 +2,7 @@
 counts, polynomial algebra in the dimensions, and the rank bounds. The bounds are inequalities
 (``before ≤ after``) with a self-check of their own; the other lemmas are rewrites checked like the
 other families. The nodes they rewrite (``Flops``, ``Entries``, ``Rank``, ``Group``, ``min``) are in
-:mod:`derivations.engine.spectral_nodes`.
+:mod:`derivations.vocabulary.spectral_nodes`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import sympy
 from sympy import S
 from sympy.matrices.expressions import MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.algebra import product
-from derivations.engine.evaluate import InstanceSampler, evaluate, free_symbols
-from derivations.engine.spectral_nodes import Entries, Flops, Group, Least, Rank, _Count
-from derivations.engine.vocabulary import dimension
 from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _k, _m, _n, rewrite_nodes, stated_by
 from derivations.lemmas.statement import Clause, Statement
+from derivations.vocabulary.algebra import product
+from derivations.vocabulary.evaluate import InstanceSampler, evaluate, free_symbols
+from derivations.vocabulary.nodes import dimension
+from derivations.vocabulary.spectral_nodes import Entries, Flops, Group, Least, Rank, _Count
 
 
 def _sampler(**extra):

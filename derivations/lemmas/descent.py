@@ -6,11 +6,11 @@ import mpmath
 import numpy as np
 from sympy.matrices.expressions import MatrixSymbol
 
-from derivations.engine.algebra import product, tidy
-from derivations.engine.evaluate import evaluate
-from derivations.engine.vocabulary import Inner, Msign, NuclearNorm, OpNorm, dimension, positive_symbol
 from derivations.lemmas.base import _NP, Lemma, NotApplicable
 from derivations.lemmas.statement import Clause, Statement
+from derivations.vocabulary.algebra import product, tidy
+from derivations.vocabulary.evaluate import evaluate
+from derivations.vocabulary.nodes import Inner, Msign, NuclearNorm, OpNorm, dimension, positive_symbol
 
 
 # ---- Lemma 1: linear steepest descent (Muon) ----------------------------------------------
@@ -94,7 +94,7 @@ def _lsd_statement() -> Statement:
     """Lemma 1 is an argmin, not an identity: its statement is the three facts it follows from, each checked
     exactly. ``Z* = −β msign(A)`` attains ``⟨A, Z*⟩ = −β ‖A‖_*``; it is feasible, ``‖Z*‖_op ≤ β``; and every
     ``Z`` has ``⟨A, Z⟩ ≥ −‖A‖_* ‖Z‖_op`` (Hölder), so no ``Z`` of the ball goes below ``−β ‖A‖_*``. A step that
-    cites it is a solve step, certified by duality on its instances (not matched by the kernel)."""
+    cites it is a solve step, certified by duality on its instances (not matched by the trusted kernel)."""
     m, n = dimension("m"), dimension("n")
     a, z, beta = MatrixSymbol("A", m, n), MatrixSymbol("Z", m, n), positive_symbol("beta")
     best = product(-beta, Msign(a))

@@ -8,14 +8,14 @@ J. Zhang, N. Amsel, B. Chen, T. Dao (2026), *Gram Newton–Schulz*. An odd step
 ``R_{t+1} = q_t(R_t) R_t q_t(R_t)`` (GR) and naming the product ``Q_T = q_{T−1}(R_{T−1}) ⋯ q_0(R_0)``
 (GT) gives ``X_T = Q_T X_0``. A restart at ``s`` continues from ``Y_s = Q_s X_0`` with the Gram
 matrix recomputed from ``Y_s``, which equals ``R_s`` (GX). Lemma GK states which matrix products
-each iteration executes; its check counts the products the JAX kernels actually run.
+each iteration executes; its check counts the products the JAX routines actually run.
 
 The symbol-level lemmas (GU, GR, GT, GX) rewrite with definitions the rule module passes in (which
 symbol is which product); the engine checks every such step on random instances of *all* the
 definitions, so a wrong pairing fails its check. The trusted kernel proves them too, for all sizes: GU and GT
 unfold the step's definitions (which must be the derivation's); GR and GX prove each claimed equality of Gram
 matrices (``A_t = R_t``, ``G_s = R_s``) from the derivation's definitions, the earlier claims first (the base
-case, then each induction step, whose identity is the statement their self-check evaluates). What the kernel
+case, then each induction step, whose identity is the statement their self-check evaluates). What the trusted kernel
 proves is the claims for the steps the derivation names (three); that they hold for every ``t`` is the
 induction, stated in the side conditions and checked at instances only.
 """
@@ -26,12 +26,12 @@ from sympy import Basic, Expr, S, Symbol, sympify
 from sympy.core.symbol import Str
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.algebra import product, replace_free, rewrite_adjacent, total, transpose
-from derivations.engine.evaluate import EvaluationError, InstanceSampler
-from derivations.engine.spectral_nodes import Flops
-from derivations.engine.vocabulary import SYMMETRIC, FactMatrix, dimension
 from derivations.lemmas.base import Case, Lemma, NotApplicable, rewrite_nodes, stated_by
 from derivations.lemmas.statement import Clause, Statement
+from derivations.vocabulary.algebra import product, replace_free, rewrite_adjacent, total, transpose
+from derivations.vocabulary.evaluate import EvaluationError, InstanceSampler
+from derivations.vocabulary.nodes import SYMMETRIC, FactMatrix, dimension
+from derivations.vocabulary.spectral_nodes import Flops
 
 SIDES = ("left", "right")
 
@@ -366,9 +366,10 @@ def _induction_statement(restart: bool) -> Statement:
     GR: the Gram matrix of the next iterate, ``(q(A) X)(q(A) X)ᵀ = q(A) A q(A)`` for ``A = X Xᵀ`` (and
     ``(X q(S))ᵀ (X q(S)) = q(S) S q(S)`` for ``S = XᵀX``), ``q`` a polynomial with scalar coefficients. GX: a restarted
     iterate ``Y = Q X`` (``X Q``) has the Gram matrix ``Q R Qᵀ`` (``Qᵀ S Q``). The self-check evaluates these clauses;
-    the kernel proves each claim ``A_t = R_t`` (``G_s = R_s``) a step makes from the derivation's own definitions,
-    one after the other (the base case, then each step with the claims before it): for all sizes, for the ``t`` the
-    step names. That the claim holds for *every* ``t`` is the induction this identity drives, stated, not checked.
+    the trusted kernel proves each claim ``A_t = R_t`` (``G_s = R_s``) a step makes from the derivation's own
+    definitions, one after the other (the base case, then each step with the claims before it): for all sizes,
+    for the ``t`` the step names. That the claim holds for *every* ``t`` is the induction this identity drives,
+    stated, not checked.
     """
     x, r, s = _wide()
     if restart:
@@ -422,16 +423,16 @@ RESTART = Lemma(
 KINDS = ("standard", "gram")
 
 
-def kernel_flops(kind: str, side: str, n: int, m: int, steps: int, restarts: int = 0) -> int:
-    """Matmul flops the project's kernel executes (:func:`numerics.kernels.flop_count.kernel_flops`)."""
-    from numerics.kernels.flop_count import kernel_flops as count  # lazy: derivations imports without JAX
+def routine_flops(kind: str, side: str, n: int, m: int, steps: int, restarts: int = 0) -> int:
+    """Matmul flops the project's routine executes (:func:`foundation.compute.flop_count.routine_flops`)."""
+    from foundation.compute.flop_count import routine_flops as count  # lazy: derivations imports without JAX
     return count(kind, side, n, m, steps, restarts)
 
 
-class KernelFlops(Expr):
-    """Matmul flops a kernel executes on ``X`` of shape ``n × m`` (``n ≤ m``; the transpose for
+class RoutineFlops(Expr):
+    """Matmul flops a routine executes on ``X`` of shape ``n × m`` (``n ≤ m``; the transpose for
     ``side="right"``) for ``T`` quintic steps and ``K`` restarts, counted by running it
-    (:func:`kernel_flops`). ``K`` must evaluate to an integer in ``[0, T − 1]``."""
+    (:func:`routine_flops`). ``K`` must evaluate to an integer in ``[0, T − 1]``."""
 
     is_commutative = True
     is_real = True
@@ -453,7 +454,7 @@ class KernelFlops(Expr):
             raise EvaluationError(f"the flop model is stated for n <= m, got n = {n}, m = {m}")
         if k != int(k) or not 0 <= k <= steps - 1:
             raise EvaluationError(f"the restart count must be an integer in [0, T - 1], got {k} for T = {steps}")
-        return ev.backend.scalar(kernel_flops(self.kind, self.side, n, m, steps, int(k)))
+        return ev.backend.scalar(routine_flops(self.kind, self.side, n, m, steps, int(k)))
 
     def _sympystr(self, printer):
         args = ", ".join(printer._print(a) for a in self.args[2:5 if self.kind == "standard" else 6])
@@ -465,7 +466,7 @@ class KernelFlops(Expr):
 
 
 def executed_products(kind, side, n, m, steps, restarts):
-    """The products a kernel executes, as ``coefficient · flops(product)`` terms (quintic steps).
+    """The products a routine executes, as ``coefficient · flops(product)`` terms (quintic steps).
 
     Standard (per step): ``A = XXᵀ``, ``A·A`` (Horner), ``B X``. Gram: per segment between restarts
     (``K + 1`` of them) ``R = XXᵀ`` and ``Q X``; per step ``R·R`` (Horner); per step except the first
@@ -485,16 +486,16 @@ def executed_products(kind, side, n, m, steps, restarts):
             + inner * (Flops(product(z, q)) + Flops(product(r, z)) + Flops(product(z, r))))
 
 
-def _kernel_rewrite(expr, **_):
+def _routine_rewrite(expr, **_):
     def rule(e):
-        if isinstance(e, KernelFlops):
+        if isinstance(e, RoutineFlops):
             n, m, steps, restarts = e.args[2:]
             return executed_products(e.kind, e.side, n, m, steps, restarts), [
-                f"the {e.kind} kernel executes these products (quintic steps; the "
+                f"the {e.kind} routine executes these products (quintic steps; the "
                 + ("restart count K is an integer in [0, T − 1])" if e.kind == "gram" else "short side first)")]
         return None
 
-    return rewrite_nodes(expr, rule, "no kernel flop count")
+    return rewrite_nodes(expr, rule, "no routine flop count")
 
 
 _T = dimension("T")
@@ -502,22 +503,22 @@ _T = dimension("T")
 RESTARTS = Symbol("K", nonnegative=True)
 
 
-def _kernel_instance(env, rng, backend, dims, **_):
-    """A random restart count ``K ∈ [0, T − 1]`` (the kernel runs only for whole counts)."""
+def _routine_instance(env, rng, backend, dims, **_):
+    """A random restart count ``K ∈ [0, T − 1]`` (the routine runs only for whole counts)."""
     steps = int(dims[_T])
     return {**env, RESTARTS: backend.scalar(int(rng.integers(0, steps)))}, {RESTARTS}
 
 
-def _kernel_ids():
-    cases = [Case(KernelFlops(kind, side, _n, _m, _T, RESTARTS), executed_products(kind, side, _n, _m, _T, RESTARTS))
+def _routine_ids():
+    cases = [Case(RoutineFlops(kind, side, _n, _m, _T, RESTARTS), executed_products(kind, side, _n, _m, _T, RESTARTS))
              for kind in KINDS for side in SIDES]
     return cases, InstanceSampler({_n: 3, _m: 5, _T: 4})
 
 
 EXECUTED_PRODUCTS = Lemma(
     key="gram_executed_products", number="GK", title="The products each iteration executes",
-    statement=stated_by(_kernel_ids, instance=_kernel_instance),
+    statement=stated_by(_routine_ids, instance=_routine_instance),
     conditions=(r"\text{quintic steps; } n \le m;\ 0 \le K \le T-1 \text{ restarts}",),
-    rewrite=_kernel_rewrite, identities=_kernel_ids, instance=_kernel_instance,
-    not_modelled="a count, checked by running the kernels and counting their products",
+    rewrite=_routine_rewrite, identities=_routine_ids, instance=_routine_instance,
+    not_modelled="a count, checked by running the routines and counting their products",
 )

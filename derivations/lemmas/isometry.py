@@ -6,19 +6,6 @@ from __future__ import annotations
 from sympy import Mul, Symbol
 from sympy.matrices.expressions import MatMul, Transpose
 
-from derivations.engine.algebra import product, transpose
-from derivations.engine.evaluate import InstanceSampler
-from derivations.engine.norm_nodes import AspectScale, RmsOpNorm
-from derivations.engine.vocabulary import (
-    FULL_COLUMN_RANK,
-    ORTHONORMAL_COLUMNS,
-    ORTHONORMAL_ROWS,
-    FactMatrix,
-    Inner,
-    OpNorm,
-    PolarFactor,
-    dimension,
-)
 from derivations.lemmas.base import (
     _LARGE,
     _SMALL,
@@ -38,6 +25,19 @@ from derivations.lemmas.base import (
     stated_by,
 )
 from derivations.lemmas.statement import Clause, Statement
+from derivations.vocabulary.algebra import product, transpose
+from derivations.vocabulary.evaluate import InstanceSampler
+from derivations.vocabulary.nodes import (
+    FULL_COLUMN_RANK,
+    ORTHONORMAL_COLUMNS,
+    ORTHONORMAL_ROWS,
+    FactMatrix,
+    Inner,
+    OpNorm,
+    PolarFactor,
+    dimension,
+)
+from derivations.vocabulary.norm_nodes import AspectScale, RmsOpNorm
 
 
 # ---- Lemma 2: orthonormal factors leave the operator norm ---------------------------------
@@ -143,7 +143,7 @@ def _rms_isometry_statement() -> Statement:
     """``‖c U Z V‖_{RMS→RMS} = ‖c Z‖_{RMS→RMS} / (√(m/n) √(k/p))`` for ``U`` (``m × n``) with orthonormal columns and
     ``V`` (``k × p``) with orthonormal rows, either absent (its scale is then 1): the RMS→RMS norm is
     ``√(cols/rows) ‖·‖_op`` and the isometries keep ``‖Z‖_op``. A polar factor's scale is its partner's (the same
-    shape: :class:`~derivations.engine.norm_nodes.AspectScale`)."""
+    shape: :class:`~derivations.vocabulary.norm_nodes.AspectScale`)."""
     p = dimension("p")
     u, v = _tall("U", ORTHONORMAL_COLUMNS), FactMatrix("V", _k, p, [ORTHONORMAL_ROWS])
     z, c = _fresh("Z", _n, _k), Symbol("c", real=True)

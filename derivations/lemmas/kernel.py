@@ -1,22 +1,42 @@
-"""The trusted kernel: is a step an instance of the statement of the lemma it cites?
+"""The trusted kernel: is a derivation step an instance of the statement of the lemma it cites?
 
-A rewrite step turns ``before`` into ``after``. It counts as an instance of a lemma's
-:class:`~derivations.lemmas.statement.Statement` when ``after`` is ``before`` with some of its
-subexpressions replaced, each replacement ``σ(lhs) → σ(rhs)`` (or ``σ(rhs) → σ(lhs)``) for one
-clause of the statement under one substitution ``σ`` of its pattern symbols, and the side
-conditions hold for ``σ`` by what the expressions carry. Expressions are compared in the sound
-normal form of :func:`derivations.engine.algebra.tidy` (flattened products and sums, transposes
-pushed inward, identities dropped): nothing else is taken on trust.
+This module is the kernel: 553 lines, 42 functions and methods, none of cyclomatic complexity over 15
+(``tests/lemmas/test_kernel_complexity.py`` holds both). The engine asks :func:`step_instance` once per step; it
+dispatches on the kind of step to one small verdict helper each.
 
-The matcher is :class:`~derivations.lemmas.matcher.Matcher`.
+What it checks (σ: a substitution of the statement's pattern symbols under which the side conditions hold):
 
-Beyond one replacement per subexpression: a ``closure="ring"`` statement admits sides with one free-ring normal
-form; a ``closure="rewrite"`` statement admits sides that its clauses, applied left to right until none applies
-(a chain of instances), bring to one normal form; a step's own definitions (``defined_by``) must be instances of
-the statement's definition clauses and then unfold like clauses (an abbreviation fixes the sizes its name leaves
-free); a ``closure="induction"`` statement admits a step whose claims ``old = new`` follow one after the other from
-the derivation's definitions; a ``restrict`` step must replace the whole
-constraint ``σ(lhs)`` by ``σ(rhs)`` for a bound ``lhs ≤ rhs``, its objective unchanged.
+* ``rewrite`` and ``change_of_variables``, clause by clause (:class:`InstanceChecker`): ``after`` is ``before``
+  with subexpressions replaced, each ``σ(lhs) → σ(rhs)`` (or back) for one equality clause; a change of variables
+  ``old = new`` must itself be an instance of a definition clause, and is applied to ``before`` first. By the
+  statement's closure instead: ``"ring"``, both sides as given have one free-ring normal form; ``"rewrite"``, the
+  clauses applied left to right until none applies (at most :data:`MAX_REWRITES` passes) give both sides one normal
+  form; ``"induction"``, the step's claims ``old = new`` follow one after the other from the derivation's
+  definitions, and the step is its start with them applied.
+* ``restrict``: the objective unchanged, the whole constraint ``σ(lhs)`` replaced by ``σ(rhs)`` for a bound
+  ``lhs ≤ rhs``. ``back_substitute``: exactly the derivation's recorded changes of variables undone.
+* a step's own definitions (``defined_by``, a chain rule's gradients): each an instance of a definition clause,
+  equal to the derivation's definition of that name, of equal shapes, never naming an independent symbol; a change
+  of variables' new name is fresh. An abbreviation fixes the sizes its name leaves free.
+
+Any other kind of step, and a lemma whose statement is text, is ``n/a`` here (checked at random instances only).
+
+What it trusts, unchecked:
+
+* the lemma statements: their clauses are taken as true (each is evaluated at random instances by
+  :meth:`Statement.check <derivations.lemmas.statement.Statement.check>`, not proven);
+* SymPy's expression trees (construction, structural equality, ``xreplace``, ``expand`` of scalar coefficients)
+  and its sign assumptions (``is_positive``, ``is_nonzero``);
+* :mod:`derivations.vocabulary.algebra`: the sound normal form :func:`~derivations.vocabulary.algebra.tidy` (flattened
+  products and sums, transposes pushed inward, identities dropped), in which expressions are compared, and its tree
+  helpers (``product``, ``replace_free``, ``map_bottom_up``);
+* the first-order matcher :class:`~derivations.lemmas.matcher.Matcher` and its ``substitute``;
+* from :mod:`derivations.lemmas.statement`: ``Condition.holds`` (side conditions decided from the facts the
+  expressions carry), ``ring_normal_form`` and ``follows``;
+* the expressions a step declares to have every fact its clauses need (``params["targets"]``, msign's polar
+  form): taken as given, and named in the step's status.
+
+Nothing here evaluates a matrix: no numeric evaluation is trusted.
 """
 
 from __future__ import annotations
@@ -27,9 +47,9 @@ from itertools import permutations
 from sympy import Add, Basic, Mul, Symbol
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.algebra import map_bottom_up, product, rebuild, replace_free, tidy, total, transpose
 from derivations.lemmas.matcher import MAX_PERMUTED, MAX_SEGMENT, Matcher, is_matrix, matrix_factors, substitute
 from derivations.lemmas.statement import Clause, Statement, follows, ring_normal_form
+from derivations.vocabulary.algebra import map_bottom_up, product, rebuild, replace_free, tidy, total, transpose
 
 MAX_REWRITES = 64  # passes of a ``closure="rewrite"`` statement's clauses over one side of a step
 
@@ -71,7 +91,7 @@ class InstanceChecker:
         target = tidy(a)
         for clause, matcher in self.clauses:
             for lhs, rhs in ((clause.lhs, clause.rhs), (clause.rhs, clause.lhs)):
-                found = []
+                found: list = []
 
                 def replace(e, lhs=lhs, rhs=rhs, matcher=matcher, found=found, clause=clause):
                     for binding in matcher.match(lhs, e, {}):
@@ -108,56 +128,79 @@ class InstanceChecker:
         return False
 
     def _products(self, b, a) -> bool:
+        """Products with one coefficient whose factors align left to right (:class:`_Alignment`)."""
         bc, bm = matrix_factors(b)
         ac, am = matrix_factors(a)
         if bc != ac:
             return False
-        memo: dict = {}
-
-        def aligned(i, j) -> bool:
-            if (i, j) in memo:
-                return memo[(i, j)]
-            memo[(i, j)] = False
-            if i == len(bm) and j == len(am):
-                memo[(i, j)] = True
-                return True
-            ok = False
-            if i < len(bm) and j < len(am) and self.explains(bm[i], am[j]):
-                ok = aligned(i + 1, j + 1)
-            for i2 in range(i + 1, min(len(bm), i + MAX_SEGMENT) + 1):
-                if ok:
-                    break
-                for j2 in range(j, min(len(am), j + MAX_SEGMENT) + 1):
-                    if (i2 - i, j2 - j) == (1, 1):
-                        continue
-                    seg_a = product(*am[j:j2]) if j2 > j else Identity(bm[i].rows)
-                    if self.replaced(product(*bm[i:i2]), seg_a) and aligned(i2, j2):
-                        ok = True
-                        break
-            if not ok and i < len(bm) and j < len(am):
-                for j2 in range(j + 2, min(len(am), j + MAX_SEGMENT) + 1):
-                    if self.replaced(bm[i], product(*am[j:j2])) and aligned(i + 1, j2):
-                        ok = True
-                        break
-            memo[(i, j)] = ok
-            return ok
-
-        return aligned(0, 0)
+        return _Alignment(self, bm, am).aligned(0, 0)
 
     def _sums(self, b, a, combine=None) -> bool:
-        bt, at = list(b.args), list(a.args)
-        common = [t for t in bt if t in at]
-        rest_b = [t for t in bt if t not in common]
-        rest_a = [t for t in at if t not in common]
+        """Sums (or scalar products, ``combine=Mul``) whose terms outside the common ones are one clause instance
+        together, or explain each other one to one in some order."""
+        common, rest_b, rest_a = _unshared(list(b.args), list(a.args))
         join = combine or (total if is_matrix(b) else Add)
         if not rest_b or not rest_a:
             return False
         if common and self.replaced(join(*rest_b), join(*rest_a)):
             return True
-        if len(rest_b) == len(rest_a) and len(rest_b) <= MAX_PERMUTED:
-            return any(all(self.explains(x, y) for x, y in zip(rest_b, order, strict=True))
-                       for order in permutations(rest_a))
+        return self._in_some_order(rest_b, rest_a)
+
+    def _in_some_order(self, rest_b, rest_a) -> bool:
+        """Each term of ``rest_b`` explains one of ``rest_a``, in some order (at most ``MAX_PERMUTED`` terms)."""
+        if len(rest_b) != len(rest_a) or len(rest_b) > MAX_PERMUTED:
+            return False
+        return any(all(self.explains(x, y) for x, y in zip(rest_b, order, strict=True))
+                   for order in permutations(rest_a))
+
+
+def _unshared(bt: list, at: list) -> tuple[list, list, list]:
+    """``(common, rest_b, rest_a)``: the terms of ``bt`` also in ``at``, and what each side has besides them."""
+    common = [t for t in bt if t in at]
+    return common, [t for t in bt if t not in common], [t for t in at if t not in common]
+
+
+class _Alignment:
+    """Whether the factors ``bm`` of one product turn into the factors ``am`` of the other, left to right: each
+    next factor explained by the other's next factor, a run of factors replaced by a run (a clause instance, the
+    empty run being an identity), or one factor by a run of two or more. Memoised over positions ``(i, j)``; a
+    position met again while it is being decided counts as not aligned."""
+
+    def __init__(self, checker: InstanceChecker, bm: list, am: list):
+        self.checker, self.bm, self.am = checker, bm, am
+        self.memo: dict = {}
+
+    def aligned(self, i: int, j: int) -> bool:
+        """``bm[i:]`` turns into ``am[j:]``."""
+        if (i, j) in self.memo:
+            return self.memo[(i, j)]
+        self.memo[(i, j)] = False
+        ok = ((i == len(self.bm) and j == len(self.am)) or self._one_to_one(i, j) or self._run_to_run(i, j)
+              or self._one_to_run(i, j))
+        self.memo[(i, j)] = ok
+        return ok
+
+    def _one_to_one(self, i: int, j: int) -> bool:
+        bm, am = self.bm, self.am
+        return i < len(bm) and j < len(am) and self.checker.explains(bm[i], am[j]) and self.aligned(i + 1, j + 1)
+
+    def _run_to_run(self, i: int, j: int) -> bool:
+        bm, am = self.bm, self.am
+        for i2 in range(i + 1, min(len(bm), i + MAX_SEGMENT) + 1):
+            for j2 in range(j, min(len(am), j + MAX_SEGMENT) + 1):
+                if (i2 - i, j2 - j) == (1, 1):
+                    continue
+                seg_a = product(*am[j:j2]) if j2 > j else Identity(bm[i].rows)
+                if self.checker.replaced(product(*bm[i:i2]), seg_a) and self.aligned(i2, j2):
+                    return True
         return False
+
+    def _one_to_run(self, i: int, j: int) -> bool:
+        bm, am = self.bm, self.am
+        if i >= len(bm) or j >= len(am):
+            return False
+        return any(self.checker.replaced(bm[i], product(*am[j:j2])) and self.aligned(i + 1, j2)
+                   for j2 in range(j + 2, min(len(am), j + MAX_SEGMENT) + 1))
 
 
 def is_instance(statement, before, after, extra_clauses=(), assumed=()) -> tuple[bool, list]:
@@ -324,47 +367,110 @@ def step_instance(lemma, kind: str, before, after, *, substitution=None, params=
     if not isinstance(statement, Statement):
         return "n/a: the statement is text", None
     if kind == "back_substitute":
-        failure = _back_substitution_failure(statement, before, after, substitution or ())
-        return ("", failure) if failure else ("instance of the definition: the recorded substitutions undone", None)
-    taken = [n for n in fresh if n in independent or any(n in getattr(b, "free_symbols", ()) for b in before)]
-    if taken:
-        return "", (f"the new variable {taken[0]} is not fresh: it is already a symbol of the derivation (a change of "
-                    f"variables must introduce a new name)")
+        return _back_substitute_verdict(statement, before, after, substitution or ())
+    failure = _not_fresh(fresh, independent, before)
+    if failure is not None:
+        return "", failure
     if kind == "restrict":
-        return ("instance of a bound: the new constraint implies the old", None) if _restricted(
-            statement, before, after) else ("", "the new constraint is not an instance of a bound c_old ≤ c_new of "
-                                                "the statement (the objective unchanged)")
+        return _restrict_verdict(statement, before, after)
     if kind not in ("rewrite", "change_of_variables"):
         return f"n/a: a {kind.replace('_', ' ')} step", None
+    return _rewrite_step(statement, kind, before, after, substitution, params, definitions, independent)
+
+
+def _rewrite_step(statement, kind, before, after, substitution, params, definitions,
+                  independent) -> tuple[str, str | None]:
+    """A ``rewrite`` or ``change_of_variables`` step, by the statement's closure: ``"ring"``; else the change of
+    variables applied, the sizes the abbreviations fix substituted and the step's own definitions admitted, then
+    ``"induction"``, ``"rewrite"`` or clause by clause."""
     if statement.closure == "ring":
-        same = all(ring_normal_form(b) == ring_normal_form(a) for b, a in zip(before, after, strict=True))
-        return ("instance: one normal form in the free ring", None) if same else (
-            "", "the two sides differ in the free ring (not a consequence of the ring axioms)")
+        return _ring_verdict(before, after)
     if kind == "change_of_variables":
-        old, new = substitution
-        if not _defines(statement, old, new):
-            return "", f"the substitution {old} = {new} is not an instance of the statement's definition"
-        before = [replace_free(b, old, new) for b in before]
-    context, params = definitions or {}, params or {}
-    sizes = _abbreviated_sizes(statement, params)
-    if sizes:  # the step holds where its abbreviations are defined: their names' free dimensions are the definitions'
-        before, after = [b.xreplace(sizes) for b in before], [a.xreplace(sizes) for a in after]
-        params = {k: ({n.xreplace(sizes): v.xreplace(sizes) for n, v in p.items()} if k in statement.defined_by else p)
-                  for k, p in params.items()}
-        context = {n.xreplace(sizes): v.xreplace(sizes) for n, v in context.items()}
+        before, failure = _change_of_variables(statement, before, substitution)
+        if failure is not None:
+            return "", failure
+    before, after, params, context, sizes = _at_abbreviated_sizes(statement, before, after, params or {},
+                                                                  definitions or {})
     extra, failure = _own_definitions(statement, params, context, independent)
     if failure is not None:
         return "", failure
     if statement.closure == "induction":
         return _induction(statement, before, after, params, context, extra)
     if statement.closure == "rewrite":  # the step's own definitions unfold (name → definition) with the clauses
-        forms = [(rewrite_normal_form(statement, b, extra), rewrite_normal_form(statement, a, extra))
-                 for b, a in zip(before, after, strict=True)]
-        same = all(x is not None and y is not None and ring_normal_form(x) == ring_normal_form(y) for x, y in forms)
-        where = f" (at {', '.join(f'{k} = {v}' for k, v in sizes.items())}, as the abbreviations fix)" if sizes else ""
-        return (f"instance: the clauses, applied left to right, give both sides one normal form{where}", None) if same \
-            else ("", "the clauses, applied left to right, do not give both sides one normal form")
-    assumed = tuple((params or {}).get("targets") or ())  # facts the rule module declares (msign's polar form)
+        return _rewrite_verdict(statement, before, after, extra, sizes)
+    return _clause_verdict(statement, before, after, extra, params)
+
+
+# ---- one verdict per kind of step (each ``(status, failure)``, as step_instance returns) --------------------------
+def _back_substitute_verdict(statement, before, after, substitutions) -> tuple[str, str | None]:
+    """A back-substitution: exactly the recorded changes of variables undone (:func:`_back_substitution_failure`)."""
+    failure = _back_substitution_failure(statement, before, after, substitutions)
+    return ("", failure) if failure else ("instance of the definition: the recorded substitutions undone", None)
+
+
+def _not_fresh(fresh, independent, before) -> str | None:
+    """Why a name the step introduces is not fresh (an independent symbol, or free in ``before``), or ``None``."""
+    taken = [n for n in fresh if n in independent or any(n in getattr(b, "free_symbols", ()) for b in before)]
+    if not taken:
+        return None
+    return (f"the new variable {taken[0]} is not fresh: it is already a symbol of the derivation (a change of "
+            f"variables must introduce a new name)")
+
+
+def _restrict_verdict(statement, before, after) -> tuple[str, str | None]:
+    """A restriction: the constraint replaced by a bound's larger side (:func:`_restricted`)."""
+    if _restricted(statement, before, after):
+        return "instance of a bound: the new constraint implies the old", None
+    return "", ("the new constraint is not an instance of a bound c_old ≤ c_new of the statement (the objective "
+                "unchanged)")
+
+
+def _ring_verdict(before, after) -> tuple[str, str | None]:
+    """``closure="ring"``: every part has one normal form in the free ring on both sides."""
+    if all(ring_normal_form(b) == ring_normal_form(a) for b, a in zip(before, after, strict=True)):
+        return "instance: one normal form in the free ring", None
+    return "", "the two sides differ in the free ring (not a consequence of the ring axioms)"
+
+
+def _change_of_variables(statement, before, substitution) -> tuple[list, str | None]:
+    """``before`` with the change of variables ``old = new`` applied outside derived nodes, or the reason it is
+    refused: ``old = new`` must be an instance of the statement's definition."""
+    old, new = substitution
+    if not _defines(statement, old, new):
+        return before, f"the substitution {old} = {new} is not an instance of the statement's definition"
+    return [replace_free(b, old, new) for b in before], None
+
+
+def _at_abbreviated_sizes(statement, before, after, params: dict, context: dict) -> tuple:
+    """``(before, after, params, context, sizes)`` at the sizes the step's abbreviations fix
+    (:func:`_abbreviated_sizes`): the step holds where its abbreviations are defined, so their names' free
+    dimensions are the definitions'. Unchanged when they fix none."""
+    sizes = _abbreviated_sizes(statement, params)
+    if not sizes:
+        return before, after, params, context, sizes
+    before, after = [b.xreplace(sizes) for b in before], [a.xreplace(sizes) for a in after]
+    params = {k: ({n.xreplace(sizes): v.xreplace(sizes) for n, v in p.items()} if k in statement.defined_by else p)
+              for k, p in params.items()}
+    context = {n.xreplace(sizes): v.xreplace(sizes) for n, v in context.items()}
+    return before, after, params, context, sizes
+
+
+def _rewrite_verdict(statement, before, after, extra, sizes) -> tuple[str, str | None]:
+    """``closure="rewrite"``: the clauses and the step's own definitions, applied left to right until none applies
+    (:func:`rewrite_normal_form`), give both sides of every part one normal form in the free ring."""
+    forms = [(rewrite_normal_form(statement, b, extra), rewrite_normal_form(statement, a, extra))
+             for b, a in zip(before, after, strict=True)]
+    if not all(x is not None and y is not None and ring_normal_form(x) == ring_normal_form(y) for x, y in forms):
+        return "", "the clauses, applied left to right, do not give both sides one normal form"
+    where = f" (at {', '.join(f'{k} = {v}' for k, v in sizes.items())}, as the abbreviations fix)" if sizes else ""
+    return f"instance: the clauses, applied left to right, give both sides one normal form{where}", None
+
+
+def _clause_verdict(statement, before, after, extra, params) -> tuple[str, str | None]:
+    """Clause by clause: every part is made of clause instances (:func:`is_instance`); the status names the clauses
+    used, and the side conditions the step declares (``params["targets"]``: facts the rule module declares, msign's
+    polar form)."""
+    assumed = tuple(params.get("targets") or ())
     ok, used = is_instance(statement, before, after, extra, assumed)
     if not ok:
         return "", "the step is not made of instances of the statement's clauses"
@@ -381,27 +487,43 @@ def _induction(statement, before, after, params, definitions, extra) -> tuple[st
     derivation's definitions and the claims before it (the base case: both definitions agree; the induction step:
     they agree once the iterate is unfolded and the earlier claims applied, which is the statement's one-step
     identity in the free ring), and the step is its start with its own definitions and the claims applied."""
-    pending = {old: new for key in statement.claims for old, new in (params.get(key) or {}).items()}
-    if not pending:
+    claims = {old: new for key in statement.claims for old, new in (params.get(key) or {}).items()}
+    if not claims:
         return "", "the step states no claims to prove"
-    claims, proven = dict(pending), {}
+    failure = _unproven_claim(claims, definitions) or _claims_not_applied(before, after, extra, claims)
+    if failure is not None:
+        return "", failure
+    plural = "s" if len(claims) > 1 else ""
+    return f"instance: {len(claims)} claim{plural} proven by induction from the definitions", None
+
+
+def _unproven_claim(claims: dict, definitions) -> str | None:
+    """Why the claims cannot be proven in some order, each following (:func:`follows`) from the definitions and
+    the claims proven before it, or ``None`` when they all are."""
+    pending = dict(claims)
+    proven: dict = {}  # the claims proven so far, which later claims may use
     while pending:
         done = {old: new for old, new in pending.items() if follows(old, new, definitions, proven)}
         if not done:
             old, new = next(iter(pending.items()))
-            return "", (f"the claim {old} = {new} does not follow from the derivation's definitions and the claims "
-                        f"proven before it")
+            return (f"the claim {old} = {new} does not follow from the derivation's definitions and the claims "
+                    f"proven before it")
         proven.update(done)
         pending = {old: new for old, new in pending.items() if old not in done}
+    return None
+
+
+def _claims_not_applied(before, after, extra, claims: dict) -> str | None:
+    """Why some part of ``after`` is not its ``before`` with the step's own definitions (``extra``) and then the
+    claims substituted (equal in the normal form or in the free ring), or ``None``."""
     for b, a in zip(before, after, strict=True):
         for clause in extra:
             b = replace_free(b, clause.lhs, clause.rhs)
         for old, new in claims.items():
             b = replace_free(b, old, new)
         if tidy(b) != tidy(a) and ring_normal_form(b) != ring_normal_form(a):
-            return "", "the step is not its start with the claims and its definitions applied"
-    plural = "s" if len(claims) > 1 else ""
-    return f"instance: {len(claims)} claim{plural} proven by induction from the definitions", None
+            return "the step is not its start with the claims and its definitions applied"
+    return None
 
 
 def proof_status(steps) -> dict:

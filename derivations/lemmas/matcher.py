@@ -15,9 +15,9 @@ from itertools import permutations
 from sympy import Add, Basic, Mul, S
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.algebra import product, tidy, transpose
-from derivations.engine.vocabulary import facts_of
 from derivations.lemmas.statement import known
+from derivations.vocabulary.algebra import product, tidy, transpose
+from derivations.vocabulary.nodes import facts_of
 
 MAX_SEGMENT = 6  # factors a pattern matrix may stand for
 MAX_PERMUTED = 6  # terms of a sum matched up to order

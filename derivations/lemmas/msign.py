@@ -5,19 +5,6 @@ from __future__ import annotations
 
 from sympy.matrices.expressions import Identity, MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.algebra import product, total, transpose
-from derivations.engine.evaluate import InstanceSampler
-from derivations.engine.vocabulary import (
-    FULL_COLUMN_RANK,
-    ORTHONORMAL_COLUMNS,
-    BlockDiag,
-    FactMatrix,
-    GramInvSqrt,
-    HStack,
-    Msign,
-    Projector,
-    positive_symbol,
-)
 from derivations.lemmas.base import (
     _SMALL,
     Case,
@@ -32,6 +19,19 @@ from derivations.lemmas.base import (
     _tall,
     rewrite_nodes,
     stated_by,
+)
+from derivations.vocabulary.algebra import product, total, transpose
+from derivations.vocabulary.evaluate import InstanceSampler
+from derivations.vocabulary.nodes import (
+    FULL_COLUMN_RANK,
+    ORTHONORMAL_COLUMNS,
+    BlockDiag,
+    FactMatrix,
+    GramInvSqrt,
+    HStack,
+    Msign,
+    Projector,
+    positive_symbol,
 )
 
 

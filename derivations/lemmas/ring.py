@@ -5,11 +5,11 @@ from __future__ import annotations
 from sympy import S, Symbol
 from sympy.matrices.expressions import MatAdd, MatMul, ZeroMatrix
 
-from derivations.engine.algebra import product, tidy, total
-from derivations.engine.evaluate import InstanceSampler
-from derivations.engine.vocabulary import FULL_COLUMN_RANK, FactMatrix, RegularizedSylvester, positive_symbol
 from derivations.lemmas.base import _LARGE, _SMALL, Lemma, _fresh, _k, _m, _n, _tall, rewrite_nodes
 from derivations.lemmas.statement import Clause, Statement
+from derivations.vocabulary.algebra import product, tidy, total
+from derivations.vocabulary.evaluate import InstanceSampler
+from derivations.vocabulary.nodes import FULL_COLUMN_RANK, FactMatrix, RegularizedSylvester, positive_symbol
 
 
 # ---- regularized Sylvester equation -------------------------------------------------------

@@ -1,7 +1,7 @@
 """The singular value decomposition and what follows from it (the classics' lemmas): the SVD
 substitution, orthonormal factors cancelling, powers of ``Σ``, spectral calculus, ``msign`` from the
 SVD, the truncated SVD and the norms of ``Σ``'s tail. The nodes they rewrite are in
-:mod:`derivations.engine.spectral_nodes`; the lemmas on shapes and operation counts in
+:mod:`derivations.vocabulary.spectral_nodes`; the lemmas on shapes and operation counts in
 :mod:`derivations.lemmas.counting`. Equalities are rewrites checked like the other families.
 """
 
@@ -14,19 +14,11 @@ import numpy as np
 from sympy import Rational, S, Symbol
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, Transpose
 
-from derivations.engine.algebra import product, tidy, total, transpose
-from derivations.engine.evaluate import InstanceSampler, evaluate
-from derivations.engine.norm_nodes import FrobeniusNorm
-from derivations.engine.spectral_nodes import (
-    PsdPower,
-    Singular,
-    SingularTail,
-    SingularValue,
-    SvdFactor,
-    TruncatedSvd,
-    svd_parts,
-)
-from derivations.engine.vocabulary import (
+from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _k, _m, _n, rewrite_nodes, stated_by
+from derivations.lemmas.statement import Clause, Statement
+from derivations.vocabulary.algebra import product, tidy, total, transpose
+from derivations.vocabulary.evaluate import InstanceSampler, evaluate
+from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
     FULL_ROW_RANK,
     ORTHONORMAL_COLUMNS,
@@ -42,8 +34,16 @@ from derivations.engine.vocabulary import (
     facts_of,
     positive_symbol,
 )
-from derivations.lemmas.base import _SMALL, Case, Lemma, NotApplicable, _fresh, _k, _m, _n, rewrite_nodes, stated_by
-from derivations.lemmas.statement import Clause, Statement
+from derivations.vocabulary.norm_nodes import FrobeniusNorm
+from derivations.vocabulary.spectral_nodes import (
+    PsdPower,
+    Singular,
+    SingularTail,
+    SingularValue,
+    SvdFactor,
+    TruncatedSvd,
+    svd_parts,
+)
 
 
 # ---- self-check instances -------------------------------------------------------------------------

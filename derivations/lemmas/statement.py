@@ -26,10 +26,10 @@ import numpy as np
 from sympy import Add, Basic, Mul, Pow, S, Symbol, expand, preorder_traversal, sympify
 from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.algebra import map_bottom_up, rebuild, tidy
-from derivations.engine.evaluate import InstanceSampler, evaluate, free_symbols, relative_error
-from derivations.engine.latex_notation import latex
-from derivations.engine.vocabulary import (
+from derivations.vocabulary.algebra import map_bottom_up, rebuild, tidy
+from derivations.vocabulary.evaluate import InstanceSampler, evaluate, free_symbols, relative_error
+from derivations.vocabulary.latex_notation import latex
+from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
     FULL_ROW_RANK,
     ISOTROPIC_COLUMNS,
@@ -40,7 +40,7 @@ from derivations.engine.vocabulary import (
     _GramNode,
     facts_of,
 )
-from numerics.kernels.reference import MpmathBackend, NumpyBackend
+from foundation.compute.reference import MpmathBackend, NumpyBackend
 
 #: digits of the high-precision evaluation, and the error it tolerates
 STATEMENT_DPS = 50

@@ -6,26 +6,6 @@ from __future__ import annotations
 from sympy import S
 from sympy.matrices.expressions import Identity, Inverse, Transpose
 
-from derivations.engine.algebra import product, replace_free, rewrite_adjacent, tidy, transpose
-from derivations.engine.evaluate import InstanceSampler
-from derivations.engine.norm_nodes import FrobeniusNorm
-from derivations.engine.vocabulary import (
-    FULL_COLUMN_RANK,
-    FULL_ROW_RANK,
-    ISOTROPIC_COLUMNS,
-    ORTHONORMAL_COLUMNS,
-    SIDES,
-    FactMatrix,
-    GramInvSqrt,
-    GramSqrt,
-    Inner,
-    IsotropicScale,
-    OpNorm,
-    PolarFactor,
-    Projector,
-    facts_of,
-    nonnegative_symbol,
-)
 from derivations.lemmas.base import (
     _LARGE,
     _SMALL,
@@ -45,6 +25,26 @@ from derivations.lemmas.base import (
     stated_by,
 )
 from derivations.lemmas.statement import Clause, Condition, Statement
+from derivations.vocabulary.algebra import product, replace_free, rewrite_adjacent, tidy, transpose
+from derivations.vocabulary.evaluate import InstanceSampler
+from derivations.vocabulary.nodes import (
+    FULL_COLUMN_RANK,
+    FULL_ROW_RANK,
+    ISOTROPIC_COLUMNS,
+    ORTHONORMAL_COLUMNS,
+    SIDES,
+    FactMatrix,
+    GramInvSqrt,
+    GramSqrt,
+    Inner,
+    IsotropicScale,
+    OpNorm,
+    PolarFactor,
+    Projector,
+    facts_of,
+    nonnegative_symbol,
+)
+from derivations.vocabulary.norm_nodes import FrobeniusNorm
 
 
 # ---- Lemma 4: change of variables ---------------------------------------------------------

@@ -1,6 +1,6 @@
 """A formula language for matrix expressions, parsed without evaluating any Python: the syntax tree
 (:mod:`derivations.parsing.formula_syntax`, which lists what it reads) built into the project's own
-vocabulary (:mod:`derivations.engine.vocabulary`) by :class:`Builder`; :func:`parse` does both. The rules of
+vocabulary (:mod:`derivations.vocabulary.nodes`) by :class:`Builder`; :func:`parse` does both. The rules of
 definitions, singular values, sums and the Kronecker product are :mod:`derivations.parsing.formula_notation`.
 
 Fractional powers are defined for matrices that are positive semidefinite by construction: a Gram matrix
@@ -25,9 +25,13 @@ import re
 from sympy import Basic, Integer, Rational, S, sqrt
 from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, MatrixSymbol, Transpose, ZeroMatrix
 
-from derivations.engine.algebra import product, tidy, total, transpose
-from derivations.engine.spectral_nodes import PsdPower, Singular
-from derivations.engine.vocabulary import (
+from derivations.parsing.formula_notation import Eye as _Eye
+from derivations.parsing.formula_notation import NotationRules, check_size
+from derivations.parsing.formula_notation import is_matrix as _is_matrix
+from derivations.parsing.formula_syntax import FUNCTIONS, FormulaError, Node, parse_tree
+from derivations.parsing.notation import alternatives
+from derivations.vocabulary.algebra import product, tidy, total, transpose
+from derivations.vocabulary.nodes import (
     SPD,
     BlockDiag,
     GramInvSqrt,
@@ -42,11 +46,7 @@ from derivations.engine.vocabulary import (
     facts_of,
     short_name,
 )
-from derivations.parsing.formula_notation import Eye as _Eye
-from derivations.parsing.formula_notation import NotationRules, check_size
-from derivations.parsing.formula_notation import is_matrix as _is_matrix
-from derivations.parsing.formula_syntax import FUNCTIONS, FormulaError, Node, parse_tree
-from derivations.parsing.notation import alternatives
+from derivations.vocabulary.spectral_nodes import PsdPower, Singular
 
 MAX_MATRIX_POWER = 64  # |k| of an integer power of a matrix (X^k is written out as k factors)
 

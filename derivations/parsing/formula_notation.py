@@ -30,10 +30,10 @@ from __future__ import annotations
 from sympy import Add, Integer, S, Symbol, expand
 from sympy.matrices.expressions import Identity
 
-from derivations.engine.spectral_nodes import Singular, SingularTail, SingularValue, SvdFactor, TruncatedSvd
 from derivations.parsing.formula_tokens import FormulaError, Node
 from derivations.parsing.notation import MAX_SUM_TERMS, SUM_TERMS
 from derivations.parsing.notation_nodes import Kron, MatrixRank, MaxOf, MinOf, SingularSum, SingularValueOf, Vec
+from derivations.vocabulary.spectral_nodes import Singular, SingularTail, SingularValue, SvdFactor, TruncatedSvd
 
 MAX_EXPANDED = 64  # terms of one sum over heads, its nested sums included
 MAX_NODES = 5_000  # nodes of a built definition or power (a chain of definitions that doubles is refused)

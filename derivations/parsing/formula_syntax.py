@@ -3,7 +3,7 @@ tree (:func:`parse_tree`); the grammar is :mod:`derivations.parsing.formula_atom
 :mod:`derivations.parsing.notation`, and :mod:`derivations.parsing.formula` builds the expression.
 
 The parser is a hand-written recursive descent over a closed grammar; the tree it builds names
-the project's own vocabulary (:mod:`derivations.engine.vocabulary`), and nothing ever calls ``eval``,
+the project's own vocabulary (:mod:`derivations.vocabulary.nodes`), and nothing ever calls ``eval``,
 ``sympify`` or ``parse_expr`` on user text. It reads
 
 * what ``--emit text`` and the cross-checker print: ``(-epsilon/2)*msign(G_Q*C_K^-1)*C_K^-1``, ``W_Q.T``,

@@ -1,7 +1,7 @@
 """Translation validation of the LaTeX printer: each printed result is parsed back and shown equal.
 
 The result of every derivation is printed by the workbench's LaTeX printer
-(:func:`derivations.printing.latex.latex`, what ``--emit latex`` and the proof pages show as the final
+(:func:`derivations.engine.latex.latex`, what ``--emit latex`` and the proof pages show as the final
 state), read back by the cross-checker's own formula parser (:func:`derivations.parsing.formula.parse`,
 which reads LaTeX, never evaluates Python) in the derivation's names
 (:func:`derivations.parsing.targets.target_of`), and compared with the checked expression: symbolically
@@ -22,14 +22,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from derivations.engine.evaluate import InstanceSampler, free_symbols
-from derivations.engine.numeric import EvaluationError, evaluate
+from derivations.engine.latex import latex
 from derivations.parsing.formula import parse
 from derivations.parsing.formula_syntax import FormulaError
 from derivations.parsing.targets import target_of
-from derivations.printing.latex import latex
 from derivations.printing.validation import SIZES, distinct_sizes
-from numerics.kernels.reference import NumpyBackend
+from derivations.vocabulary.evaluate import InstanceSampler, free_symbols
+from derivations.vocabulary.numeric import EvaluationError, evaluate
+from foundation.compute.reference import NumpyBackend
 
 #: largest accepted ``max|parsed − formula| / max(1, max|formula|)`` (float64)
 TOLERANCE = 1e-9

@@ -1,7 +1,7 @@
 """Expression nodes the formula language adds to the vocabulary for hand notation: the Kronecker product and
 ``vec``, ``min``/``max`` of scalars, the rank, singular values of any matrix and sums of their powers.
 
-Each node carries its own rules (:mod:`derivations.engine.interpret`): ``_numeric`` (float64 and mpmath),
+Each node carries its own rules (:mod:`derivations.vocabulary.interpret`): ``_numeric`` (float64 and mpmath),
 ``_symbolic`` (an explicit model for the Kronecker product and ``vec``; the others have none, so a verdict on
 them stays numeric), and ``_sympystr`` text that the parser reads back as the same node.
 
@@ -23,9 +23,9 @@ from sympy import Basic, Expr, Max, Min, S, sympify
 from sympy.matrices import Matrix
 from sympy.matrices.expressions import MatrixExpr, Transpose
 
-from derivations.engine.evaluate import EvaluationError
-from derivations.engine.spectral_nodes import Rank, SingularValue, thin_svd
 from derivations.engine.symbolic import Unsupported
+from derivations.vocabulary.evaluate import EvaluationError
+from derivations.vocabulary.spectral_nodes import Rank, SingularValue, thin_svd
 
 
 def _no_model(node, model=None):

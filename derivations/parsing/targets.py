@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from sympy import Basic, Symbol, sstr
 from sympy.matrices.expressions import MatrixSymbol
 
-from derivations.engine.latex_notation import latex
-from derivations.engine.vocabulary import GramSqrt, IsotropicScale, PolarFactor, Projector, _Derived
 from derivations.parsing.notation import GREEK
+from derivations.vocabulary.latex_notation import latex
+from derivations.vocabulary.nodes import GramSqrt, IsotropicScale, PolarFactor, Projector, _Derived
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Assembly of an emitted module (JAX or NumPy): header, kernels, one function per rule."""
+"""Assembly of an emitted module (JAX or NumPy): header, compute routines, one function per rule."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import textwrap
 
 from sympy import sstr
 
-from derivations.printing.codegen import EmittedFunction, derivation_list, lemmas_used
+from derivations.engine.rule import EmittedFunction
+from derivations.printing.codegen import derivation_list, lemmas_used
 
 DAMPING_NOTE = ("Damping: every Gram root C_W = (W^T W)^(1/2) is computed as (W^T W + damping I)^(1/2) "
                 "(damped polar factor). At damping = 0 the update solves the stated problem, whose side condition "

@@ -1,6 +1,6 @@
 """Shared machinery of the code printers: emission specs, common subexpressions, dispatch.
 
-A :class:`MatrixCodePrinter` turns the derived expressions of an :class:`EmittedFunction`
+A :class:`MatrixCodePrinter` turns the derived expressions of an :class:`~derivations.engine.rule.EmittedFunction`
 into straight-line array code. Common subexpressions are computed once: every spectral sign,
 Gram root and isotropic scale gets a named temporary, and so does any other product or sum that
 occurs more than once; the Gram roots of one partner share a single eigendecomposition. Nodes
@@ -16,16 +16,15 @@ import keyword
 import symtable
 import textwrap
 import types
-from dataclasses import dataclass, field
 from typing import Any
 
 from sympy import Add, Basic, Mul, Pow, Rational, S, Symbol, preorder_traversal
 from sympy.matrices.expressions import MatAdd, MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.algebra import product
 from derivations.engine.derivation import Derivation
-from derivations.engine.interpret import Interpreter, MissingRule, find_rule
-from derivations.engine.vocabulary import (
+from derivations.vocabulary.algebra import product
+from derivations.vocabulary.interpret import Interpreter, MissingRule, find_rule
+from derivations.vocabulary.nodes import (
     BLOCK_DIAGONAL,
     GramInvSqrt,
     GramPower,
@@ -88,39 +87,6 @@ class UnsupportedNode(MissingRule):
         TypeError.__init__(self, message)
 
 
-@dataclass
-class EmittedFunction:
-    """One public function of an emitted module: inputs, outputs and the derivations behind them."""
-
-    name: str
-    summary: str
-    inputs: list  # MatrixSymbols, in argument order
-    outputs: list  # (output name, Derivation)
-    notes: list = field(default_factory=list)
-    #: extra static keyword options: name -> (default, allowed values)
-    options: dict = field(default_factory=dict)
-    #: the rule needs λ > 0 (e.g. a regularized Sylvester solve)
-    positive_damping: bool = False
-    #: the outputs depend on the step budget ε (a projection does not)
-    needs_eps: bool = True
-    #: further positive scalar arguments: Symbol -> argument name (required keywords)
-    extra_scalars: dict = field(default_factory=dict)
-    #: argument name -> trailing dimension names, for arguments not stored as their symbol's shape
-    #: (a block-diagonal partner travels as its blocks, ``(..., k, d, d_h)``)
-    shape_spec: dict = field(default_factory=dict)
-
-    @property
-    def argument_names(self) -> list[str]:
-        return [m.name for m in self.inputs]
-
-    def shapes(self) -> dict:
-        """Argument name → the names of its two trailing dimensions."""
-        return {m.name: self.shape_spec.get(m.name, (str(m.rows), str(m.cols))) for m in self.inputs}
-
-    def derivations(self) -> list:
-        return [der for _, der in self.outputs]
-
-
 class DerivedOutput:
     """An emitted output whose formula is read off derivations rather than being one's result.
 
@@ -164,8 +130,8 @@ def derivation_list(functions) -> list[Derivation]:
     return list(out.values())
 
 
-def kernel_source(functions) -> str:
-    """Source text of kernel functions, to be inlined into an emitted module."""
+def routine_source(functions) -> str:
+    """Source text of compute routines, to be inlined into an emitted module."""
     return "\n\n".join(inspect.getsource(f).rstrip() for f in functions)
 
 
@@ -182,7 +148,7 @@ def free_globals(source: str) -> set[str]:
     """The names the code in ``source`` reads from its module's globals and does not define there itself.
 
     Read from the compiler's symbol table (:mod:`symtable`), not from the text: a parameter, a local or a
-    comprehension variable that happens to share a kernel's name is not a read of the kernel. Builtins are
+    comprehension variable that happens to share a routine's name is not a read of the routine. Builtins are
     included (a caller intersects with the names it knows).
     """
     top = symtable.symtable(source, "<emitted>", "exec")
@@ -191,9 +157,9 @@ def free_globals(source: str) -> set[str]:
     return reads - defined
 
 
-def kernel_closure(names, runtime: types.ModuleType) -> list[str]:
+def routine_closure(names, runtime: types.ModuleType) -> list[str]:
     """The exports of ``runtime`` (its ``__all__``) that code reading ``names`` reaches: those among ``names``,
-    then transitively every export the source of a reached kernel function reads (:func:`free_globals`).
+    then transitively every export the source of a reached routine reads (:func:`free_globals`).
     In the order of ``runtime.__all__``; constants are reached but have no source to follow."""
     exported = list(runtime.__all__)
     todo = [n for n in names if n in exported]
@@ -217,8 +183,8 @@ def runtime_import(runtime: types.ModuleType, names) -> str:
     return f"from {runtime.__name__} import (\n" + "".join(f"    {n},\n" for n in ordered) + ")\n"
 
 
-def inlined_kernels(names, runtime: types.ModuleType, notes: dict | None = None) -> tuple[str, str]:
-    """``(constants, kernels)``: the text that defines the exports of ``runtime`` in ``names`` in a standalone
+def inlined_routines(names, runtime: types.ModuleType, notes: dict | None = None) -> tuple[str, str]:
+    """``(constants, routines)``: the text that defines the exports of ``runtime`` in ``names`` in a standalone
     module, each constant as ``NAME = <repr>`` (with its line of ``notes`` as a comment), each function as its
     source, in the order of ``runtime.__all__``."""
     constants, functions = [], []
@@ -229,22 +195,22 @@ def inlined_kernels(names, runtime: types.ModuleType, notes: dict | None = None)
         else:
             note = (notes or {}).get(name)
             constants.append(f"{name} = {value!r}" + (f"  # {note}" if note else ""))
-    return "".join(line + "\n" for line in constants), kernel_source(functions)
+    return "".join(line + "\n" for line in constants), routine_source(functions)
 
 
-def kernel_parts(code: str, runtime: types.ModuleType, standalone: bool, notes: dict | None = None
+def routine_parts(code: str, runtime: types.ModuleType, standalone: bool, notes: dict | None = None
                  ) -> tuple[str, str, str]:
-    """``(import, constants, kernels)`` of a module whose own ``code`` reads exports of ``runtime``: by default
+    """``(import, constants, routines)`` of a module whose own ``code`` reads exports of ``runtime``: by default
     one import naming exactly the exports ``code`` reads (:func:`runtime_import`); ``standalone``: no import, and
-    the definitions of the exports ``code`` reaches (:func:`kernel_closure`, :func:`inlined_kernels`)."""
+    the definitions of the exports ``code`` reaches (:func:`routine_closure`, :func:`inlined_routines`)."""
     used = free_globals(code) & set(runtime.__all__)
     if not standalone:
         return runtime_import(runtime, used), "", ""
-    return ("", *inlined_kernels(kernel_closure(used, runtime), runtime, notes))
+    return ("", *inlined_routines(routine_closure(used, runtime), runtime, notes))
 
 
 class UnresolvedName(RuntimeError):
-    """An emitted module would read a global that nothing defines (a kernel the runtime does not export)."""
+    """An emitted module would read a global that nothing defines (a routine the runtime does not export)."""
 
 
 def check_resolved(source: str, what: str) -> str:
@@ -264,14 +230,14 @@ def unresolved_names(source: str) -> list[str]:
 class MatrixCodePrinter(Interpreter):
     """Straight-line array code for matrix expressions, with common subexpressions named once.
 
-    A SymPy :class:`~sympy.printing.printer.Printer` (through :class:`~derivations.engine.interpret.Interpreter`):
+    A SymPy :class:`~sympy.printing.printer.Printer` (through :class:`~derivations.vocabulary.interpret.Interpreter`):
     rules are ``_print_<Class>`` methods found along the node's class hierarchy, or the node's own
     ``_jaxcode``/``_numpycode``; a node without either raises :class:`UnsupportedNode` (a
-    :class:`~derivations.engine.interpret.MissingRule`) naming the node and the printer.
+    :class:`~derivations.vocabulary.interpret.MissingRule`) naming the node and the printer.
     """
 
     cse_always = (Msign, GramSqrt, GramInvSqrt, IsotropicScale, RegularizedSylvester, PolarFactor)
-    #: rule lookup (:func:`derivations.engine.interpret.find_rule`): node method, then ``_print_<Class>``
+    #: rule lookup (:func:`derivations.vocabulary.interpret.find_rule`): node method, then ``_print_<Class>``
     rule_prefix = "_print_"
 
     @property

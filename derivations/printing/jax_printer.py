@@ -1,7 +1,7 @@
-"""JAX printer: a jitted, batched module that imports ``jax``, ``functools`` and the kernels its code calls.
+"""JAX printer: a jitted, batched module that imports ``jax``, ``functools`` and the routines its code calls.
 
-By default the kernels come from :mod:`numerics.kernels.jax_runtime` (one import naming exactly the names the
-printed code reads); a standalone module (``--emit jax --standalone``) inlines the source of the kernels its code
+By default the routines come from :mod:`foundation.compute.jax_runtime` (one import naming exactly the names the
+printed code reads); a standalone module (``--emit jax --standalone``) inlines the source of the routines its code
 reaches instead, with the constants they read, and imports only ``jax`` and ``functools``.
 """
 
@@ -12,23 +12,21 @@ import textwrap
 
 from sympy.matrices.expressions import Transpose
 
-from coeffsearch.schedule import Schedule
-from derivations.engine.vocabulary import (
-    RegularizedSylvester,
-)
+from derivations.engine.rule import EmittedFunction
 from derivations.printing.array_module import docstring, header
 from derivations.printing.codegen import (
-    EmittedFunction,
     UnsupportedNode,
     check_docstring,
     check_identifier,
     check_resolved,
     docstring_fragment,
-    kernel_parts,
+    routine_parts,
 )
 from derivations.printing.function_spec import FunctionSpec, Parameter, render_functions
 from derivations.printing.split_mode import SHARED_NOTES, Computation, ScaledPrinter, compute
-from numerics.kernels import jax_runtime
+from derivations.vocabulary.nodes import RegularizedSylvester
+from foundation.compute import jax_runtime
+from foundation.schedule import Schedule
 
 #: the comment each constant gets where a standalone module defines it
 CONSTANT_NOTES = {
@@ -41,10 +39,10 @@ CONSTANT_NOTES = {
 
 
 class JaxPrinter(ScaledPrinter):
-    """``_print_<Node>`` rules that call the JAX kernels (:mod:`numerics.kernels.jax_runtime`).
+    """``_print_<Node>`` rules that call the JAX routines (:mod:`foundation.compute.jax_runtime`).
 
     Same-shape eigendecompositions and spectral signs are stacked into one batched call: fewer
-    kernel launches, and on the CPU it avoids running two LAPACK kernels at once, which
+    compiled ops, and on the CPU it avoids running two LAPACK calls at once, which
     can deadlock jaxlib 0.10's thread pool (see ``per_matrix_on_cpu``).
     """
 
@@ -155,13 +153,13 @@ def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedul
              standalone: bool = False) -> str:
     """The module text (deterministic byte for byte).
 
-    ``schedule`` is the default Newton–Schulz schedule, a :class:`~coeffsearch.schedule.Schedule`: validated
-    where it was made (its coefficients finite float64 numbers), so it is taken as it is here. The kernels the
-    printed code calls are imported from :mod:`numerics.kernels.jax_runtime`, or with ``standalone`` inlined:
-    those it reaches and the constants they read (:func:`~derivations.printing.codegen.kernel_parts`).
+    ``schedule`` is the default Newton–Schulz schedule, a :class:`~foundation.schedule.Schedule`: validated
+    where it was made (its coefficients finite float64 numbers), so it is taken as it is here. The routines the
+    printed code calls are imported from :mod:`foundation.compute.jax_runtime`, or with ``standalone`` inlined:
+    those it reaches and the constants they read (:func:`~derivations.printing.codegen.routine_parts`).
     """
     if not isinstance(schedule, Schedule):
-        raise TypeError(f"schedule must be a coeffsearch.schedule.Schedule (validated where it is made), "
+        raise TypeError(f"schedule must be a foundation.schedule.Schedule (validated where it is made), "
                         f"got {type(schedule).__name__}")
     if msign_default not in jax_runtime.MSIGN_METHODS:
         raise ValueError(f"msign_default must be one of {jax_runtime.MSIGN_METHODS!r}, got {msign_default!r}")
@@ -172,9 +170,9 @@ def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedul
            "NS_SCHEDULE = (\n" + "".join(f"    {step!r},\n" for step in schedule.as_floats()) + ")\n"]
     printed = [render_functions(list(function_specs(fn, scalars, msign_default))) for fn in functions]
     printed += ["\n" + extra_source] if extra_source else []
-    imported, constants, kernels = kernel_parts("\n".join(own + printed), jax_runtime, standalone, CONSTANT_NOTES)
+    imported, constants, routines = routine_parts("\n".join(own + printed), jax_runtime, standalone, CONSTANT_NOTES)
     parts = [head, "import functools\n\nimport jax\nimport jax.numpy as jnp\n" + ("\n" + imported if imported else ""),
-             own[0], *([constants] if constants else []), own[1], *(["\n" + kernels + "\n"] if kernels else []),
+             own[0], *([constants] if constants else []), own[1], *(["\n" + routines + "\n"] if routines else []),
              *printed]
     return check_resolved("\n".join(parts).rstrip() + "\n", "the emitted JAX module")
 
@@ -184,7 +182,7 @@ def _module_docstring(title: str, command: str, functions: list[EmittedFunction]
     """The module docstring: the header of every emitted module, then the schedule and the msign default.
 
     Every caller-given string is escaped for the docstring (defence in depth: names are also checked where
-    they are read, coeffsearch.polynomial.NAME_PATTERN), and the header must parse as one string literal.
+    they are read, foundation.polynomial.NAME_PATTERN), and the header must parse as one string literal.
     """
     name, quoted = docstring_fragment(schedule.name), shlex.quote(schedule.name)
     escaped = docstring_fragment(quoted)
@@ -281,5 +279,3 @@ def _option_checks(fn: EmittedFunction) -> list[str]:
         checks += [f"check_dense_damping({fn.name!r}, solver, damping, {fn.argument_names[0]}, "
                    f"{fn.argument_names[1]})"]
     return checks
-
-

@@ -20,9 +20,9 @@ the stored layouts into core calls and the updates back into the stored layouts:
   partner, the stored gradients side by side, and the output split back into its column blocks.
 
 What the derivations say nothing about stays hand-written and is called by name: the array primitives
-``split_heads``/``merge_heads`` (:mod:`numerics.kernels.jax_head_layout`) and the input checks
-(:mod:`numerics.kernels.ov_layout`), imported from :mod:`numerics.kernels.jax_runtime` by the emitted module
-(or inlined into a standalone one) like every other kernel it calls.
+``split_heads``/``merge_heads`` (:mod:`foundation.compute.jax_head_layout`) and the input checks
+(:mod:`foundation.compute.ov_layout`), imported from :mod:`foundation.compute.jax_runtime` by the emitted module
+(or inlined into a standalone one) like every other routine it calls.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Adapter:
 
     ``stored``: argument name → the axis holding its heads (``"columns"`` for ``(d, H·d_h)``, ``"rows"``
     for ``(H·d_h, d)``); ``calls``: ``(parameter name, EmittedFunction)`` in call order; ``check``: the
-    input check (a function of :mod:`numerics.kernels.ov_layout`), called with the stored arrays (and
+    input check (a function of :mod:`foundation.compute.ov_layout`), called with the stored arrays (and
     ``head_dim``), returning the group size.
     """
 
@@ -59,6 +59,9 @@ class Adapter:
     entry_doc: str = ""
     head_dim: bool = True
     notes: list = field(default_factory=list)
+    #: stored sizes of its example call (``d``, ``d_h``; ``H``, ``H_kv`` with heads): overrides the rule's
+    #: ``example_sizes`` (:mod:`derivations.printing.examples`)
+    example_sizes: dict = field(default_factory=dict)
 
 
 def layouts_of(function) -> list[HeadLayout]:
@@ -205,6 +208,6 @@ class AdapterPrinter:
 
 def adapter_source(adapter: Adapter) -> tuple[str, tuple]:
     """``(source, public names)``: the printed adapter and the entry point (the primitives and the check they
-    call are kernels of :mod:`numerics.kernels.jax_runtime`)."""
+    call are routines of :mod:`foundation.compute.jax_runtime`)."""
     printer = AdapterPrinter(adapter)
     return printer.source() + "\n\n\n" + printer.entry_source() + "\n", (adapter.entry,)

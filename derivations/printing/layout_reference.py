@@ -6,7 +6,7 @@ the emitted core functions; :mod:`derivations.printing.layout` prints it from th
 updates those records *mean*, without the printer's array code (no reshapes, no repeats): every head is
 sliced out of its stored matrix, the mathematically laid-out operands are assembled one head or one block at
 a time, each core function's checked formula is evaluated on them by the engine's evaluator
-(:func:`derivations.engine.numeric.evaluate`) and the results are written back head by head.
+(:func:`derivations.vocabulary.numeric.evaluate`) and the results are written back head by head.
 
 The stored layouts: a weight (or its gradient ``G_X`` of ``W_X``, same layout) stored as ``"columns"`` is
 ``(d, H·d_h)``, head ``h`` its columns ``h·d_h … (h+1)·d_h − 1``; as ``"rows"`` it is ``(H·d_h, d)``, head ``h``
@@ -30,9 +30,9 @@ import scipy.linalg
 from sympy import Symbol
 from sympy.matrices.expressions import MatrixSymbol
 
-from derivations.engine.numeric import evaluate
 from derivations.lemmas.blocks import HeadLayout
-from numerics.kernels.reference import NumpyBackend
+from derivations.vocabulary.numeric import evaluate
+from foundation.compute.reference import NumpyBackend
 
 
 class LayoutError(ValueError):

@@ -1,16 +1,16 @@
-"""NumPy printer: a float64 reference module (SVD msign, eigh roots) that imports numpy and its kernels.
+"""NumPy printer: a float64 reference module (SVD msign, eigh roots) that imports numpy and its routines.
 
-By default the kernels come from :mod:`numerics.kernels.numpy_runtime` (one import naming exactly the names the
-printed code reads); a standalone module (``--emit numpy --standalone``) inlines the kernels its code reaches
+By default the routines come from :mod:`foundation.compute.numpy_runtime` (one import naming exactly the names the
+printed code reads); a standalone module (``--emit numpy --standalone``) inlines the routines its code reaches
 instead and imports only ``numpy``. The exponent handling is the JAX target's, printed from the same scaling plan
 (:mod:`derivations.printing.split_mode`): the two targets agree on what is right and on what is refused.
 """
 
 from __future__ import annotations
 
+from derivations.engine.rule import EmittedFunction
 from derivations.printing.array_module import docstring, header
 from derivations.printing.codegen import (
-    EmittedFunction,
     UnsafeText,
     UnsupportedNode,
     check_docstring,
@@ -18,16 +18,16 @@ from derivations.printing.codegen import (
     check_resolved,
     docstring_fragment,
     free_globals,
-    kernel_parts,
+    routine_parts,
 )
 from derivations.printing.function_spec import FunctionSpec, Parameter, render_functions
 from derivations.printing.split_mode import SHARED_NOTES, ScaledPrinter, compute
-from numerics.kernels import numpy_runtime
+from foundation.compute import numpy_runtime
 
 
 class NumpyPrinter(ScaledPrinter):
-    """``_print_<Node>`` rules that call the NumPy kernels (:mod:`numerics.kernels.numpy_runtime`); the split mode
-    and the unit-scaled msign arguments are :class:`~derivations.printing.split_mode.ScaledPrinter`'s."""
+    """``_print_<Node>`` rules that call the NumPy routines (:mod:`foundation.compute.numpy_runtime`); the split
+    mode and the unit-scaled msign arguments are :class:`~derivations.printing.split_mode.ScaledPrinter`'s."""
 
     def _print_Msign(self, expr):
         return f"msign_svd({self._unit_arg(expr.arg)})"
@@ -78,16 +78,16 @@ def _arg_doc(fn: EmittedFunction) -> str:
 
 def emit_numpy(title: str, command: str, functions: list[EmittedFunction], scalars: dict,
                standalone: bool = False) -> str:
-    """The module text (deterministic byte for byte); its kernels imported from
-    :mod:`numerics.kernels.numpy_runtime`, or with ``standalone`` inlined (those its code reaches)."""
+    """The module text (deterministic byte for byte); its routines imported from
+    :mod:`foundation.compute.numpy_runtime`, or with ``standalone`` inlined (those its code reaches)."""
     head = header(docstring_fragment(title) + " (float64 NumPy reference)", docstring_fragment(command), functions, [])
     own = f"__all__ = {sorted(fn.name for fn in functions)!r}\n"
     printed = [render_functions([function_spec(fn, scalars)]) for fn in functions]
-    imported, constants, kernels = kernel_parts("\n".join([own, *printed]), numpy_runtime, standalone,
-                                                SHARED_NOTES)
-    numpy = "import numpy as np\n" if "np" in free_globals("\n".join([kernels, *printed])) else ""
+    imported, constants, routines = routine_parts("\n".join([own, *printed]), numpy_runtime, standalone,
+                                                  SHARED_NOTES)
+    numpy = "import numpy as np\n" if "np" in free_globals("\n".join([routines, *printed])) else ""
     parts = [check_docstring(head, "module docstring"), "\n".join(filter(None, [numpy, imported])), own,
-             *([constants] if constants else []), *(["\n" + kernels + "\n"] if kernels else []), *printed]
+             *([constants] if constants else []), *(["\n" + routines + "\n"] if routines else []), *printed]
     return check_resolved("\n".join(parts).rstrip() + "\n", "the emitted NumPy module")
 
 

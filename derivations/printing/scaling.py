@@ -5,15 +5,21 @@ the argument it damps) scales each output by a fixed power. Code printed from pr
 (``C_K W_QᵀW_Q C_K`` in the balancing gauge, ``m_KᵀW_K − W_Qᵀm_Q`` in the horizontal projection) can
 underflow or overflow although the result is representable: float32 weights of size 1e-10 make the
 first 1e-40. The JAX printer therefore scales such arguments by exact powers of two at the start of
-the computation and the outputs back at its end (:func:`numerics.kernels.jax_exact_scaling.scale_group`).
+the computation and the outputs back at its end (:func:`foundation.compute.jax_exact_scaling.scale_group`).
 
-:func:`scaling_plan` finds the groups of arguments that must share one scale, by reading the formulas:
-an argument is a variable of degree 1; products add degrees, a sum needs equal degrees in its terms
-(arguments whose degrees differ are merged into one group), a Gram root has the degree of ``±`` its
-base and ties ``λ`` to the base's group (the emitted code damps every Gram root and isotropic scale
-with the ``damping`` argument, whatever the derivation's own λ), a regularized Sylvester solve puts
-both factors in one group, ``msign`` has degree 0, a Gram power ``(XᵀX)^p`` of a derived ``X`` (undamped) has
-``2p`` times the degree of ``X``, a polar factor has degree 0. A node it does not know makes the plan ``None``
+:func:`scaling_plan` finds the groups of arguments that must share one scale, by reading the formulas
+with :class:`Homogeneity`, an interpreter like the printers: the *degree* of an expression is
+``{group: d}``, the power of each group's scale ``s`` by which it scales (``e(s·x) = s^d e(x)``). SymPy's
+own algebra has its rules here: an argument is a variable of degree 1, products add degrees, a power
+multiplies them, a sum needs equal degrees in its terms (arguments whose degrees differ are merged into
+one group), a constant has degree 0. Every node of the vocabulary carries its own rule, a method
+``_degree(self, scaling)`` that returns its degree from its operands' through the helpers of
+:class:`Homogeneity` (``msign`` has degree 0, a Gram root ``(WᵀW + λI)^p`` of an argument has ``2p``
+times its base's and ties ``λ`` to the base's group, since the emitted code damps every Gram root and
+isotropic scale with the ``damping`` argument, …). A node without one stops the emission with
+:class:`NoDegreeRule`, one line naming it: never an unscaled function that silently underflows.
+A formula that is not homogeneous (terms of different degree in one argument, ``λ`` as a factor, a node
+that declares it has no fixed degree through :meth:`Homogeneity.inhomogeneous`) makes the plan ``None``
 (nothing is rescaled).
 """
 
@@ -23,22 +29,18 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from sympy import Mul, Number, Pow, Symbol
-from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol, Transpose, ZeroMatrix
+from sympy import Number
+from sympy.matrices.expressions import MatrixSymbol, ZeroMatrix
 
-from derivations.engine.vocabulary import (
-    GramInvSqrt,
-    GramSqrt,
-    HStack,
-    IsotropicScale,
-    Msign,
-    PolarFactor,
-    RegularizedSylvester,
-)
+from derivations.vocabulary.interpret import Interpreter, MissingRule
 
 
 class Inhomogeneous(Exception):
-    """The formula is not homogeneous in the current grouping (or has a node this module does not know)."""
+    """The formula is not homogeneous in the current grouping: no plan (nothing is rescaled)."""
+
+
+class NoDegreeRule(MissingRule):
+    """A node of an emitted formula declares no homogeneity degree (no ``_degree`` method): names the node."""
 
 
 class _Merge(Exception):
@@ -59,132 +61,8 @@ class Group:
         return math.lcm(1, *(d.denominator for d in self.degrees))
 
 
-class _Analysis:
-    def __init__(self, names, damping_symbols):
-        self.parent = {n: n for n in names}
-        self.damping_symbols = set(damping_symbols)
-        self.tied = set()  # groups whose scale λ follows (as its square)
-
-    def find(self, n):
-        while self.parent[n] != n:
-            n = self.parent[n]
-        return n
-
-    def merge(self, names):
-        roots = sorted({self.find(n) for n in names})
-        if len(roots) > 1:
-            for r in roots[1:]:
-                self.parent[r] = roots[0]
-            self.tied = {self.find(t) for t in self.tied}
-            raise _Merge
-
-    def tie(self, base):
-        deg = self.degree(base)
-        if len(deg) != 1 or next(iter(deg.values())) != 1:
-            raise Inhomogeneous(f"a damped Gram root of {base}, which is not one argument")
-        self.tied.add(next(iter(deg)))
-        return deg
-
-    def _base_degree(self, e) -> dict:
-        """The degree of a Gram node's base: an argument's root is damped with λ (tied), a derived base's is not."""
-        if isinstance(e.base, MatrixSymbol):
-            return self.tie(e.base)
-        if e.damping != 0:
-            raise Inhomogeneous(f"a damped Gram node of the derived matrix {e.base}")
-        return self.degree(e.base)
-
-    def degree(self, e) -> dict:
-        """``{group: degree}`` of ``e``, by one helper per kind of node (:data:`_DEGREE_RULES`, in order);
-        raises :class:`Inhomogeneous` or :class:`_Merge`."""
-        for kinds, rule in _DEGREE_RULES:
-            if isinstance(e, kinds):
-                return getattr(self, rule)(e)
-        if type(e).__name__ == "SPDPower":  # derivations.balance, a layer above: known by name
-            p = Fraction(str(e.exponent))
-            return {g: p * d for g, d in self.degree(e.arg).items()}
-        return self._unknown(e)
-
-    @staticmethod
-    def _unknown(e) -> dict:
-        raise Inhomogeneous(f"no degree rule for {type(e).__name__}")
-
-    def _argument(self, e) -> dict:
-        if e.name not in self.parent:
-            raise Inhomogeneous(f"{e.name} is not an argument")
-        return {self.find(e.name): Fraction(1)}
-
-    def _symbol(self, e) -> dict:
-        if e in self.damping_symbols:
-            raise Inhomogeneous("λ as a factor")
-        return self._unknown(e) if e.is_Matrix else {}
-
-    @staticmethod
-    def _constant(e) -> dict:
-        return {}
-
-    def _transpose(self, e) -> dict:
-        return self.degree(e.arg)
-
-    def _msign(self, e) -> dict:
-        self.degree(e.arg)
-        return {}
-
-    def _gram_root(self, e) -> dict:
-        """GramPower too: degree 2p times its base's."""
-        power = 2 * Fraction(str(e.exponent))
-        return {g: power * d for g, d in self._base_degree(e).items()}
-
-    def _polar_factor(self, e) -> dict:
-        self._base_degree(e)
-        return {}
-
-    def _isotropic_scale(self, e) -> dict:
-        return self.tie(e.base)
-
-    def _sylvester(self, e) -> dict:
-        self.merge([m.name for m in (e.left, e.right) if isinstance(m, MatrixSymbol)])
-        base = self.tie(e.left)
-        return _add(self.degree(e.rhs), {g: -2 * d for g, d in base.items()})
-
-    def _product(self, e) -> dict:
-        out: dict = {}
-        for a in e.args:
-            out = _add(out, self.degree(a))
-        return out
-
-    def _power(self, e) -> dict:
-        if not isinstance(e.exp, Number):
-            return self._unknown(e)
-        p = Fraction(str(e.exp))
-        return {g: p * d for g, d in self.degree(e.base).items()}
-
-    def _sum(self, e) -> dict:
-        """Terms of equal degree; arguments whose degrees differ between terms are merged into one group."""
-        terms = [self.degree(a) for a in e.args if not isinstance(a, ZeroMatrix)]
-        for t in terms[1:]:
-            differ = [g for g in set(t) | set(terms[0]) if t.get(g, 0) != terms[0].get(g, 0)]
-            if differ:
-                if len(differ) < 2:
-                    raise Inhomogeneous(f"terms of different degree in {e}")
-                self.merge(differ)
-        return terms[0] if terms else {}
-
-
-#: node kinds -> the :class:`_Analysis` method that gives their degree, tried in this order
-_DEGREE_RULES: tuple[tuple[type | tuple[type, ...], str], ...] = (
-    (MatrixSymbol, "_argument"),
-    (Symbol, "_symbol"),
-    ((Identity, ZeroMatrix, Number), "_constant"),
-    (Transpose, "_transpose"),
-    (Msign, "_msign"),
-    ((GramSqrt, GramInvSqrt), "_gram_root"),
-    (PolarFactor, "_polar_factor"),
-    (IsotropicScale, "_isotropic_scale"),
-    (RegularizedSylvester, "_sylvester"),
-    ((MatMul, Mul), "_product"),
-    (Pow, "_power"),
-    ((MatAdd, HStack), "_sum"),
-)
+def _fraction(p) -> Fraction:
+    return Fraction(str(p))
 
 
 def _add(a, b):
@@ -194,15 +72,153 @@ def _add(a, b):
     return {g: d for g, d in out.items() if d != 0}
 
 
+class Homogeneity(Interpreter):
+    """The degree ``{group: d}`` of an expression in the scales of its argument groups.
+
+    A node's rule is its ``_degree(self, scaling)`` method; SymPy's classes have ``_degree_<Class>`` rules
+    here. A node with neither raises :class:`NoDegreeRule`. The helpers below are what the nodes' rules use.
+    """
+
+    printmethod = "_degree"
+    rule_prefix = "_degree_"
+    interpreter_name = "the exact-scaling plan"
+
+    def __init__(self, names, damping_symbols):
+        super().__init__()
+        self.parent = {n: n for n in names}
+        self.damping_symbols = set(damping_symbols)
+        self.tied: set = set()  # groups whose scale λ follows (as its square)
+
+    def emptyPrinter(self, expr):
+        raise NoDegreeRule(self.interpreter_name, expr, "its class declares no _degree(self, scaling): how its "
+                                                        "value scales with its arguments")
+
+    def find(self, n):
+        while self.parent[n] != n:
+            n = self.parent[n]
+        return n
+
+    # ---- the helpers of the nodes' rules ---------------------------------------------------------
+    def degree(self, e) -> dict:
+        """``{group: degree}`` of ``e``; raises :class:`Inhomogeneous`, :class:`NoDegreeRule` (or merges groups)."""
+        return self._print(e)
+
+    def times(self, p, degree: dict) -> dict:
+        """``p`` times a degree (the degree of a ``p``-th power)."""
+        p = _fraction(p)
+        return {g: p * d for g, d in degree.items() if p * d != 0}
+
+    @staticmethod
+    def plus(*degrees: dict) -> dict:
+        """The degree of a product of factors of these degrees."""
+        out: dict = {}
+        for d in degrees:
+            out = _add(out, d)
+        return out
+
+    def product(self, *factors) -> dict:
+        """The degree of the product of ``factors``: the sum of theirs."""
+        return self.plus(*(self.degree(f) for f in factors))
+
+    def invariant(self, *operands) -> dict:
+        """Degree 0 (``f(cA) = f(A)`` for ``c > 0``); the operands are read for what they require."""
+        for a in operands:
+            self.degree(a)
+        return {}
+
+    def same_degree(self, *terms) -> dict:
+        """Terms of equal degree (a sum, a concatenation); arguments whose degrees differ between terms are merged
+        into one group."""
+        degrees = [self.degree(a) for a in terms if not isinstance(a, ZeroMatrix)]
+        for t in degrees[1:]:
+            differ = [g for g in set(t) | set(degrees[0]) if t.get(g, 0) != degrees[0].get(g, 0)]
+            if differ:
+                if len(differ) < 2:
+                    raise Inhomogeneous(f"terms of different degree in {terms}")
+                self.merge(differ)
+        return degrees[0] if degrees else {}
+
+    @staticmethod
+    def inhomogeneous(reason: str):
+        """A node that has no fixed degree (``tanh``) declares so: the plan is ``None``, nothing is rescaled."""
+        raise Inhomogeneous(reason)
+
+    def share_scale(self, *matrices) -> None:
+        """The arguments among ``matrices`` share one scale (one group)."""
+        self.merge([m.name for m in matrices if isinstance(m, MatrixSymbol)])
+
+    def tie(self, base) -> dict:
+        """λ damps ``base``, one argument: λ is scaled as the square of ``base``'s scale; ``base``'s degree."""
+        deg = self.degree(base)
+        if len(deg) != 1 or next(iter(deg.values())) != 1:
+            raise Inhomogeneous(f"a damped Gram root of {base}, which is not one argument")
+        self.tied.add(next(iter(deg)))
+        return deg
+
+    def gram_base(self, node) -> dict:
+        """The degree of a Gram node's base: an argument's root is damped with λ (tied), a derived base's is not."""
+        if isinstance(node.base, MatrixSymbol):
+            return self.tie(node.base)
+        if node.damping != 0:
+            raise Inhomogeneous(f"a damped Gram node of the derived matrix {node.base}")
+        return self.degree(node.base)
+
+    def merge(self, names):
+        roots = sorted({self.find(n) for n in names})
+        if len(roots) > 1:
+            for r in roots[1:]:
+                self.parent[r] = roots[0]
+            self.tied = {self.find(t) for t in self.tied}
+            raise _Merge
+
+    # ---- SymPy's algebra -------------------------------------------------------------------------
+    def _degree_MatrixSymbol(self, e) -> dict:
+        if e.name not in self.parent:
+            raise Inhomogeneous(f"{e.name} is not an argument")
+        return {self.find(e.name): Fraction(1)}
+
+    def _degree_Symbol(self, e) -> dict:
+        if e in self.damping_symbols:
+            raise Inhomogeneous("λ as a factor")
+        return {}
+
+    def _degree_Number(self, e) -> dict:
+        return {}
+
+    _degree_Identity = _degree_ZeroMatrix = _degree_Number
+
+    def _degree_Transpose(self, e) -> dict:
+        return self.degree(e.arg)
+
+    def _degree_MatMul(self, e) -> dict:
+        return self.product(*e.args)
+
+    _degree_Mul = _degree_MatMul
+
+    def _degree_Pow(self, e) -> dict:
+        if not isinstance(e.exp, Number):
+            raise Inhomogeneous(f"{e}: a power with a symbolic exponent")
+        return self.times(e.exp, self.degree(e.base))
+
+    def _degree_Inverse(self, e) -> dict:
+        return self.times(-1, self.degree(e.arg))
+
+    def _degree_MatAdd(self, e) -> dict:
+        return self.same_degree(*e.args)
+
+    _degree_Add = _degree_MatAdd
+
+
 def scaling_plan(arguments, formulas, damping_symbols=()) -> list[Group] | None:
     """The groups of ``arguments`` (names) to rescale for ``formulas`` (one per output), or ``None``.
 
-    ``damping_symbols``: the scalar symbols that stand for λ (a factor λ is not handled: ``None``).
+    ``damping_symbols``: the scalar symbols that stand for λ (a factor λ is not handled: ``None``). A node
+    without a degree rule raises :class:`NoDegreeRule`.
 
     A group that λ would have to follow together with another group (two damped roots of different
     arguments share one λ) is left out: its arguments keep their scale, and so does λ.
     """
-    analysis = _Analysis(arguments, damping_symbols)
+    analysis = Homogeneity(arguments, damping_symbols)
     for _ in range(len(arguments) + 1):
         analysis.tied = set()
         try:

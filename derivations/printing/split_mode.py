@@ -13,8 +13,8 @@ share, so that they carry powers of two apart in the same places and flag the sa
   back at the end (``scale_group`` … ``pow2_unscale``), the groups and the outputs' powers read off the
   formulas by :func:`derivations.printing.scaling.scaling_plan`.
 
-:func:`compute` prints the lines of one emitted function this way; each target's runtime supplies the kernels
-of the same names and signatures (:mod:`numerics.kernels.jax_runtime`, :mod:`numerics.kernels.numpy_runtime`).
+:func:`compute` prints the lines of one emitted function this way; each target's runtime supplies the routines
+of the same names and signatures (:mod:`foundation.compute.jax_runtime`, :mod:`foundation.compute.numpy_runtime`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ from dataclasses import dataclass
 from sympy import Integer, Mul, Pow, Symbol
 from sympy.matrices.expressions import MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.vocabulary import (
+from derivations.engine.rule import EmittedFunction
+from derivations.printing.codegen import MatrixCodePrinter
+from derivations.printing.scaling import scaling_plan
+from derivations.vocabulary.nodes import (
     BLOCK_DIAGONAL,
     GramInvSqrt,
     GramSqrt,
@@ -33,8 +36,6 @@ from derivations.engine.vocabulary import (
     RegularizedSylvester,
     facts_of,
 )
-from derivations.printing.codegen import EmittedFunction, MatrixCodePrinter
-from derivations.printing.scaling import scaling_plan
 
 #: the comment each constant both runtimes export gets where a standalone module defines it
 SHARED_NOTES = {"UNDERFLOW_BITS": "an output below tiny * 2**(nmant - this) underflowed"}
@@ -44,7 +45,7 @@ class ScaledPrinter(MatrixCodePrinter):
     """The split mode and the unit-scaled ``msign`` arguments, for every array target.
 
     A target sets :attr:`sylvester_options` (the options its ``sylvester_products_split`` takes after the
-    right-hand side) and prints its own kernels' calls; the exponent bookkeeping is this class's.
+    right-hand side) and prints its own routines' calls; the exponent bookkeeping is this class's.
     """
 
     #: the arguments after the right-hand side of the target's ``sylvester_products_split`` call (its options)
@@ -81,7 +82,6 @@ class ScaledPrinter(MatrixCodePrinter):
         if self.split and self._splittable_root(m):
             return f"{self._split_root(m)[0]}.astype({self._print(m.base)}.dtype)"
         return f"unit_scale({self._print(m)}{'' if axes is None else f', axes={axes!r}'})"
-
 
     # ---- split mode: outputs as a mantissa times a power of two ------------------------------------------
     #: set for rules with msign: their outputs are products ``c · F_1 ⋯ F_k`` of a scalar coefficient, spectral
@@ -287,15 +287,15 @@ def compute(fn: EmittedFunction, scalars: dict, printer_type: type[ScaledPrinter
 def scaling_lines(fn: EmittedFunction, scalars: dict, uses_msign: bool) -> tuple[list[str], list[str], list[str]]:
     """Lines that scale argument groups by powers of two at the start, and the outputs back at the end.
 
-    Only for rules without msign: there the kernels and the unit-scaled msign arguments keep every
+    Only for rules without msign: there the routines and the unit-scaled msign arguments keep every
     intermediate in range; products of raw inputs elsewhere (``C_K W_QᵀW_Q C_K`` in the balancing gauge)
-    need their arguments near 1 (:mod:`derivations.printing.scaling`).
+    need their arguments near 1 (:mod:`derivations.printing.scaling`). The plan is made for every function,
+    so that a node without a homogeneity degree stops any emission (:class:`~derivations.printing.scaling.
+    NoDegreeRule`), not only the one that would have scaled it.
     """
-    if uses_msign:
-        return [], [], []
     damping = {sym for sym, name in scalars.items() if name == "damping"}
     plan = scaling_plan(fn.argument_names, [der.formula for _, der in fn.outputs], damping)
-    if not plan:
+    if uses_msign or not plan:
         return [], [], []
     first, last = [], []
     for i, group in enumerate(plan, 1):

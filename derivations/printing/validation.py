@@ -1,12 +1,12 @@
 """Translation validation of the code printers: every emitted function against its checked formula.
 
-For each :class:`~derivations.printing.codegen.EmittedFunction` of a printed module, random
+For each :class:`~derivations.engine.rule.EmittedFunction` of a printed module, random
 instances are drawn at two or more sizes with all dimensions distinct (the derivation's own check
 sizes, those with distinct sizes, completed by doubling: doubling keeps every linear relation such
 as ``n = 2d``). The printed function is called on them and its outputs are compared with the
 derivation's formula evaluated independently, by the engine's evaluator
-(:func:`derivations.engine.numeric.evaluate`) with the float64 NumPy backend of
-:mod:`numerics.kernels.reference`. The comparison runs at the formula's own damping and scalars, and
+(:func:`derivations.vocabulary.numeric.evaluate`) with the float64 NumPy backend of
+:mod:`foundation.compute.reference`. The comparison runs at the formula's own damping and scalars, and
 the JAX code runs with ``msign="svd"`` (exact, unlike a Newton–Schulz schedule) in float64.
 
 A printer that puts a partner on the wrong side (``C_K⁻¹ G`` for ``G C_K⁻¹``) or drops a transpose
@@ -34,12 +34,12 @@ import scipy.linalg
 from sympy import Symbol, preorder_traversal, srepr
 from sympy.matrices.expressions import MatrixSymbol
 
-from derivations.engine.evaluate import InstanceSampler, free_symbols
-from derivations.engine.numeric import evaluate
-from derivations.engine.vocabulary import BLOCK_DIAGONAL, FULL_COLUMN_RANK, FULL_ROW_RANK, FactMatrix, facts_of
 from derivations.printing.layout_reference import LayoutError, layouts, updates, weight_of
-from numerics.kernels.reference import MpmathBackend, NumpyBackend
-from numerics.kernels.spectra import log_spaced_spectrum, with_singular_values
+from derivations.vocabulary.evaluate import InstanceSampler, free_symbols
+from derivations.vocabulary.nodes import BLOCK_DIAGONAL, FULL_COLUMN_RANK, FULL_ROW_RANK, FactMatrix, facts_of
+from derivations.vocabulary.numeric import evaluate
+from foundation.compute.reference import MpmathBackend, NumpyBackend
+from foundation.compute.spectra import log_spaced_spectrum, with_singular_values
 
 #: largest accepted ``max|emitted − formula| / max(1, max|formula|)`` (float64, SVD msign)
 TOLERANCE = 1e-8
@@ -312,7 +312,7 @@ def validate_precision(module: types.ModuleType, functions: list, scalars: dict,
     The limit, ``100 u κ`` (``u = 2⁻⁵³``): the rules' outputs are products of a partner's inverse Gram root
     ``C⁻¹ = (WᵀW + λI)^(-1/2)`` (or its isotropic scale) with signs and gradients, and ``C⁻¹`` has relative
     condition number κ with respect to ``W``; computed from a backward-stable decomposition of ``W`` (an SVD or
-    a scaled eigendecomposition, as the printed kernels do) the forward error is ``c u κ`` with ``c`` of order 1
+    a scaled eigendecomposition, as the printed routines do) the forward error is ``c u κ`` with ``c`` of order 1
     (measured: ``c ≤ 0.6`` at κ = 1e5 and ``≤ 0.93`` at κ = 1e6 over every emitted function, both targets), so
     ``100 u κ`` ≈ 1.1e-9 leaves a margin of 100. A reference evaluated in float64 through the Gram ``WᵀW`` itself
     has condition κ² and is off by up to ``u κ²`` ≈ 1e-6 here (the engine's float64 evaluator, measured), which is
@@ -391,7 +391,7 @@ def shared_weights(adapter) -> set:
 
 def stored_instance(adapter, sizes: dict, rng: np.random.Generator) -> dict:
     """Random stored arrays of ``adapter``'s arguments: gradients Gaussian, each weight's heads full rank and well
-    conditioned (as :class:`~derivations.engine.evaluate.InstanceSampler` draws a full-rank partner)."""
+    conditioned (as :class:`~derivations.vocabulary.evaluate.InstanceSampler` draws a full-rank partner)."""
     shared, d, d_h = shared_weights(adapter), sizes["d"], sizes["d_h"]
     out = {}
     for name, axis in adapter.stored.items():

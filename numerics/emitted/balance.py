@@ -42,7 +42,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from numerics.kernels.jax_runtime import (
+from foundation.compute.jax_runtime import (
     gram_eigh,
     nan_unless,
     output_status,

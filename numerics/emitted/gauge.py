@@ -34,7 +34,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from numerics.kernels.jax_runtime import (
+from foundation.compute.jax_runtime import (
     nan_unless,
     output_status,
     pow2_unscale,

@@ -50,7 +50,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from numerics.kernels.jax_runtime import (
+from foundation.compute.jax_runtime import (
     check_group,
     check_qk_heads,
     check_scalar,

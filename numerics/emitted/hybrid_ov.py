@@ -43,7 +43,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from numerics.kernels.jax_runtime import (
+from foundation.compute.jax_runtime import (
     block_right,
     check_group,
     check_ov_heads,

@@ -39,7 +39,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from numerics.kernels.jax_runtime import (
+from foundation.compute.jax_runtime import (
     block_right,
     check_joint_pair,
     gram_eigh,

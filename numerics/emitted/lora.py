@@ -45,7 +45,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from numerics.kernels.jax_runtime import (
+from foundation.compute.jax_runtime import (
     gram_eigh,
     gram_flags,
     nan_unless,

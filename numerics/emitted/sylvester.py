@@ -36,7 +36,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from numerics.kernels.jax_runtime import (
+from foundation.compute.jax_runtime import (
     check_dense_damping,
     check_scalar,
     gram_flags,

@@ -37,7 +37,7 @@ Gauge (``M = W_Q W_Kᵀ`` is unchanged by ``(W_Q R, W_K R⁻ᵀ)``): ``gauge="ho
 projects the stored momentum of every pair onto the horizontal space each step (derived in
 ``derivations.gauge``: ``(m_Q + W_Q X, m_K − W_K Xᵀ)`` with ``X`` from a ``d_h × d_h`` Sylvester
 equation); ``gauge="rebalance"`` moves the factors along the gauge after every step so that both
-factors of each head have the same Gram matrix (:func:`numerics.gauge_balance.balance`). A shared
+factors of each head have the same Gram matrix (:func:`numerics.optimizer.gauge_balance.balance`). A shared
 key (value) head ``K_g`` of a grouped-query pair carries one gauge for its whole group,
 ``(W_{Q,h} R⁻ᵀ for every h in g, K_g R)``: both options act on the stacked pair
 ``(Q̄_g = [W_{Q,h}]_{h∈g} stacked row-wise, K_g)`` exactly as on a single head.

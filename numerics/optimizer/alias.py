@@ -15,7 +15,7 @@ from typing import Any, Literal
 import jax
 import optax
 
-from numerics.kernels.jax_spectral_sign import msign_choice
+from foundation.compute.jax_spectral_sign import msign_choice
 
 from .groups import LoRAPlan
 from .head_axes import head_axes_dimension_numbers
@@ -89,7 +89,7 @@ def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
     ``(x @ W)`` (the matrices stored in × out, as ``q = x @ W_Q`` and ``y = o @ W_O`` use them), ``(x @ Wᵀ)``
     (out × in: PyTorch, equinox) or ``(head axes)`` (flax ``DenseGeneral`` kernels). With ``msign`` (and the
     optimizer's ``ns_coeffs``, ``ns_steps``), each Muon matrix's line also says which iteration its ``msign``
-    runs and why (:func:`numerics.kernels.jax_spectral_sign.msign_choice`: ``"auto"`` runs Gram Newton–Schulz
+    runs and why (:func:`foundation.compute.jax_spectral_sign.msign_choice`: ``"auto"`` runs Gram Newton–Schulz
     only with restart positions certified for the matrix's dtype, else the standard iteration).
 
     Examples:
@@ -115,7 +115,7 @@ def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
         where[pair.first] = f"{what}, first of ({pair.first!r}, {pair.second!r})"
         where[pair.second] = f"{what}, second of ({pair.first!r}, {pair.second!r})"
     for group in plan.groups:
-        layout = " (kernels)" if group.kernels else ""
+        layout = " (kernels)" if group.kernels else ""  # stored as flax kernels
         if isinstance(group, LoRAPlan):
             own = "" if group.damping is None else f" damping={group.damping:g}"
             what = f"LoRA pair: r={group.rank} d_out={group.d_out} d_in={group.d_in}{own}{layout}"
@@ -148,11 +148,11 @@ def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
 def _msign_text(x: Any, msign: str, schedule: Any) -> str:
     """What ``msign`` runs on the matrix ``x`` (its last two axes, its dtype), in words."""
     try:
-        kernel, restarts, why = msign_choice(x.shape, x.dtype, msign, schedule)
+        chosen, restarts, why = msign_choice(x.shape, x.dtype, msign, schedule)
     except ValueError as exc:
         return f"{msign!r} refused: {exc}"
-    where = "" if kernel != "gram_newton_schulz" else f" (restarts after {', '.join(map(str, restarts)) or 'none'})"
-    return f"{msign!r} -> {kernel}{where}: {why}"
+    where = "" if chosen != "gram_newton_schulz" else f" (restarts after {', '.join(map(str, restarts)) or 'none'})"
+    return f"{msign!r} -> {chosen}{where}: {why}"
 
 
 def compositional_muon(

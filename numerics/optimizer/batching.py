@@ -4,9 +4,9 @@ A model's layers have the same shapes, so the attention pairs, LoRA pairs or MLA
 the Muon matrices of one shape) can run as one batched call: the emitted rules and ``msign`` batch over
 leading axes, and each matrix is scaled, whitened and orthogonalized on its own there (every reduction is
 over its last two axes), so stacking does not mix the layers. The step's program then holds each rule once
-instead of once per layer, which is what its compile time scales with (XLA compiles every fused kernel of
+instead of once per layer, which is what its compile time scales with (XLA compiles every fused op of
 the program; ``optax.contrib.muon`` holds one Newton–Schulz per matrix).
-What a stacked call shares: the route of :func:`~numerics.kernels.jax_damped_gram.gram_eigh`, taken for the
+What a stacked call shares: the route of :func:`~foundation.compute.jax_damped_gram.gram_eigh`, taken for the
 whole batch (the SVD route as soon as one partner of the batch is ill-conditioned; the two routes agree to
 rounding). And the emitted rules check their outputs per call: a NaN or Inf in one layer's result makes every
 layer's result of that call NaN, as for layers stored stacked in one leaf. The step is skipped either way
@@ -15,12 +15,12 @@ share the result (the layer that overflowed may be any of them). The stacked ope
 the rules run (XLA may fuse them into their first use).
 Measured (``python -m benchmarks.step --small --layers 12``, 2-core CPU): the first step of 12 GPT-2-shaped
 layers compiled in 12.5 s stacked against 28.9 s unstacked.
-Splitting the results: XLA fuses each layer's slice of a stacked result into the kernels that use it (the
+Splitting the results: XLA fuses each layer's slice of a stacked result into the compiled ops that use it (the
 update, the new parameter), and a static slice bakes its offset into them, so every layer would compile
-kernels of its own. The results are split at :class:`Positions` instead, int32 scalars ``0 … n − 1`` held in
-the optimizer's state (:func:`slot_positions`): under ``jit`` they are runtime values, every layer's kernels
+ops of its own. The results are split at :class:`Positions` instead, int32 scalars ``0 … n − 1`` held in
+the optimizer's state (:func:`slot_positions`): under ``jit`` they are runtime values, every layer's compiled ops
 are then identical, and XLA compiles one for all. The first training step of 12 GPT-2-small layers holds
-199 kernels instead of 323 (``optax.contrib.muon``'s compile time ×1.3–1.7 instead of ×1.9–2.0,
+199 compiled ops instead of 323 (``optax.contrib.muon``'s compile time ×1.3–1.7 instead of ×1.9–2.0,
 ``python -m benchmarks.step --layers 12``); the values are the same bit for bit (a dynamic slice at ``i`` is the slice
 at ``i``).
 """

@@ -48,7 +48,7 @@ def _all_finite(named: dict) -> jax.Array:
     """Whether every entry of every array of ``{name: array}`` is finite, as a boolean scalar.
 
     One reduction per shape and dtype over the arrays of that shape stacked (XLA fuses the stacking into it),
-    not one per array: a model of many layers then adds no kernel per parameter to the compiled step. Stacking
+    not one per array: a model of many layers then adds no compiled op per parameter to the step. Stacking
     along a new axis keeps the sharding that same-shape arrays share (a flattened concatenation would not).
     """
     groups: dict = {}

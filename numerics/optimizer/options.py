@@ -24,9 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import coeffsearch
-from coeffsearch.polynomial import MAX_STEP_COEFFICIENTS, ScheduleError
-from numerics.kernels import jax_exact_scaling, jax_msign
-from numerics.kernels.argcheck import check_whole
+from foundation.compute import jax_exact_scaling, jax_msign
+from foundation.compute.argcheck import check_whole
+from foundation.polynomial import MAX_STEP_COEFFICIENTS, ScheduleError
 
 from .pairs import Plan, named_leaves
 

@@ -19,8 +19,8 @@ from typing import Any, Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from foundation.compute.argcheck import check_whole
 from numerics.emitted import gqa as _gqa
-from numerics.kernels.argcheck import check_whole
 
 from .framework_pairs import (
     EQUINOX_PROJECTIONS,

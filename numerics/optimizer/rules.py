@@ -24,6 +24,7 @@ from dataclasses import replace
 import jax
 import jax.numpy as jnp
 
+from foundation.compute import jax_damped_gram
 from numerics.emitted import gqa as _gqa
 from numerics.emitted import halfsplit as _halfsplit
 from numerics.emitted import hybrid_ov as _hybrid_ov
@@ -31,7 +32,6 @@ from numerics.emitted import joint as _joint
 from numerics.emitted import lora as _lora
 from numerics.emitted import mla as _mla
 from numerics.emitted import sylvester as _sylvester
-from numerics.kernels import jax_damped_gram
 
 from .framework_pairs import on_merged_heads
 from .groups import LoRAPlan, MLAPlan
@@ -79,7 +79,7 @@ def half_split_heads(q: jax.Array, k: jax.Array, gq: jax.Array, gk: jax.Array,
     Each half is the transpose of the whitened sign ``−(ε/2) C_K⁻¹ msign(C_K⁻¹ G_Qᵀ)`` (``msign(Aᵀ) = msign(A)ᵀ``,
     ``C_K`` symmetric), the hybrid OV rule's V side with one head per group, so both halves run through that one
     emitted function (``gqa_value``, group size 1). With ``kv_heads = heads`` the two halves and the V side of the
-    layer's OV pair then have the same shapes, and XLA compiles their kernels once for the three (49 kernels
+    layer's OV pair then have the same shapes, and XLA compiles their ops once for the three (49 compiled ops
     fewer in the first training step of a GPT-2-small layer, :mod:`benchmarks.step`), the update being equal
     to ``halfsplit_qk``'s to rounding.
     """

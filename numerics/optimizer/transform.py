@@ -23,7 +23,7 @@ from optax.contrib import MuonDimensionNumbers
 
 from numerics.emitted import gauge as _gauge
 from numerics.emitted import halfsplit as _halfsplit
-from numerics.gauge_balance import balance
+from numerics.optimizer.gauge_balance import balance
 
 from .batching import (
     STATIC,
@@ -62,7 +62,7 @@ from .rules import LORA_RULES, OV_RULES, QK_RULES, group_direction, ov_direction
 class CompositionalMuonState(NamedTuple):
     """``count``: steps taken; ``mu``: momentum of every matrix the transformation updates; ``slots``: the
     positions ``0 … n − 1`` (int32 scalars) at which the stacked calls of same-shape layers are split, held
-    here so that under ``jit`` they are runtime values and every layer shares one compiled kernel
+    here so that under ``jit`` they are runtime values and every layer shares one compiled op
     (:mod:`.batching`); ``()`` when no call stacks more than one matrix."""
 
     count: jax.Array
@@ -98,7 +98,7 @@ def direction_dtype(param_dtype: Any, moment_dtype: Any) -> Any:
 def dimension_numbers_by_path(weight_dimension_numbers: Any, params: Any) -> dict:
     """``{path: MuonDimensionNumbers or None}`` from a ``MuonDimensionNumbers`` (every matrix), a pytree of
     them (``None`` leaves: not a Muon matrix) or a function of the params giving either. ``None`` (not given):
-    the attention kernels with head axes as their ``(d, H·d_h)`` matrices (:mod:`.head_axes`), every other
+    the flax attention kernels with head axes as their ``(d, H·d_h)`` matrices (:mod:`.head_axes`), every other
     matrix by its last two axes."""
     if weight_dimension_numbers is None:
         return head_axes_dimension_numbers(params)

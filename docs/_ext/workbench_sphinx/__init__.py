@@ -3,7 +3,9 @@
 Directives (each renders objects imported and built while the docs build, never stored text):
 
 * ``.. derivation:: halfsplit.query``, ``.. rule-derivations:: halfsplit`` — theorems and proofs;
-* ``.. emitted-functions:: halfsplit``, ``.. emitted-listing:: halfsplit`` — the emitted JAX code;
+* ``.. emitted-functions:: halfsplit``, ``.. emitted-listing:: halfsplit`` — the emitted JAX code (the listing
+  page of every rule module is written by the build, :mod:`.pages`);
+* ``.. other-rules::`` — the derivations and emitted functions of every rule module without a page of its own;
 * ``.. lemma-reference::`` — every lemma with its self-check and its users;
 * ``.. schedule:: polar-express-5``, ``.. schedule-comparison::``, ``.. band-challenge::`` —
   Newton–Schulz schedules, certified while the docs build;
@@ -33,7 +35,7 @@ from sphinx.errors import ExtensionError
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.fileutil import copy_asset
 
-from . import api, checks, classics, commands, evidence, execute, notation, objects, proofs, schedules, search
+from . import api, checks, classics, commands, evidence, execute, notation, objects, pages, proofs, schedules, search
 
 MATHJAX_DIR = "mathjax"
 #: the parts of the MathJax distribution the site needs (the TeX-to-CHTML build and what it loads)
@@ -111,7 +113,6 @@ DIRECTIVES = {
     "command-tour": commands.CommandTourDirective,
     "command-output": commands.CommandOutputDirective,
     "other-rules": proofs.OtherRulesDirective,
-    "other-listings": proofs.OtherListingsDirective,
     "derivation": proofs.DerivationDirective,
     "rule-derivations": proofs.RuleDerivationsDirective,
     "emitted-functions": proofs.EmittedFunctionsDirective,
@@ -130,6 +131,7 @@ def setup(app):
     app.add_config_value("workbench_rule_modules", [], "env")
     app.add_config_value("workbench_api_packages", [], "env")
     app.add_config_value("workbench_require_complete", True, "env")
+    app.add_config_value("workbench_listing_pages", False, "env")  # write listings/<rule>.rst (pages.py)
     app.add_config_value("workbench_derivation_workers", 2, "")  # processes building the rule modules (0: none)
     app.add_config_value("workbench_band_challenge",
                          {"steps": 5, "band": [0.7, 1.3], "lowers": ["1e-2", "1e-3"], "upper": "1"}, "env")
@@ -142,6 +144,7 @@ def setup(app):
 
     app.connect("config-inited", _config_mathjax)
     app.connect("builder-inited", schedules.start_build)
+    app.connect("builder-inited", pages.write_listing_pages)
     app.connect("env-before-read-docs", functools.partial(objects.preload, directives=DIRECTIVES))
     app.connect("env-purge-doc", checks.purge)
     app.connect("env-merge-info", checks.merge)

@@ -43,7 +43,7 @@ def public_api(package_name: str) -> list[str]:
 
 
 def resolve(dotted: str):
-    """The object a dotted public name refers to (``derivations.render``, ``numerics.kernels.spectra.x``)."""
+    """The object a dotted public name refers to (``derivations.render``, ``foundation.compute.spectra.x``)."""
     module_name, _, attr = dotted.rpartition(".")
     return getattr(importlib.import_module(module_name), attr)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from sphinx.util.docutils import SphinxDirective
 
 from derivations import classics as classic_results
-from derivations.printing.latex import latex
+from derivations.engine.latex import latex
 
 from . import rst
 from .evidence import legend

@@ -127,7 +127,7 @@ def check_details(step, der) -> list[str]:
                                      + ", ".join(f"{k} {float(v):.1e}" for k, v in subchecks.items()) + "."))
     lines.append(f"* {rst.text('Symbolic: ' + symbolic_status(check.symbolic, der) + '.')}")
     if getattr(check, "instance", ""):
-        lines.append(f"* {rst.text('Kernel: ' + check.instance + '.')}")
+        lines.append(f"* {rst.text('Kernel: ' + check.instance + '.')}")  # the trusted kernel's verdict
     return lines
 
 
@@ -154,8 +154,8 @@ def legend(json_href: str | None = None, sizes: dict | None = None) -> list[str]
               "*not modelled*: numeric evidence only; *n/a*: a solve or restriction step, certified by duality "
               "or checked as an inequality.",
               "* *Proven for all sizes*: the trusted kernel matched the step, with symbolic dimensions, against "
-              "the statement of the lemma it cites (*Kernel* in a step's details); every other step is checked "
-              "at instances only.",
+              "the statement of the lemma it cites (*Kernel* in a step's details); "  # the trusted kernel's label
+              "every other step is checked at instances only.",
               "* *Fingerprint*: a hash of a derivation's start and every step's result.",
               *where, "* How each kind of step is checked:", "", *rst.indent(kinds), ""]
     return [*lines, ".. workbench-details:: What the verdicts mean; where and how each step is checked", "",
@@ -191,8 +191,8 @@ def write_evidence(app, exc):
 
 
 class ProofStatusTotalsDirective(SphinxDirective):
-    """``.. proof-status-totals::`` — over every derivation of the build's catalogue: how many steps the trusted
-    kernel proved for all sizes and how many are checked at instances only (``Derivation.proof_status``)."""
+    """``.. proof-status-totals::`` — over every derivation of the build's catalogue: how many steps the
+    trusted kernel proved for all sizes and how many are checked at instances only (``Derivation.proof_status``)."""
 
     reads_catalogue = True  # prints from the catalogue: objects.read_order reads its page last
 

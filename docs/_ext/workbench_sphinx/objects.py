@@ -53,7 +53,7 @@ class RuleEntry:
     """One rule module: its command-line description, derivations and emitted functions."""
 
     module: object
-    rule: object  # derivations.cli.RuleModule
+    rule: object  # derivations.engine.rule.RuleModule
     derivations: list
     functions: list
 
@@ -207,13 +207,17 @@ class Catalogue:
         raise unknown("derivation", der.name, self.derivations)
 
     def lemmas(self) -> list:
-        """Every lemma: the lemma module's list, then any other lemma a derivation applies."""
+        """Every lemma: the lemma module's list, then any other lemma a derivation applies; two lemmas that share a
+        number (two headings "Lemma 1m" on the reference) stop the build, naming both."""
         seen = {}
         for lem in getattr(lemma_module, "ALL_LEMMAS", ()):
             seen.setdefault(lem.key, lem)
         for der in self.derivations.values():
             for lem in der.lemmas_used():
                 seen.setdefault(lem.key, lem)
+        clashes = lemma_module.duplicate_numbers(seen.values())
+        if clashes:
+            raise FailedDerivation("; ".join(clashes))
         return list(seen.values())
 
     def users(self, lemma) -> list:

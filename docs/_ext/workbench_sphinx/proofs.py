@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import inspect
 import re
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -26,12 +25,13 @@ from sphinx.util.docutils import SphinxDirective
 
 from derivations.cli import render
 from derivations.engine.derivation import Solution
-from derivations.printing.latex import latex, state_latex
+from derivations.engine.latex import latex, state_latex
 
 from . import rst, signatures
 from .evidence import EVIDENCE_DIR, check_details, check_sizes, evidence_line, legend, sizes_sentence, sizes_text
 from .notation import condition_rst, docstring_rst, symbol_lines, symbols_in, tidy_latex
 from .objects import FailedDerivation, catalogue
+from .pages import has_page
 
 # ---- labels --------------------------------------------------------------------------------
 
@@ -526,7 +526,7 @@ class LemmaReferenceDirective(SphinxDirective):
 
 def pageless_rules(env, cat, folder: str) -> list:
     """Registered rule modules with no ``<folder>/<name>.rst`` page (found, not listed by hand)."""
-    return [entry for entry in cat.rules.values() if not (Path(env.srcdir) / folder / f"{entry.name}.rst").is_file()]
+    return [entry for entry in cat.rules.values() if not has_page(env.srcdir, folder, entry.name)]
 
 
 class OtherRulesDirective(SphinxDirective):
@@ -551,24 +551,4 @@ class OtherRulesDirective(SphinxDirective):
                 lines += [rst.text(f"The rule module {entry.name} emits no functions."), ""]
         if not lines:
             lines = ["Every rule module has its own page.", ""]
-        return rst.parse(self, lines)
-
-
-class OtherListingsDirective(SphinxDirective):
-    """``.. other-listings::`` — the emitted module of every rule module without a listing page."""
-
-    reads_catalogue = True  # prints from the catalogue: objects.read_order reads its page last
-
-    has_content = False
-
-    def run(self):
-        cat = catalogue(self.config)
-        lines = []
-        for entry in pageless_rules(self.env, cat, "listings"):
-            if not entry.functions:
-                continue
-            title = rst.text(f"{entry.name}: the emitted JAX module")
-            lines += [title, "-" * (len(title) + 4), "", f".. emitted-listing:: {entry.name}", ""]
-        if not lines:
-            lines = ["Every emitted module has its own listing page.", ""]
         return rst.parse(self, lines)

@@ -29,7 +29,7 @@ from sphinx.util.docutils import SphinxDirective
 import coeffsearch
 import coeffsearch.band
 import coeffsearch.certify
-import coeffsearch.polynomial
+import foundation.polynomial
 from coeffsearch.compare import plot
 
 from . import rst
@@ -175,7 +175,7 @@ def band_result(lower: str, upper: str, steps: int, band: tuple, seed: int = 0) 
 
 def _sources_hash() -> str:
     h = hashlib.sha256()
-    for module in (coeffsearch.band, coeffsearch.certify, coeffsearch.polynomial):
+    for module in (coeffsearch.band, coeffsearch.certify, foundation.polynomial):
         h.update(Path(module.__file__).read_bytes())
     return h.hexdigest()[:16]
 
