@@ -37,7 +37,7 @@ from foundation.commandline import (
 from numerics.emitted import gqa, hybrid_ov
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("derivations", "numerics", "coeffsearch", "benchmarks", "examples")
+PACKAGES = ("derivations", "numerics", "coeffsearch", "paramcount", "benchmarks", "examples")
 
 LONG_INT = "1" * 5000
 DEEP = "[" * 100_000 + "]" * 100_000

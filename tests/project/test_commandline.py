@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("derivations", "numerics", "coeffsearch", "benchmarks")
+PACKAGES = ("foundation", "derivations", "numerics", "coeffsearch", "paramcount", "benchmarks")
 #: the one subclass allowed: (module, class)
 THE_PARSER = ("foundation.commandline", "OneLineParser")
 
@@ -73,12 +73,14 @@ def test_no_private_argument_parser():
 
 
 def test_a_planted_private_parser_is_found(tmp_path):
+    (tmp_path / "foundation").mkdir()
+    (tmp_path / "foundation" / "commandline.py").write_text(
+        "import argparse\nclass OneLineParser(argparse.ArgumentParser):\n    pass\n")
     pkg = tmp_path / "derivations"
     pkg.mkdir()
-    (pkg / "commandline.py").write_text("import argparse\nclass OneLineParser(argparse.ArgumentParser):\n    pass\n")
     (pkg / "rogue.py").write_text("from argparse import ArgumentParser\n"
                                   "class _Parser(ArgumentParser):\n    def error(self, message): raise SystemExit(2)\n")
-    for package in PACKAGES[1:]:
+    for package in PACKAGES[2:]:
         (tmp_path / package).mkdir()
     assert private_parsers(module_files(tmp_path)) == ["derivations.rogue._Parser"]
 

@@ -100,3 +100,13 @@ def test_readme_block_runs(block, tmp_path):
                           timeout=600, check=False,
                           env={"PYTHONPATH": f"{tmp_path}:{ROOT}", "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+#: the README says what the project is, the quick start, the four uses with an example each and where the docs are;
+#: history goes to CHANGELOG.md and reference to the docs
+MAX_README_LINES = 250
+
+
+def test_the_readme_stays_short():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines (at most {MAX_README_LINES})"

@@ -36,7 +36,7 @@ from . import rst
 from .notation import docstring_rst
 
 #: the packages whose commands the tour shows, in this order
-PACKAGES = ("derivations", "coeffsearch", "numerics", "benchmarks")
+PACKAGES = ("derivations", "coeffsearch", "paramcount", "numerics", "benchmarks")
 _ROOT = Path(__file__).resolve().parents[3]
 _MAIN_BLOCK = re.compile(r"^if __name__ == ['\"]__main__['\"]:", re.MULTILINE)
 
