@@ -59,7 +59,7 @@ call), :mod:`~numerics.optimizer.head_axes` (unpaired flax kernels with head axe
 
 from __future__ import annotations
 
-from .alias import compositional_muon, describe_pairs, is_bias, parameter_roles
+from .alias import OPTAX_PARITY, ROLES, compositional_muon, default_muon, describe_pairs, is_bias, parameter_roles
 from .groups import LORA_NAMES, LoRAPair, LoRAPlan, MLAPair, MLAPlan, auto_lora_pairs
 from .nonfinite import SkipNonFiniteState, check_finite_gradients, checked_jit, skip_nonfinite_updates
 from .options import (
@@ -133,7 +133,9 @@ __all__ = [
     "auto_lora_pairs",
     "mla_partners",
     "AutoPairs",
+    "OPTAX_PARITY",
     "OPTAX_PRESETS",
+    "ROLES",
     "adamw_selector",
     "auto_pairs",
     "damping_ok",
@@ -170,6 +172,7 @@ __all__ = [
     "checked_jit",
     "check_schedule_bounded",
     "compositional_muon",
+    "default_muon",
     "flag",
     "is_bias",
     "momentum_dtype",

@@ -47,30 +47,60 @@ def is_bias(path: str) -> bool:
     return last == "bias" or last.endswith("_bias")
 
 
+#: which parameters outside the pairs take Muon when no dimension numbers are given (``roles``)
+ROLES = ("project", "optax")
+
+#: ``compositional_muon(η, **OPTAX_PARITY)`` takes ``optax.contrib.muon(η)``'s step on every parameter outside
+#: declared pairs: its Newton–Schulz steps and its choice of Muon or AdamW (``preconditioning`` other than
+#: ``"frobenius"`` and complex matrices stay refused)
+OPTAX_PARITY: dict[str, Any] = {"ns_coeffs": "standard", "roles": "optax"}
+
+
+def check_roles(roles: Any) -> None:
+    """Refuse a ``roles`` other than ``"project"`` or ``"optax"``."""
+    if not isinstance(roles, str) or roles not in ROLES:
+        raise ValueError(f"compositional_muon: roles must be one of {ROLES}, got {roles!r}")
+
+
+def default_muon(name: str, x: Any, roles: str) -> bool:
+    """Whether the parameter ``x`` at ``name`` takes Muon when no dimension numbers are given.
+
+    ``roles="project"``: every array with at least 2 axes that is not a bias (:func:`is_bias`), one with more
+    than 2 being a batch of matrices over its leading axes (stacked layers ``(L, d_in, d_out)``); ``"optax"``:
+    ``optax.contrib.muon``'s rule, exactly the 2-D arrays (2-D biases included; ``(L, d, d)`` and convolution
+    weights ``(3, 3, c_in, c_out)`` take AdamW).
+    """
+    ndim = getattr(x, "ndim", 0)
+    return ndim == 2 if roles == "optax" else ndim >= 2 and not is_bias(name)
+
+
 def parameter_roles(params: Any, pairs: Any = None, adamw_params: Any = None,
-                    muon_weight_dimension_numbers: Any = None) -> dict[str, str]:
+                    muon_weight_dimension_numbers: Any = None, roles: str = "project") -> dict[str, str]:
     """``{path: "cm" | "adam"}`` for every leaf, in the order of the params' leaves.
 
-    ``"cm"``: a member of a declared pair, or a matrix for Muon; ``"adam"``: a parameter with fewer than
-    2 axes, a bias (:func:`is_bias`: also a 2-D one, where ``optax.contrib.muon``'s default takes every 2-D
-    array for Muon), one that ``adamw_params`` selects, or one whose dimension number is ``None`` (given
-    ``muon_weight_dimension_numbers``, they alone decide outside the pairs, as in optax).
+    ``"cm"``: a member of a declared pair, or a matrix for Muon; ``"adam"``: one that ``adamw_params``
+    selects, one whose dimension number is ``None`` (given ``muon_weight_dimension_numbers``, they alone
+    decide outside the pairs, as in optax; a subtree's entry holds for each of its leaves), or, without
+    them, one that :func:`default_muon` gives AdamW by ``roles``: with ``"project"`` a parameter with fewer
+    than 2 axes or a bias (also a 2-D one, which ``optax.contrib.muon`` takes for Muon), with ``"optax"``
+    every parameter that does not have exactly 2 axes.
     """
+    check_roles(roles)
     plan = plan_pairs(pair_declaration(pairs), params)
     to_adamw = adamw_selector(adamw_params)
     dims = dimension_numbers_by_path(muon_weight_dimension_numbers, params) if muon_weight_dimension_numbers \
         is not None else None
-    roles = {}
+    out = {}
     for name, x in named_leaves(params).items():
         if name in plan.members:
-            roles[name] = "cm"
+            out[name] = "cm"
         elif dims is not None:
-            roles[name] = "cm" if dims.get(name) is not None else "adam"
-        elif getattr(x, "ndim", 0) < 2 or is_bias(name) or (to_adamw is not None and to_adamw(name, x)):
-            roles[name] = "adam"
+            out[name] = "cm" if dims.get(name) is not None else "adam"
+        elif not default_muon(name, x, roles) or (to_adamw is not None and to_adamw(name, x)):
+            out[name] = "adam"
         else:
-            roles[name] = "cm"
-    return roles
+            out[name] = "cm"
+    return out
 
 
 def _layout(pair: Any) -> str:
@@ -81,10 +111,10 @@ def _layout(pair: Any) -> str:
 
 def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
                    muon_weight_dimension_numbers: Any = None, *, msign: str | None = None,
-                   ns_coeffs: Any = "polar-express-5", ns_steps: int = 5) -> str:
+                   ns_coeffs: Any = "polar-express-5", ns_steps: int | None = None, roles: str = "project") -> str:
     """A table of what :func:`compositional_muon` does with every parameter: its pair and rule, Muon or AdamW.
 
-    ``pairs``, ``adamw_params`` and ``muon_weight_dimension_numbers`` as given to the optimizer
+    ``pairs``, ``adamw_params``, ``muon_weight_dimension_numbers`` and ``roles`` as given to the optimizer
     (``pairs="auto"`` by default, to see what automatic pairing finds). Each pair shows the layout it is read in:
     ``(x @ W)`` (the matrices stored in × out, as ``q = x @ W_Q`` and ``y = o @ W_O`` use them), ``(x @ Wᵀ)``
     (out × in: PyTorch, equinox) or ``(head axes)`` (flax ``DenseGeneral`` kernels). With ``msign`` (and the
@@ -108,7 +138,7 @@ def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
       2 pairs, 1 Muon matrices, 1 AdamW parameters
     """
     plan = plan_pairs(pair_declaration(pairs), params)
-    roles = parameter_roles(params, pairs, adamw_params, muon_weight_dimension_numbers)
+    kinds = parameter_roles(params, pairs, adamw_params, muon_weight_dimension_numbers, roles)
     where = {}
     for pair in plan.pairs:
         what = f"{pair.kind} pair: heads={pair.heads} kv_heads={pair.kv_heads} d_h={pair.head_dim} ({_layout(pair)})"
@@ -132,16 +162,16 @@ def describe_pairs(params: Any, pairs: Any = "auto", adamw_params: Any = None,
     schedule = resolve_schedule(ns_coeffs, ns_steps) if msign is not None else None
     for name, x in leaves.items():
         muon = "muon (head axes merged: one matrix)" if name in merged else "muon"
-        if schedule is not None and roles[name] == "cm" and name not in where and getattr(x, "ndim", 0) >= 2:
+        if schedule is not None and kinds[name] == "cm" and name not in where and getattr(x, "ndim", 0) >= 2:
             muon += f", msign {_msign_text(x, msign, schedule)}"
-        role = where.get(name) or (muon if roles[name] == "cm" else
-                                   "adamw (a bias)" if getattr(x, "ndim", 0) >= 2 and is_bias(name) else "adamw")
+        bias = roles == "project" and getattr(x, "ndim", 0) >= 2 and is_bias(name)
+        role = where.get(name) or (muon if kinds[name] == "cm" else "adamw (a bias)" if bias else "adamw")
         lines.append(f"{name:<{width}}  {str(tuple(getattr(x, 'shape', ()))):<18}  {role}")
     lora = sum(isinstance(g, LoRAPlan) for g in plan.groups)
     lines.append(f"{len(plan.pairs)} pairs, "
                  + (f"{lora} LoRA pairs, {len(plan.groups) - lora} MLA blocks, " if plan.groups else "")
-                 + f"{sum(r == 'cm' for r in roles.values()) - len(plan.members)} Muon "
-                 f"matrices, {sum(r == 'adam' for r in roles.values())} AdamW parameters")
+                 + f"{sum(r == 'cm' for r in kinds.values()) - len(plan.members)} Muon "
+                 f"matrices, {sum(r == 'adam' for r in kinds.values())} AdamW parameters")
     return "\n".join(lines)
 
 
@@ -158,7 +188,7 @@ def _msign_text(x: Any, msign: str, schedule: Any) -> str:
 def compositional_muon(
     learning_rate: optax.ScalarOrSchedule,
     ns_coeffs: Any = "polar-express-5",
-    ns_steps: int = 5,
+    ns_steps: int | None = None,
     beta: float = 0.95,
     eps: float = 1e-8,
     weight_decay: float = 0.0,
@@ -186,12 +216,15 @@ def compositional_muon(
     consistent_rms: float | None = None,
     muon_weight_dimension_numbers: Any = None,
     preconditioning: Literal["frobenius"] = "frobenius",
+    roles: Literal["project", "optax"] = "project",
 ) -> optax.GradientTransformation:
     r"""Compositional Muon: derived per-head rules on attention pairs, Muon and AdamW elsewhere.
 
     Arguments shared with ``optax.contrib.muon`` mean the same: ``learning_rate`` (float or
     schedule), ``ns_coeffs`` (here also a :mod:`coeffsearch` registry name, default
-    ``"polar-express-5"``) and ``ns_steps``, ``beta`` and ``nesterov`` (momentum), ``eps`` (AdamW),
+    ``"polar-express-5"``) and ``ns_steps`` (default ``None``: one step ``(a, b, c)`` runs 5 times, as in optax;
+    not a number, so that ``optax.inject_hyperparams`` keeps it static like the names and ``jax.jit`` never traces
+    the length of the iteration), ``beta`` and ``nesterov`` (momentum), ``eps`` (AdamW),
     ``weight_decay`` and ``weight_decay_mask`` (decoupled, on the matrices), ``mu_dtype``, and the
     ``adam_*`` arguments of the AdamW part (``adam_learning_rate`` defaults to ``learning_rate``).
 
@@ -237,7 +270,12 @@ def compositional_muon(
       adaptive, consistent_rms, muon_weight_dimension_numbers: as in ``optax.contrib.muon``
         (:func:`~numerics.optimizer.transform.scale_by_compositional_muon`); a ``None`` leaf of
         ``muon_weight_dimension_numbers`` sends that parameter to AdamW (a declared pair's members
-        stay with their rule).
+        stay with their rule); a prefix tree's entry holds for every leaf below it, as in optax.
+      roles: which parameters outside the pairs take Muon when ``muon_weight_dimension_numbers`` is not given.
+        ``"project"`` (default): every array with 2 or more axes that is not a bias, more than 2 being a batch of
+        matrices over the leading axes, because stacked layers ``(L, d_in, d_out)`` are ``L`` matrices here;
+        ``"optax"``: ``optax.contrib.muon``'s rule, exactly the 2-D arrays (2-D biases too), so a ``(1, 2, 3)``
+        tensor or ``(3, 3, c_in, c_out)`` convolution weights take AdamW (:data:`OPTAX_PARITY` sets it).
       preconditioning: ``"frobenius"`` only, ``optax.contrib.muon``'s default: Newton–Schulz starts from
         ``X/‖X‖_F``; its other starts (``"spectral"``, ``"aol"``, ``"schatten"``) are refused, naming them.
       check_finite: raise (naming the parameter) when a gradient has a NaN or Inf.
@@ -286,6 +324,7 @@ def compositional_muon(
                                  "adam_weight_decay": adam_weight_decay},
                                 {"learning_rate": learning_rate, "adam_learning_rate": adam_learning_rate})
     check_preconditioning(preconditioning)
+    check_roles(roles)
     check_finite, nesterov = flag("check_finite", check_finite), flag("nesterov", nesterov)
     mu_dtype = momentum_dtype(mu_dtype)  # also jnp.bfloat16 injected as a "schedule" by inject_hyperparams
     pairs = pair_declaration(pairs)
@@ -294,8 +333,8 @@ def compositional_muon(
         adam_learning_rate = learning_rate
 
     def labels(params):
-        roles = parameter_roles(params, pairs, to_adamw, muon_weight_dimension_numbers)  # checks the keys first
-        return jax.tree_util.tree_unflatten(jax.tree.structure(params), list(roles.values()))
+        kinds = parameter_roles(params, pairs, to_adamw, muon_weight_dimension_numbers, roles)  # checks keys first
+        return jax.tree_util.tree_unflatten(jax.tree.structure(params), list(kinds.values()))
 
     core = [scale_by_compositional_muon(pairs, ns_coeffs, ns_steps, beta, mu_dtype, nesterov=nesterov,
                                         qk_rule=qk_rule, ov_rule=ov_rule, lora_rule=lora_rule, damping=damping,

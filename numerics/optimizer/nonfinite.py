@@ -19,7 +19,7 @@ import numpy as np
 import optax
 from jax.experimental import checkify
 
-from .options import NONFINITE_POLICIES, check_gradients_match
+from .options import NONFINITE_POLICIES, check_gradients_match, shown_path
 from .pairs import named_leaves
 
 
@@ -33,7 +33,7 @@ def check_finite_gradients() -> optax.GradientTransformation:
     """
 
     def message(bad):
-        return (f"compositional_muon.update: the gradient of {bad[0]!r} contains NaN or Inf"
+        return (f"compositional_muon.update: the gradient of {shown_path(bad[0])} contains NaN or Inf"
                 + (f" (also {len(bad) - 1} more)" if len(bad) > 1 else ""))
 
     def update_fn(updates, state, params=None):
@@ -207,7 +207,7 @@ def skip_nonfinite_updates(*transforms: optax.GradientTransformation, on_nonfini
                     shown = ", ".join(repr(n) for n in bad[1:4]) + (", …" if len(bad) > 4 else "")
                     more = (f" (also {len(bad) - 1} more: {shown}; parameters updated in one stacked call share a "
                             "NaN/Inf result, so it may have arisen in any of them)")
-                return (f"compositional_muon.update: the update of {bad[0]!r} ({dtypes[bad[0]]}) contains "
+                return (f"compositional_muon.update: the update of {shown_path(bad[0])} ({dtypes[bad[0]]}) contains "
                         f"NaN or Inf{more}; the step was not applied{hint}")
 
             ok = _fail_unless_finite(named, message)

@@ -47,6 +47,12 @@ OPTAX_PRESETS: dict[str, Any] = {
 }
 
 
+def shown_path(name: str) -> str:
+    """A parameter's path as messages print it: quoted (``'attn/wq'``), or ``<root>`` when the params are one
+    array, whose path is empty."""
+    return repr(name) if name else "<root> (the params are one array)"
+
+
 def check_hyperparameter_precision(**values: Any) -> None:
     """Refuse rates near 1 and ``eps`` that arrive as 16-bit floats, naming them and the fix.
 
@@ -159,8 +165,15 @@ def _check_schedule_size(steps: int, widest: int, ns_coeffs: Any) -> None:
                          f"(polar-express-5 has 5 steps of 3)")
 
 
+#: how many times one step ``(a, b, c)`` runs when ``ns_steps`` is not given (``optax.contrib.muon``'s default)
+DEFAULT_NS_STEPS = 5
+
+
 def _repeated_step(ns_coeffs: Any, ns_steps: Any, bad_coefficient: ValueError) -> list[list[float]]:
-    """One step ``(a, b, c, …)`` repeated ``ns_steps`` times (``1 <= ns_steps <= 100``, a concrete integer)."""
+    """One step ``(a, b, c, …)`` repeated ``ns_steps`` times (``1 <= ns_steps <= 100``, a concrete integer;
+    ``None``: :data:`DEFAULT_NS_STEPS`)."""
+    if ns_steps is None:
+        ns_steps = DEFAULT_NS_STEPS
     if isinstance(ns_steps, jax.core.Tracer):
         raise TypeError(f"compositional_muon: ns_steps is a traced value (optax.inject_hyperparams injects every "
                         f"number); with ns_coeffs = {ns_coeffs!r} it sets the number of steps of the iteration, "
@@ -183,14 +196,14 @@ def _repeated_step(ns_coeffs: Any, ns_steps: Any, bad_coefficient: ValueError) -
         raise bad_coefficient from None
 
 
-def resolve_schedule(ns_coeffs: Any, ns_steps: int) -> Schedule:
+def resolve_schedule(ns_coeffs: Any, ns_steps: int | None = None) -> Schedule:
     """A Newton–Schulz schedule as a tuple of coefficient tuples, validated as a :class:`coeffsearch.Schedule`.
 
     ``ns_coeffs``: a name in :mod:`coeffsearch`'s registry or one of ``optax.contrib.muon``'s presets
     (:data:`OPTAX_PRESETS`: ``"standard"``, ``"dion"``), one tuple ``(a, b, c)`` repeated
-    ``ns_steps`` times, or a tuple of tuples (then ``ns_steps`` is ignored, as in optax). At most
-    ``MAX_SCHEDULE_STEPS`` (100) steps of at most ``MAX_STEP_COEFFICIENTS`` (32) coefficients: so
-    ``1 <= ns_steps <= 100``.
+    ``ns_steps`` times (``None``: 5, optax's default), or a tuple of tuples (then ``ns_steps`` is ignored, as in
+    optax). At most ``MAX_SCHEDULE_STEPS`` (100) steps of at most ``MAX_STEP_COEFFICIENTS`` (32) coefficients:
+    so ``1 <= ns_steps <= 100``.
     """
     if isinstance(ns_coeffs, jax.core.Tracer):
         raise TypeError("compositional_muon: ns_coeffs is a traced array (optax.inject_hyperparams injects arrays); "
@@ -409,6 +422,7 @@ def check_real_gradients(gradients: dict, params: dict) -> None:
         g_dtype, p_dtype = getattr(g, "dtype", None), getattr(p, "dtype", None)
         if (g_dtype is not None and p_dtype is not None and jnp.issubdtype(g_dtype, jnp.complexfloating)
                 and not jnp.issubdtype(p_dtype, jnp.complexfloating)):
-            raise TypeError(f"compositional_muon.update: the gradient of {name!r} is {jnp.dtype(g_dtype).name} but "
+            raise TypeError(f"compositional_muon.update: the gradient of {shown_path(name)} is "
+                            f"{jnp.dtype(g_dtype).name} but "
                             f"the parameter is {jnp.dtype(p_dtype).name}: a real parameter takes a real gradient "
                             f"(differentiate a real loss, or pass jnp.real of the gradient)")

@@ -54,6 +54,7 @@ from .options import (
     real_scalar,
     resolve_schedule,
     schedule_for,
+    shown_path,
 )
 from .pairs import Pairs, Plan, grouped_pair, named_leaves, pair_declaration, path_name, plan_pairs, ungrouped_pair
 from .rules import LORA_RULES, OV_RULES, QK_RULES, group_direction, ov_direction, qk_direction
@@ -95,11 +96,23 @@ def direction_dtype(param_dtype: Any, moment_dtype: Any) -> Any:
     return wider if jnp.dtype(wider).itemsize <= 4 else jnp.dtype(jnp.float32)
 
 
+def given_for(given: dict, name: str) -> Any:
+    """The dimension numbers ``given`` (``{path: MuonDimensionNumbers or None}``) hold for the parameter at
+    ``name``: its own entry, or that of the nearest subtree above it (a prefix tree, which optax maps over the
+    params: ``{"w1": dims}`` holds for ``w1/a`` and ``w1/b``); ``None`` when there is neither."""
+    parts = name.split("/")
+    for k in range(len(parts), 0, -1):
+        prefix = "/".join(parts[:k])
+        if prefix in given:
+            return given[prefix]
+    return None
+
+
 def dimension_numbers_by_path(weight_dimension_numbers: Any, params: Any) -> dict:
     """``{path: MuonDimensionNumbers or None}`` from a ``MuonDimensionNumbers`` (every matrix), a pytree of
-    them (``None`` leaves: not a Muon matrix) or a function of the params giving either. ``None`` (not given):
-    the flax attention kernels with head axes as their ``(d, H·d_h)`` matrices (:mod:`.head_axes`), every other
-    matrix by its last two axes."""
+    them (``None`` leaves: not a Muon matrix; a full tree or a prefix of the params', :func:`given_for`) or a
+    function of the params giving either. ``None`` (not given): the flax attention kernels with head axes as
+    their ``(d, H·d_h)`` matrices (:mod:`.head_axes`), every other matrix by its last two axes."""
     if weight_dimension_numbers is None:
         return head_axes_dimension_numbers(params)
     dn = weight_dimension_numbers(params) if callable(weight_dimension_numbers) else weight_dimension_numbers
@@ -108,13 +121,13 @@ def dimension_numbers_by_path(weight_dimension_numbers: Any, params: Any) -> dic
     if isinstance(dn, MuonDimensionNumbers):
         return {name: dn for name in named_leaves(params)}
     is_leaf = lambda x: x is None or isinstance(x, (MuonDimensionNumbers, optax.MaskedNode))  # noqa: E731
-    out = {}
+    given = {}
     for path, x in jax.tree_util.tree_flatten_with_path(dn, is_leaf=is_leaf)[0]:
         if x is not None and not isinstance(x, (MuonDimensionNumbers, optax.MaskedNode)):
             raise TypeError(f"compositional_muon: muon_weight_dimension_numbers must hold MuonDimensionNumbers or "
                             f"None, got {x!r} at {path_name(path)!r}")
-        out[path_name(path)] = None if isinstance(x, optax.MaskedNode) else x
-    return out
+        given[path_name(path)] = None if isinstance(x, optax.MaskedNode) else x
+    return {name: given_for(given, name) for name in named_leaves(params)}
 
 
 def _muon_reshape(x: jax.Array, dims: Any, name: str):
@@ -146,7 +159,8 @@ def check_matrix_dtypes(params: Any, what: str = "matrix") -> None:
     for name, x in named_leaves(params).items():
         dtype = getattr(x, "dtype", None)
         if dtype is not None and not jnp.issubdtype(dtype, jnp.floating):
-            raise TypeError(f"compositional_muon: the {what} parameter {name!r} has dtype {jnp.dtype(dtype).name}; "
+            raise TypeError(f"compositional_muon: the {what} parameter {shown_path(name)} has dtype "
+                            f"{jnp.dtype(dtype).name}; "
                             f"Muon and the attention rules take real floating point only (select it for AdamW "
                             f"with adamw_params, or store it as real and imaginary parts)")
 
@@ -322,7 +336,7 @@ def _checked_damping(plan: Plan, params: Any, damping: Any, positive: bool) -> A
 def scale_by_compositional_muon(
     pairs: Pairs | None = None,
     ns_coeffs: Any = "polar-express-5",
-    ns_steps: int = 5,
+    ns_steps: int | None = None,
     beta: float = 0.95,
     mu_dtype: Any = None,
     *,
