@@ -95,7 +95,8 @@ STEPS_HELP = f"number of steps, 1 to {MAX_SCHEDULE_STEPS}"
 
 
 def _progress(total, desc):
-    return tqdm(total=total, desc=desc, delay=1.0, file=sys.stderr, leave=False)
+    """A progress bar on stderr after one second, only when stderr is a terminal (pipes and captures get one line)."""
+    return tqdm(total=total, desc=desc, delay=1.0, file=sys.stderr, leave=False, disable=not sys.stderr.isatty())
 
 
 def parser() -> OneLineParser:
