@@ -35,9 +35,11 @@ from foundation.commandline import (
     read_json_file,
 )
 from numerics.emitted import gqa, hybrid_ov
+from tests.project.test_layers import PACKAGES as LAYERED_PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("derivations", "numerics", "coeffsearch", "paramcount", "benchmarks", "examples")
+#: every package of the layers (the ground floor too, where the one reader lives) and the examples
+PACKAGES = (*LAYERED_PACKAGES, "examples")
 
 LONG_INT = "1" * 5000
 DEEP = "[" * 100_000 + "]" * 100_000

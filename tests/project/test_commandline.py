@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.project.test_layers import PACKAGES  # every package of the layers, the ground floor first
+
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("foundation", "derivations", "numerics", "coeffsearch", "paramcount", "benchmarks")
 #: the one subclass allowed: (module, class)
 THE_PARSER = ("foundation.commandline", "OneLineParser")
 
