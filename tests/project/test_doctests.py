@@ -109,6 +109,28 @@ def test_coverage_finds_a_missing_section_a_member_less_module_and_a_stale_one()
         "pkg.gone: docs/api/*.rst documents a module that is not public (or is gone)"]
 
 
+_ADORNMENT = re.compile(r"([-=~^\"#*+`:.'_])\1+")
+
+
+def short_underlines(text: str) -> list[str]:
+    """Section titles whose underline is shorter than the title (docutils warns, and ``sphinx -W`` fails)."""
+    lines = text.splitlines()
+    return [title for title, line in zip(lines, lines[1:], strict=False)
+            if title.strip() and not _ADORNMENT.fullmatch(title) and _ADORNMENT.fullmatch(line)
+            and len(line) < len(title)]
+
+
+def test_every_section_title_of_the_docs_has_a_long_enough_underline():
+    problems = [f"{page.relative_to(ROOT)}: {title!r}" for page in sorted((ROOT / "docs").rglob("*.rst"))
+                if "_build" not in page.parts for title in short_underlines(page.read_text())]
+    assert problems == []
+
+
+def test_a_short_underline_is_found_and_a_long_one_or_a_transition_is_not():
+    assert short_underlines("``pkg.examples``\n---------------\n") == ["``pkg.examples``"]
+    assert short_underlines("Title\n=====\n\ntext\n\n----\n\nLong\n========\n") == []
+
+
 # ---- examples ----------------------------------------------------------------------------------
 
 
