@@ -35,7 +35,10 @@ def share_emit_gate(monkeypatch):
 
 
 def main_of(kind):
-    """The ``main(argv)`` of a command: ``coeffsearch``, ``bench-coeffsearch`` or a rule module's name."""
+    """The ``main(argv)`` of a command: ``coeffsearch``, ``bench-coeffsearch``, a rule module's name, or a dotted
+    module name (``benchmarks.gram``, ``derivations.regenerate``: what ``python -m`` would run)."""
+    if "." in kind:
+        return importlib.import_module(kind).main
     if kind == "coeffsearch":
         return coeffsearch_main.main
     if kind == "bench-coeffsearch":

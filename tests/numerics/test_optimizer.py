@@ -15,6 +15,7 @@ from derivations import regenerate
 from numerics import emitted
 from numerics.optimizer import OVPair, QKPair, compositional_muon
 from numerics.optimizer.gauge_balance import balance
+from tests.inprocess import run_case
 
 D, H, DH = 16, 2, 4
 
@@ -56,9 +57,8 @@ def test_stale_shipped_copy_is_detected(tmp_path, monkeypatch):
     assert regenerate.stale(("gauge",), tmp_path) == ["gauge"]
     (tmp_path / "nosuchrule.py").write_text("")  # a shipped copy that no rule module emits
     assert regenerate.stale(("gauge",), tmp_path) == ["gauge", "nosuchrule"]
-    out = subprocess.run([sys.executable, "-m", "derivations.regenerate", "--rule", "nope", "--check"],
-                         capture_output=True, text=True, check=False)
-    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    out = run_case("derivations.regenerate", ["--rule", "nope", "--check"])  # its main, in this process
+    assert out["rc"] == 2 and out["stderr"].count("\n") == 1, out
 
 
 def test_half_split_step_is_the_derived_rule_with_per_head_bounds():
@@ -433,6 +433,7 @@ print(all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(u)))
 """
 
 
+@pytest.mark.e2e  # a Python process per case, with a time limit
 @pytest.mark.parametrize("which", ["emitted", "optimizer"])
 def test_grouped_query_layer_update_does_not_deadlock_the_cpu_pool(which):
     """Two batched eighs at once (QK key side, OV side) deadlocked jaxlib's 2-worker CPU pool.

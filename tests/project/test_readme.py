@@ -89,6 +89,7 @@ def test_every_block_is_known():
     assert unknown == []
 
 
+@pytest.mark.e2e  # each block is a user's program, run as a Python process
 @pytest.mark.parametrize("block", [b for b in BLOCKS if first_line(b) in PRELUDES], ids=first_line)
 def test_readme_block_runs(block, tmp_path):
     if first_line(block).startswith("from halfsplit_jax"):  # the quick start's first command writes it

@@ -1,8 +1,6 @@
 """Gram Newton–Schulz: the derivation (``derivations.gram_ns``), its flop counts, and the JAX routine
 (``foundation.compute.gram_newton_schulz``) against SVD, the standard iteration and the certified restarts."""
 
-import subprocess
-import sys
 from functools import partial
 
 import jax
@@ -21,6 +19,7 @@ from foundation.compute.flop_count import executed_matmul_flops, routine_flops
 from foundation.compute.gram_newton_schulz import gram_newton_schulz, gram_newton_schulz_oriented, restart_flags
 from foundation.compute.jax_msign import newton_schulz
 from foundation.compute.spectra import with_singular_values
+from tests.inprocess import run_case
 
 PE5 = coeffsearch.get("polar-express-5").as_floats()
 MUON = coeffsearch.get("muon")
@@ -194,6 +193,5 @@ def test_the_flop_model_chooses_the_gram_form_above_aspect_one_and_a_half():
                                          (["--restarts", "7"], "restart position 7 is outside the schedule"),
                                          (["--repeats", "0"], "--repeats: must be >= 1")])
 def test_the_benchmark_rejects_bad_arguments_with_one_line(args, needle):
-    out = subprocess.run([sys.executable, "-m", "benchmarks.gram", *args], capture_output=True, text=True,
-                         timeout=120, check=False)
-    assert out.returncode == 2 and out.stderr.count("\n") == 1 and needle in out.stderr
+    out = run_case("benchmarks.gram", args)  # its main, in this process
+    assert out["rc"] == 2 and out["stderr"].count("\n") == 1 and needle in out["stderr"], out
