@@ -166,6 +166,7 @@ def _schedule_files(tmp_path, mark):
     return files
 
 
+@pytest.mark.e2e  # imports every emitted module in a fresh Python process (inert)
 @pytest.mark.timeout(240)
 def test_injection_in_every_schedule_file_field(tmp_path, monkeypatch):
     """A vector in any field either is refused with one line (exit 2) or leaves the emitted module inert."""
@@ -198,6 +199,7 @@ def test_injection_in_every_schedule_file_field(tmp_path, monkeypatch):
     assert not (problems := inert(emitted, mark, tmp_path)), "\n".join(problems)
 
 
+@pytest.mark.e2e  # imports every emitted module in a fresh Python process (inert)
 @pytest.mark.timeout(240)
 def test_injection_in_string_arguments(tmp_path, monkeypatch):
     """Vectors as --schedule (a name, and the path of an existing file), --out, and coeffsearch's string
@@ -256,6 +258,7 @@ def _unchecked_schedule(name, source):
     return schedule
 
 
+@pytest.mark.e2e  # imports every emitted module in a fresh Python process (inert)
 def test_printers_escape_what_bypasses_validation(tmp_path, halfsplit_rule):
     """Defence in depth: emit_jax/emit_numpy called directly with hostile title, command, schedule name and
     source (no entry validation) write inert modules whose docstring holds the text exactly."""
