@@ -33,6 +33,7 @@ from derivations import registry  # noqa: E402 (after the importorskip above)
 from derivations import sylvester as sylvester_rule  # noqa: E402 (as above)
 from derivations.engine.latex import derivation_latex  # noqa: E402 (as above)
 from tests.project.test_docs import _plain, build, visible_words  # noqa: E402 (the small-project builder of the docs tests)
+from tests.project.test_layers import PACKAGES as LAYERED_PACKAGES  # noqa: E402 (as above)
 from tests.tex_checks import balanced  # noqa: E402 (as above)
 
 #: side conditions as the engine records them (from halfsplit, gqa, hybrid_ov, joint, the classics)
@@ -104,6 +105,17 @@ def test_every_command_is_discovered_and_its_subcommands_read_from_usage():
     usage = "usage: python -m coeffsearch [-h] {minimax,band,certify} ...\n\npositional arguments:"
     assert commands.subcommands(usage) == ["minimax", "band", "certify"]
     assert commands.subcommands("usage: x [--emit {jax,numpy}] [--check]\n\n") == []   # an option's choices
+
+
+def test_commands_are_looked_for_in_every_package_of_the_layers(tmp_path):
+    """The docs read the packages from pyproject.toml, as the layer test does: a package installed there is
+    searched for commands (planted: a new package with a command only pyproject.toml names)."""
+    assert commands.PACKAGES == LAYERED_PACKAGES
+    (tmp_path / "pyproject.toml").write_text('[tool.setuptools.packages.find]\ninclude = ["newpkg*"]\n')
+    (tmp_path / "newpkg").mkdir()
+    (tmp_path / "newpkg" / "tool.py").write_text('def main():\n    pass\n\nif __name__ == "__main__":\n    main()\n')
+    assert commands.project_packages(tmp_path) == ("newpkg", "benchmarks")
+    assert commands.discover(tmp_path, commands.project_packages(tmp_path)) == ["newpkg.tool"]
 
 
 def _hand_pages():

@@ -16,6 +16,7 @@ more than :data:`MAX_MODULE_LINES` lines (:func:`test_no_hand_written_module_ove
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,11 @@ import pytest
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("foundation", "derivations", "coeffsearch", "paramcount", "numerics", "benchmarks")
+_INSTALLED = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
+#: the project's packages, the ground floor first: what pyproject.toml installs, then the benchmarks (run from a
+#: checkout); the layer checks and the command-line and JSON scans read this, the docs' command discovery reads
+#: pyproject.toml the same way (tests/project/test_docs_pages.py holds the two equal)
+PACKAGES = (*(name.rstrip("*") for name in _INSTALLED["find"]["include"]), "benchmarks")
 
 #: folder -> (layer, role), from the ground up: every folder of :data:`PACKAGES` once; a module's layer is its folder's
 LAYERS: dict[str, tuple[int, str]] = {

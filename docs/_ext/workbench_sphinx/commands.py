@@ -23,6 +23,7 @@ import os
 import re
 import shlex
 import sys
+import tomllib
 from pathlib import Path
 from typing import ClassVar
 
@@ -36,8 +37,18 @@ from . import rst
 from .notation import docstring_rst
 
 #: the packages whose commands the tour shows, in this order
-PACKAGES = ("derivations", "coeffsearch", "paramcount", "numerics", "benchmarks")
 _ROOT = Path(__file__).resolve().parents[3]
+
+
+def project_packages(root: Path = _ROOT) -> tuple[str, ...]:
+    """The project's top-level packages, the ground floor first: what ``pyproject.toml`` installs
+    (``[tool.setuptools.packages.find] include``), then ``benchmarks`` (run from a checkout)."""
+    setup = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    return (*(name.rstrip("*") for name in setup["packages"]["find"]["include"]), "benchmarks")
+
+
+#: where the commands are looked for (:func:`discover`)
+PACKAGES = project_packages()
 _MAIN_BLOCK = re.compile(r"^if __name__ == ['\"]__main__['\"]:", re.MULTILINE)
 
 
