@@ -249,33 +249,40 @@ def validate_functions(module: types.ModuleType, functions: list, scalars: dict,
                 kwargs["msign"] = "svd"
             wants = [np.asarray(evaluate(der.formula, env, backend, dims), dtype=np.float64) for _, der in fn.outputs]
             where = f"{rule}: {target} function {fn.name} at {', '.join(f'{k}={v}' for k, v in dims.items())}"
-            results.append(_compare(Validation(rule, target, fn.name, dims, 0.0), where, fn, call, args, kwargs, wants))
+            results.append(_compare(Validation(rule, target, fn.name, dims, 0.0), where, call, args, kwargs,
+                                    _formula_wants(fn, wants), "the derivations"))
     return results
 
 
-def _compare(row: Validation, where: str, fn, call, args, kwargs, wants: list) -> Validation:
-    """``row`` with the worst relative error of ``call(*args, **kwargs)``'s outputs against ``wants``, and a message
-    when it is over ``row.limit`` (or the call fails)."""
+def _compare(row: Validation, where: str, call, args, kwargs, wants: list, giving: str) -> Validation:
+    """``row`` with the worst relative error of ``call(*args, **kwargs)``'s outputs against ``wants`` (per output:
+    its name, the reference values and what gave them), and a message when it is over ``row.limit`` (or the call
+    fails, or returns another number of outputs than ``giving`` gives)."""
     try:
         got = call(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 (any failure of printed code is a validation failure)
         return replace(row, error=float("inf"), message=f"{where}: raised {type(exc).__name__}: {exc}")
     got = got if isinstance(got, tuple) else (got,)
-    if len(got) != len(fn.outputs):
+    if len(got) != len(wants):
         return replace(row, error=float("inf"),
-                       message=f"{where}: returned {len(got)} outputs, the derivations give {len(fn.outputs)}")
+                       message=f"{where}: returned {len(got)} outputs, {giving} give {len(wants)}")
     worst, message = 0.0, ""
-    for (out, der), value, want in zip(fn.outputs, got, wants, strict=True):
+    for (out, want, source), value in zip(wants, got, strict=True):
         value = np.asarray(value, dtype=np.float64)
         if value.shape != want.shape:
-            return replace(row, error=float("inf"),
-                           message=f"{where}: output {out} has shape {value.shape}, the formula {want.shape}")
+            return replace(row, error=float("inf"), message=f"{where}: output {out} has shape {value.shape}, "
+                                                            f"{source} {want.shape}")
         error = relative_error(value, want)
         if not np.isfinite(error) or error > row.limit:
-            message = message or (f"{where}: output {out} differs from the checked formula of {der.name} "
-                                  f"by {error:.1e} (limit {row.limit:.1e})")
+            message = message or f"{where}: output {out} differs from {source} by {error:.1e} (limit {row.limit:.1e})"
         worst = max(worst, error) if np.isfinite(error) else float("inf")
     return replace(row, error=worst, message=message)
+
+
+def _formula_wants(fn, values) -> list:
+    """``(output, reference, what gave it)`` for :func:`_compare`: each output against its derivation's formula."""
+    return [(out, value, f"the checked formula of {der.name}") for (out, der), value in zip(fn.outputs, values,
+                                                                                            strict=True)]
 
 
 # ---- float64 against mpmath where cancellation matters ------------------------------------------------------
@@ -336,7 +343,7 @@ def validate_precision(module: types.ModuleType, functions: list, scalars: dict,
         except (ArithmeticError, ValueError) as exc:  # a formula that cannot be evaluated is no reference
             results.append(replace(row, error=float("inf"), message=f"{where}: the formula has no value: {exc}"))
             continue
-        results.append(_compare(row, where, fn, call, args, kwargs, wants))
+        results.append(_compare(row, where, call, args, kwargs, _formula_wants(fn, wants), "the derivations"))
     return results
 
 
@@ -437,28 +444,7 @@ def validate_adapters(module: types.ModuleType, adapters: tuple, scalars: dict, 
             except LayoutError as exc:
                 results.append(Validation(rule, "jax", adapter.entry, shown, float("inf"), f"{where}: {exc}"))
                 continue
-            results.append(_compare_outputs(rule, adapter.entry, shown, where, call, stored, kwargs, want))
+            wants = [(out, expected, "the checked formulas evaluated head by head") for out, expected in want.items()]
+            results.append(_compare(Validation(rule, "jax", adapter.entry, shown, 0.0), where, call,
+                                    list(stored.values()), kwargs, wants, "the stored weights' updates"))
     return results
-
-
-def _compare_outputs(rule, entry, dims, where, call, stored, kwargs, want: dict) -> Validation:
-    try:
-        got = call(*stored.values(), **kwargs)
-    except Exception as exc:  # noqa: BLE001 (any failure of printed code is a validation failure)
-        return Validation(rule, "jax", entry, dims, float("inf"), f"{where}: raised {type(exc).__name__}: {exc}")
-    got = got if isinstance(got, tuple) else (got,)
-    if len(got) != len(want):
-        return Validation(rule, "jax", entry, dims, float("inf"),
-                          f"{where}: returned {len(got)} outputs, the stored weights take {len(want)} updates")
-    worst, message = 0.0, ""
-    for (out, expected), value in zip(want.items(), got, strict=True):
-        value = np.asarray(value, dtype=np.float64)
-        if value.shape != expected.shape:
-            return Validation(rule, "jax", entry, dims, float("inf"),
-                              f"{where}: output {out} has shape {value.shape}, its stored layout {expected.shape}")
-        error = relative_error(value, expected)
-        if not np.isfinite(error) or error > TOLERANCE:
-            message = message or (f"{where}: output {out} differs from the checked formulas evaluated head by head "
-                                  f"by {error:.1e} (limit {TOLERANCE:.0e})")
-        worst = max(worst, error) if np.isfinite(error) else float("inf")
-    return Validation(rule, "jax", entry, dims, worst, message)
