@@ -180,6 +180,9 @@ def parser() -> OneLineParser:
                    help="growth factor g of the spurious eigenvalue δ = g·u (default 1)")
     r.add_argument("--lower", type=_positive, help="lower end l of bound (b) (default: the schedule's design l, "
                                                    "else 1e-3)")
+    r.add_argument("--accumulation", type=_count(restart_model.MAX_ACCUMULATION), default=1, metavar="N",
+                   help="accumulation length n: every product rounds by at most γ_n = n·u/(1 − n·u) (default 1: "
+                        "accumulated in a wider format, rounded once; n·u must be below 1)")
     r.add_argument("--json", metavar="FILE",
                    help="write the certificate (python -m coeffsearch certify FILE re-checks it)")
 
@@ -380,7 +383,8 @@ def cmd_restarts(a: argparse.Namespace) -> int:
         if at is not None and a.restarts is not None and len(at) != a.restarts:
             raise restart_model.RestartError(f"argument --restarts: {a.restarts} restarts "
                                              f"but --at names {len(at)} positions")
-        model = restart_model.Model(a.dtype, a.growth, a.lower or (repr(design_lower) if design_lower else "1e-3"))
+        model = restart_model.Model(a.dtype, a.growth, a.lower or (repr(design_lower) if design_lower else "1e-3"),
+                                    a.accumulation)
         total = 1 if at is not None else (math.comb(len(steps) - 1, a.restarts) if a.restarts is not None
                                           and a.restarts <= len(steps) - 1 else None)
         with _progress(total, "restarts") as bar:
