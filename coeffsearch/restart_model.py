@@ -11,8 +11,10 @@ bfloat16 ``2⁻⁸``, float32 ``2⁻²⁴``), a stated growth factor ``g`` (defa
 ``n`` (default 1: each product is accumulated in a wider format and rounded once to the dtype; ``n`` terms
 accumulated in the dtype itself round by at most ``γ_n = n u / (1 − n u)``, Higham 2002, §3.1):
 
-* the normalized input is itself rounded to the dtype, ``x_0 = σ(1 + θ)``, and so is every restart
-  ``x_s = Q x (1 + θ)``;
+* the normalized input is itself rounded to the dtype, ``x_0 = σ(1 + θ) + η``, and so is every restart
+  ``x_s = Q x (1 + θ) + η``: besides the relative ``θ``, a shift ``η ∈ [−ν, ν]`` of either sign,
+  ``ν = s·u`` (default ``s = 1``: rounding every entry of a matrix of Frobenius norm 1 relatively moves
+  each singular value by at most ``‖ΔX‖_2 ≤ ‖ΔX‖_F ≤ u``, Weyl's inequality);
 * every formation of the Gram matrix from ``x`` (at the start and at each restart) rounds relatively and
   shifts the eigenvalue by a spurious amount of either sign: ``r = x²(1 + θ) + e`` with ``e ∈ [−δ, δ]``,
   ``δ = g·u`` (``‖X‖_F = 1``, so ``u`` is one unit roundoff of the largest possible eigenvalue);
@@ -42,8 +44,10 @@ from mpmath import iv
 UNIT_ROUNDOFF_BITS = {"float16": 11, "bfloat16": 8, "float32": 24}
 DTYPES = tuple(UNIT_ROUNDOFF_BITS)
 DEFAULT_GROWTH = "1"
+DEFAULT_SHIFT = "1"
 MAX_DEVIATION = 1  # criterion (b): every σ in [l, 1] ends in (0, 2)
-MODEL = ("input rounded x_0 = σ(1+θ); Gram formation r = x²(1+θ) + e, e ∈ [−δ, δ], δ = g·u; every matrix product "
+MODEL = ("input and restarts rounded, x_0 = σ(1+θ) + η, x_s = Q x (1+θ) + η, η ∈ [−ν, ν], ν = s·u; "
+         "Gram formation r = x²(1+θ) + e, e ∈ [−δ, δ], δ = g·u; every matrix product "
          "rounds relatively (Horner for q, Q ← Q q, r ← q (r q), restart x_s = Q x, final Q x); every |θ| <= "
          "γ_n = n·u/(1 − n·u), n the accumulation length; all θ, e independent")
 MAX_ACCUMULATION = 2 ** 16  # --accumulation: at most this (and n·u < 1)
@@ -58,7 +62,7 @@ class Uncertifiable(RestartError):
     """No restart positions (of those tried) can be certified; the message names σ and the bound."""
 
 
-def propagate(ar, steps, flags, sigma, theta_q, theta_r, theta_h, spurious, instance=False):
+def propagate(ar, steps, flags, sigma, theta_q, theta_r, theta_h, spurious, instance=False, shift=None):
     """The model on ``sigma`` (an interval per piece): ``(max |Q_t| per piece, step of that max, x_T)``.
 
     Per step ``t``: ``theta_q[t]`` is the relative rounding ``θ`` of the products that form ``Q`` (and
@@ -67,7 +71,8 @@ def propagate(ar, steps, flags, sigma, theta_q, theta_r, theta_h, spurious, inst
     of Horner's products for ``q``, ``spurious[t]`` the eigenvalue ``e`` added at a formation: intervals
     (``[−γ_n, γ_n]``, ``[−δ, δ]``), or points when ``instance`` (a model instance, evaluated as such).
     ``theta_q[0]`` rounds the input: ``x_0 = σ(1 + θ_q[0])`` (no product of ``Q`` uses it: step 0 never
-    restarts and starts a fresh ``Q``).
+    restarts and starts a fresh ``Q``). ``shift[t]`` is the shift ``η`` of the singular value where ``x``
+    is rounded: the input (``t = 0``) and a restart before step ``t`` (None: no shift).
 
     The state is the segment's start ``x``, the virtual iterate ``y = Q x`` and the drift ``d = r − y²``
     of the Gram eigenvalue: ``y ← y q(y² + d)`` is enclosed as ``p(y) + y d q'(ξ)`` (``p(y) = y q(y²)``,
@@ -76,6 +81,8 @@ def propagate(ar, steps, flags, sigma, theta_q, theta_r, theta_h, spurious, inst
     the ``q`` intersected with ``y / x``.
     """
     x = sigma * (theta_q[0] + 1)
+    if shift is not None:
+        x = x + shift[0]
     y = x
     d = ar.square(x) * theta_r[0] + spurious[0]
     q_acc, q_max, q_step = None, None, None
@@ -83,7 +90,7 @@ def propagate(ar, steps, flags, sigma, theta_q, theta_r, theta_h, spurious, inst
     for t, step in enumerate(steps):
         grow_q, grow_r = theta_q[t] + 1, theta_r[t] + 1
         if flags[t]:
-            x = y * grow_q
+            x = y * grow_q if shift is None else y * grow_q + shift[t]
             y = x
             d = ar.square(x) * theta_r[t] + spurious[t]
             q_acc = None
@@ -114,13 +121,14 @@ def propagate(ar, steps, flags, sigma, theta_q, theta_r, theta_h, spurious, inst
 
 @dataclass(frozen=True)
 class Model:
-    """The dtype (its unit roundoff ``u``), the growth factor ``g`` (``δ = g·u``), the lower end ``l`` of (b)
-    and the accumulation length ``n`` (``|θ| ≤ γ_n``)."""
+    """The dtype (its unit roundoff ``u``), the growth factor ``g`` (``δ = g·u``), the lower end ``l`` of (b),
+    the accumulation length ``n`` (``|θ| ≤ γ_n``) and the shift factor ``s`` (``ν = s·u``)."""
 
     dtype: str
     growth: str = DEFAULT_GROWTH
     lower: str = "1e-3"
     accumulation: int = 1
+    shift: str = DEFAULT_SHIFT
 
     def __post_init__(self):
         if self.dtype not in UNIT_ROUNDOFF_BITS:
@@ -131,6 +139,10 @@ class Model:
                                f"for {self.dtype} (δ = g·u is at most 1), got {self.growth}")
         if not 0 < lo < 1:
             raise RestartError(f"argument --lower: must be in (0, 1), got {self.lower}")
+        s = _decimal(self.shift, "--shift")
+        if not 0 <= s <= 2 ** UNIT_ROUNDOFF_BITS[self.dtype]:
+            raise RestartError(f"argument --shift: must be in [0, 1/u] = [0, {2 ** UNIT_ROUNDOFF_BITS[self.dtype]}] "
+                               f"for {self.dtype}, got {self.shift}")
         n = self.accumulation
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_ACCUMULATION:
             raise RestartError(f"argument --accumulation: must be an integer in [1, {MAX_ACCUMULATION}], got {n!r}")
@@ -148,6 +160,10 @@ class Model:
         nu = iv.mpf(self.accumulation) * iv.mpf(self.u)
         return nu / (1 - nu)
 
+    def nu(self):
+        """``ν = s·u`` as an interval enclosure: the bound on every shift ``|η|``."""
+        return iv.mpf(self.shift) * iv.mpf(self.u)
+
     def delta(self):
         """``δ = g·u`` as an interval enclosure."""
         return iv.mpf(self.growth) * iv.mpf(self.u)
@@ -161,6 +177,15 @@ def _decimal(text, what) -> float:
     if not math.isfinite(v):
         raise RestartError(f"argument {what}: must be finite, got {text}")
     return v
+
+
+def default_lower(design, dtype: str) -> str:
+    """The lower end ``l`` of bound (b) when none is given: the schedule's design ``l`` (else ``1e-3``), but at
+    least ``2u`` (a singular value below ``ν = u`` may be moved to 0 by the rounding of the input alone, so
+    no bound (b) below 1 holds there; bfloat16: ``2⁻⁷``)."""
+    lower = float(design) if design else 1e-3
+    floor = 2.0 ** (1 - UNIT_ROUNDOFF_BITS[dtype])
+    return repr(lower) if lower >= floor else repr(floor)
 
 
 def check_positions(positions, steps: int) -> tuple:
@@ -184,5 +209,6 @@ def positions_to_flags(positions, steps):
 def describe(name, positions, model) -> str:
     """``muon with restarts after iterations 1, 2 in float16 (δ = 1·u)``: the subject of a refusal."""
     where = ("restarts after iterations " + ", ".join(map(str, positions))) if positions else "no restart"
-    accumulated = f", n = {model.accumulation}" if model.accumulation != 1 else ""
+    accumulated = (f", n = {model.accumulation}" if model.accumulation != 1 else "") + (
+        f", ν = {model.shift}·u" if model.shift != DEFAULT_SHIFT else "")
     return f"{name or 'the schedule'} with {where} in {model.dtype} (δ = {model.growth}·u{accumulated})"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import coeffsearch
-from coeffsearch.restart_model import DTYPES, Model, RestartError, Uncertifiable
+from coeffsearch.restart_model import DTYPES, Model, RestartError, Uncertifiable, default_lower
 from coeffsearch.restarts import search
 from foundation.compute import jax_spectral_sign
 from foundation.compute.jax_msign import newton_schulz
@@ -30,7 +30,7 @@ PUBLISHED = (2,)
 
 def _certifies(name, dtype, positions):
     schedule = coeffsearch.get(name)
-    lower = repr(schedule.lower) if schedule.lower else "1e-3"
+    lower = default_lower(schedule.lower, dtype)
     try:
         search(name, schedule.steps, Model(dtype, "1", lower), at=positions)
     except (Uncertifiable, RestartError):
@@ -40,7 +40,7 @@ def _certifies(name, dtype, positions):
 
 def _any_certifies(name, dtype):
     schedule = coeffsearch.get(name)
-    lower = repr(schedule.lower) if schedule.lower else "1e-3"
+    lower = default_lower(schedule.lower, dtype)
     try:
         search(name, schedule.steps, Model(dtype, "1", lower))
     except Uncertifiable:
