@@ -474,8 +474,9 @@ def cmd_validate_model(a: argparse.Namespace) -> int:
         validate_model.check_accumulation(a.accumulation, dtypes)
     except restart_model.RestartError as exc:
         raise UsageError(str(exc)) from None
-    names = a.schedules or [*validate_model.DEFAULT_SCHEDULES, *validate_model.SHIPPED]
-    schedules = {name: steps for name, steps, _, _ in (resolve(x) for x in names)}
+    searched = validate_model.shipped_steps()
+    names = a.schedules or [*validate_model.DEFAULT_SCHEDULES, *searched]
+    schedules = {x: searched[x] if x in searched else resolve(x)[1] for x in names}
     methods = validate_model.METHODS if a.method == "both" else (a.method,)
     rows, bounds = validate_model.validate_model(schedules, dtypes, methods, shapes, a.batch,
                                                  accumulation=a.accumulation)

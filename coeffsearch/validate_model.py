@@ -29,10 +29,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 
 from coeffsearch import registry, restarts
+from coeffsearch.restart_certificate import parse
 from coeffsearch.restart_model import DEFAULT_GROWTH, UNIT_ROUNDOFF_BITS, Model, RestartError, default_lower
 from coeffsearch.validate import jax_routines
 from coeffsearch.validate_gram import FLOAT_FORMAT, measure, spectrum
@@ -48,9 +50,23 @@ TIGHT = 10.0  # a certified bound within this factor of the measured worst is ti
 STANDARD_EXTRA = 1  # the standard iteration is certified at accumulation length n + 1 (see the module docstring)
 REPEATS = 3  # the adversarial spectrum repeats its two extreme values this often
 
-#: searched schedules shipped with their restart positions per dtype (name -> {dtype: positions}), filled by
-#: :mod:`coeffsearch.joint_search`'s registered results; a schedule absent here takes the routine's table
-SHIPPED: dict[str, dict[str, tuple]] = {}
+#: the shipped certificates of the searched schedules (:mod:`coeffsearch.joint_search`), one JSON file each
+CERTIFICATE_DIR = Path(__file__).with_name("certificates")
+
+
+@cache
+def shipped() -> dict:
+    """``{name: restart certificate}`` of the searched schedules shipped as data (:data:`CERTIFICATE_DIR`)."""
+    out = {}
+    for path in sorted(CERTIFICATE_DIR.glob("*.json")):
+        cert = parse(path.read_text(encoding="utf-8"), f"certificate {path.name}")
+        out[cert["name"]] = cert
+    return out
+
+
+def shipped_steps() -> dict:
+    """``{name: steps}`` of the shipped searched schedules."""
+    return {name: cert["schedule"] for name, cert in shipped().items()}
 
 
 @dataclass
@@ -112,13 +128,23 @@ def positions_for(name: str, steps, dtype: str, method: str) -> tuple | None:
     (:data:`SHIPPED`, else the routine's certified table), None where none are shipped."""
     if method == "standard":
         return tuple(range(1, len(steps)))
-    table = SHIPPED.get(name) or certified_restarts(tuple(tuple(float(c) for c in s) for s in steps))
+    cert = shipped().get(name)
+    table = certified_restarts(tuple(tuple(float(c) for c in s) for s in steps))
+    if cert is not None:
+        table = {**table, cert["dtype"]: tuple(cert["restarts"])}
     found = table.get(dtype)
     return tuple(found) if found is not None else None
 
 
 def certified(name: str, steps, dtype: str, method: str, accumulation: int = 1) -> Certified:
-    """The certificate of ``name``'s ``method`` in ``dtype`` (:func:`coeffsearch.restarts.evaluate`)."""
+    """The certificate of ``name``'s ``method`` in ``dtype``: a shipped one as stated (``python -m coeffsearch
+    certify FILE`` re-checks it), else computed (:func:`coeffsearch.restarts.evaluate`)."""
+    stated = shipped().get(name)
+    if stated is not None and method == "gram" and stated["dtype"] == dtype and accumulation == stated["accumulation"]:
+        lo, hi = (float(v) for v in stated["final_image"])
+        return Certified(dtype, name, method, tuple(stated["restarts"]), stated["lower"], accumulation,
+                         float(stated["deviation"]["bound"]), max(abs(lo), abs(hi)),
+                         sum(float(v) for v in stated["deviation"]["sigma"]) / 2)
     design = registry.get(name).lower if name in registry.names() else None
     lower = default_lower(design, dtype)
     positions = positions_for(name, steps, dtype, method)

@@ -24,7 +24,8 @@ from numerics.optimizer import describe_pairs
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 
-TABLE_SCHEDULES = ("polar-express-5", "muon", "cesista")  # the defaults and optax's presets ("standard", "dion")
+TABLE_SCHEDULES = ("polar-express-5", "muon", "cesista", "gram-polar-express")  # the defaults, optax's presets
+# ("standard", "dion") and the cited Gram recipe
 PUBLISHED = (2,)
 
 
