@@ -164,11 +164,12 @@ def certified(name: str, steps, dtype: str, method: str, accumulation: int = 1) 
 
 # ---- test matrices ---------------------------------------------------------------------------------------
 def adversarial_spectrum(rng, r: int, lower: float, worst: float | None) -> np.ndarray:
-    """Singular values of Frobenius norm 1 (so the normalized ones are these): ``worst`` (when below 1) and
-    just above ``l``, each :data:`REPEATS` times, then log-spaced over ``[l, 1]`` filling the norm."""
+    """Singular values of Frobenius norm 1 (so the normalized ones are these): ``worst`` (when below 0.7; up to
+    :data:`REPEATS` times, at most half the norm) and just above ``l`` (:data:`REPEATS` times), then
+    log-spaced over ``[l, 1]`` filling the norm."""
     marks = [lower * 1.001] * REPEATS
-    if worst is not None and lower < worst < 0.9:
-        marks += [worst] * REPEATS
+    if worst is not None and lower < worst < 0.7:  # copies of it take at most half the norm
+        marks += [worst] * max(1, min(REPEATS, int(0.5 / worst ** 2)))
     marks = marks[:max(r - 1, 1)]
     rest = np.geomspace(1.0, lower, max(r - len(marks), 1))
     room = 1.0 - float(np.sum(np.square(marks)))
@@ -251,6 +252,9 @@ def validate_model(schedules, dtypes=MODEL_DTYPES, methods=METHODS, shapes=DEFAU
     rows = []
     for dtype in dtypes:
         for name, steps in schedules.items():
+            own = shipped().get(name, {}).get("dtype") if name.startswith("searched-") else None
+            if own is not None and own != dtype:
+                continue  # a searched schedule runs in the dtype it was searched for
             for method in methods:
                 key = (dtype, name, method)
                 if key not in bounds:
