@@ -19,7 +19,7 @@ Measures, in one process, on ``jax.devices()[0]``:
    layer (768 × 768, 768 × 3072) and a Llama-3-8B layer (4096 × 4096, 4096 × 14336; small: divided by
    :data:`SMALL_DIVISOR`), with muon's schedule and its restarts certified in bfloat16 (after 1, 2, 3),
    each time ratio beside the flop model's (Zhang, Amsel, Chen, Dao 2026 report up to 2x with their
-   symmetric GEMM kernels, github.com/Dao-AILab/gram-newton-schulz README; plain matmuls here).
+   symmetric GEMM routines, github.com/Dao-AILab/gram-newton-schulz README; plain matmuls here).
 
 ``--small`` (default on a CPU) shrinks every size so that continuous integration keeps it working.
 """
