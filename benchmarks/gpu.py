@@ -14,7 +14,12 @@ Measures, in one process, on ``jax.devices()[0]``:
    ``--small``: the full GPT-2-small layer only, widths divided by ``benchmarks.step.SMALL_FACTOR``);
 3. Gram inverse roots by ``eigh`` against the matmul-only coupled Newton–Schulz iteration
    (error against float64 and time);
-4. the optimizer update sharded over all local devices against the unsharded one.
+4. the optimizer update sharded over all local devices against the unsharded one;
+5. Gram Newton–Schulz against the standard iteration in bfloat16 at the weight shapes of a GPT-2-small
+   layer (768 × 768, 768 × 3072) and a Llama-3-8B layer (4096 × 4096, 4096 × 14336; small: divided by
+   :data:`SMALL_DIVISOR`), with muon's schedule and its restarts certified in bfloat16 (after 1, 2, 3),
+   each time ratio beside the flop model's (Zhang, Amsel, Chen, Dao 2026 report up to 2x with their
+   symmetric GEMM routines, github.com/Dao-AILab/gram-newton-schulz README; plain matmuls here).
 
 ``--small`` (default on a CPU) shrinks every size so that continuous integration keeps it working.
 """
@@ -30,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import coeffsearch
+from benchmarks import gram as gram_bench
 from benchmarks import gram_roots as gr
 from benchmarks import step
 from benchmarks.interleave import interleaved
@@ -58,6 +64,27 @@ def ns_throughput(batch, m, n, dtype):
     f = jax.jit(lambda x: halfsplit.spectral_sign(x, "newton_schulz", _schedule_for(halfsplit, sched)))
     flops = batch * len(sched) * 2 * (2 * m * m * n + m ** 3)
     return flops / timed(f, x)
+
+
+#: part [5]: (layer, rows, cols) of the weights timed; small sizes divide both sides by SMALL_DIVISOR
+GRAM_SHAPES = (("gpt2-small", 768, 768), ("gpt2-small", 768, 3072), ("llama3-8b", 4096, 4096),
+               ("llama3-8b", 4096, 14336))
+SMALL_DIVISOR = 8
+GRAM_SCHEDULE, GRAM_RESTARTS = "muon", (1, 2, 3)  # certified in bfloat16 (coeffsearch restarts muon)
+
+
+def gram_comparison(small: bool, repeats: int = 3) -> list:
+    """Part [5]: ``[(layer, rows, cols, measured gram/standard, flop model)]`` in bfloat16."""
+    schedule = coeffsearch.get(GRAM_SCHEDULE).as_floats()
+    rows_out = []
+    for layer, rows, cols in GRAM_SHAPES:
+        if small:
+            rows, cols = rows // SMALL_DIVISOR, cols // SMALL_DIVISOR
+        _, _, ratio, model, _ = gram_bench.measure_shape((None, rows, cols), repeats, jnp.bfloat16, GRAM_RESTARTS,
+                                                         schedule)
+        rows_out.append((layer, rows, cols, ratio, model))
+        print(f"[5] {layer} {rows}x{cols} bf16: gram/standard time {ratio:.3f}, flop model {model:.3f}", flush=True)
+    return rows_out
 
 
 def layer_comparison(small: bool) -> list:
@@ -127,6 +154,7 @@ def main(argv=None) -> int:
     worst, _ = sharding.compare(layers=2, d=64 if small else 1024, heads=4 if small else 16, kv_heads=4,
                                 head_dim=16 if small else 64, steps=2, mesh_shape=mesh_shape)
     print(f"[4] sharded over a {mesh_shape} mesh vs unsharded: max relative difference {worst:.2e}", flush=True)
+    gram_comparison(small)
     print(f"total {time.perf_counter() - t0:.0f} s")
     print(f"cm/muon median step time ratio: {max(ratios):.3f}")
     return 0

@@ -44,7 +44,12 @@ def chosen(rows: int, cols: int, steps: int, restarts: int) -> bool:
 
 def measure(name, repeats, dtype, restarts, schedule):
     """One row: median seconds of both, the paired ratio, the flop-model ratio, the result difference."""
-    batch, rows, cols = SHAPES[name]
+    return measure_shape(SHAPES[name], repeats, dtype, restarts, schedule)
+
+
+def measure_shape(dims, repeats, dtype, restarts, schedule):
+    """:func:`measure` for ``dims = (batch or None, rows, cols)``."""
+    batch, rows, cols = dims
     shape = (rows, cols) if batch is None else (batch, rows, cols)
     x = jnp.asarray(np.random.default_rng(0).standard_normal(shape), dtype)
     flags = restart_flags(restarts, len(schedule))

@@ -1,4 +1,4 @@
-"""Command line: ``python -m coeffsearch {minimax,band,certify,validate,compare,restarts,sources} …``."""
+"""Command line: ``python -m coeffsearch {minimax,band,certify,validate,validate-model,compare,restarts,sources} …``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,15 @@ import sys
 import mpmath
 from tqdm import tqdm
 
-from coeffsearch import provenance, registry, restart_certificate, restart_model, restarts, validate_gram
+from coeffsearch import (
+    provenance,
+    registry,
+    restart_certificate,
+    restart_model,
+    restarts,
+    validate_gram,
+    validate_model,
+)
 from coeffsearch.band import image, max_slope, narrowest_band
 from coeffsearch.certify import (
     RECHECK_PREC,
@@ -179,9 +187,32 @@ def parser() -> OneLineParser:
     r.add_argument("--growth", type=_nonneg, default=restart_model.DEFAULT_GROWTH,
                    help="growth factor g of the spurious eigenvalue δ = g·u (default 1)")
     r.add_argument("--lower", type=_positive, help="lower end l of bound (b) (default: the schedule's design l, "
-                                                   "else 1e-3)")
+                                                   "else 1e-3, but at least 2u: 2^-7 in bfloat16)")
+    r.add_argument("--shift", type=_nonneg, default=restart_model.DEFAULT_SHIFT,
+                   help="shift factor s: rounding the input and each restart moves a singular value by up to "
+                        "ν = s·u (default 1)")
+    r.add_argument("--accumulation", type=_count(restart_model.MAX_ACCUMULATION), default=1, metavar="N",
+                   help="accumulation length n: every product rounds by at most γ_n = n·u/(1 − n·u) (default 1: "
+                        "accumulated in a wider format, rounded once; n·u must be below 1)")
     r.add_argument("--json", metavar="FILE",
                    help="write the certificate (python -m coeffsearch certify FILE re-checks it)")
+
+    m = sub.add_parser("validate-model", help="the restart rounding model against measured runs: Gram and standard "
+                                              "iterations in float32, float16 and bfloat16 on random, clustered and "
+                                              "adversarial spectra, measured worst deviation beside the certified "
+                                              "one; exit 1 when a measured value exceeds its certificate")
+    m.add_argument("schedules", nargs="*", help=f"0 to {MAX_COMPARE} registered names or schedule files (default: "
+                                                f"{', '.join(validate_model.DEFAULT_SCHEDULES)} and the searched ones)")
+    m.add_argument("--dtype", choices=(*validate_model.MODEL_DTYPES, "all"), default="all")
+    m.add_argument("--method", choices=(*validate_model.METHODS, "both"), default="both",
+                   help="gram: the shipped certified restarts; standard: the standard iteration (default both)")
+    m.add_argument("--shape", action="append", metavar="MxN",
+                   help="a matrix size, both sides >= 4; repeat for more (default 32x96 and 64x256)")
+    m.add_argument("--batch", type=_count(MAX_BATCH), default=2, help=f"matrices per spectrum and size, 1 to "
+                                                                         f"{MAX_BATCH} (default 2)")
+    m.add_argument("--accumulation", type=_count(restart_model.MAX_ACCUMULATION), default=1, metavar="N",
+                   help="accumulation length n of the model (the standard iteration is certified at n + 1)")
+    m.add_argument("--json", metavar="FILE", help="write the rows and bounds as JSON")
 
     k = sub.add_parser("compare", help="table of schedules (and --plot PNG of the composed polynomials)")
     k.add_argument("schedules", nargs="+", help=f"1 to {MAX_COMPARE} schedule names or files")
@@ -380,7 +411,8 @@ def cmd_restarts(a: argparse.Namespace) -> int:
         if at is not None and a.restarts is not None and len(at) != a.restarts:
             raise restart_model.RestartError(f"argument --restarts: {a.restarts} restarts "
                                              f"but --at names {len(at)} positions")
-        model = restart_model.Model(a.dtype, a.growth, a.lower or (repr(design_lower) if design_lower else "1e-3"))
+        model = restart_model.Model(a.dtype, a.growth, a.lower or restart_model.default_lower(design_lower, a.dtype),
+                                    a.accumulation, a.shift)
         total = 1 if at is not None else (math.comb(len(steps) - 1, a.restarts) if a.restarts is not None
                                           and a.restarts <= len(steps) - 1 else None)
         with _progress(total, "restarts") as bar:
@@ -422,6 +454,35 @@ def cmd_validate(a: argparse.Namespace) -> int:
     print("slack = 8 eps(dtype) for rounding; 'inside' means observed within certified ± slack")
     _write_json(a.json, [r.__dict__ | {"inside": r.inside} for r in rows])
     return 0 if all(r.inside for r in rows) else 1
+
+
+def cmd_validate_model(a: argparse.Namespace) -> int:
+    if len(a.schedules) > MAX_COMPARE:
+        raise UsageError(f"argument schedules: at most {MAX_COMPARE} schedules, got {len(a.schedules)}")
+    shapes = []
+    for text in a.shape or [f"{m}x{n}" for m, n in validate_model.DEFAULT_SHAPES]:
+        try:
+            shape = parse_shape(text)
+            check_size(shape, 2 * a.batch)
+        except ValueError as exc:
+            raise UsageError(f"argument --shape: {exc}") from None
+        if min(shape) < validate_gram.MIN_SIDE:
+            raise UsageError(f"argument --shape: both sides must be >= {validate_gram.MIN_SIDE}, got {text}")
+        shapes.append(shape)
+    dtypes = validate_model.MODEL_DTYPES if a.dtype == "all" else (a.dtype,)
+    try:
+        validate_model.check_accumulation(a.accumulation, dtypes)
+    except restart_model.RestartError as exc:
+        raise UsageError(str(exc)) from None
+    searched = validate_model.shipped_steps()
+    names = a.schedules or [*validate_model.DEFAULT_SCHEDULES, *searched]
+    schedules = {x: searched[x] if x in searched else resolve(x)[1] for x in names}
+    methods = validate_model.METHODS if a.method == "both" else (a.method,)
+    rows, bounds = validate_model.validate_model(schedules, dtypes, methods, shapes, a.batch,
+                                                 accumulation=a.accumulation)
+    sys.stdout.write(validate_model.format_report(rows, bounds, shapes))
+    _write_json(a.json, validate_model.to_json(rows, bounds))
+    return 1 if any(r.exceeds for r in rows) else 0
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
@@ -480,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser().parse_args(argv)
         handler = {"minimax": cmd_minimax, "band": cmd_band, "certify": cmd_certify,
                    "validate": cmd_validate, "compare": cmd_compare, "restarts": cmd_restarts,
-                   "sources": cmd_sources}[args.command]
+                   "sources": cmd_sources, "validate-model": cmd_validate_model}[args.command]
         status = handler(args) or 0
         sys.stdout.flush()  # a full disk shows here, not at interpreter exit
         return status

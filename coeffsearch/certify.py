@@ -88,8 +88,9 @@ def _decimal(x, digits, direction):
 
 def _fraction(x) -> Fraction:
     """The exact rational value of a binary ``mpf`` (not rounded to the working precision first)."""
-    man, exp = (x if isinstance(x, mpmath.mpf) else _exact(x)).man_exp
-    return Fraction(int(man)) * Fraction(2) ** int(exp)
+    sign, man, exp, _ = (x if isinstance(x, mpmath.mpf) else _exact(x))._mpf_  # man_exp drops the sign
+    value = Fraction(int(man)) * Fraction(2) ** int(exp)
+    return -value if sign else value
 
 
 def _from_arb(x) -> mpmath.mpf:

@@ -27,8 +27,9 @@ from typing import Any
 
 import mpmath
 
-from coeffsearch import registry
+from coeffsearch import registry, restarts
 from coeffsearch.certify import certify
+from coeffsearch.restart_model import DEFAULT_GROWTH, Model
 from foundation.minimax import greedy_schedule
 from foundation.schedule import Schedule, Steps
 
@@ -58,12 +59,19 @@ class Source:
     arguments: Mapping[str, Any] | None = None
     lower: str | None = None
     note: str = ""
+    #: a safety factor ``s`` the registry divides in as its source's code does: ``c_j / s^(2j+1)`` in float64
+    safety: str = ""
     #: a work credited for the numbers whose text could not be reached: it is named, never cited, and the
     #: registry's description must say so ("not reached")
     unreached: str = ""
 
     def expected(self) -> list[list[Fraction]]:
-        """The printed steps as exact rationals, repeated as the registry applies them."""
+        """The printed steps as exact rationals, repeated as the registry applies them (with :attr:`safety`: the
+        float64 values of ``c_j / s^(2j+1)`` as their shortest decimals)."""
+        if self.safety:
+            s = float(self.safety)
+            return [[Fraction(repr(float(c) / s ** (2 * j + 1))) for j, c in enumerate(step)]
+                    for step in self.printed] * self.repeat
         return [[exact(c) for c in step] for step in self.printed] * self.repeat
 
 
@@ -238,7 +246,28 @@ _PE_PRINTED = (
     ("1.875", "-1.25", "0.375"),
 )
 
+def _gram_restart_holds(steps: Steps, source: Source) -> str | None:
+    """The stated stability of one restart after iteration 2 in float16, as this project's restart model
+    certifies it (:mod:`coeffsearch.restarts`)."""
+    found = restarts.evaluate("gram-polar-express", steps, registry.GRAM_PE_RESTARTS,
+                              Model("float16", DEFAULT_GROWTH, CHECK_LOWER))
+    if found.certificate is None:
+        return f"the restart after iteration 2 is not certified in float16: {found.reason}"
+    return None
+
+
 SOURCES: dict[str, Provenance] = {p.name: p for p in (
+    Provenance("gram-polar-express", Source(
+        "Zhang, Amsel, Chen, Dao 2026, Gram Newton-Schulz: github.com/Dao-AILab/gram-newton-schulz, README and "
+        "gram_newton_schulz/gram_newton_schulz.py (default restart [2], input cast to float16); the coefficients "
+        "as printed in github.com/NoahAmsel/gram-newton-schulz, gram_newton_schulz/coefficients.py "
+        "(_unmodified_polar_express_coefficients, safety_factor = 1.05)", _PE_PRINTED[:5],
+        "each tuple (a, b, c) stored as the float64 values a/1.05, b/1.05**3, c/1.05**5", safety="1.05",
+        lower="1e-3", note="the five tuples are Polar Express Algorithm 1's first five; the safety factor is "
+                           "divided in as the source's code does, in float64"), Claim(
+        "README: 'For 5 steps of Newton-Schulz, we recommend num-restarts = 1 ... while maintaining numerical "
+        "stability', the default being a restart after iteration 2 in float16: certified here in float16 under "
+        "this project's restart model", _gram_restart_holds)),
     Provenance("muon", Source(_JORDAN, (("3.4445", "-4.7750", "2.0315"),), "as printed", repeat=5), Claim(
         f"{_AMSEL}, §1.2: Jordan's iteration 'does not converge to polar(M). Instead, it plateaus at an error "
         f"of ≈ 0.3'", _plateau)),

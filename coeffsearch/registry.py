@@ -17,6 +17,13 @@ from foundation.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, Sch
 from foundation.schedule import Recipe, Schedule
 
 
+def safety_divided(rows, safety: str):
+    """``p(x/s)`` for each odd step: coefficient ``c_j`` (of ``x^{2j+1}``) divided by ``s^{2j+1}`` in float64,
+    as ``c / s**k`` computes it, stored as the float's shortest decimal (exactly that float)."""
+    s = float(safety)
+    return tuple(tuple(repr(float(c) / s ** (2 * j + 1)) for j, c in enumerate(row)) for row in rows)
+
+
 def _scaled(rows, unit):
     return tuple(tuple(str(c / unit) if isinstance(c, int) else c for c in row) for row in rows)
 
@@ -227,5 +234,23 @@ register(Schedule(
     "as the greedy minimax with l = 1e-3, 5 steps, no cushion or safety (this project's reading), whose tuples "
     "rounded to 4 decimals are all 5 of NeMo's (checked in coeffsearch.provenance)",
     lower=1e-3, recipe=Recipe({"lower": "1e-3", "steps": 5})))
+
+#: the five tuples Zhang, Amsel, Chen, Dao 2026 start from (Polar Express Algorithm 1's first five, as they print them)
+GRAM_PE_PRINTED = (
+    ("8.28721201814563", "-23.595886519098837", "17.300387312530933"),
+    ("4.107059111542203", "-2.9478499167379106", "0.5448431082926601"),
+    ("3.9486908534822946", "-2.908902115962949", "0.5518191394370137"),
+    ("3.3184196573706015", "-2.488488024314874", "0.51004894012372"),
+    ("2.300652019954817", "-1.6689039845747493", "0.4188073119525673"),
+)
+GRAM_PE_SAFETY = "1.05"
+#: their Gram Newton–Schulz default: a restart after iteration 2, run in float16
+GRAM_PE_RESTARTS = (2,)
+register(Schedule(
+    "gram-polar-express", safety_divided(GRAM_PE_PRINTED, GRAM_PE_SAFETY),
+    "Zhang, Amsel, Chen, Dao 2026, Gram Newton-Schulz (github.com/Dao-AILab/gram-newton-schulz; the coefficient "
+    "preset as in github.com/NoahAmsel/gram-newton-schulz, gram_newton_schulz/coefficients.py): Polar Express's "
+    "first five tuples with a safety factor 1.05 (c_j / 1.05^(2j+1)), restart after iteration 2, float16",
+    lower=1e-3))
 
 DEFAULT = "polar-express-5"

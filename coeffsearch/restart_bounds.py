@@ -48,16 +48,16 @@ def _initial_points(lower: float) -> list:
 
 
 def _float_bounds(steps, flags, model, lo, hi):
-    u, delta = float(model.u), float(model.delta().b)
+    u, delta, nu = float(model.rounding().b), float(model.delta().b), float(model.nu().b)
     ar = FloatBoxes()
     theta, count = ar.interval(-u, u), len(steps) + 1
     return propagate(ar, steps, flags, Box(lo, hi), [theta] * count, [theta] * count, [theta] * count,
-                [ar.interval(-delta, 0)] * count)
+                     [ar.interval(-delta, delta)] * count, shift=[ar.interval(-nu, nu)] * count)
 
 
-#: the model instances tried at each point: every product of a kind rounded alike (e ∈ {−δ, 0}, θ = ±u for
-#: the Q products, the Gram ones and Horner's), and RANDOM_INSTANCES with independent random θ = ±u per step
-CORNERS = tuple(itertools.product((-1.0, 0.0), (-1.0, 1.0), (-1.0, 1.0), (-1.0, 1.0)))
+#: the model instances tried at each point: every product of a kind rounded alike (e ∈ {−δ, 0, δ}, θ = ±γ_n for
+#: the Q products, the Gram ones and Horner's, η = ±ν), and RANDOM_INSTANCES with independent random ones per step
+CORNERS = tuple(itertools.product((-1.0, 0.0, 1.0), (-1.0, 1.0), (-1.0, 1.0), (-1.0, 1.0), (-1.0, 1.0)))
 
 
 RANDOM_INSTANCES = 48
@@ -67,20 +67,20 @@ def _attained(steps, flags, model, sigma, seed=0):
     """Model instances at the points ``sigma``: ``(max |Q|, max |x_T − 1|)`` per point over the instances
     of :data:`CORNERS` and :data:`RANDOM_INSTANCES` (seeded: the partition is reproducible), all run at
     once (one row per instance)."""
-    u, delta = float(model.u), float(model.delta().b)
+    u, delta, nu = float(model.rounding().b), float(model.delta().b), float(model.nu().b)
     count, size = len(steps) + 1, (len(CORNERS) + RANDOM_INSTANCES, len(sigma))
     rng = np.random.default_rng(seed)
-    corners = np.array(CORNERS)  # columns: e, θ_q, θ_r, θ_h
+    corners = np.array(CORNERS)  # columns: e, θ_q, θ_r, θ_h, η
 
     def draw(column, values):
-        fixed = np.broadcast_to(corners[:, column:column + 1] * values[1], (len(CORNERS), size[1]))
+        fixed = np.broadcast_to(corners[:, column:column + 1] * values[-1], (len(CORNERS), size[1]))
         return Box(np.concatenate([fixed, rng.choice(values, (RANDOM_INSTANCES, size[1]))]))
 
     theta_q, theta_r, theta_h = ([draw(c, (-u, u)) for _ in range(count)] for c in (1, 2, 3))
-    spurious = [draw(0, (-delta, delta)) for _ in range(count)]
-    spurious = [Box(np.minimum(e.lo, 0.0)) for e in spurious]  # e ∈ {−δ, 0}
+    spurious = [draw(0, (-delta, 0.0, delta)) for _ in range(count)]  # e ∈ {−δ, 0, δ}
+    shift = [draw(4, (-nu, nu)) for _ in range(count)]
     q_max, _, x_t = propagate(FloatBoxes(), steps, flags, Box(np.broadcast_to(sigma, size)), theta_q, theta_r, theta_h,
-                         spurious, instance=True)
+                         spurious, instance=True, shift=shift)
     return np.max(q_max, axis=0), np.max(np.abs(x_t.lo - 1), axis=0)
 
 
@@ -157,16 +157,18 @@ def prove(steps, positions, model, points, prec: int = PRECISION_BITS, digits: i
     lower_text = model.lower
     with iv_precision(prec), mpmath.workprec(prec + 10):  # endpoints convert to mpf exactly
         lower = iv.mpf(lower_text)
-        u = mpmath.mpf(model.u)
-        theta = iv.mpf([-u, u])
+        gamma = mpmath.mpf(model.rounding().b)
+        theta = iv.mpf([-gamma, gamma])
         delta = model.delta()
-        spurious = iv.mpf([-delta.b, 0])
+        spurious = iv.mpf([-delta.b, delta.b])
+        nu = model.nu()
+        shift = [iv.mpf([-nu.b, nu.b])] * (len(steps) + 1)
         ar = Intervals()
         q_best, dev_best, image = None, None, None
         for a, b in zip(points[:-1], points[1:], strict=True):
             sigma = iv.mpf([a, b])
             q_max, q_step, x_t = propagate(ar, steps, flags, sigma, *([item] * (len(steps) + 1) for item in
-                                                                 (theta, theta, theta, spurious)))
+                                                                 (theta, theta, theta, spurious)), shift=shift)
             if q_best is None or q_max > q_best[0]:
                 q_best = (q_max, (a, b), q_step)
             if mpmath.mpf(sigma.a) >= mpmath.mpf(lower.a):  # the pieces from l on cover [l, 1]

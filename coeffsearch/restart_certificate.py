@@ -1,11 +1,12 @@
 """Restart certificates: JSON that states a schedule's restart positions, the partition and the bounds.
 
 A certificate (:func:`certificate`, written by ``python -m coeffsearch restarts --json``) states the inputs
-(schedule, dtype and unit roundoff, growth factor, the lower end ``l`` of bound (b), the restart
-positions, the working precision), the model and criteria in words, the partition of ``[0, 1]`` and the
-proven bounds of :mod:`coeffsearch.restart_bounds`. :func:`parse` checks its form against
-:data:`SCHEMA` (every bad field listed); :func:`recheck` (``python -m coeffsearch certify FILE``)
-recomputes the partition and the proof from the stated inputs and rejects any difference.
+(schedule, dtype and unit roundoff, growth factor, the lower end ``l`` of bound (b), the accumulation
+length ``n`` and the rounding bound ``γ_n``, the shift factor ``s``, the restart positions, the working
+precision), the model and criteria in words, the partition of ``[0, 1]`` and the proven bounds of
+:mod:`coeffsearch.restart_bounds`. :func:`parse` checks its form against :data:`SCHEMA` (every bad field
+listed); :func:`recheck` (``python -m coeffsearch certify FILE``) recomputes the partition and the proof
+from the stated inputs and rejects any difference.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from coeffsearch.restart_bounds import DIGITS, MAX_PIECES, PRECISION_BITS, estim
 from coeffsearch.restart_model import (
     CRITERIA,
     DTYPES,
+    MAX_ACCUMULATION,
     MODEL,
     Model,
     RestartError,
@@ -48,8 +50,8 @@ _PAIR = {"type": "array", "items": _DEC, "minItems": 2, "maxItems": 2}
 SCHEMA = {
     "type": "object",
     "required": ["kind", "name", "schedule", "dtype", "unit_roundoff", "growth", "spurious_eigenvalue", "lower",
-                 "restarts", "precision_bits", "model", "criteria", "partition", "max_abs_q", "deviation",
-                 "final_image"],
+                 "accumulation", "rounding", "shift", "restarts", "precision_bits", "model", "criteria", "partition",
+                 "max_abs_q", "deviation", "final_image"],
     "additionalProperties": False,
     "properties": {
         "kind": {"const": "restart-certificate"},
@@ -60,6 +62,9 @@ SCHEMA = {
         "unit_roundoff": _DEC,
         "growth": _DEC,
         "spurious_eigenvalue": _DEC,
+        "accumulation": {"type": "integer", "minimum": 1, "maximum": MAX_ACCUMULATION},
+        "rounding": _DEC,
+        "shift": _DEC,
         "lower": _DEC,
         "restarts": {"type": "array", "items": {"type": "integer", "minimum": 1}, "maxItems": MAX_SCHEDULE_STEPS},
         "precision_bits": {"type": "integer", "minimum": 53, "maximum": 1024},
@@ -86,9 +91,12 @@ def certificate(name, steps, positions, model, points, prec: int = PRECISION_BIT
         raise Uncertifiable(f"{describe(name, positions, model)} cannot be certified: {bad[0]}")
     with iv_precision(prec), mpmath.workprec(prec + 10):
         delta = decimal_up(mpmath.mpf(model.delta().b), DIGITS)
+        gamma = decimal_up(mpmath.mpf(model.rounding().b), DIGITS)
     return {"kind": "restart-certificate", "name": name, "schedule": [list(s) for s in texts], "dtype": model.dtype,
             "unit_roundoff": mpmath.nstr(model.u, 30), "growth": model.growth, "spurious_eigenvalue": delta,
-            "lower": model.lower, "restarts": list(positions), "precision_bits": prec, "model": MODEL,
+            "lower": model.lower, "accumulation": model.accumulation, "rounding": gamma,
+            "shift": model.shift,
+            "restarts": list(positions), "precision_bits": prec, "model": MODEL,
             "criteria": CRITERIA, "partition": list(points), **bounds}
 
 
@@ -147,7 +155,7 @@ def check_upper_bounds(cert: dict, prec: int | None = None) -> list:
     final image must contain its enclosure. One line per bound not proven (empty: every printed digit is on
     the safe side)."""
     prec = max(RECHECK_PREC, cert["precision_bits"] + 100) if prec is None else prec  # finer than the certificate
-    model = Model(cert["dtype"], cert["growth"], cert["lower"])
+    model = Model(cert["dtype"], cert["growth"], cert["lower"], cert["accumulation"], cert["shift"])
     positions = check_positions(cert["restarts"], len(cert["schedule"]))
     texts = tuple(tuple(str(c) for c in s) for s in cert["schedule"])
     _check_partition(cert["partition"], model.lower)
@@ -176,7 +184,7 @@ def recheck(data, source: str = "certificate") -> dict:
         raise CertificateError(f"field 'name': {name!r} is a published schedule with other coefficients than the "
                                f"stated ones")
     try:
-        model = Model(cert["dtype"], cert["growth"], cert["lower"])
+        model = Model(cert["dtype"], cert["growth"], cert["lower"], cert["accumulation"], cert["shift"])
         positions = check_positions(cert["restarts"], len(cert["schedule"]))
         fresh = certify_positions(name, cert["schedule"], positions, model, cert["precision_bits"])
     except Uncertifiable as exc:

@@ -38,7 +38,7 @@ import numpy as np
 from coeffsearch import registry, restarts
 from coeffsearch.certify import CertificateFormatError
 from coeffsearch.restart_certificate import parse
-from coeffsearch.restart_model import DEFAULT_GROWTH, Model, RestartError, check_positions
+from coeffsearch.restart_model import DEFAULT_GROWTH, Model, RestartError, check_positions, default_lower
 from coeffsearch.validate import jax_routines
 from foundation.commandline import FileRefused, UsageError, read_json_file
 from foundation.compute.spectra import log_spaced_spectrum, with_singular_values
@@ -277,9 +277,8 @@ def bounds_for(name, steps, dtypes, certificates: dict, at, lower) -> dict:
     else:
         positions, source = (), "none given"
     design = registry.get(name).lower if name in registry.names() else None
-    default_lower = lower or (repr(design) if design else "1e-3")
     return {d: certificate_bound(*by_dtype[d]) if d in by_dtype
-            else computed_bound(name, steps, d, positions, source, default_lower) for d in dtypes}
+            else computed_bound(name, steps, d, positions, source, lower or default_lower(design, d)) for d in dtypes}
 
 
 # ---- report ----------------------------------------------------------------------------------------------------

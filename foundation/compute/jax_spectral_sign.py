@@ -18,9 +18,9 @@ the certified default of the schedule *in the dtype it runs in* (:func:`certifie
 by ``python -m coeffsearch restarts SCHEDULE --dtype …`` and re-checked against it by the tests): the
 published restart after iteration 2 (:data:`GRAM_RESTARTS`) where its certificate covers the dtype, else
 the certified positions with the fewest restarts. Where no positions are certified for the schedule and
-dtype (Polar Express with 5 steps in bfloat16, or a schedule not in the table), ``"auto"`` runs the
-standard iteration and ``"gram_newton_schulz"`` without ``restarts`` is refused (:func:`msign_choice`
-says which runs and why).
+dtype (Polar Express with 5 steps and Cesista's schedule in bfloat16, or a schedule not in the table),
+``"auto"`` runs the standard iteration and ``"gram_newton_schulz"`` without ``restarts`` is refused
+(:func:`msign_choice` says which runs and why).
 """
 
 import jax.numpy as jnp
@@ -64,7 +64,13 @@ def certified_restarts(schedule):
          {"float64": (2,), "float32": (2,), "float16": (2,), "bfloat16": (1, 2, 3)}),
         (((4.0848, -6.8946, 2.927), (3.9505, -6.3029, 2.6377), (3.7418, -5.5913, 2.3037),  # cesista ("dion")
           (2.8769, -3.1427, 1.2046), (2.8366, -3.0525, 1.2012)),
-         {"float64": (2,), "float32": (2,), "float16": (2,), "bfloat16": (1, 2, 3)}),
+         {"float64": (2,), "float32": (2,), "float16": (2,)}),  # bfloat16: none certifies
+        (((7.892582874424408, -20.38301394587957, 13.555306149406924),  # gram-polar-express (Polar Express / 1.05)
+          (3.911484868135431, -2.5464635929060884, 0.4268988319673074),
+          (3.760657955697423, -2.512819018216563, 0.4323647349070073),
+          (3.160399673686287, -2.149649518898498, 0.3996366907664389),
+          (2.1910971618617303, -1.441662010214663, 0.328146487623155)),
+         {"float64": (2,), "float32": (2,), "float16": (2,), "bfloat16": (1, 2, 3, 4)}),
     )
     try:
         rows = schedule.tolist() if hasattr(schedule, "shape") else schedule

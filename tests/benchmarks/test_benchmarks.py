@@ -159,3 +159,16 @@ def test_step_benchmark_rejects_bad_arguments_with_one_line(args, needle, capsys
     assert step.main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("benchmarks.step: error: ") and needle in err, err
+
+
+def test_gpu_gram_part_prints_the_measured_ratio_beside_the_flop_model(monkeypatch, capsys):
+    """Part [5] of ``benchmarks.gpu``: one row per weight shape, the flop model of the certified bfloat16
+    restarts (muon after 1, 2, 3) beside the measured ratio."""
+    from benchmarks import gpu
+    from derivations.gram_ns import flop_count
+    monkeypatch.setattr(gpu, "GRAM_SHAPES", (("tiny", 8, 32),))
+    rows = gpu.gram_comparison(small=False, repeats=1)
+    (layer, m, n, ratio, model), = rows
+    assert (layer, m, n) == ("tiny", 8, 32) and ratio > 0
+    assert model == flop_count("gram", 8, 32, 5, 3) / flop_count("standard", 8, 32, 5)
+    assert "[5] tiny 8x32 bf16: gram/standard time" in capsys.readouterr().out
