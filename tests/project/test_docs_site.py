@@ -33,7 +33,7 @@ from tests.project.test_docs import SITE, article, needs_site, visible_words
 #: measured when the guide was split, plus about 10 %
 WORD_LIMITS = {
     "optimizer.html": 2500,             # measured 2,138 (the guide before the split: 6,596 on the whole page)
-    "getting_started.html": 2100,       # measured 1,889
+    "getting_started.html": 2250,       # measured 2,028
     "optimizer_reference.html": 6000,   # measured 5,409: a reference, read by section
     "optimizer_frameworks.html": 2900,  # measured 2,621
     "study.html": 1100,                 # measured 995
