@@ -211,6 +211,5 @@ def test_browser_shows_a_newcomer_page_without_raw_markup_or_leaks(name):
         assert re.search(r'data-math-rendered="\d+"', dom), f"MathJax never finished typesetting {name}"
     assert raw_markup(dom) == [], f"{name}: raw markup in the rendered page"
     assert leaked_names(dom) == [], f"{name}: leaked names in the rendered page"
-    if name != "getting_started.html":                   # shows an emitted signature (the xfail above)
-        assert private_parameters(dom) == [], f"{name}: private parameters in the rendered page"
+    assert private_parameters(dom) == [], f"{name}: private parameters in the rendered page"
     assert too_long(name, dom) is None
