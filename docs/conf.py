@@ -54,7 +54,8 @@ autodoc_inherit_docstrings = False
 # tables of contents would make the navigation of every page (copied once per page) many times larger
 toc_object_entries = False
 # the same class is re-exported by a package and documented in its defining module too
-suppress_warnings = ["ref.python"]
+# myst.header: the study page includes results/study.md, whose headings start at ## under the page's title
+suppress_warnings = ["ref.python", "myst.header"]
 
 proof_minimal_theme = True
 

@@ -261,11 +261,25 @@ def write_result(prog: str, text: str, status: int, out: str | None = None) -> i
     return status
 
 
+#: reST markup a description written for the docs may carry: a role (``:mod:`x```, ``:func:`~a.b```) or a literal
+_RST_MARKUP = re.compile(r":[a-z]+:`~?([^`]*)`|``([^`]*)``")
+
+
+def plain_text(text: str) -> str:
+    """``text`` with its reST roles and double-backtick literals replaced by what they name (a terminal shows
+    markup as typed): ``:mod:`a.b``` → ``a.b``."""
+    return _RST_MARKUP.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """The ``ArgumentParser`` of every command: a usage error raises :class:`UsageError` (the command
     reports it on one line and exits 2; argparse would print the usage block), and so does ``--help``
     with stdout closed (argparse would print the help on stderr). Subcommands:
-    ``add_subparsers(parser_class=OneLineParser)``."""
+    ``add_subparsers(parser_class=OneLineParser)``. The help text is plain: reST markup in a description
+    or an option's help is shown as what it names (:func:`plain_text`)."""
+
+    def format_help(self) -> str:
+        return plain_text(super().format_help())
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)

@@ -8,6 +8,7 @@ details and command output. The full site is tested by tests/project/test_docs.p
 
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import re
@@ -32,6 +33,7 @@ from workbench_sphinx.evidence import sizes_list  # noqa: E402 (as above)
 from derivations import registry  # noqa: E402 (after the importorskip above)
 from derivations import sylvester as sylvester_rule  # noqa: E402 (as above)
 from derivations.engine.latex import derivation_latex  # noqa: E402 (as above)
+from foundation.commandline import OneLineParser, plain_text  # noqa: E402 (as above)
 from tests.project.test_docs import _plain, build, visible_words  # noqa: E402 (the small-project builder of the docs tests)
 from tests.project.test_layers import PACKAGES as LAYERED_PACKAGES  # noqa: E402 (as above)
 from tests.tex_checks import balanced  # noqa: E402 (as above)
@@ -105,6 +107,32 @@ def test_every_command_is_discovered_and_its_subcommands_read_from_usage():
     usage = "usage: python -m coeffsearch [-h] {minimax,band,certify} ...\n\npositional arguments:"
     assert commands.subcommands(usage) == ["minimax", "band", "certify"]
     assert commands.subcommands("usage: x [--emit {jax,numpy}] [--check]\n\n") == []   # an option's choices
+
+
+def test_commands_with_the_same_options_show_their_help_once():
+    """The rule modules' ``--help`` texts differ only in their name, description and examples: one group, whose
+    help the command page shows once (planted: a member with one more option is a command of its own)."""
+    def helps(options):
+        return (f"usage: python -m derivations.NAME [-h] {options}\n\nDescription of NAME.\n\noptions:\n"
+                f"  -h, --help  show this help message and exit\n  {options}  what it does\n\n"
+                f"examples:\n  python -m derivations.NAME {options}\n")
+    found = {f"derivations.{n}": helps("--check").replace("NAME", n) for n in ("gqa", "halfsplit", "joint")}
+    found["derivations.regenerate"] = helps("--regenerate").replace("NAME", "regenerate")
+    found["coeffsearch"] = helps("--check").replace("derivations.NAME", "coeffsearch")
+    assert commands.groups(found) == [["derivations.gqa", "derivations.halfsplit", "derivations.joint"],
+                                      ["derivations.regenerate"], ["coeffsearch"]]
+    found["derivations.joint"] = found["derivations.joint"].replace("[-h] --check", "[-h] --check [--json]")
+    assert commands.groups(found)[:2] == [["derivations.gqa", "derivations.halfsplit"], ["derivations.joint"]]
+
+
+def test_help_texts_show_rst_markup_as_what_it_names():
+    """A description written for the docs (``:mod:`x```, a double-backtick literal) reads as plain text in a
+    terminal and on the command page (planted: argparse's own help keeps the markup)."""
+    description = "Checks :mod:`derivations.crosscheck` and :func:`~a.b` on ``W = W_0 + B A``."
+    assert plain_text(description) == "Checks derivations.crosscheck and a.b on W = W_0 + B A."
+    shown = OneLineParser(prog="x", description=description).format_help()
+    assert "derivations.crosscheck" in shown and "``" not in shown and ":mod:" not in shown
+    assert ":mod:`" in argparse.ArgumentParser(prog="x", description=description).format_help()
 
 
 def test_commands_are_looked_for_in_every_package_of_the_layers(tmp_path):

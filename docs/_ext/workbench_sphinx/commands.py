@@ -4,6 +4,8 @@
   while the page is built. The commands are discovered, not listed: every module of the project's
   packages with an ``if __name__ == "__main__":`` block, and every package with a ``__main__.py``;
   a command whose usage line offers subcommands (``{a,b,c}``) gets each subcommand's help too.
+  Commands of one package whose options read the same (the rule modules) are one group: their
+  ``--help`` is shown once, and each member is listed with its own description (:func:`groups`).
 * ``.. command-output:: python -m MODULE ARGS…`` — runs the command and shows what it printed
   (``:lines: N`` keeps the first N lines and says how many were left out; ``:returncode: N`` is
   the exit status expected, 0 by default). Another status stops the build, naming the command.
@@ -127,20 +129,51 @@ def _first_line(module_name: str) -> str:
     return " ".join(doc.split("\n\n")[0].split()) if doc else ""
 
 
+def options_section(help_text: str, module_name: str) -> str:
+    """What a help text offers, its own name and description left out: the usage line's options and the
+    ``options:`` section, with the module's name replaced by a placeholder."""
+    usage = " ".join(help_text.split("\n\n")[0].split()).replace(module_name, "NAME")
+    options = help_text[help_text.find("\noptions:"):].split("\nexamples:")[0] if "\noptions:" in help_text else ""
+    return usage + "\n" + " ".join(options.replace(module_name, "NAME").split())
+
+
+def groups(helps: dict[str, str]) -> list[list[str]]:
+    """The commands in order, those of one package whose :func:`options_section` is the same in one group
+    (at its first member's place): a group's ``--help`` is shown once."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for name, text in helps.items():
+        package = name.rsplit(".", 1)[0] if "." in name else name
+        found.setdefault((package, options_section(text, name)), []).append(name)
+    return list(found.values())
+
+
+def _group_name(members: list[str]) -> str:
+    """``derivations.<rule>`` for the rule modules: the members' package and a placeholder."""
+    package = members[0].rsplit(".", 1)[0]
+    return f"{package}.<rule>" if package == "derivations" else f"{package}.<name>"
+
+
 class CommandTourDirective(SphinxDirective):
-    """``.. command-tour::`` — every command with its ``--help``."""
+    """``.. command-tour::`` — every command with its ``--help``, each help text once."""
 
     has_content = False
 
     def run(self):
+        helps = {name: help_of(name) for name in discover()}
         lines = []
-        for name in discover():
-            command = f"python -m {name}"
-            text = help_of(name)
+        for members in groups(helps):
+            name = members[0]
+            command = f"python -m {name if len(members) == 1 else _group_name(members)}"
+            text = helps[name]
             lines += [rst.literal(command), "-" * (len(rst.literal(command)) + 4), ""]
-            summary = _first_line(name)
-            if summary:
-                lines += [docstring_rst(summary), ""]
+            if len(members) == 1:
+                summary = _first_line(name)
+                lines += [docstring_rst(summary), ""] if summary else []
+            else:
+                lines += [f"{len(members)} commands take the same options; each prints its own derivations:", ""]
+                lines += [f"* {rst.literal(f'python -m {m}')} — {docstring_rst(_first_line(m))}" for m in members]
+                lines += ["", f"The ``--help`` of {rst.literal(f'python -m {name}')} (the others differ only in "
+                          "their name, description and examples):", ""]
             lines += rst.literal_block(text, "text")
             for sub in subcommands(text):
                 lines += [f"{rst.literal(f'{command} {sub}')}:", "", *rst.literal_block(help_of(name, [sub]), "text")]
