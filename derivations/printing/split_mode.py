@@ -284,6 +284,12 @@ def compute(fn: EmittedFunction, scalars: dict, printer_type: type[ScaledPrinter
     return Computation(tuple(scale_lines + body + unscale_lines), tuple(split_lost + lost), flagged, uses_msign)
 
 
+def apart(group) -> bool:
+    """Whether a group's members can lie further apart than the dtype's digits (two or more of them, or one and
+    the damping) while an output carries its scale: then ``group_underflow`` guards it."""
+    return any(d != 0 for d in group.degrees) and (len(group.members) > 1 or group.damping)
+
+
 def scaling_lines(fn: EmittedFunction, scalars: dict, uses_msign: bool) -> tuple[list[str], list[str], list[str]]:
     """Lines that scale argument groups by powers of two at the start, and the outputs back at the end.
 
@@ -304,7 +310,9 @@ def scaling_lines(fn: EmittedFunction, scalars: dict, uses_msign: bool) -> tuple
         k = f"k_{i}" if any(d != 0 for d in group.degrees) else "_"  # a scale no output carries: unused
         first.append(f"({members}), {lam}, {k} = scale_group(({members}), {'damping' if group.damping else 'None'}, "
                      f"{group.multiple})")
-    lost = []
+        if apart(group):  # members further apart than the dtype's digits: refused as an underflow, never wrong
+            first.append(f"lost_g{i} = group_underflow(({members}))")
+    lost = [f"lost_g{i}" for i, group in enumerate(plan, 1) if apart(group)]
     for j, (out, _) in enumerate(fn.outputs):
         terms = [f"{d.numerator} * (k_{i} // {d.denominator})" if d.denominator != 1 else f"{d.numerator} * k_{i}"
                  for i, group in enumerate(plan, 1) for d in [group.degrees[j]] if d != 0]

@@ -68,6 +68,21 @@ def pow2_unscale(x, n, dtype=None):
     return y, jnp.any(lost)
 
 
+def group_underflow(arrays):
+    """True where a nonzero argument of one scaling group lies below :func:`underflow_limit` of its dtype after
+    :func:`~foundation.compute.jax_exact_scaling.scale_group` brought the group's largest near 1: arguments
+    further apart than the dtype's digits (a gradient of 1e37 beside weights of 1 in float32), whose smaller ones
+    then lose entries to the subnormals XLA on the CPU flushes, and would give a wrong result without an error.
+    Decided from the exponent bits (a flushed subnormal maximum is still seen)."""
+    lost = jnp.asarray(False)
+    for x in arrays:
+        ct = compute_dtype(x.dtype)
+        num, den = underflow_limit(x.dtype).as_integer_ratio()  # a power of two: 2**limit
+        k, largest = max_exponent(exponent_fields(x.astype(ct))[1], ct)
+        lost = lost | jnp.any((largest != 0) & (-k < num.bit_length() - den.bit_length()))
+    return lost
+
+
 def output_status(arrays, underflow=False, flagged=()):
     """``0``: every output is finite and representable; ``1``: one holds NaN/Inf; ``2``: one underflows.
 

@@ -57,6 +57,7 @@ from foundation.compute.jax_msign import (
     schedule_array,
 )
 from foundation.compute.jax_output_checks import (
+    group_underflow,
     nan_unless,
     output_status,
     pow2_unscale,
@@ -96,7 +97,8 @@ __all__ = [
     # exact powers of two, guarded LAPACK calls, output checks
     "compute_dtype", "lapack_guard", "max_abs", "float_layout", "typed", "exponent_fields", "with_exponent",
     "exponent_dtype", "max_exponent", "pow2_scale", "pow2_normalize", "scale_group", "underflow_bound",
-    "underflow_phrase", "underflow_limit", "underflow_reason", "result_error", "pow2_unscale", "unit_scale",
+    "underflow_phrase", "underflow_limit", "underflow_reason", "result_error", "pow2_unscale",
+    "group_underflow", "unit_scale",
     "real_scalar", "per_matrix_on_cpu",
     # powers of WᵀW + λI
     "scale_with_damping", "right_singular", "gram_eigh", "gram_eigh_stacked", "psd_power", "psd_power_split",

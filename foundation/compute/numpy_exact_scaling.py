@@ -96,6 +96,14 @@ def pow2_unscale(x, n, dtype=None):
     return pow2_scale(x, n), bool(np.any(lost))
 
 
+def group_underflow(arrays):
+    """True where a nonzero argument of one scaling group lies below :func:`underflow_limit` after
+    :func:`scale_group`: arguments further apart than float64's digits, refused as in the JAX target (which
+    would lose the smaller ones' entries to flushed subnormals), so that both targets refuse alike."""
+    return any(bool(np.any((top != 0) & (top < underflow_limit())))
+               for top in (np.max(np.abs(np.asarray(x, dtype=np.float64)), axis=(-2, -1)) for x in arrays))
+
+
 def output_status(arrays, underflow=False, flagged=()):
     """``0``: every output finite and representable; ``1``: one holds NaN/Inf; ``2``: one underflows.
 

@@ -21,14 +21,14 @@ from foundation.compute.numpy_exact_scaling import pow2_exponent, pow2_normalize
 def validate_arrays(function, shapes, arrays, scalars, positive=()):
     """The arrays as float64, after checking them and the scalars; errors name the argument.
 
-    Real numeric inputs only (complex would lose its imaginary part), shapes as in ``shapes``
+    Real numeric inputs only (complex would lose its imaginary part; bool is no number), shapes as in ``shapes``
     (:func:`check_shapes`), every entry finite; ``scalars`` maps names to values that must be finite
     and ``>= 0`` (``> 0`` for the names in ``positive``).
     """
     out = {}
     for name in shapes:
         x = np.asarray(arrays[name])
-        if x.dtype.kind not in "biuf":
+        if x.dtype.kind not in "iuf":  # a bool array is no number (the JAX target refuses it too)
             raise TypeError(f"{function}: {name} must be a real numeric array, got dtype {x.dtype}")
         out[name] = x.astype(np.float64)
     check_shapes(function, shapes, out)

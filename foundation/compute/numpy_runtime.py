@@ -8,6 +8,7 @@ Nothing is defined here: every name is the defining module's own object.
 """
 
 from foundation.compute.numpy_exact_scaling import (
+    group_underflow,
     output_status,
     pow2_exponent,
     pow2_normalize,
@@ -47,7 +48,8 @@ __all__ = [
     "check_scalar", "check_shapes", "check_group", "validate_arrays", "finite_for_lapack",
     # exact powers of two, output checks
     "pow2_scale", "pow2_exponent", "pow2_normalize", "scale_group", "unit_scale", "split_scalar", "underflow_bound",
-    "underflow_phrase", "underflow_limit", "underflow_reason", "result_error", "pow2_unscale", "output_status",
+    "underflow_phrase", "underflow_limit", "underflow_reason", "result_error", "pow2_unscale",
+    "group_underflow", "output_status",
     "raise_if_not_finite",
     # powers of WᵀW + λI, msign, regularized Sylvester solves
     "scale_of", "damping_root", "gram_eigh", "psd_power", "psd_power_split", "polar_factor", "isotropic_scale",

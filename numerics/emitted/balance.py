@@ -44,6 +44,7 @@ import jax.numpy as jnp
 
 from foundation.compute.jax_runtime import (
     gram_eigh,
+    group_underflow,
     nan_unless,
     output_status,
     polar_factor,
@@ -71,6 +72,7 @@ def _balance_qk(W_Q, W_K, eps, damping, msign, schedule, restarts, gram_aspect):
     valid = (damping >= 0)  # under an outer jit a bad scalar cannot be refused: NaN
     (W_Q,), _, k_1 = scale_group((W_Q,), None, 2)
     (W_K,), damping, k_2 = scale_group((W_K,), damping, 2)
+    lost_g2 = group_underflow((W_K,))
     eig_K = gram_eigh(W_K, damping, 'right')
     C_K = psd_power(eig_K, 0.5, W_K.dtype)
     t_1 = W_Q @ C_K
@@ -84,7 +86,7 @@ def _balance_qk(W_Q, W_K, eps, damping, msign, schedule, restarts, gram_aspect):
     W_K_bal, lost_2 = pow2_unscale(W_K_bal, -(1 * (k_1 // 2) + 1 * (k_2 // 2)), W_Q.dtype)
     W_Q_bal = W_Q_bal.astype(W_Q.dtype)
     W_K_bal = W_K_bal.astype(W_Q.dtype)
-    status = jnp.where(valid, output_status((W_Q_bal, W_K_bal), lost_1 | lost_2, flagged=(True, True)), 1)  # a NaN/Inf input reaches every output computed from it
+    status = jnp.where(valid, output_status((W_Q_bal, W_K_bal), lost_g2 | lost_1 | lost_2, flagged=(True, True)), 1)  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (W_Q_bal, W_K_bal)), status
 
 

@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from foundation.compute.jax_runtime import (
+    group_underflow,
     nan_unless,
     output_status,
     pow2_unscale,
@@ -61,6 +62,7 @@ def _horizontal_projection(W_Q, W_K, m_Q, m_K, eps, damping, msign, schedule, re
     valid = (damping >= 0)  # under an outer jit a bad scalar cannot be refused: NaN
     (W_Q, W_K,), damping, _ = scale_group((W_Q, W_K,), damping, 1)
     (m_Q, m_K,), _, k_2 = scale_group((m_Q, m_K,), None, 1)
+    lost_g2 = group_underflow((m_Q, m_K,))
     X = sylvester_gram(W_Q, W_K, damping, m_K.mT @ W_K - (W_Q.mT @ m_Q))
     m_Q_h = m_Q + W_Q @ X
     m_K_h = m_K - (W_K @ X.mT)
@@ -68,7 +70,7 @@ def _horizontal_projection(W_Q, W_K, m_Q, m_K, eps, damping, msign, schedule, re
     m_K_h, lost_2 = pow2_unscale(m_K_h, -(1 * k_2), W_Q.dtype)
     m_Q_h = m_Q_h.astype(W_Q.dtype)
     m_K_h = m_K_h.astype(W_Q.dtype)
-    status = jnp.where(valid, output_status((m_Q_h, m_K_h), lost_1 | lost_2, flagged=(True, True)), 1)  # a NaN/Inf input reaches every output computed from it
+    status = jnp.where(valid, output_status((m_Q_h, m_K_h), lost_g2 | lost_1 | lost_2, flagged=(True, True)), 1)  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (m_Q_h, m_K_h)), status
 
 

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 from foundation.compute.jax_runtime import (
     gram_eigh,
     gram_flags,
+    group_underflow,
     nan_unless,
     output_status,
     pow2_unscale,
@@ -137,6 +138,7 @@ def lora_halfsplit(B, A, G_B, G_A, *, eps, damping=0.0, msign='newton_schulz', s
 def _lora_horizontal_projection(B, A, m_B, m_A, eps, damping, msign, schedule, restarts, gram_aspect):
     valid = (damping >= 0)  # under an outer jit a bad scalar cannot be refused: NaN
     (B, A, m_B, m_A,), damping, k_1 = scale_group((B, A, m_B, m_A,), damping, 1)
+    lost_g1 = group_underflow((B, A, m_B, m_A,))
     t_1 = A.mT
     X = sylvester_gram(B, t_1, damping, -(B.mT @ m_B) + m_A @ t_1)
     m_B_h = m_B + B @ X
@@ -145,7 +147,7 @@ def _lora_horizontal_projection(B, A, m_B, m_A, eps, damping, msign, schedule, r
     m_A_h, lost_2 = pow2_unscale(m_A_h, -(1 * k_1), B.dtype)
     m_B_h = m_B_h.astype(B.dtype)
     m_A_h = m_A_h.astype(B.dtype)
-    status = jnp.where(valid, output_status((m_B_h, m_A_h), lost_1 | lost_2, flagged=(True, True)), 1)  # a NaN/Inf input reaches every output computed from it
+    status = jnp.where(valid, output_status((m_B_h, m_A_h), lost_g1 | lost_1 | lost_2, flagged=(True, True)), 1)  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (m_B_h, m_A_h)), status
 
 

@@ -205,7 +205,9 @@ def test_without_the_numpy_scaling_the_cases_fail(numpy_modules, monkeypatch):
     assert {name for name, _ in wrong} == {"halfsplit_qk", "halfsplit_v", "horizontal_projection", "balance_qk",
                                           "sylvester_qk"}
     assert len(wrong) >= total // 10, (len(wrong), total)
-    for name, scaled, _ in REPORTED[1:5]:  # the first is an overflow, which the output check still catches
+    # the first is an overflow, which the output check still catches; balance_qk at 1e-300 is refused by both
+    # targets all the same (its scaling group then lies below the underflow limit: group_underflow)
+    for name, scaled, _ in REPORTED[1:4]:
         assert compare(name, numpy_modules[_RULE_OF[name]].__dict__[name], scaled) not in ("agree", "refused"), name
 
 

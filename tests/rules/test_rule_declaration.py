@@ -156,6 +156,7 @@ def test_every_shipped_function_has_a_declared_example():
 COPIED = ("foundation", "derivations", "coeffsearch", "paramcount", "numerics", "benchmarks", "tests", "docs")
 #: the tests the registry or the shipped modules drive (restricted to the toy with ``-k toy``)
 RULE_DRIVEN = ("tests/rules/test_cli.py", "tests/rules/test_golden.py", "tests/printing/test_translation_validation.py",
+               "tests/printing/test_battery.py",
                "tests/printing/test_nonfinite.py", "tests/printing/test_hostile_routines.py",
                "tests/project/test_docs_pages.py", "tests/parsing/test_latex_roundtrip.py")
 
