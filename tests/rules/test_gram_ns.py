@@ -11,7 +11,7 @@ import pytest
 import coeffsearch
 from benchmarks.gram import chosen
 from coeffsearch.restart_certificate import certify_positions
-from coeffsearch.restart_model import Model
+from coeffsearch.restart_model import Model, default_lower
 from derivations import gram_ns as G
 from derivations.engine.derivation import StepCheckFailed, identity_chain
 from derivations.lemmas import gram as GL
@@ -168,9 +168,9 @@ def test_bad_restarts_name_the_position(restarts, needle):
 @pytest.mark.parametrize("dtype,positions", [("float16", (2,)), ("bfloat16", (1, 2, 3))])
 def test_certified_restarts_keep_the_routine_within_the_certified_bound_and_none_does_not(dtype, positions):
     """Muon's quintic on an ill-conditioned 16 × 64 matrix (one singular value 1, the rest 0.01: normalized,
-    all in [l, 1] = [1e-3, 1]): with the certified restarts every singular value of the result is within
-    the certified deviation (b) of 1; without restarts the Gram form leaves it (the model's prediction)."""
-    cert = certify_positions("muon", MUON.steps, positions, Model(dtype))
+    all in [l, 1], l = 1e-3 or 2u in bfloat16): with the certified restarts every singular value of the result is
+    within the certified deviation (b) of 1; without restarts the Gram form leaves it (the model's prediction)."""
+    cert = certify_positions("muon", MUON.steps, positions, Model(dtype, lower=default_lower(None, dtype)))
     bound = float(cert["deviation"]["bound"])
     s = np.concatenate([[1.0], np.full(15, 1e-2)])
     x = jnp.asarray(with_singular_values(np.random.default_rng(0), 16, 64, s), dtype)
