@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import io
 import sys
+from types import SimpleNamespace
 
 import benchmarks.coeffsearch as bench_coeffsearch
 import coeffsearch.__main__ as coeffsearch_main
@@ -65,6 +66,14 @@ def run_case(kind, argv, catch=Exception) -> dict:
     finally:
         sys.stdout = saved
     return {"argv": argv, "rc": rc, "stderr": err.getvalue(), "stdout": out.getvalue(), "escaped": escaped}
+
+
+def run_command(kind, *argv):
+    """``python -m KIND ARGV`` as a finished process looks (``returncode``, ``stdout``, ``stderr``), its ``main``
+    called in this process by :func:`run_case`; an exception that escapes ``main`` fails the test."""
+    row = run_case(kind, list(argv))
+    assert not row["escaped"], f"{kind} {' '.join(map(str, argv))}: {row['escaped']}"
+    return SimpleNamespace(returncode=row["rc"], stdout=row["stdout"], stderr=row["stderr"])
 
 
 def call_mains(cases, tmp_path, monkeypatch):

@@ -1,8 +1,6 @@
 """Certificates: a typed object, re-checked field by field, for every odd degree; malformed files exit 2."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -10,6 +8,7 @@ import pytest
 import coeffsearch
 from coeffsearch.certify import Certificate, CertificateError, CertificateFormatError, certify, recheck
 from foundation.minimax import limit_polynomial
+from tests.inprocess import run_command
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 
@@ -121,7 +120,8 @@ def test_a_degree_7_critical_point_inside_the_interval_is_found():
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "coeffsearch", *args], capture_output=True, text=True, check=False)
+    """``python -m coeffsearch ARGS``, its ``main`` called in this process."""
+    return run_command("coeffsearch", *args)
 
 
 def test_cli_malformed_and_tampered_certificate_files(tmp_path):

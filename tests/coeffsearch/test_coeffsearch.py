@@ -1,7 +1,6 @@
 """Coefficient search: published lists reproduced, certificates rigorous, band search honest."""
 
 import json
-from types import SimpleNamespace
 
 import mpmath
 import numpy as np
@@ -13,7 +12,7 @@ from coeffsearch.certify import CertificateError, certify, decimal_down, decimal
 from coeffsearch.validate import validate
 from foundation.minimax import cubic_closed_form, greedy_schedule, limit_polynomial, remez_step
 from foundation.polynomial import ScheduleDoc, ScheduleError, odd_eval
-from tests.inprocess import run_case
+from tests.inprocess import run_command
 
 NANOGPT = [(8.156554524902461, -22.48329292557795, 15.878769915207462),
            (4.042929935166739, -2.808917465908714, 0.5000178451051316),
@@ -151,10 +150,8 @@ def test_schedule_json_roundtrip_and_errors():
 
 
 def run(*args):
-    """``python -m coeffsearch ARGS``, its ``main`` called in this process (tests/inprocess.py)."""
-    row = run_case("coeffsearch", list(args))
-    assert not row["escaped"], row["escaped"]
-    return SimpleNamespace(returncode=row["rc"], stdout=row["stdout"], stderr=row["stderr"])
+    """``python -m coeffsearch ARGS``, its ``main`` called in this process."""
+    return run_command("coeffsearch", *args)
 
 
 @pytest.mark.parametrize("argv,needle", [

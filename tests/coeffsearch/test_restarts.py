@@ -1,14 +1,12 @@
 """Certified restart positions for Gram Newton–Schulz (``python -m coeffsearch restarts``).
 
 One shared certificate (Muon's quintic in float16 with a restart after iteration 2: 38 pieces, under a
-second) serves the re-check and edit tests; the command-line tests run small cases in subprocesses
-with a time limit.
+second) serves the re-check and edit tests; the command-line tests run small cases through the command's
+``main`` in the test's process.
 """
 
 import copy
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,6 +18,7 @@ from coeffsearch.restart_bounds import prove
 from coeffsearch.restart_certificate import recheck
 from coeffsearch.restart_model import Model, RestartError, Uncertifiable
 from coeffsearch.restarts import search
+from tests.inprocess import run_command
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 
@@ -34,9 +33,9 @@ def muon_fp16():
     return chosen, tried, model
 
 
-def run(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "coeffsearch", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+def run(*args):
+    """``python -m coeffsearch ARGS``, its ``main`` called in this process (pytest-timeout bounds it)."""
+    return run_command("coeffsearch", *args)
 
 
 def test_the_search_certifies_muon_fp16_with_one_restart_and_only_then(muon_fp16):

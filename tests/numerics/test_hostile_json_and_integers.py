@@ -285,6 +285,7 @@ def test_a_one_step_schedule_takes_the_peak():
         assert [float(mine(i)) for i in range(steps + 1)] == [float(theirs(i)) for i in range(steps + 1)]
 
 
+@pytest.mark.e2e  # a whole training run
 def test_a_one_step_training_run_works(capsys):
     from numerics import train
 
