@@ -398,6 +398,7 @@ def test_schedules_longer_than_the_cap_are_refused(rule, name):
         jax.jit(lambda s: fn(*args, **{**kwargs, "schedule": s}))(jnp.asarray(too_long))
 
 
+@pytest.mark.e2e  # a Python process with a time limit (a hang fails instead of stopping the suite)
 def test_the_longest_schedule_compiles_as_a_loop():
     """A 100-step schedule through an emitted function and the optimizer's roots finishes (a hang fails)."""
     code = textwrap.dedent("""
