@@ -92,6 +92,10 @@ def test_bad_usage_in_a_real_process():
 RULES = registry.rule_names()  # discovered: a new rule module is tested here without being listed
 
 
+# each rule's whole command line, end to end (every target, --check's table): e2e. In the suite every emitted function
+# of every rule is held to its checked formulas by the hostile battery (tests/printing/test_battery.py, float64
+# JAX and every NumPy dtype) and to its golden copy (tests/rules/test_golden.py)
+@pytest.mark.e2e
 @pytest.mark.parametrize("rule", RULES)
 def test_every_rule_module_emits_and_checks(rule, capsys, tmp_path, monkeypatch):
     share_emit_gate(monkeypatch)  # each --emit below would rerun the same lemma self-checks
