@@ -67,6 +67,7 @@ def test_a_throwaway_rule_module_is_seen_everywhere(tmp_path):
     for package in ("derivations", "numerics", "coeffsearch"):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "docs" / "_ext", tmp_path / "docs" / "_ext", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")  # the docs read the packages from it
     (tmp_path / "derivations" / "throwaway.py").write_text(textwrap.dedent(THROWAWAY))
 
     def run(*argv):

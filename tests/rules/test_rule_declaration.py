@@ -199,7 +199,8 @@ def test_a_new_rule_is_one_file(tmp_path):
         r = run("-m", "derivations.toy", "--emit", target, "--out", f"tests/golden/toy_{target}.py")
         assert r.returncode == 0, r.stderr[-2000:]
 
-    r = run("-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-rA", "-m", "not e2e", "-k",
+    # both tiers: the rule's whole command line (tests/rules/test_cli.py) and its full battery are e2e
+    r = run("-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-rA", "-m", "e2e or not e2e", "-k",
             "toy or every_emitting_rule_has_golden_copies", *RULE_DRIVEN)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
     passed = [line for line in r.stdout.splitlines() if line.startswith("PASSED")]  # -rA: one line per test
