@@ -77,3 +77,19 @@ def halfsplit_numpy(tmp_path_factory):
     path = tmp_path_factory.mktemp("emitted") / "halfsplit_numpy.py"
     path.write_text(render(halfsplit.rule_module(), "numpy"))
     return load_module(path, "halfsplit_numpy")
+
+
+def e2e_left_out(markexpr: str, items: list) -> tuple[list, list]:
+    """``(kept, deselected)``: an end-to-end check runs only where the mark expression names ``e2e`` (``-m e2e``,
+    ``.ci/run``); ``pytest -m fast`` leaves out the e2e checks of a module marked fast."""
+    if "e2e" in markexpr:
+        return items, []
+    return ([i for i in items if not i.get_closest_marker("e2e")],
+            [i for i in items if i.get_closest_marker("e2e")])
+
+
+def pytest_collection_modifyitems(config, items):
+    kept, deselected = e2e_left_out(config.option.markexpr or "", items)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
