@@ -56,6 +56,14 @@ CLUSTER_WIDTH = 1e-6
 MIN_SIDE = 4  # the rank-deficient spectrum needs room for rank r/2 >= 2
 
 
+def exceeds_bound(deviation: float, norm: float, bound_deviation: float | None, bound_image: float | None) -> bool:
+    """Whether a measured deviation or norm lies above its certified bound (``False`` without a bound; a non-finite
+    measurement exceeds any bound)."""
+    if bound_deviation is None or bound_image is None:
+        return False
+    return not (deviation <= bound_deviation and norm <= bound_image)
+
+
 @dataclass
 class Bound:
     """The certified bounds one dtype is validated against (``deviation`` None: no certified bound)."""
@@ -92,9 +100,7 @@ class GramRow:
     @property
     def exceeds(self) -> bool:
         """A measured value above its certified bound (never for a row without one)."""
-        if self.bound_deviation is None or self.bound_image is None:
-            return False
-        return not (self.deviation <= self.bound_deviation and self.norm <= self.bound_image)
+        return exceeds_bound(self.deviation, self.norm, self.bound_deviation, self.bound_image)
 
     @property
     def verdict(self) -> str:

@@ -37,7 +37,7 @@ from coeffsearch import registry, restarts
 from coeffsearch.restart_certificate import parse
 from coeffsearch.restart_model import DEFAULT_GROWTH, UNIT_ROUNDOFF_BITS, Model, RestartError, default_lower
 from coeffsearch.validate import jax_routines
-from coeffsearch.validate_gram import FLOAT_FORMAT, measure, spectrum
+from coeffsearch.validate_gram import FLOAT_FORMAT, exceeds_bound, measure, spectrum
 from foundation.compute.jax_spectral_sign import certified_restarts
 from foundation.compute.spectra import with_singular_values
 
@@ -109,9 +109,7 @@ class ModelRow:
 
     @property
     def exceeds(self) -> bool:
-        if self.certified_deviation is None or self.certified_image is None:
-            return False
-        return not (self.deviation <= self.certified_deviation and self.norm <= self.certified_image)
+        return exceeds_bound(self.deviation, self.norm, self.certified_deviation, self.certified_image)
 
     @property
     def verdict(self) -> str:
