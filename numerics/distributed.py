@@ -147,15 +147,10 @@ def _global_guard(update: Callable, axes: tuple[str, ...]) -> Callable:
                              f"{type(state).__name__}")
         updates, new = update(grads, state, params)
         *inner, guard = new
-        old_guard = state[-1]
         ok = jax.lax.pmin(guard.last_finite.astype(jnp.int32), axes) > 0
         updates = jax.tree.map(lambda u: jnp.where(ok, u, jnp.zeros_like(u)), updates)
         inner = jax.tree.map(lambda n, o: jnp.where(ok, n, o), tuple(inner), tuple(state[:-1]))
-        guard = SkipNonFiniteState(
-            notfinite_count=jnp.where(ok, jnp.zeros([], jnp.int32), optax.safe_increment(old_guard.notfinite_count)),
-            last_finite=ok,
-            total_notfinite=jnp.where(ok, old_guard.total_notfinite, optax.safe_increment(old_guard.total_notfinite)))
-        return updates, (*inner, guard)
+        return updates, (*inner, state[-1].after(ok))
 
     return run
 

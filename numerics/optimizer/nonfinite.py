@@ -164,6 +164,14 @@ class SkipNonFiniteState(NamedTuple):
     last_finite: jax.Array
     total_notfinite: jax.Array
 
+    def after(self, ok: jax.Array) -> SkipNonFiniteState:
+        """The counts after a step that was applied (``ok``) or skipped: a skip adds one to both counts
+        (saturating, as ``optax.safe_increment``), an applied step resets the consecutive one."""
+        return SkipNonFiniteState(
+            notfinite_count=jnp.where(ok, jnp.zeros([], jnp.int32), optax.safe_increment(self.notfinite_count)),
+            last_finite=ok,
+            total_notfinite=jnp.where(ok, self.total_notfinite, optax.safe_increment(self.total_notfinite)))
+
 
 def skip_nonfinite_updates(*transforms: optax.GradientTransformation, on_nonfinite: str = "skip",
                            hint: str = "") -> optax.GradientTransformation:
@@ -177,6 +185,9 @@ def skip_nonfinite_updates(*transforms: optax.GradientTransformation, on_nonfini
     through. With ``on_nonfinite="raise"`` the step is skipped and a ``ValueError`` names the first parameter
     whose update is NaN/Inf (eagerly and under :func:`checked_jit`; under a plain ``jit`` from a host callback
     that runs only on failure, as :func:`check_finite_gradients`); ``hint`` ends that message.
+
+    Not ``optax.apply_if_finite`` itself: it checks the gradient before its inner transformation runs, so a
+    finite gradient whose update overflows (a float16 direction of tiny weights) would reach the parameters.
     """
     if on_nonfinite not in NONFINITE_POLICIES:
         raise ValueError(f"compositional_muon: on_nonfinite must be one of {NONFINITE_POLICIES}, got {on_nonfinite!r}")
@@ -216,10 +227,6 @@ def skip_nonfinite_updates(*transforms: optax.GradientTransformation, on_nonfini
         if isinstance(ok, jax.core.Tracer) or not bool(ok):
             updates = jax.tree.map(lambda u: jnp.where(ok, u, jnp.zeros_like(u)), updates)
             new_inner = jax.tree.map(lambda new, old: jnp.where(ok, new, old), tuple(new_inner), tuple(inner))
-        guard = SkipNonFiniteState(
-            notfinite_count=jnp.where(ok, jnp.zeros([], jnp.int32), optax.safe_increment(guard.notfinite_count)),
-            last_finite=ok,
-            total_notfinite=jnp.where(ok, guard.total_notfinite, optax.safe_increment(guard.total_notfinite)))
-        return updates, (*new_inner, guard)
+        return updates, (*new_inner, guard.after(ok))
 
     return optax.GradientTransformation(init_fn, update_fn)

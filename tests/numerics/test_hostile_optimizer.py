@@ -79,6 +79,19 @@ def test_float16_tiny_weights_undamped_direction_overflows():
     assert not finite(d["attn"]["wq"])
 
 
+def test_optax_apply_if_finite_would_apply_an_update_that_overflows_from_a_finite_gradient():
+    """Why the guard is the project's own and not ``optax.apply_if_finite``: optax checks the gradient before
+    its inner transformation runs, so a finite float16 gradient whose update overflows (as the direction of
+    tiny weights does, above; here a scale by 1e5 past float16's 65504) is applied and the parameters become
+    Inf; :func:`skip_nonfinite_updates` checks the update and skips the step."""
+    params = {"w": jnp.ones((2, 3), jnp.float16)}
+    g, overflowing = {"w": jnp.ones((2, 3), jnp.float16)}, optax.scale(1e5)
+    theirs = optax.apply_if_finite(overflowing, max_consecutive_errors=np.iinfo(np.int32).max)
+    u, state = theirs.update(g, theirs.init(params), params)
+    assert finite(g) and bool(state.last_finite) and not finite(optax.apply_updates(params, u))
+    assert_skipped_and_counted(optimizer.skip_nonfinite_updates(overflowing), params, g)
+
+
 def test_float16_tiny_weights_step_is_skipped_and_counted_eagerly_and_under_jit():
     params, opt = tiny_float16(), compositional_muon(1.0, pairs=pairs_of(), damping=0.0)
     assert_skipped_and_counted(opt, params, grads(params))

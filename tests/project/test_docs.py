@@ -216,6 +216,49 @@ def test_undocumented_public_name_stops_the_build(tmp_path, monkeypatch):
     assert 'id="planted_pkg.mod.documented"' in (out / "api.html").read_text()
 
 
+FRONT_DOOR_PAGE = """
+API
+===
+
+.. automodule:: planted_door
+   :no-members:
+
+.. api-reference:: planted_door
+
+``planted_door.mod``
+--------------------
+
+.. automodule:: planted_door.mod
+   :members:
+"""
+#: what autodoc alone offers for a front door: its automodule documents a re-exported constant only where the
+#: package's own source has the ``#:`` comment (Sphinx documents a module's data only with an attribute comment)
+AUTODOC_FRONT_DOOR = ".. automodule:: planted_door\n   :members:\n   :imported-members:\n"
+
+
+def test_a_front_door_documents_its_constants_once_where_autodoc_alone_drops_them(tmp_path, monkeypatch):
+    """``.. api-reference::`` gives every name of a package's ``__all__`` one entry, a re-exported constant with the
+    ``#:`` comment from where it is defined included; the module section skips them. Planted: autodoc's own
+    ``automodule`` of the package in its place documents the function but drops the constant, without a warning
+    (why the docs keep the directive; the coverage check would stop the site's build naming each such constant)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pkg = tmp_path / "planted_door"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text('"""Planted front door."""\n\nfrom .mod import LIMIT, documented\n\n'
+                                     '__all__ = ["documented", "LIMIT"]\n')
+    (pkg / "mod.py").write_text('"""Module."""\n\n#: the planted limit\nLIMIT = 3\n\n\n'
+                                'def documented():\n    """Has a docstring."""\n\n\ndef own():\n    """Its own."""\n')
+    html_text = (build(tmp_path / "door", {"api": FRONT_DOOR_PAGE}, api=["planted_door"]) / "api.html").read_text()
+    assert 'id="planted_door.documented"' in html_text and 'id="planted_door.LIMIT"' in html_text
+    assert "the planted limit" in html_text and 'id="planted_door.mod.own"' in html_text
+    assert 'id="planted_door.mod.documented"' not in html_text and 'id="planted_door.mod.LIMIT"' not in html_text
+    autodoc_page = FRONT_DOOR_PAGE.replace(".. automodule:: planted_door\n   :no-members:\n\n.. api-reference:: "
+                                           "planted_door\n", AUTODOC_FRONT_DOOR)
+    assert AUTODOC_FRONT_DOOR in autodoc_page
+    autodoc_html = (build(tmp_path / "autodoc", {"api": autodoc_page}) / "api.html").read_text()   # -W: no warning
+    assert 'id="planted_door.documented"' in autodoc_html and 'id="planted_door.LIMIT"' not in autodoc_html
+
+
 def test_two_lemmas_with_one_number_stop_the_build_naming_both(monkeypatch):
     """The lemma reference heads each lemma "Lemma <number>: <title>": a second lemma with a number in use stops
     the build instead of printing two headings alike."""

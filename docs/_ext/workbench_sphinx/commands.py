@@ -13,6 +13,8 @@
 Commands run in this process (their ``main(argv)``; a rule module through :func:`derivations.cli.main`),
 so the derivations already built for the proof pages are reused and nothing is imported twice. They run
 in the repository root, so a page names its input files from there (``docs/examples/config.json``).
+Not sphinxcontrib-programoutput's ``command-output``: it starts a process per command, and the 36 commands of
+the pages took 3.2 s each that way against 0.43 s here (measured on 2 cores: about 100 s more per build).
 """
 
 from __future__ import annotations
