@@ -217,7 +217,7 @@ def read_restart_certificate(path: str, what: str = "argument --certificate") ->
         raise UsageError(str(exc)) from None
     if not isinstance(data, dict) or data.get("kind") != "restart-certificate":
         raise UsageError(f"{what}: {path!a} is not a restart certificate (write one with "
-                         f"python -m coeffsearch restarts SCHEDULE --dtype DTYPE --json FILE)")
+                         f"python -m coeffsearch restarts SCHEDULE --dtype DTYPE --json --out FILE)")
     try:
         return parse(data, f"{what} {path!a}")
     except CertificateFormatError as exc:

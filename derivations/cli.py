@@ -291,6 +291,14 @@ def format_table(table: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def _refuse_misplaced_options(args: argparse.Namespace) -> None:
+    """:class:`UsageError` for an option given where it does nothing (``--json`` without ``--check``, ...)."""
+    if args.json and not args.check:
+        raise UsageError("argument --json: only with --check (--emit prints code or text)")
+    if args.standalone and args.emit not in ("jax", "numpy"):
+        raise UsageError("argument --standalone: only with --emit jax or --emit numpy")
+
+
 def main(rule: RuleModule, argv: list[str] | None = None) -> int:
     prog = f"derivations.{rule.name}"
     try:
@@ -301,8 +309,7 @@ def main(rule: RuleModule, argv: list[str] | None = None) -> int:
             raise UsageError(f"argument --schedule: {exc.args[0]}") from None
         except ValueError as exc:
             raise UsageError(f"argument --schedule: {exc}") from None
-        if args.standalone and args.emit not in ("jax", "numpy"):
-            raise UsageError("argument --standalone: only with --emit jax or --emit numpy")
+        _refuse_misplaced_options(args)
         if args.out and os.path.isdir(args.out):
             raise UsageError(f"argument --out: {args.out} is a directory")
         if args.out is None and sys.stdout is None:  # >&-: refuse before the work, not after it

@@ -43,7 +43,7 @@ def _parser() -> OneLineParser:
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (verdict, method, scale, diagnosis, counterexample; the "
                         "counterexample's relative_difference is ||candidate - derived||_F / ||derived||_F "
-                        "on its instance: 1.0 for twice the derived result)")
+                        "on its instance: 1.0 for twice the derived result; with --list: the names)")
     p.add_argument("--list", action="store_true", help="list the derivation names")
     p.add_argument("--no-cache", action="store_true",
                    help="rebuild the derivation (or, with --list, all of them) instead of reading the cache "
@@ -61,7 +61,8 @@ def run(argv: list[str] | None = None) -> tuple[int, str]:
     argv = [f" {a}" if a.startswith("-") and not a.startswith("--") and a != "-h" else a for a in argv]
     args = _parser().parse_args(argv)
     if args.list:
-        return 0, "\n".join(sorted(rule_lookup.derivation_names(use_cache=not args.no_cache))) + "\n"
+        names = sorted(rule_lookup.derivation_names(use_cache=not args.no_cache))
+        return 0, json.dumps(names, indent=2) + "\n" if args.json else "\n".join(names) + "\n"
     if args.chain:
         if args.args:
             raise BadInput("--chain takes a file and no positional arguments")
