@@ -12,7 +12,6 @@ import re
 import sys
 
 import mpmath
-from tqdm import tqdm
 
 from coeffsearch import (
     provenance,
@@ -38,6 +37,7 @@ from foundation.commandline import (
     OneLineParser,
     UsageError,
     int_option,
+    progress,
     stdout_closed,
     usage_error,
     write_result,
@@ -107,11 +107,6 @@ def _output_options(sub: argparse.ArgumentParser, what: str) -> None:
     what stdout would get to FILE instead), as every command of the project has them."""
     sub.add_argument("--json", action="store_true", help=f"print one JSON document instead of the report: {what}")
     sub.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
-
-
-def _progress(total, desc):
-    """A progress bar on stderr after one second, only when stderr is a terminal (pipes and captures get one line)."""
-    return tqdm(total=total, desc=desc, delay=1.0, file=sys.stderr, leave=False, disable=not sys.stderr.isatty())
 
 
 def parser() -> OneLineParser:
@@ -272,7 +267,7 @@ def cmd_minimax(a: argparse.Namespace) -> tuple[int, object]:
     if a.degree % 2 == 0:
         raise UsageError(f"argument --degree: must be odd, got {a.degree}")
     _check_interval(a.lower, a.upper)
-    with _progress(a.steps, "minimax") as bar:
+    with progress(total=a.steps, desc="minimax", quiet=a.json) as bar:
         try:
             doc = greedy_schedule(a.lower, a.steps, a.degree, a.cushion, a.safety, a.upper, a.dps, progress=bar)
         except ZeroDivisionError:
@@ -301,7 +296,7 @@ def cmd_band(a: argparse.Namespace) -> tuple[int, object]:
         raise UsageError("give exactly one of --band LO HI (maximize the slope) or --slope A (narrowest band)")
     muon = registry.get("muon").as_floats()[0]  # checked against its source in coeffsearch.provenance
     m_lo, m_hi = image(muon, float(a.lower), float(a.upper), a.steps)
-    with _progress(None, "band search") as bar:
+    with progress(desc="band search", quiet=a.json) as bar:
         if a.band is not None:
             lo, hi = (float(x) for x in a.band)
             if not lo < 1 < hi:
@@ -377,7 +372,8 @@ def cmd_certify(a: argparse.Namespace) -> tuple[int, object]:
     _check_interval(lower, upper)
     steps = _steps_for(steps, a.steps)
     try:
-        cert = certify(steps, lower, upper, name)
+        with progress(total=2 * len(steps), desc="certify", quiet=a.json) as bar:
+            cert = certify(steps, lower, upper, name, progress=bar)
     except CertificateError as exc:
         raise UsageError(str(exc)) from None
     print(f"{name}: {len(steps)} steps on [{lower}, {upper}] ({cert['precision_bits']}-bit interval arithmetic)")
@@ -418,7 +414,7 @@ def cmd_restarts(a: argparse.Namespace) -> tuple[int, object]:
                                     a.accumulation, a.shift)
         total = 1 if at is not None else (math.comb(len(steps) - 1, a.restarts) if a.restarts is not None
                                           and a.restarts <= len(steps) - 1 else None)
-        with _progress(total, "restarts") as bar:
+        with progress(total=total, desc="restarts", quiet=a.json) as bar:
             chosen, tried = restarts.search(name, steps, model, a.restarts, at, progress=bar)
     except restart_model.RestartError as exc:
         raise UsageError(str(exc)) from None
@@ -450,7 +446,8 @@ def cmd_validate(a: argparse.Namespace) -> tuple[int, object]:
         raise UsageError(f"argument {'--certificate' if a.certificate else '--at'}: only with --gram")
     name, steps, _, _ = resolve(a.schedule)
     dtypes = DTYPES if a.dtype == "all" else (a.dtype,)
-    rows = validate(steps, dtypes, shape, float(a.lower or "1e-3"), a.batch)
+    with progress(total=len(dtypes), desc="validate", quiet=a.json) as bar:
+        rows = validate(steps, dtypes, shape, float(a.lower or "1e-3"), a.batch, progress=bar)
     sys.stdout.write(format_rows(name, rows))
     print("slack = 8 eps(dtype) for rounding; 'inside' means observed within certified ± slack")
     return (0 if all(r.inside for r in rows) else 1), [r.__dict__ | {"inside": r.inside} for r in rows]
@@ -478,8 +475,9 @@ def cmd_validate_model(a: argparse.Namespace) -> tuple[int, object]:
     names = a.schedules or [*validate_model.DEFAULT_SCHEDULES, *searched]
     schedules = {x: searched[x] if x in searched else resolve(x)[1] for x in names}
     methods = validate_model.METHODS if a.method == "both" else (a.method,)
-    rows, bounds = validate_model.validate_model(schedules, dtypes, methods, shapes, a.batch,
-                                                 accumulation=a.accumulation)
+    with progress(total=len(dtypes) * len(schedules) * len(methods), desc="validate-model", quiet=a.json) as bar:
+        rows, bounds = validate_model.validate_model(schedules, dtypes, methods, shapes, a.batch,
+                                                     accumulation=a.accumulation, progress=bar)
     sys.stdout.write(validate_model.format_report(rows, bounds, shapes))
     return (1 if any(r.exceeds for r in rows) else 0), validate_model.to_json(rows, bounds)
 
@@ -492,7 +490,8 @@ def cmd_compare(a: argparse.Namespace) -> tuple[int, object]:
         raise UsageError(f"argument schedules: at most {MAX_COMPARE} schedules in one comparison, got "
                          f"{len(a.schedules)}")
     named = [(n, s) for n, s, _, _ in (resolve(x) for x in a.schedules)]
-    rows = compare_rows(named, float(a.lower), float(a.upper))
+    with progress(total=len(named), desc="compare", quiet=a.json) as bar:
+        rows = compare_rows(named, float(a.lower), float(a.upper), progress=bar)
     sys.stdout.write(format_compare(rows, float(a.lower), float(a.upper)))
     if a.plot:
         try:

@@ -22,7 +22,15 @@ from derivations.printing.numpy_printer import emit_numpy
 from derivations.printing.text import derivation_text, lemma_text
 from derivations.printing.validation import CONDITION, validate_source
 from derivations.vocabulary.interpret import MissingRule
-from foundation.commandline import STDOUT_CLOSED, OneLineParser, UsageError, int_option, usage_error, write_result
+from foundation.commandline import (
+    STDOUT_CLOSED,
+    OneLineParser,
+    UsageError,
+    int_option,
+    progress,
+    usage_error,
+    write_result,
+)
 from foundation.compute.jax_msign import MSIGN_METHODS
 from foundation.polynomial import MAX_SCHEDULE_STEPS
 
@@ -107,8 +115,9 @@ def verified_functions(rule: RuleModule) -> list:
     return functions
 
 
-def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
-    """Re-check every step and the self-check of every lemma the derivations use.
+def check_table(rule: RuleModule, trials: int, seed: int, quiet: bool = True) -> dict:
+    """Re-check every step and the self-check of every lemma the derivations use (``quiet`` false: a progress
+    bar on a terminal's stderr, one step per derivation and one for the checks of the results).
 
     Rows carry each step's worst error per sub-check, its symbolic verdict and, for a failing
     step, the failure (derivation, step, kind, lemma, sub-check, counterexample). ``ok`` is False
@@ -121,8 +130,10 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
     """
     rows, proofs = [], []
     ders = rule.derivations()
+    bar = progress(total=len(ders) + 1, desc=f"checking {rule.name}", unit="check", quiet=quiet)
     for der in ders:
         der.check(trials=trials, seed=seed, strict=False)
+        bar.update(1)
         for s in der.steps:
             rows.append({"derivation": der.name, "step": s.index, "lemma": s.lemma.number,
                          "rule": s.lemma.title, "kind": s.kind,
@@ -141,6 +152,7 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
     translation = [] if integrity else translation_rows(rule, seed=seed)
     latex_rows = [] if integrity else [r.row() for r in round_trips(rule, seed, ders)]
     examples = [] if integrity else example_problems(rule)
+    bar.close()
     ok = (all(r["status"] == "ok" for r in rows + lemmas + translation)
           and all(m["status"] != "FAIL" for m in measurements + latex_rows) and not integrity and not examples)
     return {"ok": ok, "steps": rows, "lemmas": lemmas, "measurements": measurements, "proofs": proofs,
@@ -316,7 +328,7 @@ def main(rule: RuleModule, argv: list[str] | None = None) -> int:
             raise UsageError(STDOUT_CLOSED)
         if args.check:
             try:
-                table = check_table(rule, args.trials, args.seed)
+                table = check_table(rule, args.trials, args.seed, quiet=args.json)
             except (StepCheckFailed, DerivationError) as exc:  # a derivation fails while it is built
                 sys.stderr.write(f"{prog}: check failed: {exc}\n")
                 return 1

@@ -72,8 +72,9 @@ def stubbed(monkeypatch):
     """The computations whose results the cases do not read, replaced (their printing code is the command's)."""
     row = {"schedule": "muon", "steps": 5, "matmuls": 15, "certified_band": [0.7, 1.2], "worst_error": 0.3,
            "bf16_observed_band": [0.7, 1.2], "u_max": "1.1"}
-    monkeypatch.setattr(coeffsearch_main, "compare_rows", lambda named, lower, upper: [row] * len(named))
-    monkeypatch.setattr(rule_lookup, "derivation_names", lambda use_cache=True: ["halfsplit.key", "halfsplit.query"])
+    monkeypatch.setattr(coeffsearch_main, "compare_rows", lambda named, lower, upper, progress=None: [row] * len(named))
+    monkeypatch.setattr(rule_lookup, "derivation_names", lambda use_cache=True, progress=None: ["halfsplit.key",
+                                                                                      "halfsplit.query"])
 
 
 @pytest.mark.parametrize("kind, argv, status", CASES)
