@@ -102,10 +102,10 @@ _count_from_zero = int_option(0, MAX_SCHEDULE_STEPS, "a restart count")
 STEPS_HELP = f"number of steps, 1 to {MAX_SCHEDULE_STEPS}"
 
 
-def _output_options(sub: argparse.ArgumentParser, what: str) -> None:
-    """``--json`` (print one JSON document, ``what``, on stdout instead of the report) and ``--out FILE`` (write
-    what stdout would get to FILE instead), as every command of the project has them."""
-    sub.add_argument("--json", action="store_true", help=f"print one JSON document instead of the report: {what}")
+def _output_options(sub: argparse.ArgumentParser) -> None:
+    """``--json`` (print the subcommand's JSON document on stdout instead of its report) and ``--out FILE``
+    (write what stdout would get to FILE instead), as every command of the project has them."""
+    sub.add_argument("--json", action="store_true", help="print JSON instead of the report")
     sub.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
 
 
@@ -130,7 +130,7 @@ def parser() -> OneLineParser:
     m.add_argument("--safety", type=_nonneg, default="0", help="δ of the safety factor s = 1 + δ (default 0)")
     m.add_argument("--dps", type=_count(MAX_DPS), default=30,
                    help=f"decimal digits of working precision, 1 to {MAX_DPS} (default 30)")
-    _output_options(m, "the schedule and its report")
+    _output_options(m)
 
     b = sub.add_parser("band", help="one fixed polynomial at every step: max slope into a band, or narrowest band")
     b.add_argument("--steps", type=_steps, required=True, help=STEPS_HELP)
@@ -139,7 +139,7 @@ def parser() -> OneLineParser:
     b.add_argument("--band", type=_positive, nargs=2, metavar=("LO", "HI"), help="target band (max-slope objective)")
     b.add_argument("--slope", type=_positive, help="fix a and find the narrowest band containing 1 instead")
     b.add_argument("--seed", type=_seed, default=0)
-    _output_options(b, "the coefficients, the certified image and Muon's")
+    _output_options(b)
 
     c = sub.add_parser("certify", help="rigorous per-step images by interval arithmetic, or re-check a certificate")
     c.add_argument("schedule", help=f"a registered name ({', '.join(registry.names())}), a schedule JSON, "
@@ -148,7 +148,7 @@ def parser() -> OneLineParser:
                                                 "schedule repeats)")
     c.add_argument("--lower", type=_positive, help="default: the schedule's design l, else 1e-3")
     c.add_argument("--upper", type=_positive, default=None, help="default 1")
-    _output_options(c, "the certificate (python -m coeffsearch certify FILE re-checks it), or the re-check's verdict")
+    _output_options(c)
     c.add_argument("--recheck", action="store_true",
                    help="SCHEDULE must be a certificate file (schedule or restart certificate): recompute every "
                         "field and prove every printed bound again, independently, at 300 bits (100 above the "
@@ -176,7 +176,7 @@ def parser() -> OneLineParser:
     v.add_argument("--at", metavar="S[,S...]", help="--gram: restart after these iterations where no certificate "
                                                     "gives them ('' for none; default: the certificates', else the "
                                                     "published choice, else none)")
-    _output_options(v, "the rows (with --gram: the rows and the certified bounds)")
+    _output_options(v)
 
     r = sub.add_parser("restarts", help="certified restart positions for Gram Newton–Schulz (interval arithmetic over "
                                         "every σ in [0, 1] under a stated rounding model)")
@@ -196,7 +196,7 @@ def parser() -> OneLineParser:
     r.add_argument("--accumulation", type=_count(restart_model.MAX_ACCUMULATION), default=1, metavar="N",
                    help="accumulation length n: every product rounds by at most γ_n = n·u/(1 − n·u) (default 1: "
                         "accumulated in a wider format, rounded once; n·u must be below 1)")
-    _output_options(r, "the certificate (python -m coeffsearch certify FILE re-checks it)")
+    _output_options(r)
 
     m = sub.add_parser("validate-model", help="the restart rounding model against measured runs: Gram and standard "
                                               "iterations in float32, float16 and bfloat16 on random, clustered and "
@@ -213,19 +213,19 @@ def parser() -> OneLineParser:
                                                                          f"{MAX_BATCH} (default 2)")
     m.add_argument("--accumulation", type=_count(restart_model.MAX_ACCUMULATION), default=1, metavar="N",
                    help="accumulation length n of the model (the standard iteration is certified at n + 1)")
-    _output_options(m, "the rows and the certified bounds")
+    _output_options(m)
 
     k = sub.add_parser("compare", help="table of schedules (and --plot PNG of the composed polynomials)")
     k.add_argument("schedules", nargs="+", help=f"1 to {MAX_COMPARE} schedule names or files")
     k.add_argument("--lower", type=_positive, default="1e-3")
     k.add_argument("--upper", type=_positive, default="1")
     k.add_argument("--plot", metavar="PNG", help="write the plot as PNG to exactly this path (must end in .png)")
-    _output_options(k, "the table's rows")
+    _output_options(k)
 
     s = sub.add_parser("sources", help="each registered schedule's cited source, its digits as printed and a stated "
                                        "property, checked (exact digits; exit 1 when one differs)")
     s.add_argument("schedules", nargs="*", help="registered names (default: all)")
-    _output_options(s, "the rows: name, verdict, failures, citation, stored digits, note and property")
+    _output_options(s)
     return p
 
 
