@@ -98,6 +98,8 @@ def tqdm_users(sources: dict[str, str]) -> list[str]:
     """The modules (name -> source) that import tqdm themselves."""
     found = []
     for name, source in sources.items():
+        if "tqdm" not in source:  # nothing to parse
+            continue
         for node in ast.walk(ast.parse(source)):
             modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
                        else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
