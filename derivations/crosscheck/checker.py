@@ -81,7 +81,7 @@ def _algebraic(*exprs) -> bool:
 
 def compare(target: Target, candidate: Basic, *, diagnose: bool = True, seed: int = 0, progress=None) -> Verdict:
     """Decide whether ``candidate`` equals ``target.expr`` (see the module docstring); ``progress``: a bar
-    (:func:`foundation.commandline.progress`) counting the random instances evaluated."""
+    (:func:`foundation.commandline.progress`) counting the values computed on the random instances."""
     ref = target.expr
     ref_shape = tuple(ref.shape) if ref.is_Matrix else None
     cand_shape = tuple(candidate.shape) if getattr(candidate, "is_Matrix", False) else None
@@ -215,15 +215,19 @@ def parse_for(target: Target, text: str):
 def _evaluated(ref, candidate, insts, progress=None) -> list:
     """``(instance, reference value, candidate value)`` for each instance where both could be evaluated (an SVD
     that did not converge, or a value that is not defined there, says nothing either way: skipped, and counted in
-    ``Verdict.skipped``); ``progress`` counts the instances."""
-    if progress is not None:
-        progress.reset(total=len(insts))
-    pairs = []
-    for inst in insts:
+    ``Verdict.skipped``); ``progress`` counts the values, two per instance (at 64×64 one takes tens of seconds)."""
+    def value(expr, inst):
+        out = _value(expr, inst, True, strict=True)
         if progress is not None:
             progress.update(1)
+        return out
+
+    if progress is not None:
+        progress.reset(total=2 * len(insts))
+    pairs = []
+    for inst in insts:
         try:
-            a, b = _value(ref, inst, True, strict=True), _value(candidate, inst, True, strict=True)
+            a, b = value(ref, inst), value(candidate, inst)
         except NotConverged:
             continue
         if a is not None:

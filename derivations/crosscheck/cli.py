@@ -74,7 +74,7 @@ def run(argv: list[str] | None = None) -> tuple[int, str]:
         if len(args.args) != 3:
             raise BadInput("identity takes two formulas: identity LHS RHS")
         target, cand = identities.identity_target(args.args[1], args.args[2], identities.parse_assumptions(args.assume))
-        with progress(desc="instances", quiet=args.json) as bar:
+        with progress(desc="evaluating", quiet=args.json) as bar:
             verdict = checker.compare(target, cand, progress=bar)
         verdict.scalars = identities.scalar_names(target.namespace)
         what = "identity"
@@ -83,7 +83,7 @@ def run(argv: list[str] | None = None) -> tuple[int, str]:
             raise BadInput("give DERIVATION FORMULA, identity LHS RHS, or --chain FILE (see --help)")
         if args.assume:
             raise BadInput("--assume is for identities and chains; a derivation carries its own facts")
-        with progress(desc="instances", quiet=args.json) as bar:
+        with progress(desc="evaluating", quiet=args.json) as bar:
             verdict = checker.check_derivation(*args.args, use_cache=not args.no_cache, progress=bar)
         what = args.args[0]
     text = json.dumps(verdict.as_json(), indent=2) + "\n" if args.json else format_verdict(verdict, what)

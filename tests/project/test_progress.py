@@ -87,7 +87,7 @@ def command_stderr(main, argv: list[str]) -> str:
 
 @pytest.mark.parametrize("main, argv, desc", [
     (coeffsearch_main.main, ["minimax", "--steps", "2", "--lower", "0.1"], "minimax"),
-    (crosscheck_cli.main, ["identity", "A+B", "B+A"], "instances"),
+    (crosscheck_cli.main, ["identity", "A+B", "B+A"], "evaluating"),
 ], ids=["coeffsearch-minimax", "crosscheck-identity"])
 def test_a_command_shows_its_bar_on_a_terminal_and_none_with_json(main, argv, desc, no_delay):
     assert desc in command_stderr(main, argv)
