@@ -13,7 +13,7 @@ import sys
 import time
 
 from coeffsearch.certify import certify
-from foundation.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
+from foundation.commandline import OneLineParser, UsageError, int_option, progress, stdout_closed, usage_error
 from foundation.minimax import greedy_schedule
 
 MAX_REPEATS = 100  # about 2 s per repeat
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     print(f"{'digits':>6} {'minimax s':>10} {'certify s':>10} {'total s':>9}  (median of {args.repeats})")
     totals = {}
     for dps in (30, 60):
-        runs = [one(dps) for _ in range(args.repeats)]
+        runs = [one(dps) for _ in progress(range(args.repeats), desc=f"{dps} digits", unit="schedule")]
         m = statistics.median(r[0] for r in runs)
         c = statistics.median(r[1] for r in runs)
         totals[dps] = m + c

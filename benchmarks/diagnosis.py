@@ -49,6 +49,7 @@ from foundation.commandline import (
     FileRefused,
     OneLineParser,
     UsageError,
+    progress,
     read_json_file,
     stdout_closed,
     usage_error,
@@ -249,7 +250,7 @@ def main(argv=None) -> int:
             if not entries:
                 raise BadInput(f"--only {a.only}: no corpus entry is on this derivation")
         targets = build_targets(e.derivation for e in entries)
-        outcomes = [run_entry(targets[e.derivation], e) for e in entries]
+        outcomes = [run_entry(targets[e.derivation], e) for e in progress(entries, desc="corpus", unit="entry")]
     except (UsageError, BadInput, FormulaError) as exc:
         return usage_error(prog, " ".join(str(exc).split()))
     f = figures(outcomes)

@@ -12,6 +12,8 @@ import time
 
 import jax
 
+from foundation.commandline import progress
+
 #: the ranges of the benchmarks' shared integer options (:func:`foundation.commandline.int_option`):
 #: timed rounds, and OpenBLAS threads (0: the library default)
 MAX_REPEATS = 1000
@@ -26,12 +28,13 @@ def time_once(fn) -> float:
 
 
 def interleaved(fns: dict, repeats: int, warmup: int = 2) -> dict:
-    """``{name: [seconds per round]}``: ``warmup`` untimed calls each (compilation), then ``repeats`` rounds."""
+    """``{name: [seconds per round]}``: ``warmup`` untimed calls each (compilation), then ``repeats`` rounds
+    (counted by a progress bar on a terminal's stderr, updated between rounds, outside the timed calls)."""
     for fn in fns.values():
         for _ in range(warmup):
             jax.block_until_ready(fn())
     times = {name: [] for name in fns}
-    for _ in range(repeats):
+    for _ in progress(range(repeats), desc=f"timing {', '.join(fns)}", unit="round"):
         for name, fn in fns.items():
             times[name].append(time_once(fn))
     return times

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.linalg
 
 from benchmarks.interleave import MAX_REPEATS
-from foundation.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
+from foundation.commandline import OneLineParser, UsageError, int_option, progress, stdout_closed, usage_error
 
 jax.config.update("jax_enable_x64", True)
 
@@ -31,7 +31,7 @@ MAX_SIZE = 2**14  # --d, --d-h: at most this wide (a d x d float64 matrix of 2 G
 def _median(fn, repeats):
     fn()
     out = []
-    for _ in range(repeats):
+    for _ in progress(range(repeats), desc="timing", unit="call"):
         t = time.perf_counter()
         fn()
         out.append(time.perf_counter() - t)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import math
 import os
@@ -10,7 +12,6 @@ import re
 import sys
 
 import mpmath
-from tqdm import tqdm
 
 from coeffsearch import (
     provenance,
@@ -33,14 +34,13 @@ from coeffsearch.certify import (
 from coeffsearch.compare import compare_rows, format_compare, plot
 from coeffsearch.validate import DTYPES, check_size, format_rows, parse_shape, validate
 from foundation.commandline import (
-    FileRefused,
     OneLineParser,
     UsageError,
     int_option,
+    progress,
     stdout_closed,
-    stdout_failed,
     usage_error,
-    write_text_file,
+    write_result,
 )
 from foundation.minimax import greedy_schedule
 from foundation.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleError
@@ -102,9 +102,11 @@ _count_from_zero = int_option(0, MAX_SCHEDULE_STEPS, "a restart count")
 STEPS_HELP = f"number of steps, 1 to {MAX_SCHEDULE_STEPS}"
 
 
-def _progress(total, desc):
-    """A progress bar on stderr after one second, only when stderr is a terminal (pipes and captures get one line)."""
-    return tqdm(total=total, desc=desc, delay=1.0, file=sys.stderr, leave=False, disable=not sys.stderr.isatty())
+def _output_options(sub: argparse.ArgumentParser) -> None:
+    """``--json`` (print the subcommand's JSON document on stdout instead of its report) and ``--out FILE``
+    (write what stdout would get to FILE instead), as every command of the project has them."""
+    sub.add_argument("--json", action="store_true", help="print JSON instead of the report")
+    sub.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
 
 
 def parser() -> OneLineParser:
@@ -128,7 +130,7 @@ def parser() -> OneLineParser:
     m.add_argument("--safety", type=_nonneg, default="0", help="δ of the safety factor s = 1 + δ (default 0)")
     m.add_argument("--dps", type=_count(MAX_DPS), default=30,
                    help=f"decimal digits of working precision, 1 to {MAX_DPS} (default 30)")
-    m.add_argument("--json", metavar="FILE", help="write the schedule and its report as JSON")
+    _output_options(m)
 
     b = sub.add_parser("band", help="one fixed polynomial at every step: max slope into a band, or narrowest band")
     b.add_argument("--steps", type=_steps, required=True, help=STEPS_HELP)
@@ -137,7 +139,7 @@ def parser() -> OneLineParser:
     b.add_argument("--band", type=_positive, nargs=2, metavar=("LO", "HI"), help="target band (max-slope objective)")
     b.add_argument("--slope", type=_positive, help="fix a and find the narrowest band containing 1 instead")
     b.add_argument("--seed", type=_seed, default=0)
-    b.add_argument("--json", metavar="FILE")
+    _output_options(b)
 
     c = sub.add_parser("certify", help="rigorous per-step images by interval arithmetic, or re-check a certificate")
     c.add_argument("schedule", help=f"a registered name ({', '.join(registry.names())}), a schedule JSON, "
@@ -146,7 +148,7 @@ def parser() -> OneLineParser:
                                                 "schedule repeats)")
     c.add_argument("--lower", type=_positive, help="default: the schedule's design l, else 1e-3")
     c.add_argument("--upper", type=_positive, default=None, help="default 1")
-    c.add_argument("--json", metavar="FILE", help="write the certificate")
+    _output_options(c)
     c.add_argument("--recheck", action="store_true",
                    help="SCHEDULE must be a certificate file (schedule or restart certificate): recompute every "
                         "field and prove every printed bound again, independently, at 300 bits (100 above the "
@@ -169,12 +171,12 @@ def parser() -> OneLineParser:
                    help="validate Gram Newton–Schulz with restarts against SVD on hostile spectra; exit 1 when a "
                         "measured error exceeds its certified bound")
     v.add_argument("--certificate", action="append", metavar="FILE",
-                   help="--gram: a restart certificate (python -m coeffsearch restarts ... --json FILE) giving one "
-                        "dtype its positions and bounds; repeat for more dtypes")
+                   help="--gram: a restart certificate (python -m coeffsearch restarts ... --json --out FILE) giving "
+                        "one dtype its positions and bounds; repeat for more dtypes")
     v.add_argument("--at", metavar="S[,S...]", help="--gram: restart after these iterations where no certificate "
                                                     "gives them ('' for none; default: the certificates', else the "
                                                     "published choice, else none)")
-    v.add_argument("--json", metavar="FILE")
+    _output_options(v)
 
     r = sub.add_parser("restarts", help="certified restart positions for Gram Newton–Schulz (interval arithmetic over "
                                         "every σ in [0, 1] under a stated rounding model)")
@@ -194,8 +196,7 @@ def parser() -> OneLineParser:
     r.add_argument("--accumulation", type=_count(restart_model.MAX_ACCUMULATION), default=1, metavar="N",
                    help="accumulation length n: every product rounds by at most γ_n = n·u/(1 − n·u) (default 1: "
                         "accumulated in a wider format, rounded once; n·u must be below 1)")
-    r.add_argument("--json", metavar="FILE",
-                   help="write the certificate (python -m coeffsearch certify FILE re-checks it)")
+    _output_options(r)
 
     m = sub.add_parser("validate-model", help="the restart rounding model against measured runs: Gram and standard "
                                               "iterations in float32, float16 and bfloat16 on random, clustered and "
@@ -212,19 +213,19 @@ def parser() -> OneLineParser:
                                                                          f"{MAX_BATCH} (default 2)")
     m.add_argument("--accumulation", type=_count(restart_model.MAX_ACCUMULATION), default=1, metavar="N",
                    help="accumulation length n of the model (the standard iteration is certified at n + 1)")
-    m.add_argument("--json", metavar="FILE", help="write the rows and bounds as JSON")
+    _output_options(m)
 
     k = sub.add_parser("compare", help="table of schedules (and --plot PNG of the composed polynomials)")
     k.add_argument("schedules", nargs="+", help=f"1 to {MAX_COMPARE} schedule names or files")
     k.add_argument("--lower", type=_positive, default="1e-3")
     k.add_argument("--upper", type=_positive, default="1")
     k.add_argument("--plot", metavar="PNG", help="write the plot as PNG to exactly this path (must end in .png)")
-    k.add_argument("--json", metavar="FILE")
+    _output_options(k)
 
     s = sub.add_parser("sources", help="each registered schedule's cited source, its digits as printed and a stated "
                                        "property, checked (exact digits; exit 1 when one differs)")
     s.add_argument("schedules", nargs="*", help="registered names (default: all)")
-    s.add_argument("--json", metavar="FILE")
+    _output_options(s)
     return p
 
 
@@ -249,14 +250,12 @@ def finite_json(obj: object) -> object:
     return obj
 
 
-def _write_json(path, payload):
-    if path is None:
-        return
-    text = payload if isinstance(payload, str) else json.dumps(finite_json(payload), indent=2, allow_nan=False) + "\n"
-    try:
-        write_text_file(path, text, "--json")
-    except FileRefused as exc:
-        raise UsageError(str(exc)) from None
+def json_text(payload: object) -> str:
+    """The JSON document ``--json`` prints: ``payload`` indented, non-finite floats as null (a pre-rendered
+    string as it is)."""
+    if isinstance(payload, str):
+        return payload
+    return json.dumps(finite_json(payload), indent=2, allow_nan=False) + "\n"
 
 
 def _check_interval(lower, upper):
@@ -264,17 +263,17 @@ def _check_interval(lower, upper):
         raise UsageError(f"--lower must be < --upper, got {lower} >= {upper}")
 
 
-def cmd_minimax(a: argparse.Namespace) -> int:
+def cmd_minimax(a: argparse.Namespace) -> tuple[int, object]:
     if a.degree % 2 == 0:
         raise UsageError(f"argument --degree: must be odd, got {a.degree}")
     _check_interval(a.lower, a.upper)
-    with _progress(a.steps, "minimax") as bar:
+    with progress(total=a.steps, desc="minimax", quiet=a.json) as bar:
         try:
             doc = greedy_schedule(a.lower, a.steps, a.degree, a.cushion, a.safety, a.upper, a.dps, progress=bar)
         except ZeroDivisionError:
             sys.stderr.write(f"coeffsearch: minimax failed: the levelled Remez system is numerically singular on "
                              f"[{a.lower}, {a.upper}] at {a.dps} digits; use a smaller --upper or more --dps\n")
-            return 1
+            return 1, None
     print(f"greedy minimax, degree {a.degree}, {a.steps} steps, l = {a.lower}, u = {a.upper}, cushion {a.cushion}, "
           f"safety {a.safety}, {a.dps} digits")
     print(f"{'step':>4}  {'solved on':<33} {'max |1-p|':>12}  coefficients")
@@ -288,16 +287,16 @@ def cmd_minimax(a: argparse.Namespace) -> int:
         rest = f"step {a.steps} repeats" if collapsed[0] == a.steps else f"steps {collapsed[0]}–{a.steps} repeat"
         print(f"converged: the first {collapsed[0] - 1} step(s) map [l, u] to 1 at {a.dps} digits; {rest} "
               f"the limit polynomial, which fixes 1 (p(1) = 1, p'(1) = 0) and only corrects rounding")
-    _write_json(a.json, doc.to_json())
+    return 0, doc.to_json()
 
 
-def cmd_band(a: argparse.Namespace) -> int:
+def cmd_band(a: argparse.Namespace) -> tuple[int, object]:
     _check_interval(a.lower, a.upper)
     if (a.band is None) == (a.slope is None):
         raise UsageError("give exactly one of --band LO HI (maximize the slope) or --slope A (narrowest band)")
     muon = registry.get("muon").as_floats()[0]  # checked against its source in coeffsearch.provenance
     m_lo, m_hi = image(muon, float(a.lower), float(a.upper), a.steps)
-    with _progress(None, "band search") as bar:
+    with progress(desc="band search", quiet=a.json) as bar:
         if a.band is not None:
             lo, hi = (float(x) for x in a.band)
             if not lo < 1 < hi:
@@ -329,7 +328,7 @@ def cmd_band(a: argparse.Namespace) -> int:
     print(f"  Muon ({', '.join(muon_text)}): slope a = {muon_text[0]}, image [{m_lo:.6f}, {m_hi:.6f}]")
     if res.certificate is not None:
         out["certificate"] = res.certificate.to_dict()
-    _write_json(a.json, out)
+    return 0, out
 
 
 def _steps_for(steps, n):
@@ -342,17 +341,17 @@ def _steps_for(steps, n):
     raise UsageError(f"argument --steps: the schedule has {len(steps)} different steps; cannot use {n}")
 
 
-def cmd_certify(a: argparse.Namespace) -> int:
-    if a.recheck and (a.lower or a.upper or a.steps or a.json):
-        raise UsageError("argument --recheck: re-checks a certificate as stated; --lower, --upper, --steps and "
-                         "--json do not apply")
+def cmd_certify(a: argparse.Namespace) -> tuple[int, object]:
+    if a.recheck and (a.lower or a.upper or a.steps):
+        raise UsageError("argument --recheck: re-checks a certificate as stated; --lower, --upper and --steps do "
+                         "not apply")
     restart_cert = restart_certificate.read_certificate(a.schedule)
     if restart_cert is not None:
         return recheck_restarts(a.schedule, restart_cert)
     name, steps, design_lower, raw = resolve(a.schedule)
     if a.recheck and raw is None:
         raise UsageError(f"argument --recheck: {a.schedule} is not a certificate file (python -m coeffsearch "
-                         f"certify SCHEDULE --json FILE, or restarts ... --json FILE, writes one)")
+                         f"certify SCHEDULE --json --out FILE, or restarts ... --json --out FILE, writes one)")
     if raw is not None and a.lower is None and a.steps is None:
         try:  # malformed: one line per bad field, exit 2; well-formed but wrong: FAILED, exit 1
             stated = Certificate.from_json(raw, f"certificate {a.schedule}")
@@ -362,18 +361,19 @@ def cmd_certify(a: argparse.Namespace) -> int:
             fresh = recheck(stated)
         except CertificateError as exc:
             print(f"certificate {a.schedule}: FAILED: {exc}")
-            return 1
+            return 1, {"certificate": a.schedule, "verdict": "FAILED", "reason": str(exc)}
         print(f"certificate {a.schedule}: re-checked, every stated field equals its recomputation "
               f"({len(fresh.steps)} step images, band, worst error, (0, l] image, overshoot limit) and every "
               f"printed bound contains its {max(RECHECK_PREC, fresh.precision_bits + 100)}-bit enclosure; "
               f"band {fresh.band}")
-        return 0
+        return 0, {"certificate": a.schedule, "verdict": "re-checked", "band": list(fresh.band)}
     lower = a.lower or (repr(design_lower) if design_lower else "1e-3")
     upper = a.upper or "1"
     _check_interval(lower, upper)
     steps = _steps_for(steps, a.steps)
     try:
-        cert = certify(steps, lower, upper, name)
+        with progress(total=2 * len(steps), desc="certify", quiet=a.json) as bar:
+            cert = certify(steps, lower, upper, name, progress=bar)
     except CertificateError as exc:
         raise UsageError(str(exc)) from None
     print(f"{name}: {len(steps)} steps on [{lower}, {upper}] ({cert['precision_bits']}-bit interval arithmetic)")
@@ -383,11 +383,10 @@ def cmd_certify(a: argparse.Namespace) -> int:
     print(f"  certified band: [{cert['band'][0]}, {cert['band'][1]}], worst |1 - p| <= {cert['worst_error']}")
     print(f"  (0, l] maps into [{cert['below_lower']['output'][0]}, {cert['below_lower']['output'][1]}]")
     print(f"  overshoot: largest u with {cert['overshoot']['criterion']}: {cert['overshoot']['u_max']}")
-    _write_json(a.json, cert.to_json())
-    return 0
+    return 0, cert.to_json()
 
 
-def recheck_restarts(path: str, data: dict) -> int:
+def recheck_restarts(path: str, data: dict) -> tuple[int, dict]:
     """``certify FILE`` for a restart certificate: 0 re-checked, 1 a field differs, 2 a malformed file."""
     try:
         fresh = restart_certificate.recheck(data, f"certificate {path}")
@@ -395,16 +394,16 @@ def recheck_restarts(path: str, data: dict) -> int:
         raise UsageError(exc.line) from None
     except CertificateError as exc:
         print(f"certificate {path}: FAILED: {exc}")
-        return 1
+        return 1, {"certificate": path, "verdict": "FAILED", "reason": str(exc)}
     where = ", ".join(map(str, fresh["restarts"])) or "none"
     print(f"certificate {path}: re-checked, every stated field equals its recomputation ({fresh['name']}, "
           f"{fresh['dtype']}, restarts after {where}, {len(fresh['partition']) - 1} pieces): (a) max |Q| <= "
           f"{fresh['max_abs_q']['bound']}, (b) max |x_T - 1| <= {fresh['deviation']['bound']}; both proven "
           f"again at {max(restart_certificate.RECHECK_PREC, fresh['precision_bits'] + 100)} bits")
-    return 0
+    return 0, {"certificate": path, "verdict": "re-checked", "restarts": fresh["restarts"]}
 
 
-def cmd_restarts(a: argparse.Namespace) -> int:
+def cmd_restarts(a: argparse.Namespace) -> tuple[int, object]:
     name, steps, design_lower, _ = resolve(a.schedule)
     try:
         at = restarts.parse_positions(a.at) if a.at is not None else None
@@ -415,7 +414,7 @@ def cmd_restarts(a: argparse.Namespace) -> int:
                                     a.accumulation, a.shift)
         total = 1 if at is not None else (math.comb(len(steps) - 1, a.restarts) if a.restarts is not None
                                           and a.restarts <= len(steps) - 1 else None)
-        with _progress(total, "restarts") as bar:
+        with progress(total=total, desc="restarts", quiet=a.json) as bar:
             chosen, tried = restarts.search(name, steps, model, a.restarts, at, progress=bar)
     except restart_model.RestartError as exc:
         raise UsageError(str(exc)) from None
@@ -430,11 +429,10 @@ def cmd_restarts(a: argparse.Namespace) -> int:
         verdict = (f"(a) <= {row.certificate['max_abs_q']['bound']}, (b) <= {row.certificate['deviation']['bound']}"
                    if row.certificate else f"not certified: {row.reason}")
         print(f"published choice (Zhang, Amsel, Chen, Dao 2026): restart after iteration {where}: {verdict}")
-    _write_json(a.json, json.dumps(chosen.certificate, indent=2) + "\n")
-    return 0
+    return 0, json.dumps(chosen.certificate, indent=2) + "\n"
 
 
-def cmd_validate(a: argparse.Namespace) -> int:
+def cmd_validate(a: argparse.Namespace) -> tuple[int, object]:
     try:
         shape = parse_shape(a.shape)
         check_size(shape, a.batch * (len(validate_gram.SPECTRA) if a.gram else 1))
@@ -443,20 +441,19 @@ def cmd_validate(a: argparse.Namespace) -> int:
     if a.gram:
         text, rows, bounds = validate_gram.command(a, shape, resolve)
         sys.stdout.write(text)
-        _write_json(a.json, validate_gram.to_json(rows, bounds))
-        return 1 if any(r.exceeds for r in rows) else 0
+        return (1 if any(r.exceeds for r in rows) else 0), validate_gram.to_json(rows, bounds)
     if a.certificate or a.at is not None:
         raise UsageError(f"argument {'--certificate' if a.certificate else '--at'}: only with --gram")
     name, steps, _, _ = resolve(a.schedule)
     dtypes = DTYPES if a.dtype == "all" else (a.dtype,)
-    rows = validate(steps, dtypes, shape, float(a.lower or "1e-3"), a.batch)
+    with progress(total=len(dtypes), desc="validate", quiet=a.json) as bar:
+        rows = validate(steps, dtypes, shape, float(a.lower or "1e-3"), a.batch, progress=bar)
     sys.stdout.write(format_rows(name, rows))
     print("slack = 8 eps(dtype) for rounding; 'inside' means observed within certified ± slack")
-    _write_json(a.json, [r.__dict__ | {"inside": r.inside} for r in rows])
-    return 0 if all(r.inside for r in rows) else 1
+    return (0 if all(r.inside for r in rows) else 1), [r.__dict__ | {"inside": r.inside} for r in rows]
 
 
-def cmd_validate_model(a: argparse.Namespace) -> int:
+def cmd_validate_model(a: argparse.Namespace) -> tuple[int, object]:
     if len(a.schedules) > MAX_COMPARE:
         raise UsageError(f"argument schedules: at most {MAX_COMPARE} schedules, got {len(a.schedules)}")
     shapes = []
@@ -478,14 +475,14 @@ def cmd_validate_model(a: argparse.Namespace) -> int:
     names = a.schedules or [*validate_model.DEFAULT_SCHEDULES, *searched]
     schedules = {x: searched[x] if x in searched else resolve(x)[1] for x in names}
     methods = validate_model.METHODS if a.method == "both" else (a.method,)
-    rows, bounds = validate_model.validate_model(schedules, dtypes, methods, shapes, a.batch,
-                                                 accumulation=a.accumulation)
+    with progress(total=len(dtypes) * len(schedules) * len(methods), desc="validate-model", quiet=a.json) as bar:
+        rows, bounds = validate_model.validate_model(schedules, dtypes, methods, shapes, a.batch,
+                                                     accumulation=a.accumulation, progress=bar)
     sys.stdout.write(validate_model.format_report(rows, bounds, shapes))
-    _write_json(a.json, validate_model.to_json(rows, bounds))
-    return 1 if any(r.exceeds for r in rows) else 0
+    return (1 if any(r.exceeds for r in rows) else 0), validate_model.to_json(rows, bounds)
 
 
-def cmd_compare(a: argparse.Namespace) -> int:
+def cmd_compare(a: argparse.Namespace) -> tuple[int, object]:
     _check_interval(a.lower, a.upper)
     if a.plot and (not a.plot.lower().endswith(".png") or os.path.isdir(a.plot)):
         raise UsageError(f"argument --plot: must name a .png file (it is written to exactly that path), got {a.plot!a}")
@@ -493,7 +490,8 @@ def cmd_compare(a: argparse.Namespace) -> int:
         raise UsageError(f"argument schedules: at most {MAX_COMPARE} schedules in one comparison, got "
                          f"{len(a.schedules)}")
     named = [(n, s) for n, s, _, _ in (resolve(x) for x in a.schedules)]
-    rows = compare_rows(named, float(a.lower), float(a.upper))
+    with progress(total=len(named), desc="compare", quiet=a.json) as bar:
+        rows = compare_rows(named, float(a.lower), float(a.upper), progress=bar)
     sys.stdout.write(format_compare(rows, float(a.lower), float(a.upper)))
     if a.plot:
         try:
@@ -501,11 +499,10 @@ def cmd_compare(a: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot write --plot {a.plot!a}: {getattr(exc, 'strerror', None) or exc}") from None
         print(f"plot written to {a.plot}")
-    _write_json(a.json, rows)
-    return 0
+    return 0, rows
 
 
-def cmd_sources(a: argparse.Namespace) -> int:
+def cmd_sources(a: argparse.Namespace) -> tuple[int, object]:
     names = a.schedules or registry.names()
     unknown = [n for n in names if n not in registry.names()]
     if unknown:
@@ -528,27 +525,34 @@ def cmd_sources(a: argparse.Namespace) -> int:
             print(f"  property: {record.claim.statement}")
         for line in failures:
             print(f"  FAIL: {line}")
-    _write_json(a.json, rows)
-    return 1 if any(r["failures"] for r in rows) else 0
+    return (1 if any(r["failures"] for r in rows) else 0), rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m coeffsearch …``; returns the exit status (2: bad input or stdout not writable)."""
+    """``python -m coeffsearch …``; returns the exit status (2: bad input or stdout not writable).
+
+    A subcommand prints its report and returns its status and its JSON document; stdout gets the report, or with
+    ``--json`` the document alone (``--out FILE``: the file gets it instead)."""
     prog = "coeffsearch"
     if stdout_closed(prog):  # started with >&-: print() would discard every result silently
         return 2
     try:
         args = parser().parse_args(argv)
+        if args.out is not None and os.path.isdir(args.out):  # refused before the work, not after it
+            raise UsageError(f"argument --out: {args.out!a} is a directory")
         handler = {"minimax": cmd_minimax, "band": cmd_band, "certify": cmd_certify,
                    "validate": cmd_validate, "compare": cmd_compare, "restarts": cmd_restarts,
                    "sources": cmd_sources, "validate-model": cmd_validate_model}[args.command]
-        status = handler(args) or 0
-        sys.stdout.flush()  # a full disk shows here, not at interpreter exit
-        return status
+        report = io.StringIO()
+        with contextlib.redirect_stdout(report):
+            status, document = handler(args)
     except (UsageError, ScheduleError) as exc:
         return usage_error(prog, exc)
-    except OSError as exc:  # stdout cannot be written: a closed pipe (`| head`) stops quietly, a full disk is 2
-        return stdout_failed(prog, exc, 0)
+    if not args.json:
+        return write_result(prog, report.getvalue(), status, args.out)
+    # no document: the command failed and said why on stderr
+    return write_result(prog, "" if document is None else json_text(document), status, args.out)
+
 
 if __name__ == "__main__":
     sys.exit(main())

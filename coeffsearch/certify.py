@@ -165,13 +165,16 @@ def step_image(step: _Step, lo, hi):
     return a, b, used
 
 
-def propagate(steps, lo, hi):
-    """Per-step enclosures of the images of ``[lo, hi]`` (``steps`` from :func:`_steps`)."""
+def propagate(steps, lo, hi, progress=None):
+    """Per-step enclosures of the images of ``[lo, hi]`` (``steps`` from :func:`_steps`); ``progress``: a bar
+    updated once per step (:func:`foundation.commandline.progress`)."""
     rows = []
     for i, step in enumerate(steps):
         a, b, used = step_image(step, lo, hi)
         rows.append({"step": i + 1, "input": (lo, hi), "critical_points": used, "output": (a, b)})
         lo, hi = a, b
+        if progress is not None:
+            progress.update(1)
     return rows
 
 
@@ -324,8 +327,10 @@ class Certificate:
         return self.to_dict().get(key, default)
 
 
-def certify(steps, lower, upper=1, name: str = "", prec: int = DEFAULT_PREC, digits: int = 20) -> Certificate:
-    """A re-checkable certificate for ``steps`` on ``[lower, upper]`` (any odd degree).
+def certify(steps, lower, upper=1, name: str = "", prec: int = DEFAULT_PREC, digits: int = 20,
+            progress=None) -> Certificate:
+    """A re-checkable certificate for ``steps`` on ``[lower, upper]`` (any odd degree); ``progress``: a bar
+    updated once per step of the two propagations (``2 len(steps)`` in all).
 
     Every bound is rounded outward: the schedule maps every singular value in ``[lower, upper]``
     into ``band``, and :func:`recheck` recomputes the certificate from its JSON.
@@ -350,8 +355,8 @@ def certify(steps, lower, upper=1, name: str = "", prec: int = DEFAULT_PREC, dig
         lower = _exact(iv.mpf(lower_text).a)  # outward: the decimal interval's enclosure
         upper = _exact(iv.mpf(upper_text).b)
         cs = _steps(steps, prec)
-        rows = propagate(cs, lower, upper)
-        below = propagate(cs, mpmath.mpf(0), lower)
+        rows = propagate(cs, lower, upper, progress)
+        below = propagate(cs, mpmath.mpf(0), lower, progress)
         u_max = overshoot_limit(cs, lower, upper)
         band = rows[-1]["output"]
         worst = _worst(band)

@@ -9,8 +9,9 @@ from coeffsearch.validate import validate
 from foundation.polynomial import odd_eval
 
 
-def compare_rows(named, lower: float = 1e-3, upper: float = 1.0, shape=(128, 256), seed: int = 0):
-    """Per schedule: steps, matmuls, certified band and worst error on ``[l, u]``, observed bf16 band."""
+def compare_rows(named, lower: float = 1e-3, upper: float = 1.0, shape=(128, 256), seed: int = 0, progress=None):
+    """Per schedule: steps, matmuls, certified band and worst error on ``[l, u]``, observed bf16 band;
+    ``progress``: a bar updated once per schedule."""
     rows = []
     for name, steps in named:
         cert = certify(steps, repr(lower), repr(upper), name)
@@ -19,6 +20,8 @@ def compare_rows(named, lower: float = 1e-3, upper: float = 1.0, shape=(128, 256
                      "certified_band": [float(cert["band"][0]), float(cert["band"][1])],
                      "worst_error": float(cert["worst_error"]),
                      "bf16_observed_band": list(bf16.observed), "u_max": cert["overshoot"]["u_max"]})
+        if progress is not None:
+            progress.update(1)
     return rows
 
 

@@ -120,7 +120,7 @@ def _is_factor(text: str) -> bool:
 
 
 def main(argv=None) -> int:
-    """Search each dtype and print (and with ``--json FILE`` write) the fastest certified schedule per dtype."""
+    """Search each dtype and print (and with ``--certificates DIR`` write) the fastest certified schedule per dtype."""
     p = OneLineParser(prog="python -m coeffsearch.joint_search", description=__doc__.split("\n")[0])
     p.add_argument("--dtype", choices=(*DTYPES, "all"), default="all")
     p.add_argument("--band", type=float, help="largest certified (b) max |x_T - 1| (default: the replaced default's, "

@@ -81,7 +81,7 @@ _COEFF = {"anyOf": [{"type": "number"},
                     {"type": "string", "pattern": r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"}]}
 _STEPS = {"type": "array", "minItems": 1, "items": {"type": "array", "minItems": 1, "items": _COEFF}}
 
-#: what ``python -m coeffsearch minimax --json`` writes and ``--schedule FILE`` reads
+#: what ``python -m coeffsearch minimax --json`` prints and ``--schedule FILE`` reads
 SCHEDULE_SCHEMA = {
     "type": "object",
     "required": ["steps"],

@@ -1,6 +1,6 @@
 """Restart certificates: JSON that states a schedule's restart positions, the partition and the bounds.
 
-A certificate (:func:`certificate`, written by ``python -m coeffsearch restarts --json``) states the inputs
+A certificate (:func:`certificate`, printed by ``python -m coeffsearch restarts --json``) states the inputs
 (schedule, dtype and unit roundoff, growth factor, the lower end ``l`` of bound (b), the accumulation
 length ``n`` and the rounding bound ``γ_n``, the shift factor ``s``, the restart positions, the working
 precision), the model and criteria in words, the partition of ``[0, 1]`` and the proven bounds of

@@ -128,8 +128,10 @@ def jax_routines():
     return jax, jax_msign.newton_schulz, gram_newton_schulz.gram_newton_schulz
 
 
-def validate(steps, dtypes=DTYPES, shape=(256, 512), lower: float = 1e-3, batch: int = 3, seed: int = 0):
-    """Observed vs certified bands per dtype (float steps are run; the certificate uses the decimals)."""
+def validate(steps, dtypes=DTYPES, shape=(256, 512), lower: float = 1e-3, batch: int = 3, seed: int = 0,
+             progress=None):
+    """Observed vs certified bands per dtype (float steps are run; the certificate uses the decimals);
+    ``progress``: a bar updated once per dtype."""
     jax, newton_schulz, _ = jax_routines()
     jnp = jax.numpy
     rng = np.random.default_rng(seed)
@@ -155,6 +157,8 @@ def validate(steps, dtypes=DTYPES, shape=(256, 512), lower: float = 1e-3, batch:
         err = float(np.max(np.abs(sv - 1.0)))
         slack = ROUNDING_ULPS * float(jnp.finfo(dt).eps)
         rows.append(ValidationRow(name, shape, l_obs, observed, band, slack, err))
+        if progress is not None:
+            progress.update(1)
     return rows
 
 

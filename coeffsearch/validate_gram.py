@@ -40,7 +40,7 @@ from coeffsearch.certify import CertificateFormatError
 from coeffsearch.restart_certificate import parse
 from coeffsearch.restart_model import DEFAULT_GROWTH, Model, RestartError, check_positions, default_lower
 from coeffsearch.validate import jax_routines
-from foundation.commandline import FileRefused, UsageError, read_json_file
+from foundation.commandline import FileRefused, UsageError, progress, read_json_file
 from foundation.compute.spectra import log_spaced_spectrum, with_singular_values
 
 GRAM_DTYPES = ("float32", "bfloat16", "float16")
@@ -192,8 +192,9 @@ def run_dtype(batch: np.ndarray, dtype: str, steps, positions) -> list:
     return [(ref, [a, b.T]) for ref, a, b in zip(reference, given, transposed, strict=True)]
 
 
-def validate_gram(steps, bounds: dict, shape=(64, 256), count: int = 1, seed: int = 0) -> list:
-    """One :class:`GramRow` per dtype of ``bounds`` (``{dtype: Bound}``) and spectrum of :data:`SPECTRA`."""
+def validate_gram(steps, bounds: dict, shape=(64, 256), count: int = 1, seed: int = 0, progress=None) -> list:
+    """One :class:`GramRow` per dtype of ``bounds`` (``{dtype: Bound}``) and spectrum of :data:`SPECTRA`;
+    ``progress``: a bar updated once per dtype."""
     rows = []
     for dtype, bound in bounds.items():
         rng = np.random.default_rng(seed)
@@ -205,6 +206,8 @@ def validate_gram(steps, bounds: dict, shape=(64, 256), count: int = 1, seed: in
             rows.append(GramRow(dtype, kind, bound.positions, min(f[2] for f in mine), sum(f[3] for f in mine),
                                 sum(f[4] for f in mine), max(f[0] for f in mine), max(f[1] for f in mine),
                                 bound.deviation, bound.image))
+        if progress is not None:
+            progress.update(1)
     return rows
 
 
@@ -217,7 +220,7 @@ def read_restart_certificate(path: str, what: str = "argument --certificate") ->
         raise UsageError(str(exc)) from None
     if not isinstance(data, dict) or data.get("kind") != "restart-certificate":
         raise UsageError(f"{what}: {path!a} is not a restart certificate (write one with "
-                         f"python -m coeffsearch restarts SCHEDULE --dtype DTYPE --json FILE)")
+                         f"python -m coeffsearch restarts SCHEDULE --dtype DTYPE --json --out FILE)")
     try:
         return parse(data, f"{what} {path!a}")
     except CertificateFormatError as exc:
@@ -340,7 +343,8 @@ def command(args, shape, resolve) -> tuple:
     except RestartError as exc:
         raise UsageError(str(exc) if str(exc).startswith("argument") else f"argument --at: {exc}") from None
     bounds = bounds_for(name, steps, dtypes, certificates, at, args.lower)
-    rows = validate_gram(steps, bounds, shape, args.batch)
+    with progress(total=len(bounds), desc="validate --gram", quiet=args.json) as bar:
+        rows = validate_gram(steps, bounds, shape, args.batch, progress=bar)
     return format_gram(name, shape, bounds, rows), rows, bounds
 
 

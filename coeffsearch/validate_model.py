@@ -242,22 +242,27 @@ def measure_one(bound: Certified, steps, shapes, count: int, seed: int) -> Model
 
 
 def validate_model(schedules, dtypes=MODEL_DTYPES, methods=METHODS, shapes=DEFAULT_SHAPES, count: int = 2,
-                   seed: int = 0, accumulation: int = 1, bounds: dict | None = None) -> tuple:
+                   seed: int = 0, accumulation: int = 1, bounds: dict | None = None, progress=None) -> tuple:
     """``(rows, bounds)``: one :class:`ModelRow` per dtype, schedule (``{name: steps}``) and method, with
     the :class:`Certified` bound it is compared with (``bounds``, keyed ``(dtype, name, method)``, may be
-    given: a test plants a bound that is too small)."""
+    given: a test plants a bound that is too small); ``progress``: a bar updated once per dtype, schedule and
+    method (skipped ones included)."""
     bounds = dict(bounds or {})
     rows = []
     for dtype in dtypes:
         for name, steps in schedules.items():
             own = shipped().get(name, {}).get("dtype") if name.startswith("searched-") else None
             if own is not None and own != dtype:
+                if progress is not None:
+                    progress.update(len(methods))
                 continue  # a searched schedule runs in the dtype it was searched for
             for method in methods:
                 key = (dtype, name, method)
                 if key not in bounds:
                     bounds[key] = certified(name, steps, dtype, method, accumulation)
                 rows.append(measure_one(bounds[key], steps, shapes, count, seed))
+                if progress is not None:
+                    progress.update(1)
     return rows, bounds
 
 

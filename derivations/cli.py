@@ -22,7 +22,15 @@ from derivations.printing.numpy_printer import emit_numpy
 from derivations.printing.text import derivation_text, lemma_text
 from derivations.printing.validation import CONDITION, validate_source
 from derivations.vocabulary.interpret import MissingRule
-from foundation.commandline import STDOUT_CLOSED, OneLineParser, UsageError, int_option, usage_error, write_result
+from foundation.commandline import (
+    STDOUT_CLOSED,
+    OneLineParser,
+    UsageError,
+    int_option,
+    progress,
+    usage_error,
+    write_result,
+)
 from foundation.compute.jax_msign import MSIGN_METHODS
 from foundation.polynomial import MAX_SCHEDULE_STEPS
 
@@ -107,8 +115,9 @@ def verified_functions(rule: RuleModule) -> list:
     return functions
 
 
-def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
-    """Re-check every step and the self-check of every lemma the derivations use.
+def check_table(rule: RuleModule, trials: int, seed: int, quiet: bool = True) -> dict:
+    """Re-check every step and the self-check of every lemma the derivations use (``quiet`` false: a progress
+    bar on a terminal's stderr, one step per derivation and one for the checks of the results).
 
     Rows carry each step's worst error per sub-check, its symbolic verdict and, for a failing
     step, the failure (derivation, step, kind, lemma, sub-check, counterexample). ``ok`` is False
@@ -121,8 +130,10 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
     """
     rows, proofs = [], []
     ders = rule.derivations()
+    bar = progress(total=len(ders) + 1, desc=f"checking {rule.name}", unit="check", quiet=quiet)
     for der in ders:
         der.check(trials=trials, seed=seed, strict=False)
+        bar.update(1)
         for s in der.steps:
             rows.append({"derivation": der.name, "step": s.index, "lemma": s.lemma.number,
                          "rule": s.lemma.title, "kind": s.kind,
@@ -141,6 +152,7 @@ def check_table(rule: RuleModule, trials: int, seed: int) -> dict:
     translation = [] if integrity else translation_rows(rule, seed=seed)
     latex_rows = [] if integrity else [r.row() for r in round_trips(rule, seed, ders)]
     examples = [] if integrity else example_problems(rule)
+    bar.close()
     ok = (all(r["status"] == "ok" for r in rows + lemmas + translation)
           and all(m["status"] != "FAIL" for m in measurements + latex_rows) and not integrity and not examples)
     return {"ok": ok, "steps": rows, "lemmas": lemmas, "measurements": measurements, "proofs": proofs,
@@ -291,6 +303,14 @@ def format_table(table: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def _refuse_misplaced_options(args: argparse.Namespace) -> None:
+    """:class:`UsageError` for an option given where it does nothing (``--json`` without ``--check``, ...)."""
+    if args.json and not args.check:
+        raise UsageError("argument --json: only with --check (--emit prints code or text)")
+    if args.standalone and args.emit not in ("jax", "numpy"):
+        raise UsageError("argument --standalone: only with --emit jax or --emit numpy")
+
+
 def main(rule: RuleModule, argv: list[str] | None = None) -> int:
     prog = f"derivations.{rule.name}"
     try:
@@ -301,15 +321,14 @@ def main(rule: RuleModule, argv: list[str] | None = None) -> int:
             raise UsageError(f"argument --schedule: {exc.args[0]}") from None
         except ValueError as exc:
             raise UsageError(f"argument --schedule: {exc}") from None
-        if args.standalone and args.emit not in ("jax", "numpy"):
-            raise UsageError("argument --standalone: only with --emit jax or --emit numpy")
+        _refuse_misplaced_options(args)
         if args.out and os.path.isdir(args.out):
             raise UsageError(f"argument --out: {args.out} is a directory")
         if args.out is None and sys.stdout is None:  # >&-: refuse before the work, not after it
             raise UsageError(STDOUT_CLOSED)
         if args.check:
             try:
-                table = check_table(rule, args.trials, args.seed)
+                table = check_table(rule, args.trials, args.seed, quiet=args.json)
             except (StepCheckFailed, DerivationError) as exc:  # a derivation fails while it is built
                 sys.stderr.write(f"{prog}: check failed: {exc}\n")
                 return 1

@@ -15,7 +15,7 @@ from derivations import registry
 from derivations.cli import TranslationFailed, check_translation, emit_gate, render, verified_functions
 from derivations.engine.derivation import UncheckedDerivation
 from derivations.vocabulary.interpret import MissingRule
-from foundation.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
+from foundation.commandline import OneLineParser, UsageError, progress, stdout_closed, usage_error, write_result
 
 #: where the shipped copies live (the generated package :mod:`numerics.emitted`)
 SHIPPED_DIR = registry.PACKAGE_DIR.parent / "numerics" / "emitted"
@@ -40,11 +40,12 @@ def shipped(directory: Path | None = None) -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in (directory or SHIPPED_DIR).glob("*.py") if not p.stem.startswith("_")))
 
 
-def stale(rules: tuple[str, ...] | None = None, directory: Path | None = None) -> list[str]:
-    """The rules whose shipped copy is missing, differs from a fresh emission, or has no rule module."""
+def stale(rules: tuple[str, ...] | None = None, directory: Path | None = None, quiet: bool = True) -> list[str]:
+    """The rules whose shipped copy is missing, differs from a fresh emission, or has no rule module (``quiet``
+    false: a progress bar on a terminal's stderr, one step per rule)."""
     rules = registry.rule_names() if rules is None else rules
     out = []
-    for rule in rules:
+    for rule in progress(rules, desc="emitting", unit="rule", quiet=quiet):
         text, path = emit(rule), path_of(rule, directory)
         if text is None:
             continue
@@ -59,14 +60,15 @@ class Refused(Exception):
     its checked steps give, or an emitted function disagrees with its checked formula (translation validation)."""
 
 
-def regenerate(rules: tuple[str, ...] | None = None, directory: Path | None = None) -> list[str]:
-    """Write a fresh emission of every rule that emits functions; returns the rules whose file changed.
+def regenerate(rules: tuple[str, ...] | None = None, directory: Path | None = None, quiet: bool = True) -> list[str]:
+    """Write a fresh emission of every rule that emits functions; returns the rules whose file changed (``quiet``
+    false: a progress bar on a terminal's stderr, one step per rule).
 
     Nothing is written when a lemma cited by any of them fails its self-check, or an emitted function does not
     compute its checked formula (:func:`~derivations.cli.check_translation`) (:class:`Refused`)."""
     rules = registry.rule_names() if rules is None else rules
     fresh = {}
-    for rule in rules:
+    for rule in progress(rules, desc="emitting", unit="rule", quiet=quiet):
         module = registry.rule_module(rule)
         try:
             if not verified_functions(module):
@@ -111,14 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     rules = tuple(args.rule) if args.rule else registry.rule_names()
     if args.regenerate:
         try:
-            changed = regenerate(rules)
+            changed = regenerate(rules, quiet=False)
         except Refused as exc:
             sys.stderr.write(f"{prog}: not regenerated: {exc}\n")
             return 1
         return write_result(prog, f"regenerated {len(rules)} rule modules; changed: {', '.join(changed) or 'none'}\n",
                             0)
     try:
-        bad = stale(rules)
+        bad = stale(rules, quiet=False)
     except Refused as exc:
         sys.stderr.write(f"{prog}: not checked: {exc}\n")
         return 1

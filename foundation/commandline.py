@@ -5,8 +5,9 @@ a closed stdout (``>&-``) is one line and exit 2), the bounded file reader and w
 output file (:func:`read_regular_file`, :func:`write_text_file`: a FIFO nobody reads, a device or a
 directory is refused in one line, never waited on), the one JSON reader of every file the project reads
 (:func:`parse_json`, :func:`read_json_file`: size, nesting depth and integer-literal length bounded, one line
-naming the file and what is wrong), and the one integer option type (:func:`int_option`: a documented range,
-bools and out-of-range values refused in one line).
+naming the file and what is wrong), the one integer option type (:func:`int_option`: a documented range,
+bools and out-of-range values refused in one line), and the one progress bar of every long command
+(:func:`progress`: on stderr when it is a terminal, silent otherwise and with ``--json``).
 
 A command's ``main(argv)`` parses with :class:`OneLineParser`, raises :class:`UsageError` for input it refuses
 after parsing, and turns either into its exit status::
@@ -32,11 +33,36 @@ import sys
 from itertools import accumulate
 from typing import TYPE_CHECKING, NoReturn
 
+from tqdm import tqdm
+
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
 #: the one line a command prints when it was started with stdout closed (``sys.stdout is None``)
 STDOUT_CLOSED = "stdout is closed (the command was started with >&-); redirect it to a file or /dev/null instead"
+
+
+#: seconds before a progress bar appears: a command that finishes sooner shows none
+PROGRESS_DELAY = 1.0
+
+
+def is_terminal(stream) -> bool:
+    """Whether ``stream`` is open and a terminal (a pipe, a file, a capture or a closed stream is not)."""
+    try:
+        return stream is not None and bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # no isatty, or closed
+        return False
+
+
+def progress(iterable=None, *, total: int | None = None, desc: str | None = None, quiet: bool = False,
+             **options) -> tqdm:
+    """The progress bar of every command that can run for more than a few seconds: :class:`tqdm.tqdm` on
+    stderr, shown after :data:`PROGRESS_DELAY` seconds only when stderr is a terminal and ``quiet`` is false
+    (a command passes ``quiet=args.json``: a script reading JSON wants no bar). Otherwise the bar is disabled:
+    it writes nothing, and ``update`` costs nothing. ``options``: more of tqdm's (``unit``, ...)."""
+    stream = sys.stderr
+    return tqdm(iterable, total=total, desc=desc, file=stream, delay=PROGRESS_DELAY, leave=False,
+                disable=quiet or not is_terminal(stream), **options)
 
 
 class UsageError(Exception):

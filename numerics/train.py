@@ -33,9 +33,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from tqdm.auto import tqdm
 
-from foundation.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error, write_result
+from foundation.commandline import (
+    OneLineParser,
+    UsageError,
+    int_option,
+    stdout_closed,
+    usage_error,
+    write_result,
+)
+from foundation.commandline import progress as progress_bar
 from foundation.compute.lapack_threads import lapack_threads
 from numerics.optimizer import compositional_muon, parameter_roles, path_name
 from numerics.train_model import (
@@ -178,7 +185,7 @@ def train(name: str, lr: float, steps: int, cfg: Config, data: tuple[np.ndarray,
     gen = batches(train_tokens, cfg, seed)
     xs, vs, loss = [], [], float("nan")
     t0 = time.perf_counter()
-    bar = tqdm(range(1, steps + 1), desc=f"{name} lr={lr:g}", disable=not progress, leave=False)
+    bar = progress_bar(range(1, steps + 1), desc=f"{name} lr={lr:g}", quiet=not progress)
     for i in bar:
         x, y = next(gen)
         params, state, loss = step(params, state, x, y, jnp.float32(lr))

@@ -79,8 +79,9 @@ def _algebraic(*exprs) -> bool:
     return not any(isinstance(n, opaque) for e in exprs for n in _preorder(e))
 
 
-def compare(target: Target, candidate: Basic, *, diagnose: bool = True, seed: int = 0) -> Verdict:
-    """Decide whether ``candidate`` equals ``target.expr`` (see the module docstring)."""
+def compare(target: Target, candidate: Basic, *, diagnose: bool = True, seed: int = 0, progress=None) -> Verdict:
+    """Decide whether ``candidate`` equals ``target.expr`` (see the module docstring); ``progress``: a bar
+    (:func:`foundation.commandline.progress`) counting the values computed on the random instances."""
     ref = target.expr
     ref_shape = tuple(ref.shape) if ref.is_Matrix else None
     cand_shape = tuple(candidate.shape) if getattr(candidate, "is_Matrix", False) else None
@@ -91,15 +92,7 @@ def compare(target: Target, candidate: Basic, *, diagnose: bool = True, seed: in
     if ref_shape is None and not free_symbols(ref, candidate):  # counts in the shape symbols: exact algebra
         return _compare_in_dimensions(target, ref, candidate)
     insts = _instances(target, [ref, candidate], seed)
-    pairs = []
-    for inst in insts:
-        try:
-            a, b = _value(ref, inst, True, strict=True), _value(candidate, inst, True, strict=True)
-        except NotConverged:
-            continue  # an SVD that did not converge says nothing either way: skipped, and counted
-        if a is None:
-            continue  # counted in Verdict.skipped and printed: never silently
-        pairs.append((inst, a, b))
+    pairs = _evaluated(ref, candidate, insts, progress)
     if len(pairs) < 2:
         raise BadInput(f"{target.name} could not be evaluated on two random instances")
     shown = {"reference": show(ref, target.namespace), "candidate": show(candidate, target.namespace),
@@ -219,12 +212,36 @@ def parse_for(target: Target, text: str):
     return Builder(target.namespace).build_like(parse_tree(candidate_text(text)), target.expr)  # a lone I or 0
 
 
-def check_derivation(name: str, formula: str, use_cache: bool = True) -> Verdict:
+def _evaluated(ref, candidate, insts, progress=None) -> list:
+    """``(instance, reference value, candidate value)`` for each instance where both could be evaluated (an SVD
+    that did not converge, or a value that is not defined there, says nothing either way: skipped, and counted in
+    ``Verdict.skipped``); ``progress`` counts the values, two per instance (at 64×64 one takes tens of seconds)."""
+    def value(expr, inst):
+        out = _value(expr, inst, True, strict=True)
+        if progress is not None:
+            progress.update(1)
+        return out
+
+    if progress is not None:
+        progress.reset(total=2 * len(insts))
+    pairs = []
+    for inst in insts:
+        try:
+            a, b = value(ref, inst), value(candidate, inst)
+        except NotConverged:
+            continue
+        if a is not None:
+            pairs.append((inst, a, b))
+    return pairs
+
+
+def check_derivation(name: str, formula: str, use_cache: bool = True, progress=None) -> Verdict:
     """The verdict on a hand-derived ``formula`` for the derivation called ``name`` (``halfsplit.query``).
 
     What ``python -m derivations.crosscheck NAME FORMULA`` decides (the module docstring says how); the
     derivation's target is cached (:mod:`~derivations.crosscheck.target_cache`) unless ``use_cache`` is
-    false. Raises :class:`~derivations.crosscheck.inputs.BadInput` for an unknown name and
+    false; ``progress``: :func:`compare`'s. Raises :class:`~derivations.crosscheck.inputs.BadInput` for an unknown
+    name and
     :class:`~derivations.parsing.formula_tokens.FormulaError` (a ``ValueError`` naming the column) for a
     formula that does not parse or whose shapes do not fit.
 
@@ -245,7 +262,7 @@ def check_derivation(name: str, formula: str, use_cache: bool = True) -> Verdict
         target = target_of(der, module)
         if use_cache:
             store_target(target)
-    return compare(target, parse_for(target, formula))
+    return compare(target, parse_for(target, formula), progress=progress)
 
 
 __all__ = ["candidate_text", "check_derivation", "compare", "parse_for"]

@@ -13,7 +13,7 @@ from derivations.crosscheck import chain, checker, identities, rule_lookup
 from derivations.crosscheck.inputs import CHAIN_MAX_BYTES, BadInput
 from derivations.crosscheck.verdict import format_verdict
 from derivations.parsing.formula_syntax import FormulaError
-from foundation.commandline import OneLineParser, UsageError, stdout_closed, usage_error, write_result
+from foundation.commandline import OneLineParser, UsageError, progress, stdout_closed, usage_error, write_result
 
 
 def _parser() -> OneLineParser:
@@ -43,7 +43,7 @@ def _parser() -> OneLineParser:
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (verdict, method, scale, diagnosis, counterexample; the "
                         "counterexample's relative_difference is ||candidate - derived||_F / ||derived||_F "
-                        "on its instance: 1.0 for twice the derived result)")
+                        "on its instance: 1.0 for twice the derived result; with --list: the names)")
     p.add_argument("--list", action="store_true", help="list the derivation names")
     p.add_argument("--no-cache", action="store_true",
                    help="rebuild the derivation (or, with --list, all of them) instead of reading the cache "
@@ -61,7 +61,9 @@ def run(argv: list[str] | None = None) -> tuple[int, str]:
     argv = [f" {a}" if a.startswith("-") and not a.startswith("--") and a != "-h" else a for a in argv]
     args = _parser().parse_args(argv)
     if args.list:
-        return 0, "\n".join(sorted(rule_lookup.derivation_names(use_cache=not args.no_cache))) + "\n"
+        with progress(desc="building derivations", quiet=args.json) as bar:
+            names = sorted(rule_lookup.derivation_names(use_cache=not args.no_cache, progress=bar))
+        return 0, json.dumps(names, indent=2) + "\n" if args.json else "\n".join(names) + "\n"
     if args.chain:
         if args.args:
             raise BadInput("--chain takes a file and no positional arguments")
@@ -72,7 +74,8 @@ def run(argv: list[str] | None = None) -> tuple[int, str]:
         if len(args.args) != 3:
             raise BadInput("identity takes two formulas: identity LHS RHS")
         target, cand = identities.identity_target(args.args[1], args.args[2], identities.parse_assumptions(args.assume))
-        verdict = checker.compare(target, cand)
+        with progress(desc="evaluating", quiet=args.json) as bar:
+            verdict = checker.compare(target, cand, progress=bar)
         verdict.scalars = identities.scalar_names(target.namespace)
         what = "identity"
     else:
@@ -80,7 +83,8 @@ def run(argv: list[str] | None = None) -> tuple[int, str]:
             raise BadInput("give DERIVATION FORMULA, identity LHS RHS, or --chain FILE (see --help)")
         if args.assume:
             raise BadInput("--assume is for identities and chains; a derivation carries its own facts")
-        verdict = checker.check_derivation(*args.args, use_cache=not args.no_cache)
+        with progress(desc="evaluating", quiet=args.json) as bar:
+            verdict = checker.check_derivation(*args.args, use_cache=not args.no_cache, progress=bar)
         what = args.args[0]
     text = json.dumps(verdict.as_json(), indent=2) + "\n" if args.json else format_verdict(verdict, what)
     return (0 if verdict.verdict == "equal" else 1), text

@@ -17,19 +17,24 @@ RULE_MODULES = registry.derivation_sources()
 NAMES_KEY = "derivation names"  # no derivation name has a space
 
 
-def derivation_names(use_cache: bool = True) -> dict:
+def derivation_names(use_cache: bool = True, progress=None) -> dict:
     """``{name: module name}`` of every derivation of the rule modules.
 
     Building them all checks every step (about 35 s, most of it the symbolic checks), so the names
-    are cached with the targets, keyed by a hash of the sources.
+    are cached with the targets, keyed by a hash of the sources; ``progress``: a bar updated once per rule
+    module built (:func:`foundation.commandline.progress`).
     """
     cached = _cache_read(NAMES_KEY) if use_cache else None
     if isinstance(cached, dict) and cached and all(isinstance(v, str) and v in RULE_MODULES for v in cached.values()):
         return cached
     out = {}
+    if progress is not None:
+        progress.reset(total=len(RULE_MODULES))
     for mod_name in RULE_MODULES:
         for der in _module(mod_name).derivations():
             out[der.name] = mod_name
+        if progress is not None:
+            progress.update(1)
     if use_cache:
         _cache_write(NAMES_KEY, out)
     return out

@@ -55,6 +55,11 @@ class FunctionSpec:
         return f"{self.name}({', '.join(params)})"
 
 
+def checked_name(name: str) -> str:
+    """The private function behind the public ``name``: its checks and core, errors naming a given ``caller``."""
+    return f"_checked_{name}"
+
+
 def render_function(spec: FunctionSpec) -> str:
     """The source text of ``spec`` (no trailing newline)."""
     lines = [*(f"@{d}" for d in spec.decorators), f"def {spec.signature()}:"]

@@ -22,7 +22,7 @@ from derivations.printing.codegen import (
     docstring_fragment,
     routine_parts,
 )
-from derivations.printing.function_spec import FunctionSpec, Parameter, render_functions
+from derivations.printing.function_spec import FunctionSpec, Parameter, checked_name, render_functions
 from derivations.printing.split_mode import SHARED_NOTES, Computation, ScaledPrinter, compute
 from derivations.vocabulary.nodes import RegularizedSylvester
 from foundation.compute import jax_runtime
@@ -137,14 +137,12 @@ ARG_DOC = """Arguments after * : eps (step budget ε >= 0), damping (λ >= 0), m
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     """ + CHECKS_DOC
 
 
 NO_MSIGN_DOC = """Arguments after * : damping (λ >= 0), check_finite (raise if an input or the result is
-    NaN/Inf); _caller is internal (see the functions with msign). Returns the result(s) in the input dtype.
+    NaN/Inf). Returns the result(s) in the input dtype.
     """ + CHECKS_DOC
 
 
@@ -196,13 +194,19 @@ def _module_docstring(title: str, command: str, functions: list[EmittedFunction]
     return header(docstring_fragment(title), docstring_fragment(command), functions, extra)
 
 
-def function_specs(fn: EmittedFunction, scalars: dict, msign_default: str) -> tuple[FunctionSpec, FunctionSpec]:
-    """The two functions emitted for ``fn``: the jitted core ``_<name>`` and the public entry point ``<name>``."""
+def function_specs(fn: EmittedFunction, scalars: dict,
+                   msign_default: str) -> tuple[FunctionSpec, FunctionSpec, FunctionSpec]:
+    """The three functions emitted for ``fn``: the jitted core ``_<name>``, the public entry point ``<name>`` and
+    ``_checked_<name>``, which runs the checks and the core for both ``<name>`` and the stored-layout entry points
+    (their errors name the entry point and its stored arguments: :mod:`derivations.printing.layout`)."""
     for name in [*fn.argument_names, *(out for out, _ in fn.outputs), *fn.options, *fn.extra_scalars.values(),
                  *scalars.values()]:
         check_identifier(name, f"{fn.name}: argument or output name")
     computation = compute(fn, scalars, JaxPrinter)
-    return _core_spec(fn, computation), _public_spec(fn, computation.uses_msign, msign_default)
+    keywords = _keywords(fn, computation.uses_msign, msign_default)
+    return (_core_spec(fn, computation), _public_spec(fn, keywords, computation.uses_msign),
+            _checked_spec(fn, keywords, computation.uses_msign))
+
 
 
 def _arguments_dict(args: list[str]) -> str:
@@ -232,36 +236,53 @@ def _core_spec(fn: EmittedFunction, c: Computation) -> FunctionSpec:
                         decorators=(f"functools.partial(jax.jit, static_argnames=({static},))",), body=body)
 
 
-def _public_spec(fn: EmittedFunction, uses_msign: bool, msign_default: str) -> FunctionSpec:
-    """``<name>``: keyword scalars with their defaults, the argument checks, the core's call and the finite check."""
-    args, extra = fn.argument_names, list(fn.extra_scalars.values())
-    keywords = [*([Parameter("eps")] if fn.needs_eps else []), *(Parameter(n) for n in extra),
-                Parameter("damping", None if fn.positive_damping else "0.0"),
-                *([Parameter("msign", repr(msign_default)), Parameter("schedule", "NS_SCHEDULE"),
-                   Parameter("restarts", "None"), Parameter("gram_aspect", "None")] if uses_msign else []),
-                *(Parameter(o, repr(default)) for o, (default, _) in fn.options.items()),
-                Parameter("check_finite", "True"), Parameter("_caller", "None")]
+def _keywords(fn: EmittedFunction, uses_msign: bool, msign_default: str) -> tuple[Parameter, ...]:
+    """The keyword-only parameters of ``<name>``, with their defaults (``<name>``'s public signature after ``*``)."""
+    extra = fn.extra_scalars.values()
+    return (*([Parameter("eps")] if fn.needs_eps else []), *(Parameter(n) for n in extra),
+            Parameter("damping", None if fn.positive_damping else "0.0"),
+            *([Parameter("msign", repr(msign_default)), Parameter("schedule", "NS_SCHEDULE"),
+               Parameter("restarts", "None"), Parameter("gram_aspect", "None")] if uses_msign else []),
+            *(Parameter(o, repr(default)) for o, (default, _) in fn.options.items()),
+            Parameter("check_finite", "True"))
+
+
+def _public_spec(fn: EmittedFunction, keywords: tuple[Parameter, ...], uses_msign: bool) -> FunctionSpec:
+    """``<name>``: its arguments and keyword scalars with their defaults, passed on to ``_checked_<name>``."""
+    passed = ", ".join([*fn.argument_names, *(f"{k.name}={k.name}" for k in keywords), "caller=None"])
+    doc = check_docstring(docstring(fn, ARG_DOC if uses_msign else NO_MSIGN_DOC), f"docstring of {fn.name}")
+    return FunctionSpec(fn.name, tuple(Parameter(a) for a in fn.argument_names), keywords, docstring=doc,
+                        body=(f"return {checked_name(fn.name)}({passed})",))
+
+
+def _checked_spec(fn: EmittedFunction, keywords: tuple[Parameter, ...], uses_msign: bool) -> FunctionSpec:
+    """``_checked_<name>``: the argument checks, the core's call and the finite check; errors name ``caller``
+    (a stored-layout entry point's name and stored arguments) where it is given, else ``<name>`` and its own."""
+    args = fn.argument_names
     # no msign in the formula: nothing to choose
     sign_args = "msign, schedule, restarts, gram_aspect" if uses_msign else "'svd', ()"
-    checks = (f"validate_inputs({fn.name!r} if _caller is None else _caller[0], {fn.shapes()!r},",
+    checks = (f"validate_inputs({fn.name!r} if caller is None else caller[0], {fn.shapes()!r},",
               f"                {_arguments_dict(args)},",
               f"                {'eps' if fn.needs_eps else '0.0'}, damping, {sign_args})",
               *_option_checks(fn))
     call_sign = ("msign, schedule_array(schedule) if msign != 'svd' else None, "
                  "gram_flags(msign, schedule, restarts), gram_aspect" if uses_msign else "'svd', None, None, None")
-    scalars = "".join(f", real_scalar({n})" for n in extra)
+    scalars = "".join(f", real_scalar({n})" for n in fn.extra_scalars.values())
     body = ((f"outputs, status = _{fn.name}({', '.join(args)}, {'real_scalar(eps)' if fn.needs_eps else '0.0'}"
              f"{scalars}, real_scalar(damping), {call_sign}{''.join(f', {o}' for o in fn.options)})"),
             "if check_finite:",
-            f"    raise_if_not_finite({fn.name!r}, status, {_arguments_dict(args)}, _caller)",
+            f"    raise_if_not_finite({fn.name!r}, status, {_arguments_dict(args)}, caller)",
             "return outputs" + ("[0]" if len(fn.outputs) == 1 else ""))
-    doc = check_docstring(docstring(fn, ARG_DOC if uses_msign else NO_MSIGN_DOC), f"docstring of {fn.name}")
-    return FunctionSpec(fn.name, tuple(Parameter(a) for a in args), tuple(keywords), docstring=doc,
+    doc = (f'    """{fn.name}, its errors naming ``caller`` (the name and the stored arguments of a stored-layout '
+           f'entry point)\n    where it is given."""')
+    return FunctionSpec(checked_name(fn.name), tuple(Parameter(a) for a in args),
+                        keywords + (Parameter("caller"),),
+                        docstring=check_docstring(doc, f"docstring of {checked_name(fn.name)}"),
                         checks=checks, body=body)
 
 
 def _option_checks(fn: EmittedFunction) -> list[str]:
-    """The checks of the public entry point after ``validate_inputs``: options, extra scalars, a positive λ."""
+    """The checks of ``_checked_<name>`` after ``validate_inputs``: options, extra scalars, a positive λ."""
     checks = []
     for o, (_, allowed) in fn.options.items():
         checks += [f"if {o} not in {tuple(allowed)!r}:",

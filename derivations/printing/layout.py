@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from derivations.lemmas.blocks import HeadLayout
 from derivations.printing.codegen import UnsupportedNode
+from derivations.printing.function_spec import checked_name
 
 #: what an entry point with ``head_dim`` says about it (printed into its docstring)
 HEAD_DIM_DOC = ("head_dim is the width d_h of one head, a positive int that divides both stored head widths, with "
@@ -199,9 +200,9 @@ class AdapterPrinter:
             ('    options = {"eps": eps, "damping": damping, "msign": msign, "schedule": schedule, '
              '"restarts": restarts,'),
             '               "gram_aspect": gram_aspect, "check_finite": check_finite,',
-            (f'               "_caller": ({a.entry!r}, {{{", ".join(f"{n!r}: {n}" for n in a.stored)}}})}}'
+            (f'               "caller": ({a.entry!r}, {{{", ".join(f"{n!r}: {n}" for n in a.stored)}}})}}'
              '  # errors name this function and its arguments'),
-            (f"    return {a.name}({', '.join(fn.name for _, fn in a.calls)}, {', '.join(a.stored)}, "
+            (f"    return {a.name}({', '.join(checked_name(fn.name) for _, fn in a.calls)}, {', '.join(a.stored)}, "
              f"{head}options)"),
         ])
 

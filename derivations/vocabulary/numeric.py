@@ -159,9 +159,10 @@ class NumericEvaluator(Interpreter):
         return self(expr.base) ** self(expr.exp)
 
 
-def evaluate(expr, env: dict, backend=None, dims: dict | None = None, _memo=None):
-    """Value of ``expr`` with symbols bound by ``env`` (matrices and scalars)."""
-    return NumericEvaluator(env, backend, dims, _memo)(expr)
+def evaluate(expr, env: dict, backend=None, dims: dict | None = None):
+    """Value of ``expr`` with symbols bound by ``env`` (matrices and scalars); to share computed subexpressions
+    between several expressions, call one :class:`NumericEvaluator` on each."""
+    return NumericEvaluator(env, backend, dims)(expr)
 
 
 __all__ = ["EvaluationError", "NumericEvaluator", "evaluate"]

@@ -90,7 +90,7 @@ def _balance_qk(W_Q, W_K, eps, damping, msign, schedule, restarts, gram_aspect):
     return nan_unless(status == 0, (W_Q_bal, W_K_bal)), status
 
 
-def balance_qk(W_Q, W_K, *, damping=0.0, check_finite=True, _caller=None):
+def balance_qk(W_Q, W_K, *, damping=0.0, check_finite=True):
     """Balance the factors of M = W_Q W_Kᵀ along the gauge (equal Grams, same product).
 
     W_Q_bal = U_[W_Q*C_K]*(C_K*W_Q.T*W_Q*C_K)^(1/4)    (balance.W_Q)
@@ -100,7 +100,7 @@ def balance_qk(W_Q, W_K, *, damping=0.0, check_finite=True, _caller=None):
 
     Shapes: W_Q: (..., d_Q, d_h), W_K: (..., d, d_h); leading axes (layers, heads) are batched.
     Arguments after * : damping (λ >= 0), check_finite (raise if an input or the result is
-    NaN/Inf); _caller is internal (see the functions with msign). Returns the result(s) in the input dtype.
+    NaN/Inf). Returns the result(s) in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -113,10 +113,16 @@ def balance_qk(W_Q, W_K, *, damping=0.0, check_finite=True, _caller=None):
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('balance_qk' if _caller is None else _caller[0], {'W_Q': ('d_Q', 'd_h'), 'W_K': ('d', 'd_h')},
+    return _checked_balance_qk(W_Q, W_K, damping=damping, check_finite=check_finite, caller=None)
+
+
+def _checked_balance_qk(W_Q, W_K, *, damping=0.0, check_finite=True, caller):
+    """balance_qk, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('balance_qk' if caller is None else caller[0], {'W_Q': ('d_Q', 'd_h'), 'W_K': ('d', 'd_h')},
                     {'W_Q': W_Q, 'W_K': W_K},
                     0.0, damping, 'svd', ())
     outputs, status = _balance_qk(W_Q, W_K, 0.0, real_scalar(damping), 'svd', None, None, None)
     if check_finite:
-        raise_if_not_finite('balance_qk', status, {'W_Q': W_Q, 'W_K': W_K}, _caller)
+        raise_if_not_finite('balance_qk', status, {'W_Q': W_Q, 'W_K': W_K}, caller)
     return outputs

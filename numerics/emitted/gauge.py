@@ -74,7 +74,7 @@ def _horizontal_projection(W_Q, W_K, m_Q, m_K, eps, damping, msign, schedule, re
     return nan_unless(status == 0, (m_Q_h, m_K_h)), status
 
 
-def horizontal_projection(W_Q, W_K, m_Q, m_K, *, damping=0.0, check_finite=True, _caller=None):
+def horizontal_projection(W_Q, W_K, m_Q, m_K, *, damping=0.0, check_finite=True):
     """Project momentum buffers onto the horizontal space (gauge-fixed).
 
     m_Q_h = W_Q*X + m_Q    (gauge.projection)
@@ -84,7 +84,7 @@ def horizontal_projection(W_Q, W_K, m_Q, m_K, *, damping=0.0, check_finite=True,
 
     Shapes: W_Q: (..., d, d_h), W_K: (..., d, d_h), m_Q: (..., d, d_h), m_K: (..., d, d_h); leading axes (layers, heads) are batched.
     Arguments after * : damping (λ >= 0), check_finite (raise if an input or the result is
-    NaN/Inf); _caller is internal (see the functions with msign). Returns the result(s) in the input dtype.
+    NaN/Inf). Returns the result(s) in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -97,10 +97,16 @@ def horizontal_projection(W_Q, W_K, m_Q, m_K, *, damping=0.0, check_finite=True,
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('horizontal_projection' if _caller is None else _caller[0], {'W_Q': ('d', 'd_h'), 'W_K': ('d', 'd_h'), 'm_Q': ('d', 'd_h'), 'm_K': ('d', 'd_h')},
+    return _checked_horizontal_projection(W_Q, W_K, m_Q, m_K, damping=damping, check_finite=check_finite, caller=None)
+
+
+def _checked_horizontal_projection(W_Q, W_K, m_Q, m_K, *, damping=0.0, check_finite=True, caller):
+    """horizontal_projection, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('horizontal_projection' if caller is None else caller[0], {'W_Q': ('d', 'd_h'), 'W_K': ('d', 'd_h'), 'm_Q': ('d', 'd_h'), 'm_K': ('d', 'd_h')},
                     {'W_Q': W_Q, 'W_K': W_K, 'm_Q': m_Q, 'm_K': m_K},
                     0.0, damping, 'svd', ())
     outputs, status = _horizontal_projection(W_Q, W_K, m_Q, m_K, 0.0, real_scalar(damping), 'svd', None, None, None)
     if check_finite:
-        raise_if_not_finite('horizontal_projection', status, {'W_Q': W_Q, 'W_K': W_K, 'm_Q': m_Q, 'm_K': m_K}, _caller)
+        raise_if_not_finite('horizontal_projection', status, {'W_Q': W_Q, 'W_K': W_K, 'm_Q': m_Q, 'm_K': m_K}, caller)
     return outputs

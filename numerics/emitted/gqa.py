@@ -96,7 +96,7 @@ def _gqa_query(W_K, G_Q, eps, damping, msign, schedule, restarts, gram_aspect):
     return nan_unless(status == 0, (dW_Q,)), status
 
 
-def gqa_query(W_K, G_Q, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def gqa_query(W_K, G_Q, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """GQA query update, one head (partner: its group's key head).
 
     dW_Q = (-epsilon/2)*msign(G_Q*C_K^-1)*C_K^-1    (halfsplit.query)
@@ -112,9 +112,7 @@ def gqa_query(W_K, G_Q, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -127,12 +125,18 @@ def gqa_query(W_K, G_Q, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('gqa_query' if _caller is None else _caller[0], {'W_K': ('d', 'd_h'), 'G_Q': ('d', 'd_h')},
+    return _checked_gqa_query(W_K, G_Q, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_gqa_query(W_K, G_Q, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """gqa_query, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('gqa_query' if caller is None else caller[0], {'W_K': ('d', 'd_h'), 'G_Q': ('d', 'd_h')},
                     {'W_K': W_K, 'G_Q': G_Q},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _gqa_query(W_K, G_Q, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('gqa_query', status, {'W_K': W_K, 'G_Q': G_Q}, _caller)
+        raise_if_not_finite('gqa_query', status, {'W_K': W_K, 'G_Q': G_Q}, caller)
     return outputs[0]
 
 
@@ -150,7 +154,7 @@ def _gqa_key(W_Qbar, G_K, eps, group_size, damping, msign, schedule, restarts, g
     return nan_unless(status == 0, (dW_K,)), status
 
 
-def gqa_key(W_Qbar, G_K, *, eps, group_size, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def gqa_key(W_Qbar, G_K, *, eps, group_size, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """GQA shared key update, one key head (partner: its group's stacked queries).
 
     dW_K = (-epsilon/(2*G))*msign(G_K*C_Qbar^-1)*C_Qbar^-1    (gqa.key)
@@ -166,9 +170,7 @@ def gqa_key(W_Qbar, G_K, *, eps, group_size, damping=0.0, msign='newton_schulz',
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -181,7 +183,13 @@ def gqa_key(W_Qbar, G_K, *, eps, group_size, damping=0.0, msign='newton_schulz',
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('gqa_key' if _caller is None else _caller[0], {'W_Qbar': ('n', 'd_h'), 'G_K': ('d', 'd_h')},
+    return _checked_gqa_key(W_Qbar, G_K, eps=eps, group_size=group_size, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_gqa_key(W_Qbar, G_K, *, eps, group_size, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """gqa_key, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('gqa_key' if caller is None else caller[0], {'W_Qbar': ('n', 'd_h'), 'G_K': ('d', 'd_h')},
                     {'W_Qbar': W_Qbar, 'G_K': G_K},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     if not isinstance(group_size, jax.core.Tracer):
@@ -189,7 +197,7 @@ def gqa_key(W_Qbar, G_K, *, eps, group_size, damping=0.0, msign='newton_schulz',
         check_group('gqa_key', group_size, {'W_Qbar': ('n', 'd_h'), 'G_K': ('d', 'd_h')}, {'W_Qbar': W_Qbar, 'G_K': G_K})
     outputs, status = _gqa_key(W_Qbar, G_K, real_scalar(eps), real_scalar(group_size), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('gqa_key', status, {'W_Qbar': W_Qbar, 'G_K': G_K}, _caller)
+        raise_if_not_finite('gqa_key', status, {'W_Qbar': W_Qbar, 'G_K': G_K}, caller)
     return outputs[0]
 
 
@@ -207,7 +215,7 @@ def _gqa_value(W_Obar, G_V, eps, group_size, damping, msign, schedule, restarts,
     return nan_unless(status == 0, (dW_V,)), status
 
 
-def gqa_value(W_Obar, G_V, *, eps, group_size, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def gqa_value(W_Obar, G_V, *, eps, group_size, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """GQA shared value update, one value head (partner: its group's stacked output heads).
 
     dW_V = (-epsilon/(2*G))*C_Obar^-1*msign(C_Obar^-1*G_V)    (gqa.value)
@@ -223,9 +231,7 @@ def gqa_value(W_Obar, G_V, *, eps, group_size, damping=0.0, msign='newton_schulz
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -238,7 +244,13 @@ def gqa_value(W_Obar, G_V, *, eps, group_size, damping=0.0, msign='newton_schulz
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('gqa_value' if _caller is None else _caller[0], {'W_Obar': ('n', 'd_h'), 'G_V': ('d_h', 'd')},
+    return _checked_gqa_value(W_Obar, G_V, eps=eps, group_size=group_size, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_gqa_value(W_Obar, G_V, *, eps, group_size, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """gqa_value, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('gqa_value' if caller is None else caller[0], {'W_Obar': ('n', 'd_h'), 'G_V': ('d_h', 'd')},
                     {'W_Obar': W_Obar, 'G_V': G_V},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     if not isinstance(group_size, jax.core.Tracer):
@@ -246,7 +258,7 @@ def gqa_value(W_Obar, G_V, *, eps, group_size, damping=0.0, msign='newton_schulz
         check_group('gqa_value', group_size, {'W_Obar': ('n', 'd_h'), 'G_V': ('d_h', 'd')}, {'W_Obar': W_Obar, 'G_V': G_V})
     outputs, status = _gqa_value(W_Obar, G_V, real_scalar(eps), real_scalar(group_size), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('gqa_value', status, {'W_Obar': W_Obar, 'G_V': G_V}, _caller)
+        raise_if_not_finite('gqa_value', status, {'W_Obar': W_Obar, 'G_V': G_V}, caller)
     return outputs[0]
 
 
@@ -262,7 +274,7 @@ def _gqa_isotropic_query(W_K, G_Q, eps, damping, msign, schedule, restarts, gram
     return nan_unless(status == 0, (dW_Q,)), status
 
 
-def gqa_isotropic_query(W_K, G_Q, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def gqa_isotropic_query(W_K, G_Q, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """Isotropic GQA query update, one head (partner: its group's key head).
 
     dW_Q = (-epsilon/(2*c_K))*msign(G_Q)    (halfsplit.isotropic_query)
@@ -278,9 +290,7 @@ def gqa_isotropic_query(W_K, G_Q, *, eps, damping=0.0, msign='newton_schulz', sc
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -293,12 +303,18 @@ def gqa_isotropic_query(W_K, G_Q, *, eps, damping=0.0, msign='newton_schulz', sc
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('gqa_isotropic_query' if _caller is None else _caller[0], {'W_K': ('d', 'd_h'), 'G_Q': ('d', 'd_h')},
+    return _checked_gqa_isotropic_query(W_K, G_Q, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_gqa_isotropic_query(W_K, G_Q, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """gqa_isotropic_query, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('gqa_isotropic_query' if caller is None else caller[0], {'W_K': ('d', 'd_h'), 'G_Q': ('d', 'd_h')},
                     {'W_K': W_K, 'G_Q': G_Q},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _gqa_isotropic_query(W_K, G_Q, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('gqa_isotropic_query', status, {'W_K': W_K, 'G_Q': G_Q}, _caller)
+        raise_if_not_finite('gqa_isotropic_query', status, {'W_K': W_K, 'G_Q': G_Q}, caller)
     return outputs[0]
 
 
@@ -315,7 +331,7 @@ def _gqa_isotropic_key(W_Qbar, G_K, eps, group_size, damping, msign, schedule, r
     return nan_unless(status == 0, (dW_K,)), status
 
 
-def gqa_isotropic_key(W_Qbar, G_K, *, eps, group_size, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def gqa_isotropic_key(W_Qbar, G_K, *, eps, group_size, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """Isotropic GQA shared key update, one key head (partner: its group's stacked queries).
 
     dW_K = (-epsilon/(2*G*c_Qbar))*msign(G_K)    (gqa.isotropic_key)
@@ -331,9 +347,7 @@ def gqa_isotropic_key(W_Qbar, G_K, *, eps, group_size, damping=0.0, msign='newto
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -346,7 +360,13 @@ def gqa_isotropic_key(W_Qbar, G_K, *, eps, group_size, damping=0.0, msign='newto
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('gqa_isotropic_key' if _caller is None else _caller[0], {'W_Qbar': ('n', 'd_h'), 'G_K': ('d', 'd_h')},
+    return _checked_gqa_isotropic_key(W_Qbar, G_K, eps=eps, group_size=group_size, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_gqa_isotropic_key(W_Qbar, G_K, *, eps, group_size, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """gqa_isotropic_key, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('gqa_isotropic_key' if caller is None else caller[0], {'W_Qbar': ('n', 'd_h'), 'G_K': ('d', 'd_h')},
                     {'W_Qbar': W_Qbar, 'G_K': G_K},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     if not isinstance(group_size, jax.core.Tracer):
@@ -354,7 +374,7 @@ def gqa_isotropic_key(W_Qbar, G_K, *, eps, group_size, damping=0.0, msign='newto
         check_group('gqa_isotropic_key', group_size, {'W_Qbar': ('n', 'd_h'), 'G_K': ('d', 'd_h')}, {'W_Qbar': W_Qbar, 'G_K': G_K})
     outputs, status = _gqa_isotropic_key(W_Qbar, G_K, real_scalar(eps), real_scalar(group_size), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('gqa_isotropic_key', status, {'W_Qbar': W_Qbar, 'G_K': G_K}, _caller)
+        raise_if_not_finite('gqa_isotropic_key', status, {'W_Qbar': W_Qbar, 'G_K': G_K}, caller)
     return outputs[0]
 
 
@@ -389,5 +409,5 @@ def gqa_qk(W_Q, W_K, G_Q, G_K, *, head_dim, eps, damping=0.0, msign="newton_schu
     """
     options = {"eps": eps, "damping": damping, "msign": msign, "schedule": schedule, "restarts": restarts,
                "gram_aspect": gram_aspect, "check_finite": check_finite,
-               "_caller": ('gqa_qk', {'W_Q': W_Q, 'W_K': W_K, 'G_Q': G_Q, 'G_K': G_K})}  # errors name this function and its arguments
-    return gqa_layout(gqa_query, gqa_key, W_Q, W_K, G_Q, G_K, head_dim, options)
+               "caller": ('gqa_qk', {'W_Q': W_Q, 'W_K': W_K, 'G_Q': G_Q, 'G_K': G_K})}  # errors name this function and its arguments
+    return gqa_layout(_checked_gqa_query, _checked_gqa_key, W_Q, W_K, G_Q, G_K, head_dim, options)

@@ -95,7 +95,7 @@ def _halfsplit_qk(W_Q, W_K, G_Q, G_K, eps, damping, msign, schedule, restarts, g
     return nan_unless(status == 0, (dW_Q, dW_K)), status
 
 
-def halfsplit_qk(W_Q, W_K, G_Q, G_K, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def halfsplit_qk(W_Q, W_K, G_Q, G_K, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """Half-split QK update of Compositional Muon.
 
     dW_Q = (-epsilon/2)*msign(G_Q*C_K^-1)*C_K^-1    (halfsplit.query)
@@ -112,9 +112,7 @@ def halfsplit_qk(W_Q, W_K, G_Q, G_K, *, eps, damping=0.0, msign='newton_schulz',
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -127,12 +125,18 @@ def halfsplit_qk(W_Q, W_K, G_Q, G_K, *, eps, damping=0.0, msign='newton_schulz',
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('halfsplit_qk' if _caller is None else _caller[0], {'W_Q': ('d', 'd_h'), 'W_K': ('d', 'd_h'), 'G_Q': ('d', 'd_h'), 'G_K': ('d', 'd_h')},
+    return _checked_halfsplit_qk(W_Q, W_K, G_Q, G_K, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_halfsplit_qk(W_Q, W_K, G_Q, G_K, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """halfsplit_qk, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('halfsplit_qk' if caller is None else caller[0], {'W_Q': ('d', 'd_h'), 'W_K': ('d', 'd_h'), 'G_Q': ('d', 'd_h'), 'G_K': ('d', 'd_h')},
                     {'W_Q': W_Q, 'W_K': W_K, 'G_Q': G_Q, 'G_K': G_K},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _halfsplit_qk(W_Q, W_K, G_Q, G_K, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('halfsplit_qk', status, {'W_Q': W_Q, 'W_K': W_K, 'G_Q': G_Q, 'G_K': G_K}, _caller)
+        raise_if_not_finite('halfsplit_qk', status, {'W_Q': W_Q, 'W_K': W_K, 'G_Q': G_Q, 'G_K': G_K}, caller)
     return outputs
 
 
@@ -149,7 +153,7 @@ def _halfsplit_v(W_O, G_V, eps, damping, msign, schedule, restarts, gram_aspect)
     return nan_unless(status == 0, (dW_V,)), status
 
 
-def halfsplit_v(W_O, G_V, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def halfsplit_v(W_O, G_V, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """Head-local V update of the hybrid OV rule (partner W_O on the left).
 
     dW_V = (-epsilon/2)*C_O^-1*msign(C_O^-1*G_V)    (halfsplit.value)
@@ -165,9 +169,7 @@ def halfsplit_v(W_O, G_V, *, eps, damping=0.0, msign='newton_schulz', schedule=N
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -180,12 +182,18 @@ def halfsplit_v(W_O, G_V, *, eps, damping=0.0, msign='newton_schulz', schedule=N
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('halfsplit_v' if _caller is None else _caller[0], {'W_O': ('d', 'd_h'), 'G_V': ('d_h', 'd')},
+    return _checked_halfsplit_v(W_O, G_V, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_halfsplit_v(W_O, G_V, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """halfsplit_v, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('halfsplit_v' if caller is None else caller[0], {'W_O': ('d', 'd_h'), 'G_V': ('d_h', 'd')},
                     {'W_O': W_O, 'G_V': G_V},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _halfsplit_v(W_O, G_V, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('halfsplit_v', status, {'W_O': W_O, 'G_V': G_V}, _caller)
+        raise_if_not_finite('halfsplit_v', status, {'W_O': W_O, 'G_V': G_V}, caller)
     return outputs[0]
 
 
@@ -204,7 +212,7 @@ def _isotropic_qk(W_Q, W_K, G_Q, G_K, eps, damping, msign, schedule, restarts, g
     return nan_unless(status == 0, (dW_Q, dW_K)), status
 
 
-def isotropic_qk(W_Q, W_K, G_Q, G_K, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def isotropic_qk(W_Q, W_K, G_Q, G_K, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """Isotropic approximation of the half-split QK update.
 
     dW_Q = (-epsilon/(2*c_K))*msign(G_Q)    (halfsplit.isotropic_query)
@@ -221,9 +229,7 @@ def isotropic_qk(W_Q, W_K, G_Q, G_K, *, eps, damping=0.0, msign='newton_schulz',
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -236,10 +242,16 @@ def isotropic_qk(W_Q, W_K, G_Q, G_K, *, eps, damping=0.0, msign='newton_schulz',
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('isotropic_qk' if _caller is None else _caller[0], {'W_Q': ('d', 'd_h'), 'W_K': ('d', 'd_h'), 'G_Q': ('d', 'd_h'), 'G_K': ('d', 'd_h')},
+    return _checked_isotropic_qk(W_Q, W_K, G_Q, G_K, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_isotropic_qk(W_Q, W_K, G_Q, G_K, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """isotropic_qk, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('isotropic_qk' if caller is None else caller[0], {'W_Q': ('d', 'd_h'), 'W_K': ('d', 'd_h'), 'G_Q': ('d', 'd_h'), 'G_K': ('d', 'd_h')},
                     {'W_Q': W_Q, 'W_K': W_K, 'G_Q': G_Q, 'G_K': G_K},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _isotropic_qk(W_Q, W_K, G_Q, G_K, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('isotropic_qk', status, {'W_Q': W_Q, 'W_K': W_K, 'G_Q': G_Q, 'G_K': G_K}, _caller)
+        raise_if_not_finite('isotropic_qk', status, {'W_Q': W_Q, 'W_K': W_K, 'G_Q': G_Q, 'G_K': G_K}, caller)
     return outputs

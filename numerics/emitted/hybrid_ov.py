@@ -89,7 +89,7 @@ def _hybrid_o(P_V, G_O, eps, damping, msign, schedule, restarts, gram_aspect):
     return nan_unless(status == 0, (dW_O,)), status
 
 
-def hybrid_o(P_V, G_O, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def hybrid_o(P_V, G_O, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """Global O update of the hybrid OV rule (core).
 
     dW_O = (-epsilon/2)*msign(G_O*C_P_V^-1)*C_P_V^-1    (hybrid_ov.o_side)
@@ -105,9 +105,7 @@ def hybrid_o(P_V, G_O, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_S
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -120,12 +118,18 @@ def hybrid_o(P_V, G_O, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_S
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('hybrid_o' if _caller is None else _caller[0], {'P_V': ('k', 'd', 'd_h'), 'G_O': ('d', 'm')},
+    return _checked_hybrid_o(P_V, G_O, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_hybrid_o(P_V, G_O, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """hybrid_o, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('hybrid_o' if caller is None else caller[0], {'P_V': ('k', 'd', 'd_h'), 'G_O': ('d', 'm')},
                     {'P_V': P_V, 'G_O': G_O},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _hybrid_o(P_V, G_O, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('hybrid_o', status, {'P_V': P_V, 'G_O': G_O}, _caller)
+        raise_if_not_finite('hybrid_o', status, {'P_V': P_V, 'G_O': G_O}, caller)
     return outputs[0]
 
 
@@ -142,7 +146,7 @@ def _hybrid_v(W_O, G_V, eps, damping, msign, schedule, restarts, gram_aspect):
     return nan_unless(status == 0, (dW_V,)), status
 
 
-def hybrid_v(W_O, G_V, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def hybrid_v(W_O, G_V, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """Head-local V update of the hybrid OV rule.
 
     dW_V = (-epsilon/2)*C_O^-1*msign(C_O^-1*G_V)    (halfsplit.value)
@@ -158,9 +162,7 @@ def hybrid_v(W_O, G_V, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_S
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -173,12 +175,18 @@ def hybrid_v(W_O, G_V, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_S
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('hybrid_v' if _caller is None else _caller[0], {'W_O': ('d', 'd_h'), 'G_V': ('d_h', 'd')},
+    return _checked_hybrid_v(W_O, G_V, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_hybrid_v(W_O, G_V, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """hybrid_v, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('hybrid_v' if caller is None else caller[0], {'W_O': ('d', 'd_h'), 'G_V': ('d_h', 'd')},
                     {'W_O': W_O, 'G_V': G_V},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _hybrid_v(W_O, G_V, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('hybrid_v', status, {'W_O': W_O, 'G_V': G_V}, _caller)
+        raise_if_not_finite('hybrid_v', status, {'W_O': W_O, 'G_V': G_V}, caller)
     return outputs[0]
 
 
@@ -196,7 +204,7 @@ def _gqa_value(W_Obar, G_V, eps, group_size, damping, msign, schedule, restarts,
     return nan_unless(status == 0, (dW_V,)), status
 
 
-def gqa_value(W_Obar, G_V, *, eps, group_size, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def gqa_value(W_Obar, G_V, *, eps, group_size, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """GQA shared value update, one value head (partner: its group's stacked output heads).
 
     dW_V = (-epsilon/(2*G))*C_Obar^-1*msign(C_Obar^-1*G_V)    (gqa.value)
@@ -212,9 +220,7 @@ def gqa_value(W_Obar, G_V, *, eps, group_size, damping=0.0, msign='newton_schulz
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -227,7 +233,13 @@ def gqa_value(W_Obar, G_V, *, eps, group_size, damping=0.0, msign='newton_schulz
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('gqa_value' if _caller is None else _caller[0], {'W_Obar': ('n', 'd_h'), 'G_V': ('d_h', 'd')},
+    return _checked_gqa_value(W_Obar, G_V, eps=eps, group_size=group_size, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_gqa_value(W_Obar, G_V, *, eps, group_size, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """gqa_value, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('gqa_value' if caller is None else caller[0], {'W_Obar': ('n', 'd_h'), 'G_V': ('d_h', 'd')},
                     {'W_Obar': W_Obar, 'G_V': G_V},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     if not isinstance(group_size, jax.core.Tracer):
@@ -235,7 +247,7 @@ def gqa_value(W_Obar, G_V, *, eps, group_size, damping=0.0, msign='newton_schulz
         check_group('gqa_value', group_size, {'W_Obar': ('n', 'd_h'), 'G_V': ('d_h', 'd')}, {'W_Obar': W_Obar, 'G_V': G_V})
     outputs, status = _gqa_value(W_Obar, G_V, real_scalar(eps), real_scalar(group_size), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('gqa_value', status, {'W_Obar': W_Obar, 'G_V': G_V}, _caller)
+        raise_if_not_finite('gqa_value', status, {'W_Obar': W_Obar, 'G_V': G_V}, caller)
     return outputs[0]
 
 
@@ -273,5 +285,5 @@ def hybrid_ov(W_O, W_V, G_O, G_V, *, head_dim, eps, damping=0.0, msign="newton_s
     """
     options = {"eps": eps, "damping": damping, "msign": msign, "schedule": schedule, "restarts": restarts,
                "gram_aspect": gram_aspect, "check_finite": check_finite,
-               "_caller": ('hybrid_ov', {'W_O': W_O, 'W_V': W_V, 'G_O': G_O, 'G_V': G_V})}  # errors name this function and its arguments
-    return gqa_ov_layout(hybrid_o, gqa_value, W_O, W_V, G_O, G_V, head_dim, options)
+               "caller": ('hybrid_ov', {'W_O': W_O, 'W_V': W_V, 'G_O': G_O, 'G_V': G_V})}  # errors name this function and its arguments
+    return gqa_ov_layout(_checked_hybrid_o, _checked_gqa_value, W_O, W_V, G_O, G_V, head_dim, options)

@@ -81,7 +81,7 @@ def _joint_whitened(P, G, eps, damping, msign, schedule, restarts, gram_aspect):
     return nan_unless(status == 0, (Delta,)), status
 
 
-def joint_whitened(P, G, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def joint_whitened(P, G, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """Block-whitened steepest descent (the joint rule's core).
 
     Delta = (-epsilon/2)*msign(G*C_P^-1)*C_P^-1    (joint.update)
@@ -97,9 +97,7 @@ def joint_whitened(P, G, *, eps, damping=0.0, msign='newton_schulz', schedule=NS
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -112,12 +110,18 @@ def joint_whitened(P, G, *, eps, damping=0.0, msign='newton_schulz', schedule=NS
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('joint_whitened' if _caller is None else _caller[0], {'P': ('k', 'd', 'd_h'), 'G': ('d', 'm')},
+    return _checked_joint_whitened(P, G, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_joint_whitened(P, G, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """joint_whitened, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('joint_whitened' if caller is None else caller[0], {'P': ('k', 'd', 'd_h'), 'G': ('d', 'm')},
                     {'P': P, 'G': G},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _joint_whitened(P, G, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('joint_whitened', status, {'P': P, 'G': G}, _caller)
+        raise_if_not_finite('joint_whitened', status, {'P': P, 'G': G}, caller)
     return outputs[0]
 
 
@@ -143,5 +147,5 @@ def joint_qk(W_Q, W_K, G_Q, G_K, *, eps, damping=0.0, msign="newton_schulz", sch
     """
     options = {"eps": eps, "damping": damping, "msign": msign, "schedule": schedule, "restarts": restarts,
                "gram_aspect": gram_aspect, "check_finite": check_finite,
-               "_caller": ('joint_qk', {'W_Q': W_Q, 'W_K': W_K, 'G_Q': G_Q, 'G_K': G_K})}  # errors name this function and its arguments
-    return joint_layout(joint_whitened, W_Q, W_K, G_Q, G_K, options)
+               "caller": ('joint_qk', {'W_Q': W_Q, 'W_K': W_K, 'G_Q': G_Q, 'G_K': G_K})}  # errors name this function and its arguments
+    return joint_layout(_checked_joint_whitened, W_Q, W_K, G_Q, G_K, options)

@@ -93,7 +93,7 @@ def _lora_halfsplit(B, A, G_B, G_A, eps, damping, msign, schedule, restarts, gra
     return nan_unless(status == 0, (dB, dA)), status
 
 
-def lora_halfsplit(B, A, G_B, G_A, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def lora_halfsplit(B, A, G_B, G_A, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """Half-split LoRA update of Compositional Muon (W = W0 + B A).
 
     dB = (-epsilon/2)*msign(G_B*C_A^-1)*C_A^-1    (lora.B)
@@ -110,9 +110,7 @@ def lora_halfsplit(B, A, G_B, G_A, *, eps, damping=0.0, msign='newton_schulz', s
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -125,12 +123,18 @@ def lora_halfsplit(B, A, G_B, G_A, *, eps, damping=0.0, msign='newton_schulz', s
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('lora_halfsplit' if _caller is None else _caller[0], {'B': ('d_out', 'r'), 'A': ('r', 'd_in'), 'G_B': ('d_out', 'r'), 'G_A': ('r', 'd_in')},
+    return _checked_lora_halfsplit(B, A, G_B, G_A, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_lora_halfsplit(B, A, G_B, G_A, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """lora_halfsplit, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('lora_halfsplit' if caller is None else caller[0], {'B': ('d_out', 'r'), 'A': ('r', 'd_in'), 'G_B': ('d_out', 'r'), 'G_A': ('r', 'd_in')},
                     {'B': B, 'A': A, 'G_B': G_B, 'G_A': G_A},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _lora_halfsplit(B, A, G_B, G_A, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('lora_halfsplit', status, {'B': B, 'A': A, 'G_B': G_B, 'G_A': G_A}, _caller)
+        raise_if_not_finite('lora_halfsplit', status, {'B': B, 'A': A, 'G_B': G_B, 'G_A': G_A}, caller)
     return outputs
 
 
@@ -151,7 +155,7 @@ def _lora_horizontal_projection(B, A, m_B, m_A, eps, damping, msign, schedule, r
     return nan_unless(status == 0, (m_B_h, m_A_h)), status
 
 
-def lora_horizontal_projection(B, A, m_B, m_A, *, damping=0.0, check_finite=True, _caller=None):
+def lora_horizontal_projection(B, A, m_B, m_A, *, damping=0.0, check_finite=True):
     """Project LoRA momentum buffers onto the horizontal space (gauge-fixed).
 
     m_B_h = B*X + m_B    (lora.projection)
@@ -161,7 +165,7 @@ def lora_horizontal_projection(B, A, m_B, m_A, *, damping=0.0, check_finite=True
 
     Shapes: B: (..., d_out, r), A: (..., r, d_in), m_B: (..., d_out, r), m_A: (..., r, d_in); leading axes (layers, heads) are batched.
     Arguments after * : damping (λ >= 0), check_finite (raise if an input or the result is
-    NaN/Inf); _caller is internal (see the functions with msign). Returns the result(s) in the input dtype.
+    NaN/Inf). Returns the result(s) in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -174,10 +178,16 @@ def lora_horizontal_projection(B, A, m_B, m_A, *, damping=0.0, check_finite=True
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('lora_horizontal_projection' if _caller is None else _caller[0], {'B': ('d_out', 'r'), 'A': ('r', 'd_in'), 'm_B': ('d_out', 'r'), 'm_A': ('r', 'd_in')},
+    return _checked_lora_horizontal_projection(B, A, m_B, m_A, damping=damping, check_finite=check_finite, caller=None)
+
+
+def _checked_lora_horizontal_projection(B, A, m_B, m_A, *, damping=0.0, check_finite=True, caller):
+    """lora_horizontal_projection, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('lora_horizontal_projection' if caller is None else caller[0], {'B': ('d_out', 'r'), 'A': ('r', 'd_in'), 'm_B': ('d_out', 'r'), 'm_A': ('r', 'd_in')},
                     {'B': B, 'A': A, 'm_B': m_B, 'm_A': m_A},
                     0.0, damping, 'svd', ())
     outputs, status = _lora_horizontal_projection(B, A, m_B, m_A, 0.0, real_scalar(damping), 'svd', None, None, None)
     if check_finite:
-        raise_if_not_finite('lora_horizontal_projection', status, {'B': B, 'A': A, 'm_B': m_B, 'm_A': m_A}, _caller)
+        raise_if_not_finite('lora_horizontal_projection', status, {'B': B, 'A': A, 'm_B': m_B, 'm_A': m_A}, caller)
     return outputs

@@ -96,7 +96,7 @@ def _mla_query_up(K_hat, W_DQ, G_UQ, eps, damping, msign, schedule, restarts, gr
     return nan_unless(status == 0, (dW_UQ,)), status
 
 
-def mla_query_up(K_hat, W_DQ, G_UQ, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def mla_query_up(K_hat, W_DQ, G_UQ, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """MLA query up-projection update, one head (content and RoPE rows).
 
     dW_UQ = (-epsilon/4)*C_K_hat^-1*msign(C_K_hat^-1*G_UQ*C_DQ^-1)*C_DQ^-1    (mla.query_up)
@@ -112,9 +112,7 @@ def mla_query_up(K_hat, W_DQ, G_UQ, *, eps, damping=0.0, msign='newton_schulz', 
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -127,12 +125,18 @@ def mla_query_up(K_hat, W_DQ, G_UQ, *, eps, damping=0.0, msign='newton_schulz', 
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('mla_query_up' if _caller is None else _caller[0], {'K_hat': ('d_qk', 'd'), 'W_DQ': ('c_q', 'd'), 'G_UQ': ('d_qk', 'c_q')},
+    return _checked_mla_query_up(K_hat, W_DQ, G_UQ, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_mla_query_up(K_hat, W_DQ, G_UQ, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """mla_query_up, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('mla_query_up' if caller is None else caller[0], {'K_hat': ('d_qk', 'd'), 'W_DQ': ('c_q', 'd'), 'G_UQ': ('d_qk', 'c_q')},
                     {'K_hat': K_hat, 'W_DQ': W_DQ, 'G_UQ': G_UQ},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _mla_query_up(K_hat, W_DQ, G_UQ, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('mla_query_up', status, {'K_hat': K_hat, 'W_DQ': W_DQ, 'G_UQ': G_UQ}, _caller)
+        raise_if_not_finite('mla_query_up', status, {'K_hat': K_hat, 'W_DQ': W_DQ, 'G_UQ': G_UQ}, caller)
     return outputs[0]
 
 
@@ -151,7 +155,7 @@ def _mla_key_up(E_Q, W_DKV, G_UK, eps, damping, msign, schedule, restarts, gram_
     return nan_unless(status == 0, (dW_UK,)), status
 
 
-def mla_key_up(E_Q, W_DKV, G_UK, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def mla_key_up(E_Q, W_DKV, G_UK, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """MLA key up-projection update, one head.
 
     dW_UK = (-epsilon/4)*C_E_Q^-1*msign(C_E_Q^-1*G_UK*C_DKV^-1)*C_DKV^-1    (mla.key_up)
@@ -167,9 +171,7 @@ def mla_key_up(E_Q, W_DKV, G_UK, *, eps, damping=0.0, msign='newton_schulz', sch
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -182,12 +184,18 @@ def mla_key_up(E_Q, W_DKV, G_UK, *, eps, damping=0.0, msign='newton_schulz', sch
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('mla_key_up' if _caller is None else _caller[0], {'E_Q': ('d_h', 'd'), 'W_DKV': ('c_kv', 'd'), 'G_UK': ('d_h', 'c_kv')},
+    return _checked_mla_key_up(E_Q, W_DKV, G_UK, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_mla_key_up(E_Q, W_DKV, G_UK, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """mla_key_up, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('mla_key_up' if caller is None else caller[0], {'E_Q': ('d_h', 'd'), 'W_DKV': ('c_kv', 'd'), 'G_UK': ('d_h', 'c_kv')},
                     {'E_Q': E_Q, 'W_DKV': W_DKV, 'G_UK': G_UK},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _mla_key_up(E_Q, W_DKV, G_UK, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('mla_key_up', status, {'E_Q': E_Q, 'W_DKV': W_DKV, 'G_UK': G_UK}, _caller)
+        raise_if_not_finite('mla_key_up', status, {'E_Q': E_Q, 'W_DKV': W_DKV, 'G_UK': G_UK}, caller)
     return outputs[0]
 
 
@@ -206,7 +214,7 @@ def _mla_value_up(W_O, W_DKV, G_UV, eps, damping, msign, schedule, restarts, gra
     return nan_unless(status == 0, (dW_UV,)), status
 
 
-def mla_value_up(W_O, W_DKV, G_UV, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def mla_value_up(W_O, W_DKV, G_UV, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """MLA value up-projection update, one head.
 
     dW_UV = (-epsilon/3)*C_O^-1*msign(C_O^-1*G_UV*C_DKV^-1)*C_DKV^-1    (mla.value_up)
@@ -222,9 +230,7 @@ def mla_value_up(W_O, W_DKV, G_UV, *, eps, damping=0.0, msign='newton_schulz', s
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -237,12 +243,18 @@ def mla_value_up(W_O, W_DKV, G_UV, *, eps, damping=0.0, msign='newton_schulz', s
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('mla_value_up' if _caller is None else _caller[0], {'W_O': ('d', 'd_v'), 'W_DKV': ('c_kv', 'd'), 'G_UV': ('d_v', 'c_kv')},
+    return _checked_mla_value_up(W_O, W_DKV, G_UV, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_mla_value_up(W_O, W_DKV, G_UV, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """mla_value_up, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('mla_value_up' if caller is None else caller[0], {'W_O': ('d', 'd_v'), 'W_DKV': ('c_kv', 'd'), 'G_UV': ('d_v', 'c_kv')},
                     {'W_O': W_O, 'W_DKV': W_DKV, 'G_UV': G_UV},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _mla_value_up(W_O, W_DKV, G_UV, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('mla_value_up', status, {'W_O': W_O, 'W_DKV': W_DKV, 'G_UV': G_UV}, _caller)
+        raise_if_not_finite('mla_value_up', status, {'W_O': W_O, 'W_DKV': W_DKV, 'G_UV': G_UV}, caller)
     return outputs[0]
 
 
@@ -259,7 +271,7 @@ def _mla_output(E_V, G_O, eps, damping, msign, schedule, restarts, gram_aspect):
     return nan_unless(status == 0, (dW_O,)), status
 
 
-def mla_output(E_V, G_O, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def mla_output(E_V, G_O, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """MLA output-projection update, one head.
 
     dW_O = (-epsilon/3)*msign(G_O*C_E_V^-1)*C_E_V^-1    (mla.output)
@@ -275,9 +287,7 @@ def mla_output(E_V, G_O, *, eps, damping=0.0, msign='newton_schulz', schedule=NS
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -290,12 +300,18 @@ def mla_output(E_V, G_O, *, eps, damping=0.0, msign='newton_schulz', schedule=NS
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('mla_output' if _caller is None else _caller[0], {'E_V': ('d_v', 'd'), 'G_O': ('d', 'd_v')},
+    return _checked_mla_output(E_V, G_O, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_mla_output(E_V, G_O, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """mla_output, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('mla_output' if caller is None else caller[0], {'E_V': ('d_v', 'd'), 'G_O': ('d', 'd_v')},
                     {'E_V': E_V, 'G_O': G_O},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _mla_output(E_V, G_O, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('mla_output', status, {'E_V': E_V, 'G_O': G_O}, _caller)
+        raise_if_not_finite('mla_output', status, {'E_V': E_V, 'G_O': G_O}, caller)
     return outputs[0]
 
 
@@ -312,7 +328,7 @@ def _mla_query_down(P_Q, G_DQ, eps, damping, msign, schedule, restarts, gram_asp
     return nan_unless(status == 0, (dW_DQ,)), status
 
 
-def mla_query_down(P_Q, G_DQ, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def mla_query_down(P_Q, G_DQ, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """MLA shared query down-projection (wq_a) update.
 
     dW_DQ = (-epsilon/4)*C_P_Q^-1*msign(C_P_Q^-1*G_DQ)    (mla.query_down)
@@ -328,9 +344,7 @@ def mla_query_down(P_Q, G_DQ, *, eps, damping=0.0, msign='newton_schulz', schedu
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -343,12 +357,18 @@ def mla_query_down(P_Q, G_DQ, *, eps, damping=0.0, msign='newton_schulz', schedu
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('mla_query_down' if _caller is None else _caller[0], {'P_Q': ('n', 'c_q'), 'G_DQ': ('c_q', 'd')},
+    return _checked_mla_query_down(P_Q, G_DQ, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_mla_query_down(P_Q, G_DQ, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """mla_query_down, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('mla_query_down' if caller is None else caller[0], {'P_Q': ('n', 'c_q'), 'G_DQ': ('c_q', 'd')},
                     {'P_Q': P_Q, 'G_DQ': G_DQ},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _mla_query_down(P_Q, G_DQ, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('mla_query_down', status, {'P_Q': P_Q, 'G_DQ': G_DQ}, _caller)
+        raise_if_not_finite('mla_query_down', status, {'P_Q': P_Q, 'G_DQ': G_DQ}, caller)
     return outputs[0]
 
 
@@ -365,7 +385,7 @@ def _mla_kv_down(P_KV, G_DKV, eps, damping, msign, schedule, restarts, gram_aspe
     return nan_unless(status == 0, (dW_DKV,)), status
 
 
-def mla_kv_down(P_KV, G_DKV, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def mla_kv_down(P_KV, G_DKV, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """MLA shared KV down-projection (wkv_a, RoPE key rows included) update.
 
     dW_DKV = (-epsilon/4)*C_P_KV^-1*msign(C_P_KV^-1*G_DKV)    (mla.kv_down)
@@ -381,9 +401,7 @@ def mla_kv_down(P_KV, G_DKV, *, eps, damping=0.0, msign='newton_schulz', schedul
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -396,12 +414,18 @@ def mla_kv_down(P_KV, G_DKV, *, eps, damping=0.0, msign='newton_schulz', schedul
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('mla_kv_down' if _caller is None else _caller[0], {'P_KV': ('n', 'c_kvr'), 'G_DKV': ('c_kvr', 'd')},
+    return _checked_mla_kv_down(P_KV, G_DKV, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_mla_kv_down(P_KV, G_DKV, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """mla_kv_down, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('mla_kv_down' if caller is None else caller[0], {'P_KV': ('n', 'c_kvr'), 'G_DKV': ('c_kvr', 'd')},
                     {'P_KV': P_KV, 'G_DKV': G_DKV},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _mla_kv_down(P_KV, G_DKV, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('mla_kv_down', status, {'P_KV': P_KV, 'G_DKV': G_DKV}, _caller)
+        raise_if_not_finite('mla_kv_down', status, {'P_KV': P_KV, 'G_DKV': G_DKV}, caller)
     return outputs[0]
 
 
@@ -418,7 +442,7 @@ def _mla_query_uncompressed(K_hat, G_Q, eps, damping, msign, schedule, restarts,
     return nan_unless(status == 0, (dW_Q,)), status
 
 
-def mla_query_uncompressed(K_hat, G_Q, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def mla_query_uncompressed(K_hat, G_Q, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """MLA query projection update without query compression, one head.
 
     dW_Q = (-epsilon/3)*C_K_hat^-1*msign(C_K_hat^-1*G_Q)    (mla.query_uncompressed)
@@ -434,9 +458,7 @@ def mla_query_uncompressed(K_hat, G_Q, *, eps, damping=0.0, msign='newton_schulz
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -449,12 +471,18 @@ def mla_query_uncompressed(K_hat, G_Q, *, eps, damping=0.0, msign='newton_schulz
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('mla_query_uncompressed' if _caller is None else _caller[0], {'K_hat': ('d_qk', 'd'), 'G_Q': ('d_qk', 'd')},
+    return _checked_mla_query_uncompressed(K_hat, G_Q, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_mla_query_uncompressed(K_hat, G_Q, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """mla_query_uncompressed, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('mla_query_uncompressed' if caller is None else caller[0], {'K_hat': ('d_qk', 'd'), 'G_Q': ('d_qk', 'd')},
                     {'K_hat': K_hat, 'G_Q': G_Q},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _mla_query_uncompressed(K_hat, G_Q, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('mla_query_uncompressed', status, {'K_hat': K_hat, 'G_Q': G_Q}, _caller)
+        raise_if_not_finite('mla_query_uncompressed', status, {'K_hat': K_hat, 'G_Q': G_Q}, caller)
     return outputs[0]
 
 
@@ -473,7 +501,7 @@ def _mla_key_up_uncompressed(E_Q, W_DKV, G_UK, eps, damping, msign, schedule, re
     return nan_unless(status == 0, (dW_UK,)), status
 
 
-def mla_key_up_uncompressed(E_Q, W_DKV, G_UK, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def mla_key_up_uncompressed(E_Q, W_DKV, G_UK, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """MLA key up-projection update without query compression, one head.
 
     dW_UK = (-epsilon/3)*C_E_Q^-1*msign(C_E_Q^-1*G_UK*C_DKV^-1)*C_DKV^-1    (mla.key_up_uncompressed)
@@ -489,9 +517,7 @@ def mla_key_up_uncompressed(E_Q, W_DKV, G_UK, *, eps, damping=0.0, msign='newton
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -504,12 +530,18 @@ def mla_key_up_uncompressed(E_Q, W_DKV, G_UK, *, eps, damping=0.0, msign='newton
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('mla_key_up_uncompressed' if _caller is None else _caller[0], {'E_Q': ('d_h', 'd'), 'W_DKV': ('c_kv', 'd'), 'G_UK': ('d_h', 'c_kv')},
+    return _checked_mla_key_up_uncompressed(E_Q, W_DKV, G_UK, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_mla_key_up_uncompressed(E_Q, W_DKV, G_UK, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """mla_key_up_uncompressed, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('mla_key_up_uncompressed' if caller is None else caller[0], {'E_Q': ('d_h', 'd'), 'W_DKV': ('c_kv', 'd'), 'G_UK': ('d_h', 'c_kv')},
                     {'E_Q': E_Q, 'W_DKV': W_DKV, 'G_UK': G_UK},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _mla_key_up_uncompressed(E_Q, W_DKV, G_UK, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('mla_key_up_uncompressed', status, {'E_Q': E_Q, 'W_DKV': W_DKV, 'G_UK': G_UK}, _caller)
+        raise_if_not_finite('mla_key_up_uncompressed', status, {'E_Q': E_Q, 'W_DKV': W_DKV, 'G_UK': G_UK}, caller)
     return outputs[0]
 
 
@@ -526,7 +558,7 @@ def _mla_kv_down_uncompressed(P_KV, G_DKV, eps, damping, msign, schedule, restar
     return nan_unless(status == 0, (dW_DKV,)), status
 
 
-def mla_kv_down_uncompressed(P_KV, G_DKV, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def mla_kv_down_uncompressed(P_KV, G_DKV, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """MLA shared KV down-projection (wkv_a) update without query compression.
 
     dW_DKV = (-epsilon/3)*C_P_KV^-1*msign(C_P_KV^-1*G_DKV)    (mla.kv_down_uncompressed)
@@ -542,9 +574,7 @@ def mla_kv_down_uncompressed(P_KV, G_DKV, *, eps, damping=0.0, msign='newton_sch
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -557,10 +587,16 @@ def mla_kv_down_uncompressed(P_KV, G_DKV, *, eps, damping=0.0, msign='newton_sch
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('mla_kv_down_uncompressed' if _caller is None else _caller[0], {'P_KV': ('n', 'c_kvr'), 'G_DKV': ('c_kvr', 'd')},
+    return _checked_mla_kv_down_uncompressed(P_KV, G_DKV, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_mla_kv_down_uncompressed(P_KV, G_DKV, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """mla_kv_down_uncompressed, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('mla_kv_down_uncompressed' if caller is None else caller[0], {'P_KV': ('n', 'c_kvr'), 'G_DKV': ('c_kvr', 'd')},
                     {'P_KV': P_KV, 'G_DKV': G_DKV},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _mla_kv_down_uncompressed(P_KV, G_DKV, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('mla_kv_down_uncompressed', status, {'P_KV': P_KV, 'G_DKV': G_DKV}, _caller)
+        raise_if_not_finite('mla_kv_down_uncompressed', status, {'P_KV': P_KV, 'G_DKV': G_DKV}, caller)
     return outputs[0]

@@ -78,7 +78,7 @@ def _sylvester_qk(W_Q, W_K, G_M, eps, damping, msign, schedule, restarts, gram_a
     return nan_unless(status == 0, (dW_Q, dW_K)), status
 
 
-def sylvester_qk(W_Q, W_K, G_M, *, eps, damping, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, solver='structured', check_finite=True, _caller=None):
+def sylvester_qk(W_Q, W_K, G_M, *, eps, damping, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, solver='structured', check_finite=True):
     """Sylvester-regularized QK update (minimum-norm step towards −ε msign(G_M)).
 
     dW_Q = H*W_K    (sylvester.dW_Q)
@@ -95,9 +95,7 @@ def sylvester_qk(W_Q, W_K, G_M, *, eps, damping, msign='newton_schulz', schedule
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -110,7 +108,13 @@ def sylvester_qk(W_Q, W_K, G_M, *, eps, damping, msign='newton_schulz', schedule
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('sylvester_qk' if _caller is None else _caller[0], {'W_Q': ('d', 'd_h'), 'W_K': ('d', 'd_h'), 'G_M': ('d', 'd')},
+    return _checked_sylvester_qk(W_Q, W_K, G_M, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, solver=solver, check_finite=check_finite, caller=None)
+
+
+def _checked_sylvester_qk(W_Q, W_K, G_M, *, eps, damping, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, solver='structured', check_finite=True, caller):
+    """sylvester_qk, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('sylvester_qk' if caller is None else caller[0], {'W_Q': ('d', 'd_h'), 'W_K': ('d', 'd_h'), 'G_M': ('d', 'd')},
                     {'W_Q': W_Q, 'W_K': W_K, 'G_M': G_M},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     if solver not in ('structured', 'dense'):
@@ -120,5 +124,5 @@ def sylvester_qk(W_Q, W_K, G_M, *, eps, damping, msign='newton_schulz', schedule
     check_dense_damping('sylvester_qk', solver, damping, W_Q, W_K)
     outputs, status = _sylvester_qk(W_Q, W_K, G_M, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect, solver)
     if check_finite:
-        raise_if_not_finite('sylvester_qk', status, {'W_Q': W_Q, 'W_K': W_K, 'G_M': G_M}, _caller)
+        raise_if_not_finite('sylvester_qk', status, {'W_Q': W_Q, 'W_K': W_K, 'G_M': G_M}, caller)
     return outputs

@@ -65,7 +65,7 @@ def _tied_embedding(G_E, eps, damping, msign, schedule, restarts, gram_aspect):
     return nan_unless(status == 0, (dE,)), status
 
 
-def tied_embedding(G_E, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, _caller=None):
+def tied_embedding(G_E, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True):
     """Tied-embedding update: steepest descent under the head's RMS→RMS norm.
 
     dE = (-epsilon*sqrt(V/d))*msign(G_E)    (tied_embeddings.update)
@@ -81,9 +81,7 @@ def tied_embedding(G_E, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_
     1 <= s <= steps - 1, passed as data; None: the positions certified for the schedule in the input
     dtype, certified_restarts; where none are, "auto" runs the standard iteration and "gram_newton_schulz"
     is refused; certify with python -m coeffsearch restarts), gram_aspect (None: GRAM_ASPECT), check_finite
-    (raise if an input or the update is NaN/Inf); _caller is internal (a stored-layout entry point
-    passes its name and arguments, which errors then name). Returns the update(s) to add, in the
-    input dtype.
+    (raise if an input or the update is NaN/Inf). Returns the update(s) to add, in the input dtype.
     Inputs are checked where the computation starts: shapes and dtypes always (also under jit
     and vmap: they are static); eps, damping and schedule values when they are concrete. A NaN/Inf
     input never reaches LAPACK: it makes the whole result NaN, and check_finite=True then raises a
@@ -96,10 +94,16 @@ def tied_embedding(G_E, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_
     underflow (largest entry below tiny/(16 eps) of the compute dtype, or below the smallest normal
     number for float16) raises a ValueError naming the arguments and their sizes.
     """
-    validate_inputs('tied_embedding' if _caller is None else _caller[0], {'G_E': ('V', 'd')},
+    return _checked_tied_embedding(G_E, eps=eps, damping=damping, msign=msign, schedule=schedule, restarts=restarts, gram_aspect=gram_aspect, check_finite=check_finite, caller=None)
+
+
+def _checked_tied_embedding(G_E, *, eps, damping=0.0, msign='newton_schulz', schedule=NS_SCHEDULE, restarts=None, gram_aspect=None, check_finite=True, caller):
+    """tied_embedding, its errors naming ``caller`` (the name and the stored arguments of a stored-layout entry point)
+    where it is given."""
+    validate_inputs('tied_embedding' if caller is None else caller[0], {'G_E': ('V', 'd')},
                     {'G_E': G_E},
                     eps, damping, msign, schedule, restarts, gram_aspect)
     outputs, status = _tied_embedding(G_E, real_scalar(eps), real_scalar(damping), msign, schedule_array(schedule) if msign != 'svd' else None, gram_flags(msign, schedule, restarts), gram_aspect)
     if check_finite:
-        raise_if_not_finite('tied_embedding', status, {'G_E': G_E}, _caller)
+        raise_if_not_finite('tied_embedding', status, {'G_E': G_E}, caller)
     return outputs[0]

@@ -177,10 +177,12 @@ def test_cli_malformed_json(tmp_path):
 
 def test_cli_minimax_certify_compare(tmp_path):
     out = tmp_path / "s.json"
-    r = run("minimax", "--steps", "3", "--lower", "1e-2", "--json", str(out))
-    assert r.returncode == 0 and out.exists()
-    r = run("certify", str(out), "--json", str(tmp_path / "c.json"))
+    r = run("minimax", "--steps", "3", "--lower", "1e-2", "--json", "--out", str(out))
+    assert r.returncode == 0 and out.exists() and r.stdout == ""
+    r = run("certify", str(out))
     assert r.returncode == 0 and "certified band" in r.stdout
+    r = run("certify", str(out), "--json", "--out", str(tmp_path / "c.json"))
+    assert r.returncode == 0 and r.stdout == ""
     r = run("certify", str(tmp_path / "c.json"))
     assert r.returncode == 0 and "re-checked" in r.stdout
     png = tmp_path / "p.png"

@@ -154,9 +154,12 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
 
 def test_the_command_writes_a_certificate_that_certify_rechecks(tmp_path, muon_fp16):
     path = tmp_path / "muon16.json"
-    out = run("restarts", "muon", "--dtype", "float16", "--restarts", "1", "--json", str(path))
+    out = run("restarts", "muon", "--dtype", "float16", "--restarts", "1")
     assert out.returncode == 0, out.stderr
     assert "<- chosen" in out.stdout and "certified: restarts after iterations 2" in out.stdout
+    out = run("restarts", "muon", "--dtype", "float16", "--restarts", "1", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout) == muon_fp16[0].certificate, out.stderr
+    assert run("restarts", "muon", "--dtype", "float16", "--restarts", "1", "--json", "--out", str(path)).stdout == ""
     assert json.loads(path.read_text()) == muon_fp16[0].certificate
     ok = run("certify", str(path))
     assert ok.returncode == 0 and "re-checked" in ok.stdout

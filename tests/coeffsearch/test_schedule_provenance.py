@@ -9,6 +9,7 @@ literal schedule, one changed recipe argument, a wrong source record) are kept h
 from __future__ import annotations
 
 import dataclasses
+import json
 from fractions import Fraction
 
 import pytest
@@ -175,7 +176,11 @@ def test_the_optimizer_presets_are_the_recorded_digits():
 def test_the_sources_command_shows_each_source_and_exits_1_on_a_planted_digit(scratch_registry, capsys, tmp_path):
     from coeffsearch.__main__ import main
 
-    assert main(["sources", "--json", str(tmp_path / "s.json")]) == 0
+    assert main(["sources", "--json", "--out", str(tmp_path / "s.json")]) == 0
+    assert capsys.readouterr().out == ""  # --out: the JSON document went to the file
+    rows = json.loads((tmp_path / "s.json").read_text())
+    assert [row["verdict"] for row in rows] == ["ok"] * len(coeffsearch.names())
+    assert main(["sources"]) == 0
     out = capsys.readouterr().out
     assert all(f"{name}: ok" in out for name in coeffsearch.names())
     assert "github.com/KellerJordan/Muon, muon.py" in out and "plateaus at an error of ≈ 0.3" in out

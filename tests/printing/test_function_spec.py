@@ -42,7 +42,7 @@ def test_a_spec_renders_to_the_function_it_describes():
 
 def test_jax_specs_say_what_the_functions_take_and_check(sylvester_rule):
     (fn,) = sylvester_rule.functions()
-    core, public = jax_printer.function_specs(fn, sylvester_rule.scalars, "svd")
+    core, public, checked = jax_printer.function_specs(fn, sylvester_rule.scalars, "svd")
     assert core.name == "_sylvester_qk" and core.keyword_only == () and core.checks == ()
     assert [p.name for p in core.positional][-6:] == ["damping", "msign", "schedule", "restarts", "gram_aspect",
                                                       "solver"]
@@ -50,19 +50,24 @@ def test_jax_specs_say_what_the_functions_take_and_check(sylvester_rule):
     assert core.body[-1] == "return nan_unless(status == 0, (dW_Q, dW_K)), status"
     keywords = {p.name: p.default for p in public.keyword_only}
     assert keywords == {"eps": None, "damping": None, "msign": "'svd'", "schedule": "NS_SCHEDULE",
-                        "restarts": "None", "gram_aspect": "None",
-                        "solver": "'structured'", "check_finite": "True", "_caller": "None"}
-    assert public.checks[0].startswith("validate_inputs('sylvester_qk' if _caller is None else _caller[0]")
-    assert "if solver not in ('structured', 'dense'):" in public.checks
-    assert any(c.startswith("if not isinstance(damping, jax.core.Tracer):") for c in public.checks)  # λ > 0
-    assert public.body[0].startswith("outputs, status = _sylvester_qk(")
+                        "restarts": "None", "gram_aspect": "None", "solver": "'structured'", "check_finite": "True"}
+    assert public.checks == () and public.body == (
+        "return _checked_sylvester_qk(W_Q, W_K, G_M, eps=eps, damping=damping, msign=msign, schedule=schedule, "
+        "restarts=restarts, gram_aspect=gram_aspect, solver=solver, check_finite=check_finite, caller=None)",)
+    assert checked.name == "_checked_sylvester_qk" and checked.positional == public.positional
+    assert checked.keyword_only == (*public.keyword_only, Parameter("caller"))  # required: no default to forget
+    assert checked.checks[0].startswith("validate_inputs('sylvester_qk' if caller is None else caller[0]")
+    assert "if solver not in ('structured', 'dense'):" in checked.checks
+    assert any(c.startswith("if not isinstance(damping, jax.core.Tracer):") for c in checked.checks)  # λ > 0
+    assert checked.body[0].startswith("outputs, status = _sylvester_qk(")
 
 
 def test_a_rule_without_msign_has_no_schedule_parameter(gauge_rule):
     (fn,) = gauge_rule.functions()
-    core, public = jax_printer.function_specs(fn, gauge_rule.scalars, "newton_schulz")
+    core, public, checked = jax_printer.function_specs(fn, gauge_rule.scalars, "newton_schulz")
     keywords = [p.render() for p in public.keyword_only]
-    assert keywords == ["damping=0.0", "check_finite=True", "_caller=None"]  # no eps, msign or schedule
+    assert keywords == ["damping=0.0", "check_finite=True"]  # no eps, msign or schedule
+    assert [p.render() for p in checked.keyword_only] == [*keywords, "caller"]
     # the core keeps the one signature of every rule; the public function passes 'svd' and no schedule
     assert core.decorators == ('functools.partial(jax.jit, static_argnames=("msign", "gram_aspect",))',)
 

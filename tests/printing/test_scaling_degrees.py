@@ -107,7 +107,7 @@ def _toy_module(formula) -> RuleModule:
 
 
 def _jax(formula):
-    """The two JAX functions of a toy ``step(G)`` computing ``formula``."""
+    """The three JAX functions of a toy ``step(G)`` computing ``formula``."""
     return jax_printer.function_specs(_toy_module(formula).functions()[0], {eps: "eps"}, "newton_schulz")
 
 
@@ -145,7 +145,7 @@ def test_a_declared_degree_is_read_and_a_declared_inhomogeneous_node_is_not_resc
     plan = scaling_plan(["G"], [product(-eps, DoubledDeclared(G))])
     assert [(g.members, g.degrees) for g in plan] == [(("G",), (1,))]
     assert scaling_plan(["G"], [product(-eps, Tanh(G))]) is None
-    core, _ = _jax(product(-eps, DoubledDeclared(G)))
+    core, *_ = _jax(product(-eps, DoubledDeclared(G)))
     assert any("scale_group((G,)" in line for line in core.body)
 
 

@@ -222,19 +222,19 @@ def test_injection_in_string_arguments(tmp_path, monkeypatch):
             cases += [["halfsplit", ["--emit", "jax", "--schedule", str(path)]],
                       ["coeffsearch", ["certify", str(path)]]]
         cases += [["halfsplit", ["--emit", "jax", "--schedule", "muon", "--out", str(tmp_path / (fname + "_out.py"))]],
-                  ["coeffsearch", ["certify", "muon", "--steps", "1", "--lower", "1e-2", "--json",
+                  ["coeffsearch", ["certify", "muon", "--steps", "1", "--lower", "1e-2", "--json", "--out",
                                    str(tmp_path / (fname + ".cert.json"))]]]
     normal, *rows = call_mains(cases, tmp_path, monkeypatch)
     assert normal["rc"] == 0 and "def halfsplit_qk(" in normal["stdout"]
     bad, emitted = [], []
     for row in rows:
         argv = row["argv"]
-        if "--out" in argv and row["rc"] == 0:  # a hostile path of the output file: the module itself is normal
+        if "--json" in argv and row["rc"] == 0:
+            json.loads(Path(argv[-1]).read_text(encoding="utf-8"))
+        elif "--out" in argv and row["rc"] == 0:  # a hostile path of the output file: the module itself is normal
             if Path(argv[-1]).read_text(encoding="utf-8") != normal["stdout"]:
                 bad.append(f"--out {argv[-1]!r}: the module differs from the normal emission")
             emitted.append(argv[-1])
-        elif "--json" in argv and row["rc"] == 0:
-            json.loads(Path(argv[-1]).read_text(encoding="utf-8"))
         elif not refused(row):
             bad.append(f"expected a one-line refusal: {describe(row)}")
         if row["escaped"]:
@@ -328,9 +328,8 @@ def test_normal_emission_is_unchanged_by_the_escaping(monkeypatch, tmp_path, hal
 @pytest.mark.timeout(240)
 def test_minimax_converged_interval_is_a_result(argv, tmp_path, monkeypatch):
     out = tmp_path / "s.json"
-    r, = call_mains([["coeffsearch", ["minimax", *argv, "--json", str(out)]]], tmp_path, monkeypatch)
+    r, = call_mains([["coeffsearch", ["minimax", *argv, "--json", "--out", str(out)]]], tmp_path, monkeypatch)
     assert r["rc"] == 0 and not r["escaped"] and "Traceback" not in r["stderr"], describe(r)
-    assert "converged" in r["stdout"] and "limit polynomial" in r["stdout"]
     doc = json.loads(out.read_text())
     steps = int(argv[1])
     assert len(doc["steps"]) == steps and any(row["interval_collapsed"] for row in doc["report"])
@@ -338,6 +337,11 @@ def test_minimax_converged_interval_is_a_result(argv, tmp_path, monkeypatch):
     assert all(row["interval_collapsed"] for row in doc["report"][first:])
     r, = call_mains([["coeffsearch", ["certify", str(out), "--lower", argv[3]]]], tmp_path, monkeypatch)
     assert r["rc"] == 0, describe(r)  # a converged schedule certifies like any other
+
+
+def test_minimax_report_says_where_the_interval_converged(tmp_path, monkeypatch):
+    r, = call_mains([["coeffsearch", ["minimax", "--steps", "6", "--lower", "0.1"]]], tmp_path, monkeypatch)
+    assert r["rc"] == 0 and "converged" in r["stdout"] and "limit polynomial" in r["stdout"], describe(r)
 
 
 @pytest.mark.e2e
@@ -413,7 +417,8 @@ def test_output_to_a_fifo_nobody_reads_is_refused_not_waited_on(tmp_path):
     fifo = tmp_path / "out.fifo"
     os.mkfifo(fifo)
     for args in (["-m", "derivations.halfsplit", "--emit", "text", "--out", str(fifo)],
-                 ["-m", "coeffsearch", "band", "--steps", "2", "--lower", "0.1", "--slope", "2", "--json", str(fifo)]):
+                 ["-m", "coeffsearch", "band", "--steps", "2", "--lower", "0.1", "--slope", "2", "--json", "--out",
+                  str(fifo)]):
         try:
             r = run_cmd(args, timeout=90)
         except subprocess.TimeoutExpired:

@@ -296,7 +296,7 @@ exits("validate a degree-7 schedule", "coeffsearch", ["validate", d7, "--dtype",
 exits("compare a degree-7 schedule", "coeffsearch", ["compare", d7], {0})
 huge = schedule_file("huge.json", '{"steps": [["1e308", "-1e308", "1e308"]]}')
 out_json = os.path.join(tmp, "compare.json")
-exits("compare 1e308 coefficients", "coeffsearch", ["compare", huge, "--json", out_json], {0, 1})
+exits("compare 1e308 coefficients", "coeffsearch", ["compare", huge, "--json", "--out", out_json], {0, 1})
 def standard(path):
     with open(path) as fh:
         json.loads(fh.read(), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
@@ -304,7 +304,7 @@ def standard(path):
 holds("compare JSON is standard JSON", lambda: (standard(out_json), ""))
 band_json = os.path.join(tmp, "band.json")
 exits("band --slope 100", "coeffsearch", ["band", "--steps", "3", "--lower", "1e-2", "--slope", "100", "--json",
-      band_json], {0, 1})
+      "--out", band_json], {0, 1})
 def band_infeasible():
     standard(band_json)
     with open(band_json) as fh:
