@@ -60,8 +60,8 @@ BAD_USAGE = [
     (["--check", "--trials", "0"], "--trials: must be >= 1"),
     (["--emit", "jax", "--out", "/"], "is a directory"),
     (["--emit", "jax", "--check"], "not allowed with argument"),
-    (["--emit", "latex", "--standalone"], "--standalone: only with --emit jax or --emit numpy"),
-    (["--check", "--standalone"], "--standalone: only with --emit jax or --emit numpy"),
+    (["--emit", "latex", "--standalone"], "--standalone: only with --emit jax, numpy or torch"),
+    (["--check", "--standalone"], "--standalone: only with --emit jax, numpy or torch"),
 ]
 
 
