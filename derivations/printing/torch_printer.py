@@ -43,6 +43,15 @@ class TorchPrinter(JaxPrinter):
     def _cast(code: str, like: str) -> str:
         return f"{code}.to({like}.dtype)"
 
+    def _split_matrix(self, m):
+        """A factor of a split output; one that is not a root's mantissa (a sign, a gradient: in the input dtype)
+        is cast to the compute dtype the mantissas are in, as JAX's type promotion does for 16-bit inputs
+        (``torch.matmul`` takes one dtype)."""
+        code, exponent = super()._split_matrix(m)
+        if exponent is None:
+            code = f"{code}.to(compute_dtype({self.dtype_of}.dtype))"
+        return code, exponent
+
     def _print_AspectScale(self, expr):
         """``√(m/n)`` of an ``m × n`` matrix, read off its shape."""
         code = self._print(expr.args[0])

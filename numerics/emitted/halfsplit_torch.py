@@ -47,6 +47,7 @@ factor.
 import torch
 
 from foundation.compute.torch_runtime import (
+    compute_dtype,
     gram_eigh,
     gram_eigh_stacked,
     gram_flags,
@@ -82,8 +83,8 @@ def _halfsplit_qk(W_Q, W_K, G_Q, G_K, eps, damping, msign, schedule, restarts, g
     C_K_inv_m, e_C_K_inv = psd_power_split(eig_K, -0.5)
     C_Q_inv_m, e_C_Q_inv = psd_power_split(eig_Q, -0.5)
     msign_1, msign_2 = spectral_sign_stacked((unit_scale(G_Q) @ C_K_inv_m.to(W_K.dtype), unit_scale(G_K) @ C_Q_inv_m.to(W_Q.dtype)), msign, schedule, restarts, gram_aspect)
-    dW_Q, lost_1 = pow2_unscale(-(eps_m / 2) * (msign_1 @ C_K_inv_m), e_eps + e_C_K_inv, W_Q.dtype)
-    dW_K, lost_2 = pow2_unscale(-(eps_m / 2) * (msign_2 @ C_Q_inv_m), e_eps + e_C_Q_inv, W_Q.dtype)
+    dW_Q, lost_1 = pow2_unscale(-(eps_m / 2) * (msign_1.to(compute_dtype(W_Q.dtype)) @ C_K_inv_m), e_eps + e_C_K_inv, W_Q.dtype)
+    dW_K, lost_2 = pow2_unscale(-(eps_m / 2) * (msign_2.to(compute_dtype(W_Q.dtype)) @ C_Q_inv_m), e_eps + e_C_Q_inv, W_Q.dtype)
     dW_Q = dW_Q.to(W_Q.dtype)
     dW_K = dW_K.to(W_Q.dtype)
     status = output_status((dW_Q, dW_K), lost_1 | lost_2, flagged=(True, True))  # a NaN/Inf input reaches every output computed from it
@@ -134,7 +135,7 @@ def _halfsplit_v(W_O, G_V, eps, damping, msign, schedule, restarts, gram_aspect)
     eig_O = gram_eigh(W_O, damping, 'right')
     C_O_inv_m, e_C_O_inv = psd_power_split(eig_O, -0.5)
     msign_1 = spectral_sign(C_O_inv_m.to(W_O.dtype) @ unit_scale(G_V), msign, schedule, restarts, gram_aspect)
-    dW_V, lost_1 = pow2_unscale(-(eps_m / 2) * (C_O_inv_m @ msign_1), e_eps + e_C_O_inv, W_O.dtype)
+    dW_V, lost_1 = pow2_unscale(-(eps_m / 2) * (C_O_inv_m @ msign_1.to(compute_dtype(W_O.dtype))), e_eps + e_C_O_inv, W_O.dtype)
     dW_V = dW_V.to(W_O.dtype)
     status = output_status((dW_V,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_V,)), status
@@ -182,9 +183,9 @@ def _isotropic_qk(W_Q, W_K, G_Q, G_K, eps, damping, msign, schedule, restarts, g
     eps_m, e_eps = split_scalar(eps, W_Q.dtype)
     c_K_m, e_c_K = isotropic_scale_split(W_K, damping)
     msign_1, msign_2 = spectral_sign_stacked((unit_scale(G_Q), unit_scale(G_K)), msign, schedule, restarts, gram_aspect)
-    dW_Q, lost_1 = pow2_unscale(-(eps_m / (2 * c_K_m)) * msign_1, e_eps - e_c_K, W_Q.dtype)
+    dW_Q, lost_1 = pow2_unscale(-(eps_m / (2 * c_K_m)) * msign_1.to(compute_dtype(W_Q.dtype)), e_eps - e_c_K, W_Q.dtype)
     c_Q_m, e_c_Q = isotropic_scale_split(W_Q, damping)
-    dW_K, lost_2 = pow2_unscale(-(eps_m / (2 * c_Q_m)) * msign_2, e_eps - e_c_Q, W_Q.dtype)
+    dW_K, lost_2 = pow2_unscale(-(eps_m / (2 * c_Q_m)) * msign_2.to(compute_dtype(W_Q.dtype)), e_eps - e_c_Q, W_Q.dtype)
     dW_Q = dW_Q.to(W_Q.dtype)
     dW_K = dW_K.to(W_Q.dtype)
     status = output_status((dW_Q, dW_K), lost_1 | lost_2, flagged=(True, True))  # a NaN/Inf input reaches every output computed from it

@@ -51,6 +51,7 @@ from foundation.compute.torch_runtime import (
     check_group,
     check_qk_heads,
     check_scalar,
+    compute_dtype,
     gram_eigh,
     gram_flags,
     isotropic_scale_split,
@@ -85,7 +86,7 @@ def _gqa_query(W_K, G_Q, eps, damping, msign, schedule, restarts, gram_aspect):
     eig_K = gram_eigh(W_K, damping, 'right')
     C_K_inv_m, e_C_K_inv = psd_power_split(eig_K, -0.5)
     msign_1 = spectral_sign(unit_scale(G_Q) @ C_K_inv_m.to(W_K.dtype), msign, schedule, restarts, gram_aspect)
-    dW_Q, lost_1 = pow2_unscale(-(eps_m / 2) * (msign_1 @ C_K_inv_m), e_eps + e_C_K_inv, W_K.dtype)
+    dW_Q, lost_1 = pow2_unscale(-(eps_m / 2) * (msign_1.to(compute_dtype(W_K.dtype)) @ C_K_inv_m), e_eps + e_C_K_inv, W_K.dtype)
     dW_Q = dW_Q.to(W_K.dtype)
     status = output_status((dW_Q,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_Q,)), status
@@ -135,7 +136,7 @@ def _gqa_key(W_Qbar, G_K, eps, group_size, damping, msign, schedule, restarts, g
     eig_Qbar = gram_eigh(W_Qbar, damping, 'right')
     C_Qbar_inv_m, e_C_Qbar_inv = psd_power_split(eig_Qbar, -0.5)
     msign_1 = spectral_sign(unit_scale(G_K) @ C_Qbar_inv_m.to(W_Qbar.dtype), msign, schedule, restarts, gram_aspect)
-    dW_K, lost_1 = pow2_unscale(-(eps_m / (2 * group_size_m)) * (msign_1 @ C_Qbar_inv_m), e_eps - e_group_size + e_C_Qbar_inv, W_Qbar.dtype)
+    dW_K, lost_1 = pow2_unscale(-(eps_m / (2 * group_size_m)) * (msign_1.to(compute_dtype(W_Qbar.dtype)) @ C_Qbar_inv_m), e_eps - e_group_size + e_C_Qbar_inv, W_Qbar.dtype)
     dW_K = dW_K.to(W_Qbar.dtype)
     status = output_status((dW_K,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_K,)), status
@@ -187,7 +188,7 @@ def _gqa_value(W_Obar, G_V, eps, group_size, damping, msign, schedule, restarts,
     eig_Obar = gram_eigh(W_Obar, damping, 'right')
     C_Obar_inv_m, e_C_Obar_inv = psd_power_split(eig_Obar, -0.5)
     msign_1 = spectral_sign(C_Obar_inv_m.to(W_Obar.dtype) @ unit_scale(G_V), msign, schedule, restarts, gram_aspect)
-    dW_V, lost_1 = pow2_unscale(-(eps_m / (2 * group_size_m)) * (C_Obar_inv_m @ msign_1), e_eps - e_group_size + e_C_Obar_inv, W_Obar.dtype)
+    dW_V, lost_1 = pow2_unscale(-(eps_m / (2 * group_size_m)) * (C_Obar_inv_m @ msign_1.to(compute_dtype(W_Obar.dtype))), e_eps - e_group_size + e_C_Obar_inv, W_Obar.dtype)
     dW_V = dW_V.to(W_Obar.dtype)
     status = output_status((dW_V,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_V,)), status
@@ -237,7 +238,7 @@ def _gqa_isotropic_query(W_K, G_Q, eps, damping, msign, schedule, restarts, gram
     eps_m, e_eps = split_scalar(eps, W_K.dtype)
     c_K_m, e_c_K = isotropic_scale_split(W_K, damping)
     msign_1 = spectral_sign(unit_scale(G_Q), msign, schedule, restarts, gram_aspect)
-    dW_Q, lost_1 = pow2_unscale(-(eps_m / (2 * c_K_m)) * msign_1, e_eps - e_c_K, W_K.dtype)
+    dW_Q, lost_1 = pow2_unscale(-(eps_m / (2 * c_K_m)) * msign_1.to(compute_dtype(W_K.dtype)), e_eps - e_c_K, W_K.dtype)
     dW_Q = dW_Q.to(W_K.dtype)
     status = output_status((dW_Q,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_Q,)), status
@@ -286,7 +287,7 @@ def _gqa_isotropic_key(W_Qbar, G_K, eps, group_size, damping, msign, schedule, r
     group_size_m, e_group_size = split_scalar(group_size, W_Qbar.dtype)
     c_Qbar_m, e_c_Qbar = isotropic_scale_split(W_Qbar, damping)
     msign_1 = spectral_sign(unit_scale(G_K), msign, schedule, restarts, gram_aspect)
-    dW_K, lost_1 = pow2_unscale(-(eps_m / (2 * group_size_m * c_Qbar_m)) * msign_1, e_eps - e_group_size - e_c_Qbar, W_Qbar.dtype)
+    dW_K, lost_1 = pow2_unscale(-(eps_m / (2 * group_size_m * c_Qbar_m)) * msign_1.to(compute_dtype(W_Qbar.dtype)), e_eps - e_group_size - e_c_Qbar, W_Qbar.dtype)
     dW_K = dW_K.to(W_Qbar.dtype)
     status = output_status((dW_K,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_K,)), status

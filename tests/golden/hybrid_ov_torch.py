@@ -45,6 +45,7 @@ from foundation.compute.torch_runtime import (
     check_group,
     check_ov_heads,
     check_scalar,
+    compute_dtype,
     gram_eigh,
     gram_flags,
     merge_heads,
@@ -78,7 +79,7 @@ def _hybrid_o(P_V, G_O, eps, damping, msign, schedule, restarts, gram_aspect):
     eig_P_V = gram_eigh(P_V, damping, 'right')
     C_P_V_inv_m, e_C_P_V_inv = psd_power_split(eig_P_V, -0.5, blocks=True)
     msign_1 = spectral_sign(block_right(unit_scale(G_O), C_P_V_inv_m.to(P_V.dtype)), msign, schedule, restarts, gram_aspect)
-    dW_O, lost_1 = pow2_unscale(block_right(-(eps_m / 2) * msign_1, C_P_V_inv_m), e_eps + e_C_P_V_inv, P_V.dtype)
+    dW_O, lost_1 = pow2_unscale(block_right(-(eps_m / 2) * msign_1.to(compute_dtype(P_V.dtype)), C_P_V_inv_m), e_eps + e_C_P_V_inv, P_V.dtype)
     dW_O = dW_O.to(P_V.dtype)
     status = output_status((dW_O,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_O,)), status
@@ -127,7 +128,7 @@ def _hybrid_v(W_O, G_V, eps, damping, msign, schedule, restarts, gram_aspect):
     eig_O = gram_eigh(W_O, damping, 'right')
     C_O_inv_m, e_C_O_inv = psd_power_split(eig_O, -0.5)
     msign_1 = spectral_sign(C_O_inv_m.to(W_O.dtype) @ unit_scale(G_V), msign, schedule, restarts, gram_aspect)
-    dW_V, lost_1 = pow2_unscale(-(eps_m / 2) * (C_O_inv_m @ msign_1), e_eps + e_C_O_inv, W_O.dtype)
+    dW_V, lost_1 = pow2_unscale(-(eps_m / 2) * (C_O_inv_m @ msign_1.to(compute_dtype(W_O.dtype))), e_eps + e_C_O_inv, W_O.dtype)
     dW_V = dW_V.to(W_O.dtype)
     status = output_status((dW_V,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_V,)), status
@@ -177,7 +178,7 @@ def _gqa_value(W_Obar, G_V, eps, group_size, damping, msign, schedule, restarts,
     eig_Obar = gram_eigh(W_Obar, damping, 'right')
     C_Obar_inv_m, e_C_Obar_inv = psd_power_split(eig_Obar, -0.5)
     msign_1 = spectral_sign(C_Obar_inv_m.to(W_Obar.dtype) @ unit_scale(G_V), msign, schedule, restarts, gram_aspect)
-    dW_V, lost_1 = pow2_unscale(-(eps_m / (2 * group_size_m)) * (C_Obar_inv_m @ msign_1), e_eps - e_group_size + e_C_Obar_inv, W_Obar.dtype)
+    dW_V, lost_1 = pow2_unscale(-(eps_m / (2 * group_size_m)) * (C_Obar_inv_m @ msign_1.to(compute_dtype(W_Obar.dtype))), e_eps - e_group_size + e_C_Obar_inv, W_Obar.dtype)
     dW_V = dW_V.to(W_Obar.dtype)
     status = output_status((dW_V,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_V,)), status

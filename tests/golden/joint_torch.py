@@ -39,6 +39,7 @@ import torch
 from foundation.compute.torch_runtime import (
     block_right,
     check_joint_pair,
+    compute_dtype,
     gram_eigh,
     gram_flags,
     nan_unless,
@@ -70,7 +71,7 @@ def _joint_whitened(P, G, eps, damping, msign, schedule, restarts, gram_aspect):
     eig_P = gram_eigh(P, damping, 'right')
     C_P_inv_m, e_C_P_inv = psd_power_split(eig_P, -0.5, blocks=True)
     msign_1 = spectral_sign(block_right(unit_scale(G), C_P_inv_m.to(P.dtype)), msign, schedule, restarts, gram_aspect)
-    Delta, lost_1 = pow2_unscale(block_right(-(eps_m / 2) * msign_1, C_P_inv_m), e_eps + e_C_P_inv, P.dtype)
+    Delta, lost_1 = pow2_unscale(block_right(-(eps_m / 2) * msign_1.to(compute_dtype(P.dtype)), C_P_inv_m), e_eps + e_C_P_inv, P.dtype)
     Delta = Delta.to(P.dtype)
     status = output_status((Delta,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (Delta,)), status

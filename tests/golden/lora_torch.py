@@ -43,6 +43,7 @@ factor.
 import torch
 
 from foundation.compute.torch_runtime import (
+    compute_dtype,
     gram_eigh,
     gram_flags,
     group_underflow,
@@ -77,11 +78,11 @@ def _lora_halfsplit(B, A, G_B, G_A, eps, damping, msign, schedule, restarts, gra
     eig_A = gram_eigh(A, damping, 'left')
     C_A_inv_m, e_C_A_inv = psd_power_split(eig_A, -0.5)
     msign_1 = spectral_sign(unit_scale(G_B) @ C_A_inv_m.to(A.dtype), msign, schedule, restarts, gram_aspect)
-    dB, lost_1 = pow2_unscale(-(eps_m / 2) * (msign_1 @ C_A_inv_m), e_eps + e_C_A_inv, B.dtype)
+    dB, lost_1 = pow2_unscale(-(eps_m / 2) * (msign_1.to(compute_dtype(B.dtype)) @ C_A_inv_m), e_eps + e_C_A_inv, B.dtype)
     eig_B = gram_eigh(B, damping, 'right')
     C_B_inv_m, e_C_B_inv = psd_power_split(eig_B, -0.5)
     msign_2 = spectral_sign(C_B_inv_m.to(B.dtype) @ unit_scale(G_A), msign, schedule, restarts, gram_aspect)
-    dA, lost_2 = pow2_unscale(-(eps_m / 2) * (C_B_inv_m @ msign_2), e_eps + e_C_B_inv, B.dtype)
+    dA, lost_2 = pow2_unscale(-(eps_m / 2) * (C_B_inv_m @ msign_2.to(compute_dtype(B.dtype))), e_eps + e_C_B_inv, B.dtype)
     dB = dB.to(B.dtype)
     dA = dA.to(B.dtype)
     status = output_status((dB, dA), lost_1 | lost_2, flagged=(True, True))  # a NaN/Inf input reaches every output computed from it

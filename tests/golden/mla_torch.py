@@ -52,6 +52,7 @@ factor.
 import torch
 
 from foundation.compute.torch_runtime import (
+    compute_dtype,
     gram_eigh,
     gram_flags,
     nan_unless,
@@ -85,7 +86,7 @@ def _mla_query_up(K_hat, W_DQ, G_UQ, eps, damping, msign, schedule, restarts, gr
     eig_DQ = gram_eigh(W_DQ, damping, 'left')
     C_DQ_inv_m, e_C_DQ_inv = psd_power_split(eig_DQ, -0.5)
     msign_1 = spectral_sign(C_K_hat_inv_m.to(K_hat.dtype) @ unit_scale(G_UQ) @ C_DQ_inv_m.to(W_DQ.dtype), msign, schedule, restarts, gram_aspect)
-    dW_UQ, lost_1 = pow2_unscale(-(eps_m / 4) * (C_K_hat_inv_m @ msign_1 @ C_DQ_inv_m), e_eps + e_C_K_hat_inv + e_C_DQ_inv, K_hat.dtype)
+    dW_UQ, lost_1 = pow2_unscale(-(eps_m / 4) * (C_K_hat_inv_m @ msign_1.to(compute_dtype(K_hat.dtype)) @ C_DQ_inv_m), e_eps + e_C_K_hat_inv + e_C_DQ_inv, K_hat.dtype)
     dW_UQ = dW_UQ.to(K_hat.dtype)
     status = output_status((dW_UQ,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_UQ,)), status
@@ -136,7 +137,7 @@ def _mla_key_up(E_Q, W_DKV, G_UK, eps, damping, msign, schedule, restarts, gram_
     eig_DKV = gram_eigh(W_DKV, damping, 'left')
     C_DKV_inv_m, e_C_DKV_inv = psd_power_split(eig_DKV, -0.5)
     msign_1 = spectral_sign(C_E_Q_inv_m.to(E_Q.dtype) @ unit_scale(G_UK) @ C_DKV_inv_m.to(W_DKV.dtype), msign, schedule, restarts, gram_aspect)
-    dW_UK, lost_1 = pow2_unscale(-(eps_m / 4) * (C_E_Q_inv_m @ msign_1 @ C_DKV_inv_m), e_eps + e_C_E_Q_inv + e_C_DKV_inv, E_Q.dtype)
+    dW_UK, lost_1 = pow2_unscale(-(eps_m / 4) * (C_E_Q_inv_m @ msign_1.to(compute_dtype(E_Q.dtype)) @ C_DKV_inv_m), e_eps + e_C_E_Q_inv + e_C_DKV_inv, E_Q.dtype)
     dW_UK = dW_UK.to(E_Q.dtype)
     status = output_status((dW_UK,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_UK,)), status
@@ -187,7 +188,7 @@ def _mla_value_up(W_O, W_DKV, G_UV, eps, damping, msign, schedule, restarts, gra
     eig_DKV = gram_eigh(W_DKV, damping, 'left')
     C_DKV_inv_m, e_C_DKV_inv = psd_power_split(eig_DKV, -0.5)
     msign_1 = spectral_sign(C_O_inv_m.to(W_O.dtype) @ unit_scale(G_UV) @ C_DKV_inv_m.to(W_DKV.dtype), msign, schedule, restarts, gram_aspect)
-    dW_UV, lost_1 = pow2_unscale(-(eps_m / 3) * (C_O_inv_m @ msign_1 @ C_DKV_inv_m), e_eps + e_C_O_inv + e_C_DKV_inv, W_O.dtype)
+    dW_UV, lost_1 = pow2_unscale(-(eps_m / 3) * (C_O_inv_m @ msign_1.to(compute_dtype(W_O.dtype)) @ C_DKV_inv_m), e_eps + e_C_O_inv + e_C_DKV_inv, W_O.dtype)
     dW_UV = dW_UV.to(W_O.dtype)
     status = output_status((dW_UV,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_UV,)), status
@@ -236,7 +237,7 @@ def _mla_output(E_V, G_O, eps, damping, msign, schedule, restarts, gram_aspect):
     eig_E_V = gram_eigh(E_V, damping, 'left')
     C_E_V_inv_m, e_C_E_V_inv = psd_power_split(eig_E_V, -0.5)
     msign_1 = spectral_sign(unit_scale(G_O) @ C_E_V_inv_m.to(E_V.dtype), msign, schedule, restarts, gram_aspect)
-    dW_O, lost_1 = pow2_unscale(-(eps_m / 3) * (msign_1 @ C_E_V_inv_m), e_eps + e_C_E_V_inv, E_V.dtype)
+    dW_O, lost_1 = pow2_unscale(-(eps_m / 3) * (msign_1.to(compute_dtype(E_V.dtype)) @ C_E_V_inv_m), e_eps + e_C_E_V_inv, E_V.dtype)
     dW_O = dW_O.to(E_V.dtype)
     status = output_status((dW_O,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_O,)), status
@@ -285,7 +286,7 @@ def _mla_query_down(P_Q, G_DQ, eps, damping, msign, schedule, restarts, gram_asp
     eig_P_Q = gram_eigh(P_Q, damping, 'right')
     C_P_Q_inv_m, e_C_P_Q_inv = psd_power_split(eig_P_Q, -0.5)
     msign_1 = spectral_sign(C_P_Q_inv_m.to(P_Q.dtype) @ unit_scale(G_DQ), msign, schedule, restarts, gram_aspect)
-    dW_DQ, lost_1 = pow2_unscale(-(eps_m / 4) * (C_P_Q_inv_m @ msign_1), e_eps + e_C_P_Q_inv, P_Q.dtype)
+    dW_DQ, lost_1 = pow2_unscale(-(eps_m / 4) * (C_P_Q_inv_m @ msign_1.to(compute_dtype(P_Q.dtype))), e_eps + e_C_P_Q_inv, P_Q.dtype)
     dW_DQ = dW_DQ.to(P_Q.dtype)
     status = output_status((dW_DQ,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_DQ,)), status
@@ -334,7 +335,7 @@ def _mla_kv_down(P_KV, G_DKV, eps, damping, msign, schedule, restarts, gram_aspe
     eig_P_KV = gram_eigh(P_KV, damping, 'right')
     C_P_KV_inv_m, e_C_P_KV_inv = psd_power_split(eig_P_KV, -0.5)
     msign_1 = spectral_sign(C_P_KV_inv_m.to(P_KV.dtype) @ unit_scale(G_DKV), msign, schedule, restarts, gram_aspect)
-    dW_DKV, lost_1 = pow2_unscale(-(eps_m / 4) * (C_P_KV_inv_m @ msign_1), e_eps + e_C_P_KV_inv, P_KV.dtype)
+    dW_DKV, lost_1 = pow2_unscale(-(eps_m / 4) * (C_P_KV_inv_m @ msign_1.to(compute_dtype(P_KV.dtype))), e_eps + e_C_P_KV_inv, P_KV.dtype)
     dW_DKV = dW_DKV.to(P_KV.dtype)
     status = output_status((dW_DKV,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_DKV,)), status
@@ -383,7 +384,7 @@ def _mla_query_uncompressed(K_hat, G_Q, eps, damping, msign, schedule, restarts,
     eig_K_hat = gram_eigh(K_hat, damping, 'left')
     C_K_hat_inv_m, e_C_K_hat_inv = psd_power_split(eig_K_hat, -0.5)
     msign_1 = spectral_sign(C_K_hat_inv_m.to(K_hat.dtype) @ unit_scale(G_Q), msign, schedule, restarts, gram_aspect)
-    dW_Q, lost_1 = pow2_unscale(-(eps_m / 3) * (C_K_hat_inv_m @ msign_1), e_eps + e_C_K_hat_inv, K_hat.dtype)
+    dW_Q, lost_1 = pow2_unscale(-(eps_m / 3) * (C_K_hat_inv_m @ msign_1.to(compute_dtype(K_hat.dtype))), e_eps + e_C_K_hat_inv, K_hat.dtype)
     dW_Q = dW_Q.to(K_hat.dtype)
     status = output_status((dW_Q,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_Q,)), status
@@ -434,7 +435,7 @@ def _mla_key_up_uncompressed(E_Q, W_DKV, G_UK, eps, damping, msign, schedule, re
     eig_DKV = gram_eigh(W_DKV, damping, 'left')
     C_DKV_inv_m, e_C_DKV_inv = psd_power_split(eig_DKV, -0.5)
     msign_1 = spectral_sign(C_E_Q_inv_m.to(E_Q.dtype) @ unit_scale(G_UK) @ C_DKV_inv_m.to(W_DKV.dtype), msign, schedule, restarts, gram_aspect)
-    dW_UK, lost_1 = pow2_unscale(-(eps_m / 3) * (C_E_Q_inv_m @ msign_1 @ C_DKV_inv_m), e_eps + e_C_E_Q_inv + e_C_DKV_inv, E_Q.dtype)
+    dW_UK, lost_1 = pow2_unscale(-(eps_m / 3) * (C_E_Q_inv_m @ msign_1.to(compute_dtype(E_Q.dtype)) @ C_DKV_inv_m), e_eps + e_C_E_Q_inv + e_C_DKV_inv, E_Q.dtype)
     dW_UK = dW_UK.to(E_Q.dtype)
     status = output_status((dW_UK,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_UK,)), status
@@ -483,7 +484,7 @@ def _mla_kv_down_uncompressed(P_KV, G_DKV, eps, damping, msign, schedule, restar
     eig_P_KV = gram_eigh(P_KV, damping, 'right')
     C_P_KV_inv_m, e_C_P_KV_inv = psd_power_split(eig_P_KV, -0.5)
     msign_1 = spectral_sign(C_P_KV_inv_m.to(P_KV.dtype) @ unit_scale(G_DKV), msign, schedule, restarts, gram_aspect)
-    dW_DKV, lost_1 = pow2_unscale(-(eps_m / 3) * (C_P_KV_inv_m @ msign_1), e_eps + e_C_P_KV_inv, P_KV.dtype)
+    dW_DKV, lost_1 = pow2_unscale(-(eps_m / 3) * (C_P_KV_inv_m @ msign_1.to(compute_dtype(P_KV.dtype))), e_eps + e_C_P_KV_inv, P_KV.dtype)
     dW_DKV = dW_DKV.to(P_KV.dtype)
     status = output_status((dW_DKV,), lost_1, flagged=(True,))  # a NaN/Inf input reaches every output computed from it
     return nan_unless(status == 0, (dW_DKV,)), status

@@ -2,7 +2,10 @@
 
 Every rule's shipped PyTorch module (``numerics/emitted/<rule>_torch.py``) against its shipped JAX module on
 the same inputs, in float64 and float32 (one eager call each: JAX with ``jax.disable_jit``, so nothing is
-compiled); each emitted PyTorch function compiled once with ``torch.compile(backend="aot_eager")``; hostile
+compiled; an end-to-end check, and in the suite :func:`torch_agreement`, called by
+``tests/rules/test_golden.py`` on the JAX results it computes anyway); each emitted PyTorch function
+compiled once with ``torch.compile(backend="aot_eager")`` (end to end: TorchDynamo's tracing takes seconds per
+function); hostile
 inputs (NaN/Inf named, underflow refused, bool tensors refused, batch axes, 0-size batches); the standalone
 module imports only ``torch``; a dropped transpose planted in the PyTorch printer fails translation
 validation while the JAX target stays valid. Without PyTorch every test here is skipped.
@@ -34,6 +37,22 @@ GOLDEN = Path(__file__).parents[1] / "golden"
 TOLERANCE = {"float64": 1e-9, "float32": 2e-3}
 
 
+def _outputs(value) -> tuple:
+    return value if isinstance(value, tuple) else (value,)
+
+
+def torch_agreement(rule: str, name: str, args: list, kwargs: dict, jax_outputs) -> None:
+    """The shipped PyTorch function ``name`` of ``rule`` on ``args`` (NumPy, float64) in float64 and float32 against
+    the JAX function's float64 outputs: within :data:`TOLERANCE` of the dtype."""
+    torch_module = importlib.import_module(f"numerics.emitted.{rule}_torch")
+    for dtype in ("float64", "float32"):
+        got = getattr(torch_module, name)(*(torch.as_tensor(np.asarray(a, dtype=dtype)) for a in args), **kwargs)
+        for w, g in zip(_outputs(jax_outputs), _outputs(got), strict=True):
+            w, g = np.asarray(w, dtype=np.float64), g.double().numpy()
+            difference = float(np.max(np.abs(w - g), initial=0.0)) / max(1.0, float(np.max(np.abs(w), initial=0.0)))
+            assert difference <= TOLERANCE[dtype], (rule, name, dtype, difference)
+
+
 def _modules(rule):
     return (importlib.import_module(f"numerics.emitted.{rule}"),
             importlib.import_module(f"numerics.emitted.{rule}_torch"))
@@ -49,20 +68,39 @@ def _largest_difference(rule, dtype):
         with jax.enable_x64(True), jax.disable_jit():
             want = getattr(jax_module, name)(*(jax.numpy.asarray(a) for a in args), **kwargs)
         got = getattr(torch_module, name)(*(torch.as_tensor(a) for a in args), **kwargs)
-        want, got = (v if isinstance(v, tuple) else (v,) for v in (want, got))
-        for w, g in zip(want, got, strict=True):
+        for w, g in zip(_outputs(want), _outputs(got), strict=True):
             assert str(g.dtype) == f"torch.{dtype}", (rule, name, g.dtype)
             w, g = np.asarray(w, dtype=np.float64), g.double().numpy()
             worst = max(worst, float(np.max(np.abs(w - g)) / max(1.0, float(np.max(np.abs(w))))))
     return worst
 
 
+@pytest.mark.e2e  # JAX run op by op (jax.disable_jit, nothing compiled) takes about 70 s per dtype on 2 cores
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_torch_and_jax_modules_agree_on_every_rule(dtype):
+    """The suite's own comparison rides on the JAX calls of ``tests/rules/test_golden.py`` (float64, SVD msign);
+    this one runs both targets in each dtype with the default Newton–Schulz msign."""
     differences = {rule: _largest_difference(rule, dtype) for rule in RULES}
     worst = max(differences, key=differences.get)
     print(f"largest torch/jax difference in {dtype}: {differences[worst]:.2e} ({worst})")
     assert differences[worst] <= TOLERANCE[dtype], differences
+
+
+def test_standalone_module_imports_only_torch_and_computes_the_same():
+    module = registry.rule_module("gqa")
+    text = render(module, "torch", standalone=True)
+    tree = ast.parse(text)
+    assert [n for n in tree.body if isinstance(n, ast.ImportFrom)] == []
+    assert {alias.name for n in tree.body if isinstance(n, ast.Import) for alias in n.names} == {"torch"}
+    standalone: dict = {}
+    exec(compile(text, "<standalone gqa torch>", "exec"), standalone)  # noqa: S102 (the emitted module under test)
+    shipped = _modules("gqa")[1]
+    for name in example_names(module, "torch"):
+        args, kwargs = example_call(module, name, np.random.default_rng(1), "torch")
+        args = [torch.as_tensor(a) for a in args]
+        for a, b in zip(*(_outputs(f(*args, **kwargs)) for f in (standalone[name], getattr(shipped, name))),
+                        strict=True):
+            assert torch.equal(a, b), name
 
 
 def test_shipped_torch_modules_agree_with_their_golden_copies():
@@ -90,24 +128,10 @@ def test_shipped_torch_modules_import_only_torch_and_the_runtime():
         assert imported == {"torch", "foundation.compute.torch_runtime"}, (rule, imported)
 
 
-def test_standalone_module_imports_only_torch_and_computes_the_same():
-    module = registry.rule_module("gqa")
-    text = render(module, "torch", standalone=True)
-    tree = ast.parse(text)
-    assert [n for n in tree.body if isinstance(n, ast.ImportFrom)] == []
-    assert {alias.name for n in tree.body if isinstance(n, ast.Import) for alias in n.names} == {"torch"}
-    standalone = {}
-    exec(compile(text, "<standalone gqa torch>", "exec"), standalone)  # noqa: S102 (the emitted module under test)
-    shipped = _modules("gqa")[1]
-    for name in example_names(module, "torch"):
-        args, kwargs = example_call(module, name, np.random.default_rng(1), "torch")
-        args = [torch.as_tensor(a) for a in args]
-        for a, b in zip(np.atleast_1d(standalone[name](*args, **kwargs)), np.atleast_1d(
-                getattr(shipped, name)(*args, **kwargs)), strict=True):
-            assert torch.equal(torch.as_tensor(a), torch.as_tensor(b)), name
-
-
+@pytest.mark.e2e  # TorchDynamo traces each function for 10-20 s on 2 cores (aot_eager: no code generated)
 def test_every_emitted_torch_function_compiles_with_aot_eager():
+    """Each function compiled once, and a NaN input still refused by the compiled function (the checks are graph
+    breaks: the error is raised, not turned into NaN)."""
     torch._dynamo.reset()
     for rule in RULES:
         module = registry.rule_module(rule)
@@ -119,6 +143,10 @@ def test_every_emitted_torch_function_compiles_with_aot_eager():
             got, want = compiled(*args, **kwargs), getattr(torch_module, name)(*args, **kwargs)
             for g, w in zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want)), strict=True):
                 assert torch.allclose(g, w, rtol=1e-4, atol=1e-6), (rule, name)
+            args[-1] = args[-1].clone()
+            args[-1].view(-1)[0] = float("nan")
+            with pytest.raises(ValueError, match=f"^{name}: .* contains NaN or Inf$"):
+                compiled(*args, **kwargs)
 
 
 @pytest.mark.e2e
