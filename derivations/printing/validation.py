@@ -23,6 +23,7 @@ function of a module that none of these covers is a failure (:func:`unvalidated`
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import types
 from dataclasses import dataclass, replace
@@ -106,14 +107,27 @@ ADAPTER_TARGETS = ("jax", "torch")
 
 
 def target_call(module: types.ModuleType, call, target: str):
-    """``call`` as the validation calls it, on NumPy arrays: a PyTorch function gets each array as a tensor (through
-    the module's own ``torch``, so nothing here imports it); the others take arrays as they are."""
+    """``call`` as the validation and the hostile battery call it, on NumPy arrays: a PyTorch function gets each
+    array as a tensor of its dtype (bfloat16 through float32, exactly) and returns NumPy arrays (bfloat16 ones as
+    float32, exactly); the module's own ``torch`` converts, so nothing here imports it. Other targets take and
+    return arrays as they are."""
     if target != "torch":
         return call
     torch = module.torch
 
+    def tensor(a):
+        if not isinstance(a, np.ndarray):
+            return a
+        return torch.as_tensor(a.astype(np.float32)).to(torch.bfloat16) if a.dtype.name == "bfloat16" \
+            else torch.as_tensor(a)
+
+    def array(t):
+        return (t.float() if t.dtype == torch.bfloat16 else t).numpy() if isinstance(t, torch.Tensor) else t
+
+    @functools.wraps(call)  # its signature: what the battery reads the keyword arguments from
     def on_tensors(*args, **kwargs):
-        return call(*(torch.as_tensor(a) if isinstance(a, np.ndarray) else a for a in args), **kwargs)
+        out = call(*(tensor(a) for a in args), **kwargs)
+        return tuple(array(t) for t in out) if isinstance(out, tuple) else array(out)
 
     return on_tensors
 

@@ -24,10 +24,13 @@ torch = pytest.importorskip("torch", reason="PyTorch is optional (pip install 'o
 
 from derivations import registry  # noqa: E402
 from derivations.cli import adapters_of, render  # noqa: E402
+from derivations.hostile import rule_subjects  # noqa: E402
+from derivations.printing.battery import pair_of, run  # noqa: E402
+from derivations.printing.battery_cases import DTYPES, PROMISES  # noqa: E402
 from derivations.printing.examples import example_call, example_names  # noqa: E402
 from derivations.printing.torch_printer import TorchPrinter  # noqa: E402
 from derivations.printing.validation import validate_source  # noqa: E402
-from foundation.compute import output_limits, torch_output_checks  # noqa: E402
+from foundation.compute import output_limits, torch_input_checks, torch_output_checks  # noqa: E402
 from tests.conftest import load_module  # noqa: E402
 
 RULES = tuple(name for name in registry.rule_names() if registry.rule_module(name).functions())
@@ -236,6 +239,39 @@ def test_underflow_limits_and_words_are_the_shared_ones():
         dtype = getattr(torch, name)
         assert torch_output_checks.underflow_limit(dtype) == output_limits.underflow_bound(info, compute), name
         assert torch_output_checks.underflow_reason(dtype) == output_limits.underflow_phrase(info, compute), name
+
+
+# ---- the hostile battery's PyTorch target ---------------------------------------------------------------------
+
+def battery_findings(rule, promises, dtypes, batch=(), exact=False):
+    """The hostile battery's findings (one line each) for ``rule``'s PyTorch module (:mod:`derivations.hostile`)."""
+    subs = rule_subjects(rule)
+    return [f.line() for s in subs if s.target == "torch" for d in dtypes
+            for f in run(s, d, 0, batch, pair_of(s, subs), promises, exact) if f.status != "ok"]
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_battery_bad_arguments_are_refused_naming_them(rule):
+    """NaN/±Inf in each argument, bool/int/complex arguments, a boolean eps, 0-size axes, an empty batch (float32)."""
+    assert battery_findings(rule, ("nonfinite", "dtype", "empty"), ("float32",)) == []
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("rule", RULES)
+def test_the_whole_battery_on_the_torch_target(rule):
+    """Every promise, every dtype (bfloat16 and float16 included), batch axes (2, 3), mpmath references."""
+    assert battery_findings(rule, PROMISES, DTYPES["torch"], batch=(2, 3), exact=True) == []
+
+
+def test_battery_catches_a_torch_check_that_takes_bool_tensors(monkeypatch):
+    def takes_any_tensor(function, name, x):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{function}: {name} must be a torch.Tensor")
+
+    monkeypatch.setattr(torch_input_checks, "require_tensor", takes_any_tensor)
+    found = battery_findings("halfsplit", ("dtype",), ("float32",))
+    assert found and all("halfsplit-torch-" in line for line in found)
+    assert any("bool" in line for line in found)
 
 
 # ---- planted printer bug ------------------------------------------------------------------------------------
