@@ -147,7 +147,7 @@ def test_every_emitted_torch_function_compiles_with_aot_eager():
             for g, w in zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want)), strict=True):
                 assert torch.allclose(g, w, rtol=1e-4, atol=1e-6), (rule, name)
             args[-1] = args[-1].clone()
-            args[-1].view(-1)[0] = float("nan")
+            args[-1][(0,) * args[-1].ndim] = float("nan")
             with pytest.raises(ValueError, match=f"^{name}: .* contains NaN or Inf$"):
                 compiled(*args, **kwargs)
 
