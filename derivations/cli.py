@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shlex
@@ -34,7 +35,18 @@ from foundation.commandline import (
 from foundation.compute.jax_msign import MSIGN_METHODS
 from foundation.polynomial import MAX_SCHEDULE_STEPS
 
-EMIT_TARGETS = ("jax", "numpy", "latex", "text")
+EMIT_TARGETS = ("jax", "numpy", "torch", "latex", "text")
+#: the code targets (printed as modules, validated against the checked formulas before they are written)
+CODE_TARGETS = ("jax", "numpy", "torch")
+#: what ``--emit torch`` says where PyTorch is not installed (printing the module reads the PyTorch runtime, and
+#: translation validation runs it)
+NO_TORCH = ("--emit torch: PyTorch is not installed; install it with "
+            "pip install 'optimizer-workbench[torch]' (torch==2.13.0)")
+
+
+def torch_installed() -> bool:
+    """Whether ``import torch`` would find PyTorch (asked without importing it: PyTorch is optional)."""
+    return importlib.util.find_spec("torch") is not None
 #: the most random instances per size that ``--check --trials`` runs (about 0.2 s each for halfsplit)
 MAX_TRIALS = 1000
 #: the largest ``--check --seed`` (NumPy's generator takes any; the bound keeps the value a 64-bit integer)
@@ -50,12 +62,12 @@ def _parser(rule: RuleModule) -> OneLineParser:
     what.add_argument("--check", action="store_true", help="re-check every step numerically and print a table")
     p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     p.add_argument("--standalone", action="store_true",
-                   help="--emit jax|numpy: inline the routines the code reaches, so the module imports only jax "
-                        "(numpy), instead of importing them from foundation.compute")
+                   help="--emit jax|numpy|torch: inline the routines the code reaches, so the module imports only jax "
+                        "(numpy, torch), instead of importing them from foundation.compute")
     p.add_argument("--msign", choices=MSIGN_METHODS, default="newton_schulz",
-                   help="default msign method of the emitted JAX code (default: newton_schulz)")
+                   help="default msign method of the emitted JAX and PyTorch code (default: newton_schulz)")
     p.add_argument("--schedule", default=coeffsearch.DEFAULT, metavar="NAME|FILE",
-                   help=f"default Newton–Schulz schedule of the emitted JAX code: one of "
+                   help=f"default Newton–Schulz schedule of the emitted JAX and PyTorch code: one of "
                         f"{', '.join(coeffsearch.names())}, or a JSON file from python -m coeffsearch "
                         f"(default: {coeffsearch.DEFAULT}); a file's path and name use letters, digits, spaces "
                         f"and _ . / ~ , : + = @ - only, and it has at most "
@@ -84,12 +96,16 @@ def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
     """
     command = f"python -m derivations.{rule.name} --emit {target}" + (" --standalone" if standalone else "")
     functions = verified_functions(rule)
-    if target == "jax":
+    if target in ("jax", "torch"):
         if schedule_name != coeffsearch.DEFAULT:
             command += f" --schedule {shlex.quote(schedule_name)}"
         if msign != "newton_schulz":
             command += f" --msign {msign}"
         sched = coeffsearch.resolve(schedule_name)
+        if target == "torch":
+            from derivations.printing.torch_printer import emit_torch  # lazy: imports torch, an optional dependency
+            return emit_torch(rule.title, command, functions, sched, msign, rule.scalars, adapters_of(rule),
+                              standalone)
         extra_source, extra_names = rule.jax_extra() if rule.jax_extra else ("", ())
         return emit_jax(rule.title, command, functions, sched, msign, rule.scalars, extra_source, extra_names,
                         standalone)
@@ -159,10 +175,13 @@ def check_table(rule: RuleModule, trials: int, seed: int, quiet: bool = True) ->
             "integrity": integrity, "translation": translation, "latex": latex_rows, "examples": examples}
 
 
-def translation_rows(rule: RuleModule, targets: tuple = ("numpy", "jax"), seed: int = 0) -> list[dict]:
+def translation_rows(rule: RuleModule, targets: tuple | None = None, seed: int = 0) -> list[dict]:
     """Translation validation: every emitted function of each target, printed as ``--emit`` prints it, against
     its derivation's checked formula evaluated independently
-    (:func:`~derivations.printing.validation.validate_source`), one row per function and size."""
+    (:func:`~derivations.printing.validation.validate_source`), one row per function and size. ``targets``:
+    default NumPy, JAX and, where it is installed, PyTorch."""
+    if targets is None:
+        targets = ("numpy", "jax", *(("torch",) if torch_installed() else ()))
     functions = rule.functions()
     if not functions:
         return []
@@ -184,7 +203,7 @@ def check_translation(rule: RuleModule, target: str, text: str) -> None:
     """Refuse ``--emit target`` of ``text`` with :class:`TranslationFailed` naming the first emitted function that
     disagrees with its checked formula (and how many more), or whose declared example call cannot be drawn
     (:func:`~derivations.printing.examples.example_problems`). Only code targets are validated here."""
-    if target not in ("jax", "numpy"):
+    if target not in CODE_TARGETS:
         return
     bad = example_problems(rule)
     if bad:
@@ -303,12 +322,17 @@ def format_table(table: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _refuse_misplaced_options(args: argparse.Namespace) -> None:
-    """:class:`UsageError` for an option given where it does nothing (``--json`` without ``--check``, ...)."""
+def check_emit_arguments(args: argparse.Namespace) -> None:
+    """:class:`UsageError` for an option given where it does nothing (``--json`` without ``--check``,
+    ``--standalone`` without a code target), ``--emit torch`` without PyTorch, or an ``--out`` that is a directory."""
     if args.json and not args.check:
         raise UsageError("argument --json: only with --check (--emit prints code or text)")
-    if args.standalone and args.emit not in ("jax", "numpy"):
-        raise UsageError("argument --standalone: only with --emit jax or --emit numpy")
+    if args.standalone and args.emit not in CODE_TARGETS:
+        raise UsageError("argument --standalone: only with --emit jax, numpy or torch")
+    if args.emit == "torch" and not torch_installed():
+        raise UsageError(NO_TORCH)
+    if args.out and os.path.isdir(args.out):
+        raise UsageError(f"argument --out: {args.out} is a directory")
 
 
 def main(rule: RuleModule, argv: list[str] | None = None) -> int:
@@ -321,9 +345,7 @@ def main(rule: RuleModule, argv: list[str] | None = None) -> int:
             raise UsageError(f"argument --schedule: {exc.args[0]}") from None
         except ValueError as exc:
             raise UsageError(f"argument --schedule: {exc}") from None
-        _refuse_misplaced_options(args)
-        if args.out and os.path.isdir(args.out):
-            raise UsageError(f"argument --out: {args.out} is a directory")
+        check_emit_arguments(args)
         if args.out is None and sys.stdout is None:  # >&-: refuse before the work, not after it
             raise UsageError(STDOUT_CLOSED)
         if args.check:
@@ -337,7 +359,7 @@ def main(rule: RuleModule, argv: list[str] | None = None) -> int:
             text = json.dumps(table, indent=2) + "\n" if args.json else format_table(table)
             return write_result(prog, text, 0 if table["ok"] else 1, args.out)
         try:
-            if args.emit in ("jax", "numpy") and not verified_functions(rule):
+            if args.emit in CODE_TARGETS and not verified_functions(rule):
                 raise UsageError(f"--emit {args.emit}: {rule.name} emits no functions (its derivations are checked "
                                  "with --check and printed with --emit text|latex)")
             refused = emit_gate(rule)

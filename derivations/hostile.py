@@ -1,10 +1,11 @@
 """``python -m derivations.hostile``: the hostile battery over every registered rule, its size or its findings.
 
 Every public function of every rule's emitted modules (the shipped JAX module where there is one, else a fresh
-``--emit jax``; a fresh ``--emit numpy``) goes through :mod:`derivations.printing.battery`, driven by nothing but
-the rule's declaration. Without ``--run`` it prints the number of cases per rule and target; with ``--run`` it runs
-them (``--seed`` and ``--batch`` draw fresh variants) and prints one line per finding: a traceback, a silent wrong
-result or a refusal of a representable result. Exit status 1 when there is a finding, 2 for bad input.
+``--emit jax``; a fresh ``--emit numpy``; where PyTorch is installed, the shipped PyTorch module) goes through
+:mod:`derivations.printing.battery`, driven by nothing but the rule's declaration. Without ``--run`` it prints
+the number of cases per rule and target; with ``--run`` it runs them (``--seed`` and ``--batch`` draw fresh
+variants) and prints one line per finding: a traceback, a silent wrong result or a refusal of a representable
+result. Exit status 1 when there is a finding, 2 for bad input.
 
 Examples::
 
@@ -21,7 +22,7 @@ from functools import cache
 import jax
 
 from derivations import registry
-from derivations.cli import render
+from derivations.cli import render, torch_installed
 from derivations.printing.battery import pair_of, run, size
 from derivations.printing.battery_cases import DTYPES
 from derivations.printing.battery_subjects import Subject, subjects
@@ -34,11 +35,16 @@ PROG = "derivations.hostile"
 
 @cache
 def modules(rule: str) -> dict:
-    """``{"jax": module, "numpy": module}`` of ``rule``: the shipped JAX module, the NumPy one printed now."""
+    """``{"jax": module, "numpy": module, "torch": module}`` of ``rule``: the shipped JAX module, the NumPy one
+    printed now and, where PyTorch is installed, the shipped PyTorch module (else each printed now)."""
     module = registry.rule_module(rule)
     jax_module = importlib.import_module(f"numerics.emitted.{rule}") if rule in shipped() \
         else load_source(render(module, "jax"), f"hostile_{rule}_jax")
-    return {"jax": jax_module, "numpy": load_source(render(module, "numpy"), f"hostile_{rule}_numpy")}
+    out = {"jax": jax_module, "numpy": load_source(render(module, "numpy"), f"hostile_{rule}_numpy")}
+    if torch_installed():
+        out["torch"] = importlib.import_module(f"numerics.emitted.{rule}_torch") if rule in shipped() \
+            else load_source(render(module, "torch"), f"hostile_{rule}_torch")
+    return out
 
 
 def rule_subjects(rule: str) -> list[Subject]:
@@ -62,7 +68,7 @@ def report(rules: list[str], run_it: bool, seed: int, batch: tuple, dtypes: list
     lines, total, found = [], 0, 0
     for rule in rules:
         subs = rule_subjects(rule)
-        for target in ("jax", "numpy"):
+        for target in DTYPES:
             chosen = [(s, d) for s in subs if s.target == target for d in DTYPES[target] if not dtypes or d in dtypes]
             if not chosen:
                 continue

@@ -1,9 +1,11 @@
-"""Regenerate and check the emitted JAX modules that the products ship in ``numerics/emitted/``.
+"""Regenerate and check the emitted JAX and PyTorch modules that the products ship in ``numerics/emitted/``.
 
 ``python -m derivations.regenerate --regenerate`` writes ``python -m derivations.<rule> --emit jax``
-(default schedule and msign) for every registered rule module that emits functions;
-``--check`` exits 1 when a shipped copy differs from a fresh emission, is missing, or belongs to no
-rule module. The rules come from :mod:`derivations.registry`; nothing here lists them.
+(default schedule and msign) as ``<rule>.py`` and, where PyTorch is installed, ``--emit torch`` as
+``<rule>_torch.py`` for every registered rule module that emits functions; ``--check`` exits 1 when a
+shipped copy differs from a fresh emission, is missing, or belongs to no rule module. Without PyTorch the
+PyTorch copies are left as they are and not checked (the output says so). The rules come from
+:mod:`derivations.registry`; nothing here lists them.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 from pathlib import Path
 
 from derivations import registry
-from derivations.cli import TranslationFailed, check_translation, emit_gate, render, verified_functions
+from derivations.cli import TranslationFailed, check_translation, emit_gate, render, torch_installed, verified_functions
 from derivations.engine.derivation import UncheckedDerivation
 from derivations.vocabulary.interpret import MissingRule
 from foundation.commandline import OneLineParser, UsageError, progress, stdout_closed, usage_error, write_result
@@ -21,23 +23,33 @@ from foundation.commandline import OneLineParser, UsageError, progress, stdout_c
 SHIPPED_DIR = registry.PACKAGE_DIR.parent / "numerics" / "emitted"
 
 
-def path_of(rule: str, directory: Path | None = None) -> Path:
-    """Where the shipped copy of ``rule``'s emitted module lives."""
-    return (directory or SHIPPED_DIR) / f"{rule}.py"
+#: the file name of a shipped copy after its rule's name, by target
+SUFFIXES = {"jax": "", "torch": "_torch"}
 
 
-def emit(rule: str) -> str | None:
-    """A fresh emission of ``rule`` (what ``--emit jax`` prints), or None when it emits no function."""
+def targets() -> tuple[str, ...]:
+    """The targets shipped here that this process can emit: JAX, and PyTorch where it is installed."""
+    return ("jax", "torch") if torch_installed() else ("jax",)
+
+
+def path_of(rule: str, directory: Path | None = None, target: str = "jax") -> Path:
+    """Where the shipped copy of ``rule``'s emitted ``target`` module lives."""
+    return (directory or SHIPPED_DIR) / f"{rule}{SUFFIXES[target]}.py"
+
+
+def emit(rule: str, target: str = "jax") -> str | None:
+    """A fresh emission of ``rule`` (what ``--emit target`` prints), or None when it emits no function."""
     module = registry.rule_module(rule)
     try:
-        return render(module, "jax") if verified_functions(module) else None
+        return render(module, target) if verified_functions(module) else None
     except MissingRule as exc:  # a node without a printing rule or a homogeneity degree
         raise Refused(f"{rule}: {exc}") from None
 
 
 def shipped(directory: Path | None = None) -> tuple[str, ...]:
-    """The rules with a shipped copy (files of the generated package, ``__init__`` excluded)."""
-    return tuple(sorted(p.stem for p in (directory or SHIPPED_DIR).glob("*.py") if not p.stem.startswith("_")))
+    """The rules with a shipped copy of any target (files of the generated package, ``__init__`` excluded)."""
+    stems = [p.stem for p in (directory or SHIPPED_DIR).glob("*.py") if not p.stem.startswith("_")]
+    return tuple(sorted({stem.removesuffix(SUFFIXES["torch"]) for stem in stems}))
 
 
 def stale(rules: tuple[str, ...] | None = None, directory: Path | None = None, quiet: bool = True) -> list[str]:
@@ -46,11 +58,12 @@ def stale(rules: tuple[str, ...] | None = None, directory: Path | None = None, q
     rules = registry.rule_names() if rules is None else rules
     out = []
     for rule in progress(rules, desc="emitting", unit="rule", quiet=quiet):
-        text, path = emit(rule), path_of(rule, directory)
-        if text is None:
-            continue
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
-            out.append(rule)
+        for target in targets():
+            text, path = emit(rule, target), path_of(rule, directory, target)
+            if text is None:
+                continue
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                out.append(rule + SUFFIXES[target])
     out += [r for r in shipped(directory) if r not in registry.rule_names()]
     return out
 
@@ -79,18 +92,19 @@ def regenerate(rules: tuple[str, ...] | None = None, directory: Path | None = No
         if refused:
             raise Refused(f"{rule}: {refused[0]}")
         try:
-            fresh[rule] = render(module, "jax")
-            check_translation(module, "jax", fresh[rule])
+            for target in targets():
+                text = fresh[(rule, target)] = render(module, target)
+                check_translation(module, target, text)
         except TranslationFailed as exc:
             raise Refused(str(exc)) from None
         except MissingRule as exc:  # a node without a printing rule or a homogeneity degree
             raise Refused(f"{rule}: {exc}") from None
     changed = []
-    for rule, text in fresh.items():
-        path = path_of(rule, directory)
+    for (rule, target), text in fresh.items():
+        path = path_of(rule, directory, target)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             path.write_text(text, encoding="utf-8")
-            changed.append(rule)
+            changed.append(rule + SUFFIXES[target])
     return changed
 
 
@@ -100,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     if stdout_closed(prog):
         return 2
     p = OneLineParser(prog="python -m derivations.regenerate",
-                      description="Regenerate or check the emitted JAX modules shipped in numerics/emitted/.")
+                      description="Regenerate or check the emitted JAX and PyTorch modules shipped in "
+                                  "numerics/emitted/.")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--regenerate", action="store_true", help="write a fresh emission of every rule")
     what.add_argument("--check", action="store_true", help="exit 1 if a shipped copy differs from a fresh emission")
@@ -111,14 +126,15 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         return usage_error(prog, exc)
     rules = tuple(args.rule) if args.rule else registry.rule_names()
+    unchecked = "" if torch_installed() else " (PyTorch copies not checked: PyTorch is not installed)"
     if args.regenerate:
         try:
             changed = regenerate(rules, quiet=False)
         except Refused as exc:
             sys.stderr.write(f"{prog}: not regenerated: {exc}\n")
             return 1
-        return write_result(prog, f"regenerated {len(rules)} rule modules; changed: {', '.join(changed) or 'none'}\n",
-                            0)
+        return write_result(prog, f"regenerated {len(rules)} rule modules; changed: {', '.join(changed) or 'none'}"
+                                  f"{unchecked}\n", 0)
     try:
         bad = stale(rules, quiet=False)
     except Refused as exc:
@@ -127,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         return write_result(prog, f"stale emitted modules: {', '.join(bad)}; run python -m derivations.regenerate "
                                   "--regenerate\n", 1)
-    return write_result(prog, f"all emitted modules of {len(rules)} rule modules are fresh\n", 0)
+    return write_result(prog, f"all emitted modules of {len(rules)} rule modules are fresh{unchecked}\n", 0)
 
 
 if __name__ == "__main__":

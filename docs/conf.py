@@ -4,6 +4,7 @@ Build: ``python -m sphinx -W -b html docs docs/_build/html`` (every warning is a
 The pages are printed from the live objects by the extension in ``_ext/workbench_sphinx``.
 """
 
+import importlib.util
 import logging
 import sys
 from pathlib import Path
@@ -50,6 +51,8 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 # a member without a docstring of its own is not documented with its base class's (SymPy's, NumPy's)
 autodoc_inherit_docstrings = False
+# PyTorch is optional (the torch extra): without it the PyTorch runtime's pages are built from its docstrings alone
+autodoc_mock_imports = [] if importlib.util.find_spec("torch") else ["torch"]
 # the API reference documents every public module: its functions and classes as entries of the page
 # tables of contents would make the navigation of every page (copied once per page) many times larger
 toc_object_entries = False

@@ -229,5 +229,7 @@ def size(subject: Subject, dtype: str, batch: tuple = (2,), promises: tuple = PR
 
 
 def pair_of(subject: Subject, subjects: list) -> Subject | None:
-    """The same function in the other target (the cross-target reference), if there is one."""
-    return next((s for s in subjects if s.name == subject.name and s.target != subject.target), None)
+    """The same function in the other target (the cross-target reference), if there is one: JAX and NumPy pair with
+    each other, PyTorch with NumPy (no JAX compilation for a PyTorch battery; an adapter has no NumPy pair)."""
+    other = "jax" if subject.target == "numpy" else "numpy"
+    return next((s for s in subjects if s.name == subject.name and s.target == other), None)

@@ -27,7 +27,8 @@ from derivations.printing.battery_subjects import Subject
 #: the promises the cases guard, in the order they run
 PROMISES = ("value", "scale", "nonfinite", "partner", "dtype", "empty")
 #: the input dtypes each target takes (the NumPy reference computes in float64 whatever it is given)
-DTYPES = {"jax": ("float64", "float32", "bfloat16", "float16"), "numpy": ("float64", "float32", "float16")}
+DTYPES = {"jax": ("float64", "float32", "bfloat16", "float16"), "numpy": ("float64", "float32", "float16"),
+          "torch": ("float64", "float32", "bfloat16", "float16")}
 #: condition number of the ill-conditioned partner per dtype (16-bit: the msign argument is rounded to the dtype)
 CONDITION = {"float64": 1e6, "float32": 1e3, "bfloat16": 10.0, "float16": 10.0}
 #: the damping of the damping cases where the example has none

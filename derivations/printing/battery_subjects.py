@@ -34,7 +34,14 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from derivations.printing.examples import TALL, WIDE, adapter_sizes, function_sizes
 from derivations.printing.layout_reference import updates
-from derivations.printing.validation import free_symbols, instance, mpmath_value, stored_instance
+from derivations.printing.validation import (
+    ADAPTER_TARGETS,
+    free_symbols,
+    instance,
+    mpmath_value,
+    stored_instance,
+    target_call,
+)
 from derivations.vocabulary.nodes import BLOCK_DIAGONAL, facts_of
 from derivations.vocabulary.numeric import evaluate
 from foundation.compute.reference import NumpyBackend
@@ -168,8 +175,9 @@ def function_subject(rule, fn, target: str, call: Callable) -> Subject:
                    accepts=frozenset(inspect.signature(call).parameters))
 
 
-def adapter_subject(rule, adapter, call: Callable) -> Subject:
-    """The subject of stored-layout entry point ``adapter.entry`` (JAX only): partners are its weights ``W_*``."""
+def adapter_subject(rule, adapter, call: Callable, target: str = "jax") -> Subject:
+    """The subject of stored-layout entry point ``adapter.entry`` of the ``target`` module (JAX or PyTorch):
+    partners are its weights ``W_*``."""
     sizes = adapter_sizes(rule, adapter)
     d_h = sizes["d_h"] if adapter.head_dim else None
 
@@ -187,7 +195,7 @@ def adapter_subject(rule, adapter, call: Callable) -> Subject:
         return list(updates(adapter, dict(zip(adapter.stored, args, strict=True)), d_h, values).values())
 
     shapes = {name: ("d", "H·d_h") if axis == "columns" else ("H·d_h", "d") for name, axis in adapter.stored.items()}
-    return Subject(rule.name, "jax", adapter.entry, call, list(adapter.stored),
+    return Subject(rule.name, target, adapter.entry, call, list(adapter.stored),
                    [n for n in adapter.stored if n.startswith("W_")], shapes, dict(sizes), draw_one, reference_one,
                    heads={n: (axis, sizes["d_h"]) for n, axis in adapter.stored.items()},
                    accepts=frozenset(inspect.signature(call).parameters))
@@ -198,7 +206,8 @@ def subjects(rule, modules: dict) -> list[Subject]:
     out = []
     for target, module in modules.items():
         for fn in rule.functions():
-            out.append(function_subject(rule, fn, target, getattr(module, fn.name)))
-        if target == "jax" and rule.adapters:
-            out += [adapter_subject(rule, a, getattr(module, a.entry)) for a in rule.adapters()]
+            out.append(function_subject(rule, fn, target, target_call(module, getattr(module, fn.name), target)))
+        if target in ADAPTER_TARGETS and rule.adapters:
+            out += [adapter_subject(rule, a, target_call(module, getattr(module, a.entry), target), target)
+                    for a in rule.adapters()]
     return out

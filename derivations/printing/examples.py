@@ -169,11 +169,11 @@ def adapter_size_problems(adapter, sizes: dict) -> list[str]:
 
 
 def function_example(rule, fn, rng: np.random.Generator, target: str = "jax") -> tuple[list, dict]:
-    """``(args, kwargs)``: an example call of emitted function ``fn`` of ``rule`` (``target="numpy"``: a
-    block-diagonal partner as its dense matrix)."""
+    """``(args, kwargs)``: NumPy arrays for an example call of emitted function ``fn`` of ``rule`` (``target="numpy"``:
+    a block-diagonal partner as its dense matrix; the JAX and PyTorch modules take its blocks)."""
     sizes = function_sizes(rule, fn)
     try:
-        _, args, kwargs = instance(fn, sizes, rng, rule.scalars, blocked=target == "jax")
+        _, args, kwargs = instance(fn, sizes, rng, rule.scalars, blocked=target != "numpy")
     except (ValueError, ArithmeticError) as exc:
         raise ExampleError(f"{rule.name}: the example of {fn.name}: {exc}") from None
     named, counts = set(rule.scalars.values()) | set(fn.extra_scalars.values()), set(fn.extra_scalars.values())
@@ -181,7 +181,7 @@ def function_example(rule, fn, rng: np.random.Generator, target: str = "jax") ->
 
 
 def adapter_example(rule, adapter, rng: np.random.Generator) -> tuple[list, dict]:
-    """``(args, kwargs)``: an example call of the stored-layout entry point ``adapter.entry`` (JAX only)."""
+    """``(args, kwargs)``: an example call of the stored-layout entry point ``adapter.entry`` (JAX and PyTorch)."""
     sizes = adapter_sizes(rule, adapter)
     args = list(stored_instance(adapter, sizes, rng).values())
     kwargs = {name: float(rng.uniform(0.05, 0.5) if name == "damping" else rng.uniform(0.5, 2.0))
@@ -197,8 +197,8 @@ def _adapters(rule) -> list:
 
 def example_names(rule, target: str = "jax") -> list[str]:
     """The public functions of ``rule``'s emitted ``target`` module that have an example call: its emitted
-    functions and, in the JAX module, its adapters' entry points."""
-    return [fn.name for fn in rule.functions()] + ([a.entry for a in _adapters(rule)] if target == "jax" else [])
+    functions and, in the JAX and PyTorch modules, its adapters' entry points."""
+    return [fn.name for fn in rule.functions()] + ([a.entry for a in _adapters(rule)] if target != "numpy" else [])
 
 
 def example_call(rule, name: str, rng: np.random.Generator, target: str = "jax") -> tuple[list, dict]:
@@ -208,7 +208,7 @@ def example_call(rule, name: str, rng: np.random.Generator, target: str = "jax")
         if fn.name == name:
             return function_example(rule, fn, rng, target)
     for adapter in _adapters(rule):
-        if adapter.entry == name and target == "jax":
+        if adapter.entry == name and target != "numpy":
             return adapter_example(rule, adapter, rng)
     raise ExampleError(f"{rule.name}: no public function {name!r} in its {target} module "
                        f"(known: {', '.join(example_names(rule, target))})")

@@ -203,8 +203,8 @@ def function_specs(fn: EmittedFunction, scalars: dict,
                  *scalars.values()]:
         check_identifier(name, f"{fn.name}: argument or output name")
     computation = compute(fn, scalars, JaxPrinter)
-    keywords = _keywords(fn, computation.uses_msign, msign_default)
-    return (_core_spec(fn, computation), _public_spec(fn, keywords, computation.uses_msign),
+    keywords = public_keywords(fn, computation.uses_msign, msign_default)
+    return (_core_spec(fn, computation), public_spec(fn, keywords, computation.uses_msign, (ARG_DOC, NO_MSIGN_DOC)),
             _checked_spec(fn, keywords, computation.uses_msign))
 
 
@@ -236,7 +236,7 @@ def _core_spec(fn: EmittedFunction, c: Computation) -> FunctionSpec:
                         decorators=(f"functools.partial(jax.jit, static_argnames=({static},))",), body=body)
 
 
-def _keywords(fn: EmittedFunction, uses_msign: bool, msign_default: str) -> tuple[Parameter, ...]:
+def public_keywords(fn: EmittedFunction, uses_msign: bool, msign_default: str) -> tuple[Parameter, ...]:
     """The keyword-only parameters of ``<name>``, with their defaults (``<name>``'s public signature after ``*``)."""
     extra = fn.extra_scalars.values()
     return (*([Parameter("eps")] if fn.needs_eps else []), *(Parameter(n) for n in extra),
@@ -247,10 +247,12 @@ def _keywords(fn: EmittedFunction, uses_msign: bool, msign_default: str) -> tupl
             Parameter("check_finite", "True"))
 
 
-def _public_spec(fn: EmittedFunction, keywords: tuple[Parameter, ...], uses_msign: bool) -> FunctionSpec:
-    """``<name>``: its arguments and keyword scalars with their defaults, passed on to ``_checked_<name>``."""
+def public_spec(fn: EmittedFunction, keywords: tuple[Parameter, ...], uses_msign: bool,
+                docs: tuple[str, str]) -> FunctionSpec:
+    """``<name>``: its arguments and keyword scalars with their defaults, passed on to ``_checked_<name>``;
+    ``docs``: the target's argument paragraphs with and without msign."""
     passed = ", ".join([*fn.argument_names, *(f"{k.name}={k.name}" for k in keywords), "caller=None"])
-    doc = check_docstring(docstring(fn, ARG_DOC if uses_msign else NO_MSIGN_DOC), f"docstring of {fn.name}")
+    doc = check_docstring(docstring(fn, docs[0] if uses_msign else docs[1]), f"docstring of {fn.name}")
     return FunctionSpec(fn.name, tuple(Parameter(a) for a in fn.argument_names), keywords, docstring=doc,
                         body=(f"return {checked_name(fn.name)}({passed})",))
 

@@ -51,6 +51,11 @@ class ScaledPrinter(MatrixCodePrinter):
     #: the arguments after the right-hand side of the target's ``sylvester_products_split`` call (its options)
     sylvester_options = ""
 
+    @staticmethod
+    def _cast(code: str, like: str) -> str:
+        """``code`` cast to the dtype of the array ``like`` (NumPy's and JAX's ``astype``; a target may differ)."""
+        return f"{code}.astype({like}.dtype)"
+
     def _unit_arg(self, arg):
         """An msign argument with each factor of its product unit-scaled (``unit_scale``).
 
@@ -80,7 +85,7 @@ class ScaledPrinter(MatrixCodePrinter):
     def _unit_factor(self, m, axes=None):
         """One factor of an msign argument, unit-scaled: a split root's mantissa is already (in its base's dtype)."""
         if self.split and self._splittable_root(m):
-            return f"{self._split_root(m)[0]}.astype({self._print(m.base)}.dtype)"
+            return self._cast(self._split_root(m)[0], self._print(m.base))
         return f"unit_scale({self._print(m)}{'' if axes is None else f', axes={axes!r}'})"
 
     # ---- split mode: outputs as a mantissa times a power of two ------------------------------------------
@@ -113,7 +118,7 @@ class ScaledPrinter(MatrixCodePrinter):
         """A split root where its value itself is needed (outside a product the split mode handles)."""
         mant, exp = self._split_root(node)
         exp = f"{exp}[..., None, :, :]" if self._blocked(node) else exp
-        return f"pow2_scale({mant}, {exp}).astype({self._print(node.base)}.dtype)"
+        return self._cast(f"pow2_scale({mant}, {exp})", self._print(node.base))
 
     def _split_atom(self, atom):
         """``(mantissa, exponent)`` names of a scalar argument or an isotropic scale, computed once."""
@@ -252,7 +257,7 @@ class ScaledPrinter(MatrixCodePrinter):
 
     def _print_IsotropicScale(self, expr):
         if self.split:
-            return "pow2_scale({}, {}).astype({}.dtype)".format(*self._split_atom(expr), self._print(expr.base))
+            return self._cast("pow2_scale({}, {})".format(*self._split_atom(expr)), self._print(expr.base))
         return f"isotropic_scale({self._print(expr.base)}, damping)"
 
 

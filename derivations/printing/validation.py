@@ -23,6 +23,7 @@ function of a module that none of these covers is a failure (:func:`unvalidated`
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import types
 from dataclasses import dataclass, replace
@@ -81,24 +82,54 @@ def load_source(text: str, name: str) -> types.ModuleType:
 
 def validate_source(text: str, functions: list, scalars: dict, target: str, rule: str = "", seed: int = 0,
                     sizes: int = SIZES, adapters: tuple = ()) -> list[Validation]:
-    """:func:`unvalidated`, :func:`validate_functions`, :func:`validate_precision` and, in the JAX module,
-    :func:`validate_adapters` on the printed module ``text`` (``target``: ``"jax"`` or ``"numpy"``); the JAX code
-    runs in float64 (``jax.enable_x64``) whatever the process's setting."""
+    """:func:`unvalidated`, :func:`validate_functions`, :func:`validate_precision` and, in the JAX and PyTorch
+    modules, :func:`validate_adapters` on the printed module ``text`` (``target``: ``"jax"``, ``"numpy"`` or
+    ``"torch"``); the JAX code runs in float64 (``jax.enable_x64``) whatever the process's setting."""
     key = (behaviour(text), target, rule, seed, sizes, repr(sorted((str(k), v) for k, v in scalars.items())),
            tuple(_function_key(fn) for fn in functions),
            tuple((a.name, a.entry, repr(a.stored), a.head_dim, tuple((p, _function_key(fn)) for p, fn in a.calls),
                   tuple(repr(lay) for _, fn in a.calls for lay in layouts(fn))) for a in adapters))
     if key not in _VALIDATED:
         module = load_source(text, f"validated_{rule}_{target}")
-        adapters = tuple(adapters) if target == "jax" else ()  # printed into the JAX module only
+        adapters = tuple(adapters) if target in ADAPTER_TARGETS else ()  # not printed into the NumPy module
         with jax.enable_x64(True):
             _VALIDATED[key] = (unvalidated(module, functions, adapters, target, rule)
                                + validate_functions(module, functions, scalars, target, rule, seed, sizes)
                                + validate_precision(module, functions, scalars, target, rule, seed)
-                               + validate_adapters(module, adapters, scalars, rule, seed, sizes))
+                               + validate_adapters(module, adapters, scalars, rule, seed, sizes, target))
         while len(_VALIDATED) > 64:
             _VALIDATED.pop(next(iter(_VALIDATED)))
     return list(_VALIDATED[key])
+
+
+#: the targets whose modules take block-diagonal partners as their blocks and print the stored-layout adapters
+ADAPTER_TARGETS = ("jax", "torch")
+
+
+def target_call(module: types.ModuleType, call, target: str):
+    """``call`` as the validation and the hostile battery call it, on NumPy arrays: a PyTorch function gets each
+    array as a tensor of its dtype (bfloat16 through float32, exactly) and returns NumPy arrays (bfloat16 ones as
+    float32, exactly); the module's own ``torch`` converts, so nothing here imports it. Other targets take and
+    return arrays as they are."""
+    if target != "torch":
+        return call
+    torch = module.torch
+
+    def tensor(a):
+        if not isinstance(a, np.ndarray):
+            return a
+        return torch.as_tensor(a.astype(np.float32)).to(torch.bfloat16) if a.dtype.name == "bfloat16" \
+            else torch.as_tensor(a)
+
+    def array(t):
+        return (t.float() if t.dtype == torch.bfloat16 else t).numpy() if isinstance(t, torch.Tensor) else t
+
+    @functools.wraps(call)  # its signature: what the battery reads the keyword arguments from
+    def on_tensors(*args, **kwargs):
+        out = call(*(tensor(a) for a in args), **kwargs)
+        return tuple(array(t) for t in out) if isinstance(out, tuple) else array(out)
+
+    return on_tensors
 
 
 #: results of :func:`validate_source` by what decides them (the printed code, the formulas, the scalars):
@@ -244,13 +275,14 @@ def validate_functions(module: types.ModuleType, functions: list, scalars: dict,
         accepts = inspect.signature(call).parameters
         for dims in check_sizes(fn, sizes):
             rng = np.random.default_rng([seed, k, *dims.values()])
-            env, args, kwargs = instance(fn, dims, rng, scalars, blocked=target == "jax")
+            env, args, kwargs = instance(fn, dims, rng, scalars, blocked=target in ADAPTER_TARGETS)
             if "msign" in accepts:
                 kwargs["msign"] = "svd"
             wants = [np.asarray(evaluate(der.formula, env, backend, dims), dtype=np.float64) for _, der in fn.outputs]
             where = f"{rule}: {target} function {fn.name} at {', '.join(f'{k}={v}' for k, v in dims.items())}"
-            results.append(_compare(Validation(rule, target, fn.name, dims, 0.0), where, call, args, kwargs,
-                                    _formula_wants(fn, wants), "the derivations"))
+            results.append(_compare(Validation(rule, target, fn.name, dims, 0.0), where,
+                                    target_call(module, call, target), args, kwargs, _formula_wants(fn, wants),
+                                    "the derivations"))
     return results
 
 
@@ -332,7 +364,7 @@ def validate_precision(module: types.ModuleType, functions: list, scalars: dict,
             continue  # reported by validate_functions
         dims = check_sizes(fn, 1)[0]
         env, args, kwargs = instance(fn, dims, np.random.default_rng([seed, 2000 + k, *dims.values()]), scalars,
-                                     blocked=target == "jax", sampler_type=IllConditioned)
+                                     blocked=target in ADAPTER_TARGETS, sampler_type=IllConditioned)
         if "msign" in inspect.signature(call).parameters:
             kwargs["msign"] = "svd"
         where = (f"{rule}: {target} function {fn.name} at {', '.join(f'{k}={v}' for k, v in dims.items())} "
@@ -343,7 +375,8 @@ def validate_precision(module: types.ModuleType, functions: list, scalars: dict,
         except (ArithmeticError, ValueError) as exc:  # a formula that cannot be evaluated is no reference
             results.append(replace(row, error=float("inf"), message=f"{where}: the formula has no value: {exc}"))
             continue
-        results.append(_compare(row, where, call, args, kwargs, _formula_wants(fn, wants), "the derivations"))
+        results.append(_compare(row, where, target_call(module, call, target), args, kwargs,
+                                _formula_wants(fn, wants), "the derivations"))
     return results
 
 
@@ -415,7 +448,7 @@ def stored_instance(adapter, sizes: dict, rng: np.random.Generator) -> dict:
 
 
 def validate_adapters(module: types.ModuleType, adapters: tuple, scalars: dict, rule: str = "", seed: int = 0,
-                      sizes: int = SIZES) -> list[Validation]:
+                      sizes: int = SIZES, target: str = "jax") -> list[Validation]:
     """Each adapter's entry point of ``module``, called on weights drawn in their stored layouts, against
     :func:`~derivations.printing.layout_reference.updates`: the core functions' checked formulas evaluated head by
     head on the mathematically laid-out matrices and re-assembled, at (the first ``sizes`` of)
@@ -424,12 +457,12 @@ def validate_adapters(module: types.ModuleType, adapters: tuple, scalars: dict, 
     for k, adapter in enumerate(adapters):
         call = getattr(module, adapter.entry, None)
         if call is None:
-            results.append(Validation(rule, "jax", adapter.entry, {}, float("inf"),
-                                      f"{rule}: the jax module has no function {adapter.entry}"))
+            results.append(Validation(rule, target, adapter.entry, {}, float("inf"),
+                                      f"{rule}: the {target} module has no function {adapter.entry}"))
             continue
         for dims in ADAPTER_SIZES[:sizes]:
             shown = dims if adapter.head_dim else {"d": dims["d"], "d_h": dims["d_h"]}
-            where = f"{rule}: jax function {adapter.entry} at {', '.join(f'{n}={v}' for n, v in shown.items())}"
+            where = f"{rule}: {target} function {adapter.entry} at {', '.join(f'{n}={v}' for n, v in shown.items())}"
             rng = np.random.default_rng([seed, 1000 + k, *dims.values()])
             stored = stored_instance(adapter, dims, rng)
             values = {str(sym): float(rng.uniform(0.05, 0.5) if name == "damping" else rng.uniform(0.5, 2.0))
@@ -442,9 +475,10 @@ def validate_adapters(module: types.ModuleType, adapters: tuple, scalars: dict, 
             try:
                 want = updates(adapter, stored, dims["d_h"] if adapter.head_dim else None, values)
             except LayoutError as exc:
-                results.append(Validation(rule, "jax", adapter.entry, shown, float("inf"), f"{where}: {exc}"))
+                results.append(Validation(rule, target, adapter.entry, shown, float("inf"), f"{where}: {exc}"))
                 continue
             wants = [(out, expected, "the checked formulas evaluated head by head") for out, expected in want.items()]
-            results.append(_compare(Validation(rule, "jax", adapter.entry, shown, 0.0), where, call,
-                                    list(stored.values()), kwargs, wants, "the stored weights' updates"))
+            results.append(_compare(Validation(rule, target, adapter.entry, shown, 0.0), where,
+                                    target_call(module, call, target), list(stored.values()), kwargs, wants,
+                                    "the stored weights' updates"))
     return results

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from derivations import registry
-from derivations.cli import adapters_of, format_table, render, translation_rows
+from derivations.cli import adapters_of, format_table, render, torch_installed, translation_rows
 from derivations.printing.jax_printer import JaxPrinter
 from derivations.printing.numpy_printer import NumpyPrinter
 from derivations.printing.validation import (
@@ -64,7 +64,9 @@ def test_the_mpmath_rows_are_reported_in_the_check_table():
     module = registry.rule_module("joint")
     rows = translation_rows(module)
     mp = [r for r in rows if r["reference"] == "mpmath"]
-    assert len(mp) == 2 and all(r["limit"] == MPMATH_TOLERANCE and r["status"] == "ok" for r in mp)
+    targets = ["jax", "numpy", *(["torch"] if torch_installed() else [])]  # PyTorch: where it is installed
+    assert sorted(r["target"] for r in mp) == targets
+    assert all(r["limit"] == MPMATH_TOLERANCE and r["status"] == "ok" for r in mp)
     table = {"steps": [], "lemmas": [], "measurements": [], "translation": rows}
     assert "numpy joint_whitened (d=6, d_h=2, m=4, n=12) vs mpmath, κ=1e+05" in format_table(table)
 

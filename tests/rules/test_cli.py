@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from derivations import halfsplit, registry
+from derivations import cli, halfsplit, registry
 from derivations.cli import adapters_of, main, render
 from derivations.printing.validation import ADAPTER_SIZES, MPMATH_TOLERANCE, SIZES, check_sizes, validate_source
 from tests.inprocess import share_emit_gate
@@ -60,8 +60,8 @@ BAD_USAGE = [
     (["--check", "--trials", "0"], "--trials: must be >= 1"),
     (["--emit", "jax", "--out", "/"], "is a directory"),
     (["--emit", "jax", "--check"], "not allowed with argument"),
-    (["--emit", "latex", "--standalone"], "--standalone: only with --emit jax or --emit numpy"),
-    (["--check", "--standalone"], "--standalone: only with --emit jax or --emit numpy"),
+    (["--emit", "latex", "--standalone"], "--standalone: only with --emit jax, numpy or torch"),
+    (["--check", "--standalone"], "--standalone: only with --emit jax, numpy or torch"),
 ]
 
 
@@ -79,6 +79,17 @@ def test_bad_usage_is_one_line_and_exit_2(argv, needle, capsys):
         rc = e.code
     out, err = capsys.readouterr()
     assert one_line_exit_2(rc, out, err, needle), (rc, out[:200], err)
+
+
+@pytest.mark.parametrize("argv", [["--emit", "torch"], ["--emit", "torch", "--standalone"]])
+def test_emit_torch_without_torch_is_one_line_and_exit_2(argv, capsys, monkeypatch):
+    """PyTorch is optional: where it is not installed (here: said not to be) ``--emit torch`` refuses before any
+    work, naming the extra that installs it."""
+    monkeypatch.setattr(cli, "torch_installed", lambda: False)
+    rc = main(halfsplit.rule_module(), argv)
+    out, err = capsys.readouterr()
+    assert one_line_exit_2(rc, out, err, "--emit torch: PyTorch is not installed"), (rc, err)
+    assert "optimizer-workbench[torch]" in err
 
 
 @pytest.mark.e2e

@@ -3,12 +3,15 @@
 ``tests/golden/`` holds ``python -m derivations.<rule> --emit jax|numpy`` for every rule module that
 emits functions (the first six as they were before the interpreters and lemmas were rebuilt, the
 others as first emitted after translation validation was added); every public function of a fresh
-emission is run on the same random inputs as its golden copy. A rule that emits functions and has no
+emission is run on the same random inputs as its golden copy (and, where PyTorch is installed, the shipped
+PyTorch function on the JAX case's inputs against its results; the PyTorch golden copies are
+``tests/printing/test_torch_target.py``'s). A rule that emits functions and has no
 golden copy fails :func:`test_every_emitting_rule_has_golden_copies`. The inputs are the rule's declared examples
 (:mod:`derivations.printing.examples`).
 """
 
 import importlib
+import importlib.util
 import inspect
 from pathlib import Path
 
@@ -19,6 +22,12 @@ from derivations import regenerate, registry
 from derivations.cli import render
 from derivations.printing.examples import example_call
 from tests.conftest import load_module
+
+#: PyTorch is optional: where it is installed, the JAX case also holds the shipped PyTorch module to the JAX results
+#: (:func:`tests.printing.test_torch_target.torch_agreement`)
+TORCH = importlib.util.find_spec("torch") is not None
+if TORCH:
+    from tests.printing.test_torch_target import torch_agreement
 
 GOLDEN = Path(__file__).parents[1] / "golden"
 #: the rules with golden copies (discovered from the files; each must still be a registered rule module)
@@ -62,3 +71,5 @@ def test_fresh_emission_agrees_with_golden_copy(rule, target, tmp_path):
             for w, g in zip(want, got, strict=True):
                 w, g = np.asarray(w, dtype=np.float64), np.asarray(g, dtype=np.float64)
                 assert np.max(np.abs(w - g)) <= 1e-11 * max(1.0, np.max(np.abs(w))), (rule, target, name, damping)
+            if target == "jax" and TORCH:  # the PyTorch module on the same inputs, against these JAX results
+                torch_agreement(rule, name, args, kwargs, got)
