@@ -1,7 +1,7 @@
 """The held-back diagnosis corpus: zero false verdicts and a useful diagnosis for at least
 90 % of the wrong candidates (:mod:`benchmarks.diagnosis` defines *useful*; its timing is the benchmark's, never
 asserted here). The corpus is run once per module, every target built once. The whole corpus run is end to end
-(``pytest -m e2e``, after the suite: it is :mod:`benchmarks.diagnosis`'s audit); the judge's rules are checked in
+(``pytest -m e2e``, after the suite: the corpus run of :mod:`benchmarks.diagnosis`); the judge's rules are checked in
 the suite."""
 
 import json
