@@ -16,10 +16,11 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from torch import nn  # noqa: E402
 
+import numerics.torch_optimizer as torch_optimizer  # noqa: E402
 from numerics.optimizer import OVPair as JaxOVPair  # noqa: E402
 from numerics.optimizer import QKPair as JaxQKPair  # noqa: E402
 from numerics.optimizer import compositional_muon  # noqa: E402
-from numerics.torch_optimizer import CompositionalMuon, OVPair, QKPair, directions, optimizer  # noqa: E402
+from numerics.torch_optimizer import CompositionalMuon, OVPair, QKPair  # noqa: E402
 
 D, HEADS, HEAD_DIM, HIDDEN = 16, 2, 4, 32
 HYPER = {"weight_decay": 0.1, "adam_weight_decay": 0.01}
@@ -116,8 +117,8 @@ def test_torch_steps_equal_the_optax_optimizer(optax_run):
 def test_a_transposed_muon_layout_fails_the_equality(optax_run, monkeypatch):
     """Planted: the MLP matrix read as (in, out) (fan sides swapped) moves it by another step."""
     grads, reference = optax_run
-    right = directions.muon_direction
-    monkeypatch.setattr(optimizer, "muon_direction", lambda m, msign, schedule: right(m.mT, msign, schedule).mT)
+    right = torch_optimizer.muon_direction
+    monkeypatch.setattr(torch_optimizer, "muon_direction", lambda m, msign, schedule: right(m.mT, msign, schedule).mT)
     assert _largest_gap(_torch_trajectory(grads), reference) > 1e-3
 
 
