@@ -393,15 +393,15 @@ class CompositionalMuon(torch.optim.Optimizer):
         super().__init__(list(named.values()), defaults)
 
     # ---- one step ---------------------------------------------------------------------------------
-    @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
         """One step of every parameter that has a gradient (a pair moves when both members have one)."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
-            self._group_step(group)
+        with torch.no_grad():
+            for group in self.param_groups:
+                self._group_step(group)
         return loss
 
     def _group_step(self, group: dict[str, Any]) -> None:
@@ -475,16 +475,17 @@ class CompositionalMuon(torch.optim.Optimizer):
         return out
 
     def describe(self) -> str:
-        """One line per parameter: its name, shape and what it takes (its pair, Muon or AdamW)."""
-        where = {}
+        """A table: each parameter (or block of packed rows), its shape and what it takes (its pair, Muon, AdamW)."""
+        params = {self.names[id(p)]: p for g in self.param_groups for p in g["params"]}
+        rows = []
         for p in self.pairs:
             what = f"{p.kind} pair: heads={p.heads} kv_heads={p.kv_heads}"
-            where[str(p.first)], where[str(p.second)] = (f"{what}, first of ({str(p.first)!r}, {str(p.second)!r})",
-                                                         f"{what}, second of ({str(p.first)!r}, {str(p.second)!r})")
-        lines = [f"{str(m)}  {what}" for m, what in where.items()]
-        lines += [f"{n}  {tuple(self.param_groups[0]['params'][i].shape)}  {role}"
-                  for i, (n, role) in enumerate(self.roles.items()) if role != "pair"]
-        return "\n".join(lines)
+            for m, place in ((p.first, "first"), (p.second, "second")):
+                rows.append((str(m), str(tuple(m.read(params[m.name]).shape)),
+                             f"{what}, {place} of ({str(p.first)!r}, {str(p.second)!r})"))
+        rows += [(n, str(tuple(params[n].shape)), role) for n, role in self.roles.items() if role != "pair"]
+        width, shape_width = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
+        return "\n".join(f"{n:<{width}}  {shape:<{shape_width}}  {what}" for n, shape, what in rows)
 
 
 def steps_taken(optimizer: CompositionalMuon) -> int:

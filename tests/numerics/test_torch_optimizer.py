@@ -283,3 +283,21 @@ def test_the_torch_training_example_lowers_the_loss():
     losses = [float(x) for x in re.findall(r"^step +\d+ +loss (\d+\.\d+)$", run.stdout, flags=re.M)]
     assert len(losses) == 12 and losses[-1] < 0.8 * losses[0], losses
     assert run.stdout.rstrip().endswith("loss went down: True")
+
+
+# ---- the docs page's blocks where torch is missing ----------------------------------------------------------------
+def test_an_executed_block_that_requires_a_missing_module_is_shown_not_run(tmp_path):
+    """The PyTorch page's ``:requires: torch`` blocks: without the module the block is shown with a note and the
+    build passes; with it the block runs (planted: the same failing block without the option stops the build)."""
+    pytest.importorskip("sphinx", reason="the docs extra is not installed")
+    from sphinx.errors import SphinxError
+
+    from tests.project.test_docs import _plain, build
+
+    block = ".. executed::\n   :requires: {module}\n\n   print('ran: yes')\n   raise RuntimeError('not installed')\n"
+    out = build(tmp_path / "missing", {"page": "Page\n====\n\n" + block.format(module="no_such_module_xyz")})
+    html = (out / "page.html").read_text()
+    assert "Not run in this build: no_such_module_xyz is not installed" in " ".join(_plain(html).split())
+    assert "workbench-output" not in html  # nothing printed: the block did not run
+    with pytest.raises(SphinxError, match="RuntimeError: not installed"):
+        build(tmp_path / "present", {"page": "Page\n====\n\n" + block.format(module="json")})
