@@ -343,6 +343,12 @@ def _check_rows_covered(pairs: list[TorchPair], params: dict[str, torch.Tensor])
 class CompositionalMuon(torch.optim.Optimizer):
     """Compositional Muon for PyTorch: derived per-head rules on attention pairs, Muon and AdamW elsewhere.
 
+    The arguments shared with :func:`numerics.optimizer.compositional_muon` (``ns_coeffs``, ``beta``, ``eps``,
+    ``weight_decay``, ``nesterov``, ``damping``, ``msign``, the ``adam_*`` ones, ``adamw_params``,
+    ``check_finite``, ``on_nonfinite``) mean what they mean there and have its defaults; ``adam_lr`` is its
+    ``adam_learning_rate``. The step counts, momenta and AdamW moments are in ``state_dict()``; the group's
+    ``skipped_steps`` counts the steps not applied.
+
     Args:
       params: the model (its pairs are then found by module type: :func:`find_pairs`) or
         ``model.named_parameters()`` (then pairs only as declared).
@@ -350,7 +356,6 @@ class CompositionalMuon(torch.optim.Optimizer):
       pairs: ``"auto"`` (default for a model), ``None`` (no pairs) or a list of :func:`QKPair` and
         :func:`OVPair` declarations of ``(out, in)`` weights.
       heads: the number of heads where the attention module does not say (``num_heads``).
-      The others mean what they mean in :func:`numerics.optimizer.compositional_muon` and have its defaults.
     """
 
     def __init__(self, params: Any, lr: float, ns_coeffs: Any = "polar-express-5", ns_steps: int | None = None,

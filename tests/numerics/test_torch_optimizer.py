@@ -301,3 +301,28 @@ def test_an_executed_block_that_requires_a_missing_module_is_shown_not_run(tmp_p
     assert "workbench-output" not in html  # nothing printed: the block did not run
     with pytest.raises(SphinxError, match="RuntimeError: not installed"):
         build(tmp_path / "present", {"page": "Page\n====\n\n" + block.format(module="json")})
+
+
+def test_the_api_check_reads_a_module_of_an_optional_dependency_under_autodoc_mocks(tmp_path, monkeypatch):
+    """``numerics.torch_optimizer`` in a docs build without torch: the API coverage check imports the package's
+    modules under ``autodoc_mock_imports`` (planted: without the mock the build stops on the missing module)."""
+    pytest.importorskip("sphinx", reason="the docs extra is not installed")
+    from sphinx.errors import SphinxError
+
+    import tests.project.test_docs as docs
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    package = tmp_path / "planted_optional"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""A package with a module that needs a missing dependency."""\n')
+    (package / "needs_dep.py").write_text('"""Needs it."""\n\nimport not_installed_dep_xyz\n\n\n'
+                                          'class Thing(not_installed_dep_xyz.Base):\n    """Documented."""\n')
+    page = {"api": "API\n===\n\n.. automodule:: planted_optional.needs_dep\n   :members:\n"}
+    monkeypatch.setattr(docs, "CONF", docs.CONF + 'autodoc_mock_imports = ["not_installed_dep_xyz"]\n')
+    out = docs.build(tmp_path / "mocked", page, api=["planted_optional"])
+    assert "planted_optional.needs_dep.Thing" in (out / "api.html").read_text()
+    monkeypatch.setattr(docs, "CONF", docs.CONF.replace('autodoc_mock_imports = ["not_installed_dep_xyz"]\n', ""))
+    for name in [n for n in sys.modules if n.startswith("planted_optional")]:
+        monkeypatch.delitem(sys.modules, name)  # imported again, now without the mock
+    with pytest.raises((SphinxError, ImportError), match="not_installed_dep_xyz"):
+        docs.build(tmp_path / "unmocked", page, api=["planted_optional"])
