@@ -65,7 +65,7 @@ def _set_grads(model: nn.Module, grads: dict[str, torch.Tensor]) -> None:
         p.grad = grads[n].clone()
 
 
-# ---- the JAX side: the same model as x @ W kernels (the PyTorch weights transposed) ------------------------------
+# ---- the JAX side: the same model in x @ W layouts (the PyTorch weights transposed) -------------------------------
 def _to_jax(model: nn.Module) -> dict:
     return {n: jnp.asarray(p.detach().numpy().T if p.ndim == 2 else p.detach().numpy())
             for n, p in model.named_parameters()}
