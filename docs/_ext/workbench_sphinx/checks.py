@@ -19,6 +19,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from sphinx.errors import ExtensionError
+from sphinx.ext.autodoc.mock import mock
 
 import coeffsearch
 
@@ -96,10 +97,14 @@ def has_docstring(obj) -> bool:
 
 
 def undocumented(app, env) -> list[str]:
-    """Public names without an API entry, or functions and classes without a docstring."""
+    """Public names without an API entry, or functions and classes without a docstring.
+
+    The packages are imported under autodoc's mocks (``autodoc_mock_imports``), as autodoc imported them: a module
+    that needs an optional dependency (``torch``) is then read where that dependency is not installed."""
     documented = set(env.get_domain("py").objects)
-    return [name for package in app.config.workbench_api_packages for name in public_api(package)
-            if name not in documented or not has_docstring(resolve(name))]
+    with mock(getattr(app.config, "autodoc_mock_imports", None) or []):
+        return [name for package in app.config.workbench_api_packages for name in public_api(package)
+                if name not in documented or not has_docstring(resolve(name))]
 
 
 def check_consistency(app, env):

@@ -1,8 +1,9 @@
 """``.. executed::`` — Python that runs while the page is built; its output is shown below it.
 
-The blocks of one page share a namespace, in page order. An exception (a failed ``assert``
-included) stops the build with the page, the block's first line and the error, so a tutorial
-whose example no longer works cannot be published.
+The blocks of one page share a namespace, in page order. ``:requires: MODULE`` names an optional
+dependency (``torch``): where it is not installed the block is shown, not run, with a note saying so. An
+exception (a failed ``assert`` included) stops the build with the page, the block's first line and the
+error, so a tutorial whose example no longer works cannot be published.
 
 ``:figure: CAPTION`` shows the last matplotlib figure the block made, saved as a PNG under the
 build's generated files (``<outdir>/../workbench-generated``), with that caption: a plot made while
@@ -17,6 +18,7 @@ that imports JAX, SymPy and the project again (5.4 s a page measured with MyST-N
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import traceback
 
@@ -42,9 +44,13 @@ class ExecutedDirective(SphinxDirective):
     runs_code = True  # runs code while its page is read: objects.read_order reads its page first
 
     has_content = True
-    option_spec = {"figure": lambda text: " ".join((text or "").split())}
+    option_spec = {"figure": lambda text: " ".join((text or "").split()), "requires": lambda text: (text or "").strip()}
 
     def run(self):
+        missing = self.options.get("requires")
+        if missing and importlib.util.find_spec(missing) is None:
+            note = f"Not run in this build: {missing} is not installed."
+            return rst.parse(self, [*rst.literal_block("\n".join(self.content), "python"), "", rst.text(note), ""])
         namespaces = self.env.temp_data.setdefault("workbench_namespaces", {})
         namespace = namespaces.setdefault(self.env.docname, {"__name__": f"docs.{self.env.docname}"})
         code = "\n".join(self.content)
