@@ -37,7 +37,14 @@ import sys
 
 from benchmarks.interleave import MAX_REPEATS, MAX_THREADS, interleaved, paired_ratio
 from benchmarks.step import SMALL_FACTOR, dims, flop_model, ns_flops
-from foundation.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
+from foundation.commandline import (
+    OneLineParser,
+    UsageError,
+    int_option,
+    stdout_closed,
+    usage_error,
+    write_result,
+)
 
 if importlib.util.find_spec("torch") is not None:  # PyTorch is optional: without it main() says so in one line
     import torch
@@ -170,8 +177,8 @@ def main(argv=None) -> int:
                 "repeats": args.repeats, "threads": args.threads, "ns_coefficients": list(NS_COEFFICIENTS),
                 "ns_steps": NS_STEPS, "torch": torch.__version__}
     result = {"settings": settings, **summary(times, args.small, args.mlp)}
-    print(json.dumps(result, indent=1) if args.json else report(result))
-    return 0
+    text = json.dumps(result, indent=1) if args.json else report(result)
+    return write_result("benchmarks.torch_step", text + "\n", 0)
 
 
 if __name__ == "__main__":
