@@ -116,10 +116,11 @@ def flop_floor(small: bool, mlp: bool) -> dict:
     return {"cm": cm + extra, "muon-path": muon + extra, "torch-muon": muon + extra}
 
 
-def measure(repeats: int, small: bool, mlp: bool) -> dict:
-    """``{label: [seconds per round]}``: one ``step()`` of each optimizer per round, interleaved."""
+def measure(repeats: int, small: bool, mlp: bool, quiet: bool = False) -> dict:
+    """``{label: [seconds per round]}``: one ``step()`` of each optimizer per round, interleaved (a progress bar
+    on a terminal unless ``quiet``)."""
     found = optimizers(small, mlp)
-    return interleaved({label: opt.step for label, opt in found.items()}, repeats)
+    return interleaved({label: opt.step for label, opt in found.items()}, repeats, quiet=quiet)
 
 
 def summary(times: dict, small: bool, mlp: bool) -> dict:
@@ -169,7 +170,7 @@ def main(argv=None) -> int:
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     try:
-        times = measure(args.repeats, args.small, args.mlp)
+        times = measure(args.repeats, args.small, args.mlp, quiet=args.json)
     finally:
         torch.set_num_threads(threads)
     d, heads, _, hd, f = dims("gpt2", args.small)

@@ -1,6 +1,8 @@
 """The PyTorch step benchmark ``benchmarks.torch_step``: its JSON document and floor, its usage errors, and the
 fairness of its comparison (the timings are never asserted)."""
 
+import contextlib
+import io
 import json
 
 import pytest
@@ -8,7 +10,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (the PyTorch optimizer is optional)")
 
 from benchmarks import step, torch_step  # noqa: E402
+from benchmarks.interleave import interleaved  # noqa: E402
+from foundation import commandline  # noqa: E402
 from tests.inprocess import run_case  # noqa: E402
+from tests.project.test_progress import FakeTerminal  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -27,15 +32,19 @@ def small_run():
     command's 1), and the thread count before and after it."""
     threads = torch.get_num_threads()
     torch.set_num_threads(3)
-    row = run_case("benchmarks.torch_step", ["--small", "--repeats", "1", "--json"])
+    out, err = io.StringIO(), FakeTerminal()  # stderr a terminal: a progress bar would show at once
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        mp.setattr(commandline, "PROGRESS_DELAY", 0.0)
+        rc = torch_step.main(["--small", "--repeats", "1", "--json"])
     after = torch.get_num_threads()
     torch.set_num_threads(threads)
-    return row, 3, after
+    return {"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue(), "escaped": ""}, 3, after
 
 
 def test_json_is_the_whole_stdout_with_times_ratios_and_the_flop_floor(small_run):
     row, _, _ = small_run
     assert row["rc"] == 0 and not row["escaped"], row["stderr"][-2000:]
+    assert row["stderr"] == ""  # no progress bar with --json, though stderr is a terminal
     doc = json.loads(row["stdout"])  # stdout is one JSON document and nothing else
     assert set(doc) == {"settings", "median_s", "ratio", "flops", "flop_ratio"}
     assert set(doc["median_s"]) == set(torch_step.LABELS) and all(t > 0 for t in doc["median_s"].values())
@@ -47,6 +56,16 @@ def test_json_is_the_whole_stdout_with_times_ratios_and_the_flop_floor(small_run
     cm, muon = step.flop_model(96, 12, 12, 8, 5, 3, "newton_schulz")
     assert doc["flops"] == {"cm": cm, "muon-path": muon, "torch-muon": muon}
     assert doc["flop_ratio"]["cm/torch-muon"] == pytest.approx(cm / muon)
+
+
+def test_the_rounds_show_a_bar_on_a_terminal_unless_quiet(monkeypatch):
+    """Planted: the same rounds without ``quiet`` (what ``--json`` must not show)."""
+    monkeypatch.setattr(commandline, "PROGRESS_DELAY", 0.0)
+    for quiet, expected in ((False, "timing a"), (True, "")):
+        err = FakeTerminal()
+        with contextlib.redirect_stderr(err):
+            interleaved({"a": lambda: None}, 2, warmup=0, quiet=quiet)
+        assert (expected in err.getvalue()) if expected else err.getvalue() == ""
 
 
 def test_the_thread_count_is_restored_after_the_run(small_run):
