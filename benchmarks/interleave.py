@@ -27,14 +27,15 @@ def time_once(fn) -> float:
     return time.perf_counter() - t
 
 
-def interleaved(fns: dict, repeats: int, warmup: int = 2) -> dict:
+def interleaved(fns: dict, repeats: int, warmup: int = 2, quiet: bool = False) -> dict:
     """``{name: [seconds per round]}``: ``warmup`` untimed calls each (compilation), then ``repeats`` rounds
-    (counted by a progress bar on a terminal's stderr, updated between rounds, outside the timed calls)."""
+    (counted by a progress bar on a terminal's stderr, updated between rounds, outside the timed calls; none
+    when ``quiet``: a command passes ``--json``)."""
     for fn in fns.values():
         for _ in range(warmup):
             jax.block_until_ready(fn())
     times = {name: [] for name in fns}
-    for _ in progress(range(repeats), desc=f"timing {', '.join(fns)}", unit="round"):
+    for _ in progress(range(repeats), desc=f"timing {', '.join(fns)}", unit="round", quiet=quiet):
         for name, fn in fns.items():
             times[name].append(time_once(fn))
     return times
