@@ -163,7 +163,7 @@ def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedul
         raise ValueError(f"msign_default must be one of {jax_runtime.MSIGN_METHODS!r}, got {msign_default!r}")
     for public in [fn.name for fn in functions] + list(extra_names):
         check_identifier(public, "emitted function name")
-    head = check_docstring(_module_docstring(title, command, functions, schedule, msign_default), "module docstring")
+    head = check_docstring(module_docstring(title, command, functions, schedule, msign_default), "module docstring")
     own = [f"__all__ = {sorted([fn.name for fn in functions] + list(extra_names))!r}\n",
            "NS_SCHEDULE = (\n" + "".join(f"    {step!r},\n" for step in schedule.as_floats()) + ")\n"]
     printed = [render_functions(list(function_specs(fn, scalars, msign_default))) for fn in functions]
@@ -175,9 +175,10 @@ def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedul
     return check_resolved("\n".join(parts).rstrip() + "\n", "the emitted JAX module")
 
 
-def _module_docstring(title: str, command: str, functions: list[EmittedFunction], schedule: Schedule,
-                      msign_default: str) -> str:
-    """The module docstring: the header of every emitted module, then the schedule and the msign default.
+def module_docstring(title: str, command: str, functions: list[EmittedFunction], schedule: Schedule,
+                     msign_default: str, target: str = "") -> str:
+    """The module docstring: the header of every emitted module (``target``: a note after the title, such as
+    ``" (PyTorch)"``), then the schedule and the msign default.
 
     Every caller-given string is escaped for the docstring (defence in depth: names are also checked where
     they are read, foundation.polynomial.NAME_PATTERN), and the header must parse as one string literal.
@@ -191,7 +192,7 @@ def _module_docstring(title: str, command: str, functions: list[EmittedFunction]
                             f"(python -m coeffsearch certify {escaped} "
                             "prints it), so with msign=\"newton_schulz\" they hold up to that factor.", 92,
                             break_long_words=escaped == quoted)]  # never split inside an escape sequence
-    return header(docstring_fragment(title), docstring_fragment(command), functions, extra)
+    return header(docstring_fragment(title) + target, docstring_fragment(command), functions, extra)
 
 
 def function_specs(fn: EmittedFunction, scalars: dict,
@@ -209,7 +210,7 @@ def function_specs(fn: EmittedFunction, scalars: dict,
 
 
 
-def _arguments_dict(args: list[str]) -> str:
+def arguments_dict(args: list[str]) -> str:
     """``{'W_Q': W_Q, …}``: the arguments by name, for the checks that name them."""
     return "{" + ", ".join(f"{a!r}: {a}" for a in args) + "}"
 
@@ -264,7 +265,7 @@ def _checked_spec(fn: EmittedFunction, keywords: tuple[Parameter, ...], uses_msi
     # no msign in the formula: nothing to choose
     sign_args = "msign, schedule, restarts, gram_aspect" if uses_msign else "'svd', ()"
     checks = (f"validate_inputs({fn.name!r} if caller is None else caller[0], {fn.shapes()!r},",
-              f"                {_arguments_dict(args)},",
+              f"                {arguments_dict(args)},",
               f"                {'eps' if fn.needs_eps else '0.0'}, damping, {sign_args})",
               *_option_checks(fn))
     call_sign = ("msign, schedule_array(schedule) if msign != 'svd' else None, "
@@ -273,7 +274,7 @@ def _checked_spec(fn: EmittedFunction, keywords: tuple[Parameter, ...], uses_msi
     body = ((f"outputs, status = _{fn.name}({', '.join(args)}, {'real_scalar(eps)' if fn.needs_eps else '0.0'}"
              f"{scalars}, real_scalar(damping), {call_sign}{''.join(f', {o}' for o in fn.options)})"),
             "if check_finite:",
-            f"    raise_if_not_finite({fn.name!r}, status, {_arguments_dict(args)}, caller)",
+            f"    raise_if_not_finite({fn.name!r}, status, {arguments_dict(args)}, caller)",
             "return outputs" + ("[0]" if len(fn.outputs) == 1 else ""))
     doc = (f'    """{fn.name}, its errors naming ``caller`` (the name and the stored arguments of a stored-layout '
            f'entry point)\n    where it is given."""')
@@ -294,7 +295,7 @@ def _option_checks(fn: EmittedFunction) -> list[str]:
                    f"    check_scalar({fn.name!r}, {n!r}, {n}, positive=True)"]
         if n == "group_size":
             checks += [f"    check_group({fn.name!r}, group_size, {fn.shapes()!r}, "
-                       f"{_arguments_dict(fn.argument_names)})"]
+                       f"{arguments_dict(fn.argument_names)})"]
     if fn.positive_damping:
         checks += ["if not isinstance(damping, jax.core.Tracer):  # the solve divides by 2·damping",
                    f"    check_scalar({fn.name!r}, 'damping', damping, positive=True)"]

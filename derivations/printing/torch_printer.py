@@ -12,21 +12,24 @@ arguments, defaults and checks. Stored-layout adapters are printed by
 from __future__ import annotations
 
 import re
-import shlex
-import textwrap
 
 from derivations.engine.rule import EmittedFunction
-from derivations.printing.array_module import header
 from derivations.printing.codegen import (
     UnsupportedNode,
     check_docstring,
     check_identifier,
     check_resolved,
-    docstring_fragment,
     routine_parts,
 )
 from derivations.printing.function_spec import FunctionSpec, Parameter, checked_name, render_functions
-from derivations.printing.jax_printer import CONSTANT_NOTES, JaxPrinter, public_keywords, public_spec
+from derivations.printing.jax_printer import (
+    CONSTANT_NOTES,
+    JaxPrinter,
+    arguments_dict,
+    module_docstring,
+    public_keywords,
+    public_spec,
+)
 from derivations.printing.layout import adapter_source
 from derivations.printing.split_mode import Computation, compute
 from foundation.compute import torch_runtime
@@ -131,7 +134,8 @@ def emit_torch(title: str, command: str, functions: list[EmittedFunction], sched
     extra_source, extra_names = torch_adapter_source(adapters) if adapters else ("", ())
     for public in [fn.name for fn in functions] + list(extra_names):
         check_identifier(public, "emitted function name")
-    head = check_docstring(_module_docstring(title, command, functions, schedule, msign_default), "module docstring")
+    head = check_docstring(module_docstring(title, command, functions, schedule, msign_default, " (PyTorch)"),
+                           "module docstring")
     own = [f"__all__ = {sorted([fn.name for fn in functions] + list(extra_names))!r}\n",
            "NS_SCHEDULE = (\n" + "".join(f"    {step!r},\n" for step in schedule.as_floats()) + ")\n"]
     printed = [render_functions(list(function_specs(fn, scalars, msign_default))) for fn in functions]
@@ -141,22 +145,6 @@ def emit_torch(title: str, command: str, functions: list[EmittedFunction], sched
     parts = [head, "import torch\n" + ("\n" + imported if imported else ""), own[0],
              *([constants] if constants else []), own[1], *(["\n" + routines + "\n"] if routines else []), *printed]
     return check_resolved("\n".join(parts).rstrip() + "\n", "the emitted PyTorch module")
-
-
-def _module_docstring(title: str, command: str, functions: list[EmittedFunction], schedule: Schedule,
-                      msign_default: str) -> str:
-    """The header of every emitted module, then the schedule and the msign default (every caller-given string
-    escaped for the docstring)."""
-    name, quoted = docstring_fragment(schedule.name), shlex.quote(schedule.name)
-    escaped = docstring_fragment(quoted)
-    extra = ["", f"Newton–Schulz schedule: {name} ({docstring_fragment(schedule.source)}).",
-             f"Default msign method: {msign_default}.",
-             *textwrap.wrap("The norm equalities above hold for the exact msign (msign=\"svd\"). Newton–Schulz "
-                            "maps each singular value into the schedule's certified image instead of to 1 "
-                            f"(python -m coeffsearch certify {escaped} "
-                            "prints it), so with msign=\"newton_schulz\" they hold up to that factor.", 92,
-                            break_long_words=escaped == quoted)]
-    return header(docstring_fragment(title) + " (PyTorch)", docstring_fragment(command), functions, extra)
 
 
 def function_specs(fn: EmittedFunction, scalars: dict,
@@ -171,11 +159,6 @@ def function_specs(fn: EmittedFunction, scalars: dict,
     keywords = public_keywords(fn, computation.uses_msign, msign_default)
     return (_core_spec(fn, computation), public_spec(fn, keywords, computation.uses_msign, (ARG_DOC, NO_MSIGN_DOC)),
             _checked_spec(fn, keywords, computation.uses_msign))
-
-
-def _arguments_dict(args: list[str]) -> str:
-    """``{'W_Q': W_Q, …}``: the arguments by name, for the checks that name them."""
-    return "{" + ", ".join(f"{a!r}: {a}" for a in args) + "}"
 
 
 def _core_spec(fn: EmittedFunction, c: Computation) -> FunctionSpec:
@@ -200,7 +183,7 @@ def _checked_spec(fn: EmittedFunction, keywords: tuple[Parameter, ...], uses_msi
     args, extra = fn.argument_names, list(fn.extra_scalars.values())
     sign_args = "msign, schedule, restarts, gram_aspect" if uses_msign else "'svd', ()"
     checks = (f"validate_inputs({fn.name!r} if caller is None else caller[0], {fn.shapes()!r},",
-              f"                {_arguments_dict(args)},",
+              f"                {arguments_dict(args)},",
               f"                {'eps' if fn.needs_eps else '0.0'}, damping, {sign_args})",
               *_option_checks(fn))
     call_sign = ("msign, schedule_array(schedule) if msign != 'svd' else None, "
@@ -210,7 +193,7 @@ def _checked_spec(fn: EmittedFunction, keywords: tuple[Parameter, ...], uses_msi
             (f"    outputs, status = _{fn.name}({', '.join(args)}, {'real_scalar(eps)' if fn.needs_eps else '0.0'}"
              f"{scalars}, real_scalar(damping), {call_sign}{''.join(f', {o}' for o in fn.options)})"),
             "if check_finite:",
-            f"    raise_if_not_finite({fn.name!r}, status, {_arguments_dict(args)}, caller)",
+            f"    raise_if_not_finite({fn.name!r}, status, {arguments_dict(args)}, caller)",
             "return outputs" + ("[0]" if len(fn.outputs) == 1 else ""))
     doc = (f'    """{fn.name}, its errors naming ``caller`` (the name and the stored arguments of a stored-layout '
            f'entry point)\n    where it is given."""')
@@ -228,7 +211,7 @@ def _option_checks(fn: EmittedFunction) -> list[str]:
     for n in fn.extra_scalars.values():
         checks += [f"check_scalar({fn.name!r}, {n!r}, {n}, positive=True)"]
         if n == "group_size":
-            checks += [f"check_group({fn.name!r}, group_size, {fn.shapes()!r}, {_arguments_dict(fn.argument_names)})"]
+            checks += [f"check_group({fn.name!r}, group_size, {fn.shapes()!r}, {arguments_dict(fn.argument_names)})"]
     if fn.positive_damping:
         checks += [f"check_scalar({fn.name!r}, 'damping', damping, positive=True)  # the solve divides by 2·damping"]
     if "solver" in fn.options:
