@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from foundation.compute.torch_exact_scaling import compute_dtype  # 16-bit weights: directions in float32
 from foundation.compute.torch_head_layout import merge_heads, split_heads
 from numerics.emitted import gqa_torch, halfsplit_torch, hybrid_ov_torch
 from numerics.optimizer.options import (
@@ -281,11 +282,6 @@ def muon_direction(m: torch.Tensor, msign: str, schedule: Any) -> torch.Tensor:
     sign = halfsplit_torch.spectral_sign(m.to(ct), msign, schedule)
     fan_out, fan_in = m.shape
     return (math.sqrt(max(1.0, fan_out / fan_in)) * sign).to(m.dtype)
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype a direction is computed in: the weight's own when it has 32 or 64 bits, else float32."""
-    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
 
 
 # ---- the optimizer -------------------------------------------------------------------------------
