@@ -9,8 +9,11 @@ Public surface:
 * :func:`derive` — a checked derivation found by best-first search over the lemmas
   (:class:`SearchFailed` says where each branch stopped);
 * norm families — :data:`FAMILIES` (operator, Frobenius, nuclear, max-abs, RMS→RMS), each solved
-  through its dual norm (:mod:`derivations.engine.norms`);
+  through its dual norm (:mod:`derivations.engine.norms`); :func:`register_family` adds one, :func:`families`
+  lists them all;
 * lemma objects — :class:`Lemma` (statement, side conditions, rewrite, self-check), :class:`NotApplicable`;
+  a statement the trusted kernel matches steps against — :class:`Statement` (its :class:`Clause` relations and
+  :class:`Condition` side conditions); a self-check instance — :class:`Case`;
   where ``derive`` tries a lemma — :class:`Applies` (its :class:`Offer` list, read off a :class:`SearchView`);
 * extension points — :class:`MatrixFunction` and :class:`MatrixScalar` (the bases of a new vocabulary
   node), :class:`InstanceSampler` (random instances for a lemma's self-check), :func:`evaluate_on`
@@ -46,10 +49,11 @@ from derivations.engine.derivation import (
     StepCheckFailed,
     identity_chain,
 )
-from derivations.engine.norms import FAMILIES, NormFamily
+from derivations.engine.norms import FAMILIES, NormFamily, families, register_family, unregister_family
 from derivations.engine.rule import EmittedFunction, RuleModule
 from derivations.engine.search import SearchFailed, derive
-from derivations.lemmas import Applies, Lemma, NotApplicable, Offer, SearchView
+from derivations.lemmas import Applies, Case, Lemma, NotApplicable, Offer, SearchView
+from derivations.lemmas.statement import Clause, Condition, Statement
 from derivations.vocabulary.algebra import product, total, transpose
 from derivations.vocabulary.evaluate import InstanceSampler, evaluate_on
 from derivations.vocabulary.nodes import (
@@ -77,9 +81,10 @@ from derivations.vocabulary.nodes import (
 
 __all__ = [
     "FAMILIES", "FULL_COLUMN_RANK", "FULL_ROW_RANK", "ORTHONORMAL_COLUMNS", "ORTHONORMAL_ROWS", "SPD", "SYMMETRIC",
-    "Applies", "Context", "Derivation", "DerivationError", "EmittedFunction", "FactMatrix", "GramInvSqrt", "GramSqrt",
-    "Inner", "InstanceSampler", "IsotropicScale", "Lemma", "MatrixFunction", "MatrixScalar", "Msign", "NormFamily",
-    "NotApplicable", "NuclearNorm", "Offer", "OpNorm", "PolarFactor", "Problem", "Projector", "RuleModule",
-    "SearchFailed", "SearchView", "Solution", "StepCheckFailed", "derive", "dimension", "evaluate_on",
-    "identity_chain", "positive_symbol", "product", "total", "transpose",
+    "Applies", "Case", "Clause", "Condition", "Context", "Derivation", "DerivationError", "EmittedFunction",
+    "FactMatrix", "GramInvSqrt", "GramSqrt", "Inner", "InstanceSampler", "IsotropicScale", "Lemma",
+    "MatrixFunction", "MatrixScalar", "Msign", "NormFamily", "NotApplicable", "NuclearNorm", "Offer", "OpNorm",
+    "PolarFactor", "Problem", "Projector", "RuleModule", "SearchFailed", "SearchView", "Solution", "Statement",
+    "StepCheckFailed", "derive", "dimension", "evaluate_on", "families", "identity_chain", "positive_symbol",
+    "product", "register_family", "total", "transpose", "unregister_family",
 ]

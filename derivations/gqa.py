@@ -159,7 +159,7 @@ def emitted_functions():
                         [("W_Qbar stacks the group's query heads row-wise, shape (..., G·d, d_h); "
                           "‖ΔW_K C̄‖_op = ε/(2G) with C̄ = (W_QbarᵀW_Qbar + λI)^(1/2), hence ‖W_Qbar ΔW_Kᵀ‖_op ≤ ε/(2G) "
                           "(equality at λ = 0) and ‖W_{Q,h} ΔW_Kᵀ‖_op ≤ ε/(2G) for every head.")],
-                        extra_scalars={group: "group_size"}),
+                        extra_scalars={group: "group_size"}, counts=("group_size",)),
         value_function(),
         EmittedFunction("gqa_isotropic_query", "Isotropic GQA query update, one head (partner: its group's key "
                         "head)", [halfsplit.W_K, halfsplit.G_Q], [("dW_Q", halfsplit.isotropic_query())],
@@ -169,7 +169,7 @@ def emitted_functions():
                         [("W_Qbar stacks the group's query heads row-wise, shape (..., G·d, d_h); the shared key "
                           "update of gqa_key with the stacked queries' Gram root replaced by c̄ I, c̄ = "
                           "(‖W_Qbar‖_F²/d_h + λ)^(1/2): exact when W_Qbar has orthogonal columns of equal norm.")],
-                        extra_scalars={group: "group_size"}),
+                        extra_scalars={group: "group_size"}, counts=("group_size",)),
     ]
 
 
@@ -181,7 +181,7 @@ def value_function():
                              "‖C̄_O ΔW_V‖_op = ε/(2G) with C̄_O = (W_ObarᵀW_Obar + λI)^(1/2), "
                              "hence ‖W_Obar ΔW_V‖_op ≤ ε/(2G) "
                              "(equality at λ = 0), so ‖W_{O,h} ΔW_V‖_op ≤ ε/(2G) for every head.")],
-                           extra_scalars={group: "group_size"})
+                           extra_scalars={group: "group_size"}, counts=("group_size",))
 
 
 def adapter():

@@ -94,7 +94,7 @@ def every_lemma() -> list:
       >>> lemmas.duplicate_numbers(found)
       []
     """
-    found = [*L.registered(), *norms.NORM_LEMMAS, *(norms.solve_lemma(f) for f in norms.FAMILIES)]
+    found = [*L.registered(), *norms.NORM_LEMMAS, *(norms.solve_lemma(f) for f in norms.families())]
     for name in derivation_sources():
         found += [v for v in vars(load(name)).values() if isinstance(v, L.Lemma)]
     out: list = []

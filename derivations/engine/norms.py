@@ -109,8 +109,40 @@ RMS = NormFamily("rms", "RMS→RMS operator norm", RmsOpNorm,
                  r" = -\beta \sqrt{m/n}\operatorname{msign}(A),\ \text{value } -\beta\sqrt{m/n}\|A\|_{*}",
                  solve_number="1r")
 
-#: the registered norm families, in the order the docs list them (operator, Frobenius, nuclear, max-abs, RMS→RMS)
+#: the workbench's norm families, in the order the docs list them (operator, Frobenius, nuclear, max-abs, RMS→RMS)
 FAMILIES = (OPERATOR, FROBENIUS, NUCLEAR, MAX_ABS, RMS)
+#: the families a user added with :func:`register_family`, in the order they were added
+_ADDED: list = []
+
+
+def families() -> tuple:
+    """Every norm family the engine solves in: :data:`FAMILIES`, then those added by :func:`register_family`."""
+    return (*FAMILIES, *_ADDED)
+
+
+def register_family(family: NormFamily) -> NormFamily:
+    """Add ``family`` to the engine: ``derive`` then solves problems in its norm, and its solve lemma is cited by
+    its ``solve_number``. Registering the same family again does nothing; another family under a key in use, or a
+    solve number another lemma has, is refused with one line naming both (``ValueError``)."""
+    if not isinstance(family, NormFamily):
+        raise TypeError(f"register_family takes a NormFamily, got {family!r} ({type(family).__name__})")
+    if family in families():
+        return family
+    same_key = next((f for f in families() if f.key == family.key), None)
+    if same_key is not None:
+        raise ValueError(f"norm family key {family.key!r} is in use by {same_key.title!r}: choose another key")
+    solve_lemma(family)  # refuses a solve number in use
+    _ADDED.append(family)
+    return family
+
+
+def unregister_family(family: NormFamily) -> None:
+    """Take a family added by :func:`register_family` out of the engine again (the workbench's own stay)."""
+    if family in FAMILIES:
+        raise ValueError(f"norm family {family.key!r} is one of the workbench's own: it cannot be taken out")
+    if family in _ADDED:
+        _ADDED.remove(family)
+        _SOLVE_LEMMAS.pop(family, None)
 
 
 def _scaled(c, m):
@@ -119,7 +151,7 @@ def _scaled(c, m):
 
 def family_of(constraint) -> NormFamily | None:
     """The family whose norm ``constraint`` is (``None`` for anything else)."""
-    return next((f for f in FAMILIES if f.matches(constraint)), None)
+    return next((f for f in families() if f.matches(constraint)), None)
 
 
 class NotABall(ValueError):
@@ -131,8 +163,8 @@ def ball_parts(problem):
     z, obj, con = problem.variable, problem.objective, problem.constraint
     family = family_of(con)
     if family is None:
-        raise NotABall(f"the constraint {con} is not the norm of a known family "
-                       f"({', '.join(f.key for f in FAMILIES)})")
+        raise NotABall(f"the constraint {con} is not the norm of a registered family (register_family adds one; "
+                       f"registered: {', '.join(f.key for f in families())})")
     if con.args[0] != z:
         raise NotABall(f"the constraint bounds {con.args[0]}, not the variable {z} itself")
     if not isinstance(obj, Inner) or z not in obj.args or obj.args[0].has(z) == obj.args[1].has(z):
@@ -182,7 +214,7 @@ def duality_errors(family: NormFamily, a_value, beta: float, backend=None, rng=N
         rng = rng if rng is not None else np.random.default_rng(0)
         dual = float(ev(family.dual_of(A)))
         # probes: the sharp maps of every family at A (the extreme points that matter), then random
-        probes = ([np.asarray(ev(f.sharp_of(A)), dtype=np.float64) for f in FAMILIES]
+        probes = ([np.asarray(ev(f.sharp_of(A)), dtype=np.float64) for f in families()]
                   + [np.asarray(a_value, dtype=np.float64)])
         probes += [rng.standard_normal((rows, cols)) * rng.choice([1.0, 1e-3, 1e3]) for _ in range(trials)]
         for y in probes:
@@ -292,7 +324,7 @@ def solve_lemma(family: NormFamily):
         return L.LINEAR_STEEPEST_DESCENT
     if family not in _SOLVE_LEMMAS:
         lemma = _new_solve_lemma(family)
-        others = [*L.registered(), *NORM_LEMMAS, *(_new_solve_lemma(f) for f in FAMILIES if f.key != family.key)]
+        others = [*L.registered(), *NORM_LEMMAS, *(_new_solve_lemma(f) for f in families() if f.key != family.key)]
         clashes = L.duplicate_numbers([lemma, *(o for o in others if o.number == lemma.number)])
         if clashes:
             raise ValueError(clashes[0])
@@ -347,7 +379,10 @@ __all__ = [
     "ball_certificate",
     "ball_parts",
     "duality_errors",
+    "families",
     "family_of",
+    "register_family",
     "solve_lemma",
+    "unregister_family",
     "unscaled",
 ]

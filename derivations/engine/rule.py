@@ -14,7 +14,7 @@ names others.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass
@@ -32,8 +32,11 @@ class EmittedFunction:
     positive_damping: bool = False
     #: the outputs depend on the step budget ε (a projection does not)
     needs_eps: bool = True
-    #: further positive scalar arguments: Symbol -> argument name (required keywords)
+    #: further positive scalar arguments: Symbol -> argument name (required keywords); a scalar the rule names in
+    #: :attr:`RuleModule.scalars` joins every function whose outputs use it
     extra_scalars: dict = field(default_factory=dict)
+    #: the extra scalars that are whole numbers (a group size), by argument name
+    counts: tuple = ()
     #: argument name -> trailing dimension names, for arguments not stored as their symbol's shape
     #: (a block-diagonal partner travels as its blocks, ``(..., k, d, d_h)``)
     shape_spec: dict = field(default_factory=dict)
@@ -53,9 +56,27 @@ class EmittedFunction:
         return [der for _, der in self.outputs]
 
 
+#: the keyword scalars every emitted function has by these names: the step budget and the damping λ
+BUILTIN_SCALARS = ("eps", "damping")
+
+
+def with_rule_scalars(fn: EmittedFunction, scalars: dict) -> EmittedFunction:
+    """``fn`` with each scalar of ``scalars`` (Symbol -> argument name) other than :data:`BUILTIN_SCALARS` that its
+    outputs use as a required keyword argument (an extra scalar), so that a scalar is named once, in the rule."""
+    used = set().union(*(der.formula.free_symbols for der in fn.derivations()))
+    added = {sym: name for sym, name in scalars.items()
+             if name not in BUILTIN_SCALARS and sym in used and sym not in fn.extra_scalars}
+    return replace(fn, extra_scalars={**fn.extra_scalars, **added}) if added else fn
+
+
 @dataclass
 class RuleModule:
-    """What a rule module hands to the command line."""
+    """What a rule module hands to the command line.
+
+    ``scalars`` names every scalar symbol of the rule's formulas once (Symbol -> argument name): ``eps`` and
+    ``damping`` are keywords of every emitted function; any other becomes a required keyword of each function
+    whose outputs use it (``functions()`` returns them with it among their ``extra_scalars``).
+    """
 
     name: str
     title: str
@@ -73,3 +94,7 @@ class RuleModule:
     #: of the adapters (``d``, ``d_h``; ``H`` heads over ``H_kv`` shared heads); empty: each function at its
     #: derivation's check size, the adapters at :data:`~derivations.printing.validation.ADAPTER_SIZES`
     example_sizes: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        declared = self.functions
+        self.functions = lambda: [with_rule_scalars(fn, self.scalars) for fn in declared()]

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from sympy import Matrix, S, Symbol, cancel, diag, symbols
 from sympy.matrices.expressions import MatMul, MatrixSymbol, Transpose
 
-from derivations.engine.norms import FAMILIES, EntrywiseL1Norm
+from derivations.engine.norms import EntrywiseL1Norm, families
 from derivations.engine.rational_zero import is_zero
 from derivations.vocabulary.algebra import is_symmetric, product, tidy
 from derivations.vocabulary.interpret import Interpreter, MissingRule
@@ -298,7 +298,7 @@ def _equal(a, b) -> bool:
 
 
 def _norm_types() -> tuple:
-    return (EntrywiseL1Norm, *(f.norm for f in FAMILIES))
+    return (EntrywiseL1Norm, *(f.norm for f in families()))
 
 
 def _pair_value(model, expr):

@@ -132,7 +132,7 @@ def function_subject(rule, fn, target: str, call: Callable) -> Subject:
     """The subject of emitted function ``fn`` of ``rule`` in its ``target`` module (``call``: the function)."""
     sizes = function_sizes(rule, fn)
     named = {**rule.scalars, **fn.extra_scalars}
-    counts = set(fn.extra_scalars.values())
+    counts = set(fn.counts)
     kept = set(named.values())
     blocked = {m.name: fn.shape_spec.get(m.name) is not None and BLOCK_DIAGONAL in facts_of(m) for m in fn.inputs}
     formulas = [der.formula for _, der in fn.outputs]

@@ -176,7 +176,7 @@ def function_example(rule, fn, rng: np.random.Generator, target: str = "jax") ->
         _, args, kwargs = instance(fn, sizes, rng, rule.scalars, blocked=target != "numpy")
     except (ValueError, ArithmeticError) as exc:
         raise ExampleError(f"{rule.name}: the example of {fn.name}: {exc}") from None
-    named, counts = set(rule.scalars.values()) | set(fn.extra_scalars.values()), set(fn.extra_scalars.values())
+    named, counts = set(rule.scalars.values()) | set(fn.extra_scalars.values()), set(fn.counts)
     return args, {k: int(v) if k in counts else v for k, v in kwargs.items() if k in named}
 
 

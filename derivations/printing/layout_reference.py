@@ -167,7 +167,7 @@ def _call(fn, args: dict, scalars: dict, group: int) -> dict:
                         raise LayoutError(f"{fn.name}: {sym.name} has shape {value.shape}, the formula {sym.shape}")
         for sym in der.formula.free_symbols:
             if isinstance(sym, Symbol) and not isinstance(sym, MatrixSymbol) and sym not in dims:
-                if sym in fn.extra_scalars:
+                if fn.extra_scalars.get(sym) in fn.counts:
                     env[sym] = float(group)
                 elif sym.name in scalars:
                     env[sym] = scalars[sym.name]

@@ -217,7 +217,7 @@ def instance(fn, dims: dict, rng: np.random.Generator, scalars: dict, blocked: b
                 env[sym] = by_name[sym.name]
     for sym in sorted(free_symbols(*formulas), key=str):
         if isinstance(sym, Symbol) and not isinstance(sym, MatrixSymbol) and sym not in env:
-            if sym in fn.extra_scalars:  # a count such as the group size G: a whole number
+            if fn.extra_scalars.get(sym) in fn.counts:  # a count such as the group size G: a whole number
                 env[sym] = _group_size(fn, sym, dims)
             else:
                 env[sym] = float(rng.uniform(0.05, 0.5) if named.get(sym) == "damping" else rng.uniform(0.5, 2.0))

@@ -54,7 +54,7 @@ def test_planted_wrong_solve_fails_its_certificate(planted, caught_by):
 def test_ball_parts_names_what_is_wrong():
     z = MatrixSymbol("Z", 5, 3)
     assert N.ball_parts(Problem(z, Inner(A, z), N.FrobeniusNorm(z), beta)) == (N.FROBENIUS, A)
-    with pytest.raises(N.NotABall, match="not the norm of a known family"):
+    with pytest.raises(N.NotABall, match="not the norm of a registered family"):
         N.ball_parts(Problem(z, Inner(A, z), Inner(z, z), beta))
     with pytest.raises(N.NotABall, match="not the variable"):
         N.ball_parts(Problem(z, Inner(A, z), OpNorm(2 * z), beta))
