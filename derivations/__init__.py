@@ -3,7 +3,8 @@
 Public surface:
 
 * vocabulary — :class:`FactMatrix`, :class:`Msign`, :class:`GramSqrt`, :class:`GramInvSqrt`,
-  :class:`PolarFactor`, :class:`Projector`, :class:`Inner`, :class:`OpNorm`, :class:`NuclearNorm`;
+  :class:`SPDPower` (``X^p`` for an SPD ``X`` and any rational ``p``), :class:`PolarFactor`, :class:`Projector`,
+  :class:`Inner`, :class:`OpNorm`, :class:`NuclearNorm`;
 * :mod:`derivations.lemmas` — the named lemmas (rewrite rules with side conditions);
 * the engine — :class:`Problem`, :class:`Derivation`, :func:`identity_chain`;
 * :func:`derive` — a checked derivation found by best-first search over the lemmas
@@ -78,13 +79,14 @@ from derivations.vocabulary.nodes import (
     dimension,
     positive_symbol,
 )
+from derivations.vocabulary.spd_power import SPDPower
 
 __all__ = [
-    "FAMILIES", "FULL_COLUMN_RANK", "FULL_ROW_RANK", "ORTHONORMAL_COLUMNS", "ORTHONORMAL_ROWS", "SPD", "SYMMETRIC",
-    "Applies", "Case", "Clause", "Condition", "Context", "Derivation", "DerivationError", "EmittedFunction",
-    "FactMatrix", "GramInvSqrt", "GramSqrt", "Inner", "InstanceSampler", "IsotropicScale", "Lemma",
-    "MatrixFunction", "MatrixScalar", "Msign", "NormFamily", "NotApplicable", "NuclearNorm", "Offer", "OpNorm",
-    "PolarFactor", "Problem", "Projector", "RuleModule", "SearchFailed", "SearchView", "Solution", "Statement",
-    "StepCheckFailed", "derive", "dimension", "evaluate_on", "families", "identity_chain", "positive_symbol",
-    "product", "register_family", "total", "transpose", "unregister_family",
+    "FAMILIES", "FULL_COLUMN_RANK", "FULL_ROW_RANK", "ORTHONORMAL_COLUMNS", "ORTHONORMAL_ROWS", "SPD", "SPDPower",
+    "SYMMETRIC", "Applies", "Case", "Clause", "Condition", "Context", "Derivation", "DerivationError",
+    "EmittedFunction", "FactMatrix", "GramInvSqrt", "GramSqrt", "Inner", "InstanceSampler", "IsotropicScale",
+    "Lemma", "MatrixFunction", "MatrixScalar", "Msign", "NormFamily", "NotApplicable", "NuclearNorm", "Offer",
+    "OpNorm", "PolarFactor", "Problem", "Projector", "RuleModule", "SearchFailed", "SearchView", "Solution",
+    "Statement", "StepCheckFailed", "derive", "dimension", "evaluate_on", "families", "identity_chain",
+    "positive_symbol", "product", "register_family", "total", "transpose", "unregister_family",
 ]

@@ -9,8 +9,7 @@ is a Gram power of ``X``) and B7 (a whitened factor in polar form). None contain
 
 from __future__ import annotations
 
-from sympy import Basic, Rational, S, Symbol, sympify
-from sympy.core.sympify import _sympify
+from sympy import Rational, S, Symbol
 from sympy.matrices.expressions import Identity, Inverse, MatAdd, MatMul, Transpose
 
 from derivations.lemmas.base import (
@@ -33,91 +32,18 @@ from derivations.vocabulary.algebra import product, tidy, total, transpose
 from derivations.vocabulary.evaluate import InstanceSampler, evaluate
 from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
-    SPD,
-    SYMMETRIC,
     FactMatrix,
     GramInvSqrt,
     GramPower,
     GramSqrt,
     PolarFactor,
-    _Derived,
 )
+from derivations.vocabulary.spd_power import SPDPower
 
 #: the split of an exponent into two equal halves (``X^p = X^{p·HALF} X^{p·HALF}``)
 HALF = Rational(1, 2)
 #: the exponent of the balancing gauge's power ``(NᵀN)^{1/4}``, which the self-checks exercise
 QUARTER = Rational(1, 4)
-
-
-class SPDPower(_Derived):
-    """``X^p`` for a symmetric positive definite ``X`` (a matrix expression) and a rational ``p``.
-
-    Defined through the eigendecomposition ``X = V diag(x) Vᵀ``: ``X^p = V diag(x^p) Vᵀ``, so
-    ``X^a X^b = X^{a+b}``, ``X^0 = I`` and ``X^p`` is symmetric positive definite.
-    """
-
-    def __new__(cls, arg, exponent):
-        arg = _sympify(arg)
-        if not getattr(arg, "is_Matrix", False) or arg.shape[0] != arg.shape[1]:
-            raise ValueError(f"SPDPower takes a square matrix expression, got {arg!r}")
-        return Basic.__new__(cls, arg, sympify(exponent))
-
-    arg = property(lambda self: self.args[0])
-    exponent = property(lambda self: self.args[1])
-
-    @property
-    def shape(self):
-        return self.arg.shape
-
-    @property
-    def facts(self):
-        return frozenset({SYMMETRIC, SPD})
-
-    def _eval_transpose(self):
-        return self
-
-    def _degree(self, scaling):
-        """``p`` times the degree of ``X`` (``(cX)^p = c^p X^p`` for ``c > 0``)."""
-        return scaling.times(self.exponent, scaling.degree(self.arg))
-
-    def _numeric(self, ev):
-        a = ev(self.arg)
-        sym = (a + ev.backend.transpose(a)) * ev.backend.scalar(Rational(1, 2))
-        return ev.backend.psd_power(sym, float(self.exponent))
-
-    def _numpycode(self, printer):
-        """``V diag(x)^p Vᵀ`` from one eigendecomposition per distinct ``X`` (shared by its powers).
-
-        Eigenvalues are floored at ``n·eps·max(x)`` (as :mod:`numerics.optimizer.gauge_balance` does), so a
-        rank-deficient factor gives finite powers. JAX: the eigh runs one matrix at a time on the
-        CPU (``per_matrix_on_cpu``: batched LAPACK calls at once can deadlock jaxlib's pool).
-        """
-        jax = printer.printmethod == "_jaxcode"
-        m = "jnp" if jax else "np"
-        key = ("spd_eigh", self.arg)
-        if key not in printer.temps:
-            a = printer._print(self.arg)
-            printer.counter += 1
-            n = printer.counter
-            sym, e, v = f"sym_{n}", f"e_{n}", f"v_{n}"
-            cast = f"{a}.astype(compute_dtype({a}.dtype))" if jax else f"({a})"
-            printer.lines.append(f"{sym} = {cast}")
-            printer.lines.append(f"{sym} = 0.5 * ({sym} + {m}.swapaxes({sym}, -1, -2))")
-            eigh = f"per_matrix_on_cpu(jnp.linalg.eigh, {sym})" if jax else f"np.linalg.eigh({sym})"
-            printer.lines.append(f"{e}, {v} = {eigh}")
-            printer.lines.append(f"{e} = {m}.maximum({e}, {m}.maximum({e}.shape[-1] * {m}.finfo({e}.dtype).eps"
-                                 f" * {e}[..., -1:], {m}.finfo({e}.dtype).tiny))")
-            printer.temps[key] = (e, v, f"{a}.dtype" if jax else "np.float64")
-        e, v, dtype = printer.temps[key]
-        return f"(({v} * {e}[..., None, :] ** {float(self.exponent)!r}) @ {m}.swapaxes({v}, -1, -2)).astype({dtype})"
-
-    _jaxcode = _numpycode
-
-    def _sympystr(self, printer):
-        return f"({printer._print(self.arg)})^({self.exponent})"
-
-    def _latex(self, printer):
-        return rf"\left({printer._print(self.arg)}\right)^{{{printer._print(self.exponent)}}}"
 
 
 # ---- powers of one SPD base: the view the power lemmas work in ------------------------------
