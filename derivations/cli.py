@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import sys
+import types
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from derivations.printing.examples import example_problems
 from derivations.printing.jax_printer import emit_jax
 from derivations.printing.numpy_printer import emit_numpy
 from derivations.printing.text import derivation_text, lemma_text
-from derivations.printing.validation import CONDITION, validate_source
+from derivations.printing.validation import CONDITION, load_source, validate_source
 from derivations.vocabulary.interpret import MissingRule
 from foundation.commandline import (
     STDOUT_CLOSED,
@@ -197,6 +198,24 @@ def adapters_of(rule: RuleModule) -> tuple:
 
 class TranslationFailed(DerivationError):
     """An emitted function disagrees with the checked formula it was printed from (translation validation)."""
+
+
+def load(rule: RuleModule, target: str = "jax", msign: str = "newton_schulz") -> types.ModuleType:
+    """The emitted ``target`` module of ``rule`` (``"jax"``, ``"torch"`` or ``"numpy"``) as a module object, after
+    the checks ``--emit`` runs: every derivation verified, and every emitted function validated against its checked
+    formula (:class:`~derivations.printing.validation.TranslationFailed` otherwise). Nothing is written to disk.
+
+    Examples:
+      >>> from derivations import registry
+      >>> tied = load(registry.rule_module("tied_embeddings"), "numpy")
+      >>> tied.tied_embedding.__name__
+      'tied_embedding'
+    """
+    if target not in CODE_TARGETS:
+        raise ValueError(f"load: target must be one of {CODE_TARGETS}, got {target!r}")
+    text = render(rule, target, msign=msign)
+    check_translation(rule, target, text)
+    return load_source(text, f"{rule.name}_{target}")
 
 
 def check_translation(rule: RuleModule, target: str, text: str) -> None:
