@@ -93,7 +93,7 @@ def default_available(problem: Problem, context: Context) -> set:
     symbols = set().union(*(p.free_symbols for p in (problem.objective, problem.constraint, problem.budget)))
     defined_from = (set().union(*(d.free_symbols for d in context.definitions.values())) if context.definitions
                     else set())
-    partners = {s for s in defined_from if isinstance(s, FactMatrix)}
+    partners = {s for s in defined_from if isinstance(s, FactMatrix) or not isinstance(s, MatrixSymbol)}  # and scalars
     return (symbols | set(context.definitions) | partners) - (defined_from - partners) - {problem.variable}
 
 

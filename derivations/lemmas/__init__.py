@@ -16,6 +16,8 @@ from derivations.lemmas import (
     counting,
     descent,
     gram,
+    homogeneity,
+    invertible_change,
     isometry,
     msign,
     ring,
@@ -83,6 +85,8 @@ from derivations.lemmas.descent import (
     operator_ball_certificate,
     singular_values,
 )
+from derivations.lemmas.homogeneity import HOMOGENEITY
+from derivations.lemmas.invertible_change import WHITENING_CHANGE, inverse_of
 from derivations.lemmas.isometry import (
     ORTHONORMAL_INVARIANCE,
     RMS_ISOMETRY,
@@ -150,7 +154,7 @@ from derivations.vocabulary.nodes import GramInvSqrt, NuclearNorm  # noqa: F401 
 
 #: the family modules, in reading order
 FAMILY_MODULES = (descent, isometry, adjoint, whitening, msign, chain_rule, ring, blocks, spectral, counting, gram,
-                  spd_powers)
+                  spd_powers, invertible_change, homogeneity)
 
 
 def collect(modules=FAMILY_MODULES) -> tuple:
