@@ -175,7 +175,7 @@ class Derivation:
     def change_variables(self, new: MatrixSymbol, factor: Expr, side: str = "right", note: str = "",
                          lemma: L.Lemma | None = None) -> Derivation:
         """Lemma 4: ``Z = X C`` (right) or ``Z = C X`` (left) for the problem's variable ``X`` and a Gram root ``C``;
-        with ``lemma=WHITENING_CHANGE`` (Lemma 4i), any invertible whitening factor (the objective takes its inverse)."""
+        with ``lemma=WHITENING_CHANGE`` (Lemma 4i), any invertible whitening (the objective takes its inverse)."""
         lemma = lemma or L.CHANGE_OF_VARIABLES
         where = self._where("change_of_variables", lemma)
         problem = self._need(Problem, "change variables", where)
