@@ -180,8 +180,7 @@ class Derivation:
         where = self._where("change_of_variables", lemma)
         problem = self._need(Problem, "change variables", where)
         old = problem.variable
-        inv = L.inverse_of(factor) if lemma is not L.CHANGE_OF_VARIABLES else (
-            GramInvSqrt(*factor.args) if isinstance(factor, GramSqrt) else None)
+        inv = _undo(lemma, factor)
         if side not in SIDES:
             raise DerivationError(f"{where}: side must be one of {SIDES}, got {side!r}")
         if inv is None:
@@ -190,10 +189,11 @@ class Derivation:
         if any(new in free_symbols(*state.parts()) for state in (self.start, *(st.after for st in self.steps))):
             raise DerivationError(f"{where}: the new variable {new} is already a symbol of the derivation; a change "
                                   "of variables introduces a fresh name")
-        if getattr(new, "shape", None) != old.shape:
+        reshapes = int(getattr(lemma, "reshapes", False))  # Lemma Rw: the new variable may have other rows
+        if getattr(new, "shape", (None, None))[reshapes:] != old.shape[reshapes:]:
             raise DerivationError(f"{where}: the new variable {new} must have the shape of {old} "
                                   f"({old.shape[0]} x {old.shape[1]}), got {getattr(new, 'shape', None)}")
-        if factor.shape[0] != (old.shape[1] if side == "right" else old.shape[0]):
+        if factor.shape[int(side != "right")] != (old.shape[1] if side == "right" else old.shape[0]):
             raise DerivationError(f"{where}: {factor} is {factor.shape[0]} x {factor.shape[1]}, which cannot multiply "
                                   f"{old} ({old.shape[0]} x {old.shape[1]}) on the {side}")
         parts, conditions = [], []
@@ -577,6 +577,14 @@ def _rel(a, b, backend):
     matrix = isinstance(a, (np.ndarray, mpmath.matrix))
     diff, scale = (backend.max_abs(a - b), backend.max_abs(b)) if matrix else (abs(a - b), abs(b))
     return diff / max(1, scale)
+
+
+def _undo(lemma, factor):
+    """``F`` with ``X = F Z`` (left) or ``X = Z F`` (right) for a change of variables by ``lemma`` through ``factor``:
+    the inverse (Lemmas 4, 4i), the right inverse ``Wᵀ (W Wᵀ)⁻¹`` (Lemma Rw), or ``None``."""
+    if lemma is L.CHANGE_OF_VARIABLES:
+        return GramInvSqrt(*factor.args) if isinstance(factor, GramSqrt) else None
+    return L.right_inverse_of(factor) if getattr(lemma, "reshapes", False) else L.inverse_of(factor)
 
 
 def _ssub(old, factor, side):

@@ -20,6 +20,7 @@ from derivations.lemmas import (
     invertible_change,
     isometry,
     msign,
+    range_restriction,
     ring,
     spd_powers,
     spectral,
@@ -119,6 +120,7 @@ from derivations.lemmas.msign import (
     _polar_form_ids,
     _polar_form_rewrite,
 )
+from derivations.lemmas.range_restriction import RANGE_RESTRICTION, right_inverse_of
 from derivations.lemmas.ring import (
     RING,
     SYLVESTER_EQUATION,
@@ -154,7 +156,7 @@ from derivations.vocabulary.nodes import GramInvSqrt, NuclearNorm  # noqa: F401 
 
 #: the family modules, in reading order
 FAMILY_MODULES = (descent, isometry, adjoint, whitening, msign, chain_rule, ring, blocks, spectral, counting, gram,
-                  spd_powers, invertible_change, homogeneity)
+                  spd_powers, invertible_change, homogeneity, range_restriction)
 
 
 def collect(modules=FAMILY_MODULES) -> tuple:
