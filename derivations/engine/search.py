@@ -49,6 +49,7 @@ from derivations.engine.derivation import (
     Solution,
     StepCheckFailed,
 )
+from derivations.engine.diagnosis import diagnose
 from derivations.engine.norms import unscaled
 from derivations.vocabulary.algebra import rewrite_adjacent
 from derivations.vocabulary.nodes import (
@@ -60,11 +61,13 @@ from derivations.vocabulary.nodes import (
 
 
 class SearchFailed(DerivationError):
-    """No derivation reached the goal; the message lists what was tried and where each branch stopped."""
+    """No derivation reached the goal; the message lists what was tried and where each branch stopped, and, where the
+    diagnosis finds it, what to do (``hint``: the nearest missing move and the lemma or docs page that provides it)."""
 
-    def __init__(self, message: str, report: list):
+    def __init__(self, message: str, report: list, hint: str | None = None):
         super().__init__(message)
         self.report = report
+        self.hint = hint  # the nearest missing move, where the diagnosis finds one (also in the message)
 
 
 @dataclass
@@ -73,6 +76,7 @@ class Move:
 
     label: str
     run: Callable[..., Any] = field(repr=False)  # applied as run(derivation)
+    key: str = ""  # the key of the lemma that offered it (empty: the solve step, the back-substitution)
 
 
 def _fork(der: Derivation) -> Derivation:
@@ -106,6 +110,7 @@ class Searcher:
         self.problem, self.context = problem, context
         self.lemmas = search_lemmas(lemmas)
         self.best: tuple | None = None  # (rank, path, state, why) of the most promising branch that stopped
+        self.best_state: Derivation | None = None  # its derivation, which the diagnosis reads (engine.diagnosis)
         self.name, self.title, self.statement = name, title, statement
         self.available = set(available) if available is not None else default_available(problem, context)
         self.gradients = dict(context.definitions if gradients is None else gradients)
@@ -157,7 +162,7 @@ class Searcher:
                 self.notes.add(f"Lemma {lemma.number} ({lemma.title}): its applies.offers failed: "
                                f"{type(exc).__name__}: {exc}")
                 continue
-            out += [Move(offer.label or f"Lemma {lemma.number} ({lemma.title})", _runner(lemma, offer))
+            out += [Move(offer.label or f"Lemma {lemma.number} ({lemma.title})", _runner(lemma, offer), lemma.key)
                     for offer in offers]
         return out
 
@@ -227,7 +232,7 @@ class Searcher:
                 heapq.heappush(frontier, (len(child.steps) + 2 * h, h, next(counter), child, (*path, move)))
             if not children:
                 self._stopped(der, path, "dead end", stops)
-        raise SearchFailed(self._failure_message(), self.report)
+        raise SearchFailed(self._failure_message(), self.report, self.hint())
 
     def _expand(self, der: Derivation, seen: set) -> tuple[list, list]:
         """``([(move, child)], [why each other move stopped])``: the new states one move away."""
@@ -267,6 +272,7 @@ class Searcher:
         rank = (self.estimate(der), -len(path))
         if self.best is None or rank < self.best[0]:
             self.best = (rank, _path(path), state, why)
+            self.best_state = der
 
     def _failure_message(self) -> str:
         """First line: why the most promising branch stopped; then the last branches and the notes."""
@@ -275,13 +281,23 @@ class Searcher:
             (h, _), path, state, why = self.best
             head += (f": the most promising branch (after [{path}], {h} obstacles left) stopped at {state}: "
                      f"{why}")
-        lines = [head, (f"  searched for a solution in {self.problem.variable} using only "
+        hint = self.hint()
+        lines = [head, *([f"  what to do: {hint}"] if hint else [])]
+        lines += [(f"  searched for a solution in {self.problem.variable} using only "
                         f"{sorted(map(str, self.available))} ({self.expanded} states expanded). "
                         f"Where the {min(6, len(self.report))} last of {len(self.report)} branches stopped:")]
         for p, why in self.report[-6:]:
             lines.append(f"  after [{p}]: {why}")
         lines += [f"  note: {note}" for note in sorted(self.notes)]
         return "\n".join(lines)
+
+    def hint(self) -> str | None:
+        """The nearest missing move from where the most promising branch stopped (:func:`diagnose`)."""
+        if self.best_state is None:
+            return None
+        der = self.best_state
+        offered = {move.key for move in self.moves(der)} if isinstance(der.state, Problem) else set()
+        return diagnose(der.state, offered, self.available, self.gradients)
 
     @staticmethod
     def _key(state):
