@@ -135,7 +135,7 @@ class InstanceChecker:
         ac, am = matrix_factors(a)
         if bc == ac:
             return _Alignment(self, bm, am).aligned(0, 0)
-        if bc == 0 or ac == 0:
+        if bc == 0 or ac == 0 or min(len(bm), len(am)) < 2:  # one factor: a clause instance (explains) or nothing
             return False
         if ac == 1:
             return any(_Alignment(self, _carried(bm, i, bc), am).aligned(0, 0) for i in range(len(bm)))
