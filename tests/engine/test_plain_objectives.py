@@ -147,7 +147,7 @@ def test_the_activation_aware_rule_is_emitted_as_jax_and_equals_the_closed_form(
 @pytest.fixture(scope="module")
 def temperature():
     """Half-split with a temperature, M = τ W_Q W_Kᵀ: min ⟨G_M, τ ΔW_Q W_Kᵀ⟩ s.t. ‖τ ΔW_Q W_Kᵀ‖_op ≤ ε/2."""
-    W_Q, W_K = FactMatrix("W_Q", d, n, [FULL_COLUMN_RANK]), FactMatrix("W_K", d, n, [FULL_COLUMN_RANK])
+    W_K = FactMatrix("W_K", d, n, [FULL_COLUMN_RANK])
     G_M, G_Q, dW_Q = MatrixSymbol("G_M", d, d), MatrixSymbol("G_Q", d, n), MatrixSymbol("dW_Q", d, n)
     change = product(tau, dW_Q, transpose(W_K))
     context = Context(definitions={G_Q: product(tau, G_M, W_K)}, check_dims=[{d: 6, n: 3}])
@@ -253,7 +253,7 @@ class ColumnNormMax(MatrixScalar):
     """max_j ‖A e_j‖₂, a norm without a registered family."""
 
 
-def _plain(constraint_of, **facts):
+def _plain(constraint_of):
     G, dW = MatrixSymbol("G", m, n), MatrixSymbol("dW", m, n)
     return Problem(dW, Inner(G, dW), constraint_of(dW), eps), Context(check_dims=[{m: 4, n: 3}])
 
