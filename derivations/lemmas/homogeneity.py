@@ -1,4 +1,4 @@
-"""Absolute homogeneity of every norm of the vocabulary (Lemma H): ``‖c Z‖ = |c| ‖Z‖``.
+"""Absolute homogeneity of every norm of the vocabulary (Lemma Hn): ``‖c Z‖ = |c| ‖Z‖``.
 
 A scalar inside a norm constraint, such as a temperature ``τ > 0`` in ``‖τ ΔW_Q W_Kᵀ‖_op ≤ ε/2``, comes out as
 ``τ ‖ΔW_Q W_Kᵀ‖_op ≤ ε/2``; the solve step then reads the ball ``‖·‖ ≤ ε/(2τ)``. Every norm is absolutely
@@ -61,7 +61,7 @@ def _ids():
 
 
 HOMOGENEITY = Lemma(
-    key="norm_homogeneity", number="H", title="Norms are absolutely homogeneous",
+    key="norm_homogeneity", number="Hn", title="Norms are absolutely homogeneous",
     statement=_statement(), rewrite=_rewrite, identities=_ids,
     not_modelled="norms are not polynomial in the entries",
     applies=Applies(everywhere, order=34),

@@ -95,13 +95,20 @@ def _beside(constraint, z) -> list:
     return out
 
 
+def _partner_root(factor, view) -> bool:
+    """``factor`` is the Gram root of a partner that the objective or a chain-rule definition names: the objective
+    gets the root the partner's way (Lemmas 6a, 6b), and Lemma 4 absorbs it."""
+    return isinstance(factor, GramSqrt) and (view.state.objective.has(factor.base)
+                                             or any(d.has(factor.base) for d in view.gradients.values()))
+
+
 def _offers(view):
     """Search: a whitening factor beside the variable in the constraint, absent from the objective, absorbed
-    into a new variable on its side (where the objective has it too, Lemma 4 applies instead)."""
+    into a new variable on its side (where the objective has it too, or will, Lemma 4 applies instead)."""
     state = view.state
     out = []
     for factor, side in _beside(state.constraint, view.variable):
-        if inverse_of(factor) is None or state.objective.has(factor):
+        if inverse_of(factor) is None or state.objective.has(factor) or _partner_root(factor, view):
             continue
         new = view.fresh_variable()
         out.append(Offer(f"Lemma 4i ({new} = {'A X' if side == 'left' else 'X A'}, A = {factor})",

@@ -1,7 +1,7 @@
 """Steepest-descent problems stated plainly, ``min ⟨G, ΔW⟩ s.t. ‖A ΔW B‖ ≤ ε``, derived by ``derive`` through the public
 API with the registered lemmas: the change of variables that moves an invertible whitening into the objective (Lemma
 4i: two-sided Shampoo-style SPD powers, one-sided, activation-aware through the polar factor of a wide data matrix),
-a temperature through the chain rule and the homogeneity of norms (Lemma H), the restriction to the row space of a
+a temperature through the chain rule and the homogeneity of norms (Lemma Hn), the restriction to the row space of a
 wide partner (Lemma Rw, the minimum-norm solution). Each derived formula is compared with a closed form computed
 here in NumPy; one is emitted as JAX and compared too. Each new lemma's planted-wrong variant is refused, and each
 hint a failed search gives is produced by a problem that needs it.
@@ -155,7 +155,7 @@ def temperature():
 
 
 def test_a_temperature_goes_through_the_chain_rule_and_out_of_the_norm(temperature):
-    assert {"CR", "H", "4i"} <= {s.lemma.number for s in temperature.steps}
+    assert {"CR", "Hn", "4"} <= {s.lemma.number for s in temperature.steps}  # the partner's root: Lemma 4
     rng = np.random.default_rng(4)
     for dd, nn in ((7, 3), (5, 5)):
         w_k, g_m, t = rng.standard_normal((dd, nn)), rng.standard_normal((dd, dd)), 1.7
@@ -222,7 +222,7 @@ def test_a_planted_homogeneity_that_drops_the_scale_is_refused():
     dW = MatrixSymbol("dW", m, n)
     der = Derivation("wrong.h", "planted", Problem(dW, Inner(MatrixSymbol("G", m, n), dW),
                                                    OpNorm(product(tau, dW)), eps), Context(check_dims=[{m: 4, n: 3}]))
-    with pytest.raises(StepCheckFailed, match="lemma H"):
+    with pytest.raises(StepCheckFailed, match="lemma Hn"):
         der.apply(wrong)
 
 
