@@ -226,7 +226,7 @@ def test_a_planted_homogeneity_that_drops_the_scale_is_refused():
         der.apply(wrong)
 
 
-def test_the_kernel_accepts_a_chain_rule_step_with_a_temperature_and_refuses_a_wrong_coefficient():
+def test_a_chain_rule_step_with_a_temperature_is_an_instance_and_a_wrong_coefficient_is_not():
     W_K = FactMatrix("W_K", d, n, [FULL_COLUMN_RANK])
     G_M, G_Q = MatrixSymbol("G_M", d, d), MatrixSymbol("G_Q", d, n)
     grads = {G_Q: product(tau, G_M, W_K)}
