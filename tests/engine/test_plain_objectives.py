@@ -9,6 +9,7 @@ hint a failed search gives is produced by a problem that needs it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 
 import numpy as np
@@ -44,6 +45,7 @@ from derivations.cli import render
 from derivations.lemmas.homogeneity import NORM_NODES
 from derivations.lemmas.kernel import step_instance
 from derivations.lemmas.spd_powers import SPDPower
+from derivations.lemmas.statement import Clause, Statement
 from derivations.vocabulary.nodes import GramInvSqrt
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
@@ -290,3 +292,25 @@ def test_a_wide_partner_without_full_row_rank_gets_the_row_space_hint():
     with pytest.raises(SearchFailed) as failure:
         derive(Problem(dW_up, Inner(G_M, product(W_down, dW_up)), OpNorm(product(W_down, dW_up)), eps), context)
     assert failure.value.hint.startswith("no lemma restricts to the row space of W_down")
+
+
+def _false_statements():
+    """``(number, the lemma's statement with one clause made false)`` for the lemmas these problems added."""
+    def falsified(statement, index, rhs):
+        clauses = list(statement.clauses)
+        clauses[index] = Clause(clauses[index].lhs, rhs)
+        return dataclasses.replace(statement, clauses=tuple(clauses))
+
+    hn, cov, rw = L.HOMOGENEITY.statement, L.WHITENING_CHANGE.statement, L.RANGE_RESTRICTION.statement
+    scale, norm = hn.clauses[0].rhs.as_two_terms()
+    power = cov.clauses[2].lhs.args[0]
+    w, _, c_inv, _ = rw.clauses[1].lhs.args
+    return [("Hn", falsified(hn, 0, scale**2 * norm)),                               # ‖c A‖ = c² ‖A‖
+            ("4i", falsified(cov, 2, product(power, power))),                      # P^q P^{-q} = P^{2q}
+            ("Rw", falsified(rw, 1, product(w, transpose(w), c_inv)))]             # one C⁻¹ too few
+
+
+@pytest.mark.parametrize(("number", "false"), _false_statements(), ids=lambda v: v if isinstance(v, str) else "")
+def test_a_false_variant_of_each_new_statement_fails_its_self_check(number, false):
+    errors = false.check(np.random.default_rng(3), trials=1)
+    assert any(not err <= Statement.tolerance(k) for k, err in errors.items() if "float64" in k), (number, errors)
