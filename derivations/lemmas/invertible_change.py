@@ -12,13 +12,34 @@ from __future__ import annotations
 from sympy import Rational, Symbol
 from sympy.matrices.expressions import Identity, MatMul
 
-from derivations.lemmas.base import _LARGE, _SMALL, Applies, Case, Lemma, NotApplicable, Offer, _fresh, _k, _n
+from derivations.lemmas.base import (
+    _LARGE,
+    _SMALL,
+    Applies,
+    Case,
+    Lemma,
+    NotApplicable,
+    Offer,
+    _fresh,
+    _k,
+    _n,
+    _tall,
+)
 from derivations.lemmas.spd_powers import SPDPower
 from derivations.lemmas.statement import Clause, Statement, known
 from derivations.lemmas.whitening import _cov_statement
 from derivations.vocabulary.algebra import product, replace_free, rewrite_adjacent
 from derivations.vocabulary.evaluate import InstanceSampler
-from derivations.vocabulary.nodes import SPD, FactMatrix, GramInvSqrt, GramSqrt, Inner, OpNorm, facts_of
+from derivations.vocabulary.nodes import (
+    FULL_COLUMN_RANK,
+    SPD,
+    FactMatrix,
+    GramInvSqrt,
+    GramSqrt,
+    Inner,
+    OpNorm,
+    facts_of,
+)
 
 #: the exponent pattern of an SPD power in the statement (any nonzero rational in an instance)
 _Q = Symbol("q")
@@ -61,7 +82,12 @@ def _ids():
     xl, zl, gl = _fresh("Y", _n, _k), _fresh("V", _n, _k), _fresh("H", _n, _k)
     right = {"variable": x, "new": z, "factor": a, "side": "right"}
     left = {"variable": xl, "new": zl, "factor": a, "side": "left"}
-    return ([Case(OpNorm(product(x, a)), OpNorm(z), right, (x, product(z, inv))),
+    w = _tall("W", FULL_COLUMN_RANK)  # a Gram root: C_W, inverted by C_W⁻¹
+    c, c_inv = GramSqrt(w), GramInvSqrt(w)
+    root = {"variable": x, "new": z, "factor": c, "side": "right"}
+    return ([Case(OpNorm(product(x, c)), OpNorm(z), root, (x, product(z, c_inv))),
+             Case(Inner(g, x), Inner(g, product(z, c_inv)), root, (x, product(z, c_inv))),
+             Case(OpNorm(product(x, a)), OpNorm(z), right, (x, product(z, inv))),
              Case(Inner(g, x), Inner(g, product(z, inv)), right, (x, product(z, inv))),
              Case(OpNorm(product(a, xl)), OpNorm(zl), left, (xl, product(inv, zl))),
              Case(Inner(gl, xl), Inner(gl, product(inv, zl)), left, (xl, product(inv, zl)))],

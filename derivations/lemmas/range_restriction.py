@@ -15,7 +15,7 @@ from sympy import S
 from sympy.matrices.expressions import Identity, MatMul
 
 from derivations.lemmas.base import _SMALL, Applies, Case, Lemma, NotApplicable, Offer, _fresh, _k, _m, _n
-from derivations.lemmas.statement import Clause, Condition, Statement
+from derivations.lemmas.statement import Clause, Statement
 from derivations.vocabulary.algebra import product, replace_free, rewrite_adjacent, transpose
 from derivations.vocabulary.evaluate import InstanceSampler
 from derivations.vocabulary.nodes import FULL_ROW_RANK, FactMatrix, GramInvSqrt, Inner, OpNorm, dimension, facts_of
@@ -70,13 +70,12 @@ def _ids():
 
 def _statement() -> Statement:
     """``X = Wᵀ C_W⁻¹ C_W⁻¹ Y`` defines the restricted variable (``C_W = (W Wᵀ)^{1/2}``, ``W`` of full row rank);
-    ``W Wᵀ C_W⁻¹ C_W⁻¹ = I``."""
+    ``W Wᵀ C_W⁻¹ C_W⁻¹ = I`` (``W Wᵀ`` is invertible because ``W`` has full row rank, a fact of the pattern)."""
     w, d = _pattern()
     c_inv = GramInvSqrt(w, S.Zero, "left")
     return Statement((Clause(_fresh("X", _m, _k), product(transpose(w), c_inv, c_inv, _fresh("Y", d, _k)),
                              defines=True),
                       Clause(product(w, transpose(w), c_inv, c_inv), Identity(d))),
-                     (Condition("invertible", c_inv),),
                      sizes=({_m: 5, _k: 3, d: 2}, {_m: 40, _k: 17, d: 16}))
 
 
