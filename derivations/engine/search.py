@@ -448,8 +448,9 @@ def derive(problem: Problem, context: Context, *, name: str = "derived", title: 
         the path of lemmas).
 
     Raises:
-        SearchFailed: no branch reached the goal (the first line says why the most promising one stopped;
-            the message then lists where the last branches stopped), or the search could not start.
+        SearchFailed: no branch reached the goal (the first line says why the most promising one stopped, the
+            line ``what to do:`` the nearest missing move and the lemma or docs page that provides it, also in
+            ``hint``; the message then lists where the last branches stopped), or the search could not start.
     """
     for arg, value, kind in (("problem", problem, Problem), ("context", context, Context)):
         if not isinstance(value, kind):

@@ -314,3 +314,14 @@ def _false_statements():
 def test_a_false_variant_of_each_new_statement_fails_its_self_check(number, false):
     errors = false.check(np.random.default_rng(3), trials=1)
     assert any(not err <= Statement.tolerance(k) for k, err in errors.items() if "float64" in k), (number, errors)
+
+
+def test_a_change_of_variables_through_a_power_of_a_matrix_not_known_to_be_spd_is_no_instance():
+    G, dW, Z = MatrixSymbol("G", m, n), MatrixSymbol("dW", m, n), MatrixSymbol("Z", m, n)
+    for base, honest in ((FactMatrix("L", m, m, [SPD]), True), (MatrixSymbol("S", m, m), False)):
+        a, a_inv = SPDPower(base, Rational(1, 2)), SPDPower(base, Rational(-1, 2))
+        before = [Inner(G, dW), OpNorm(product(a, dW))]
+        after = [Inner(G, product(a_inv, Z)), OpNorm(Z)]
+        _, failure = step_instance(L.WHITENING_CHANGE, "change_of_variables", before, after,
+                                   substitution=(dW, product(a_inv, Z)), independent=frozenset({G}), fresh=(Z,))
+        assert (failure is None) is honest, (base, failure)
