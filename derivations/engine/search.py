@@ -6,7 +6,10 @@ applies (``Lemma.applies``: an ordered list of offers, each a step with its para
 and a researcher's own lemmas join them (``derive(..., lemmas=[...])``). The registered ones offer
 
 * the partners that can be polar-substituted (matrices known to have full rank; Lemma 6a),
-* the Gram roots that can be absorbed by a change of variables (either side; Lemma 4),
+* the Gram roots that can be absorbed by a change of variables (either side; Lemma 4), and an invertible
+  whitening beside the variable that the objective lacks, moved into it (an SPD power or a data matrix's Gram
+  root; Lemma 4i), the restriction to the row space of a wide partner of full row rank (Lemma Rw), a scalar of
+  known sign taken out of a norm (Lemma Hn),
 * the isometry and transposition rewrites of every norm family whose norm allows them (Lemmas 2, T, 2u,
   Tn, and 2r for the RMS→RMS norm, with its aspect scale), the adjoint move onto the variable (Lemma 3),
   the polar factor written through its partner (Lemma 6b), the chain rule that names the available
@@ -21,8 +24,8 @@ uses only the available symbols (the factor gradients, not the never-formed loss
 priority is ``steps so far + an estimate of the steps left`` (A*-style with an admissible-in-spirit count
 of the obstacles still in the state: factors around the variable, unavailable symbols, polar factors,
 pending substitutions). Every failure is a :class:`SearchFailed`: its first line says why the most
-promising branch (fewest obstacles left) stopped, then where the last branches stopped, each state
-printed simplified (``C_A C_A⁻¹`` cancelled).
+promising branch (fewest obstacles left) stopped, the next what to do there (:mod:`derivations.engine.diagnosis`),
+then where the last branches stopped, each state printed simplified (``C_A C_A⁻¹`` cancelled).
 """
 
 from __future__ import annotations
