@@ -172,38 +172,43 @@ class Derivation:
         return self._record(kind, lemma, self.state.with_parts(*parts),
                             list(dict.fromkeys(conditions)), note, params=params)
 
-    def change_variables(self, new: MatrixSymbol, factor: GramSqrt, side: str = "right", note: str = "") -> Derivation:
-        """Lemma 4: ``Z = X C`` (right) or ``Z = C X`` (left) for the problem's variable ``X``."""
-        where = self._where("change_of_variables", L.CHANGE_OF_VARIABLES)
+    def change_variables(self, new: MatrixSymbol, factor: Expr, side: str = "right", note: str = "",
+                         lemma: L.Lemma | None = None) -> Derivation:
+        """Lemma 4: ``Z = X C`` (right) or ``Z = C X`` (left) for the problem's variable ``X`` and a Gram root ``C``;
+        with ``lemma=WHITENING_CHANGE`` (Lemma 4i), any invertible whitening (the objective takes its inverse)."""
+        lemma = lemma or L.CHANGE_OF_VARIABLES
+        where = self._where("change_of_variables", lemma)
         problem = self._need(Problem, "change variables", where)
         old = problem.variable
+        inv = _undo(lemma, factor)
         if side not in SIDES:
             raise DerivationError(f"{where}: side must be one of {SIDES}, got {side!r}")
-        if not isinstance(factor, GramSqrt):
-            raise DerivationError(f"{where}: the factor must be a Gram root C_W, got {factor}")
+        if inv is None:
+            raise DerivationError(f"{where}: the factor must be a Gram root C_W (Lemma 4) or an invertible SPD power "
+                                  f"(Lemma 4i), got {factor}")
         if any(new in free_symbols(*state.parts()) for state in (self.start, *(st.after for st in self.steps))):
             raise DerivationError(f"{where}: the new variable {new} is already a symbol of the derivation; a change "
                                   "of variables introduces a fresh name")
-        if getattr(new, "shape", None) != old.shape:
+        reshapes = int(getattr(lemma, "reshapes", False))  # Lemma Rw: the new variable may have other rows
+        if getattr(new, "shape", (None, None))[reshapes:] != old.shape[reshapes:]:
             raise DerivationError(f"{where}: the new variable {new} must have the shape of {old} "
                                   f"({old.shape[0]} x {old.shape[1]}), got {getattr(new, 'shape', None)}")
-        if factor.size != (old.shape[1] if side == "right" else old.shape[0]):
-            raise DerivationError(f"{where}: {factor.label()} is {factor.size} x {factor.size}, which cannot multiply "
+        if factor.shape[int(side != "right")] != (old.shape[1] if side == "right" else old.shape[0]):
+            raise DerivationError(f"{where}: {factor} is {factor.shape[0]} x {factor.shape[1]}, which cannot multiply "
                                   f"{old} ({old.shape[0]} x {old.shape[1]}) on the {side}")
         parts, conditions = [], []
         for part in problem.parts():
             try:
-                out, conds = L.CHANGE_OF_VARIABLES.apply(part, variable=old, new=new, factor=factor, side=side)
+                out, conds = lemma.apply(part, variable=old, new=new, factor=factor, side=side)
             except L.NotApplicable as exc:
                 raise DerivationError(f"{where} did not apply to {part}: {exc}") from None
             except ValueError as exc:
                 raise DerivationError(f"{where}: the substitution failed on {part}: {exc}") from None
             parts.append(out)
             conditions.extend(conds)
-        inv = GramInvSqrt(*factor.args)
         back = product(new, inv) if side == "right" else product(inv, new)
         after = problem.with_parts(*parts, variable=new)
-        self._record("change_of_variables", L.CHANGE_OF_VARIABLES, after, list(dict.fromkeys(conditions)),
+        self._record("change_of_variables", lemma, after, list(dict.fromkeys(conditions)),
                      note or f"{new} = {_ssub(old, factor, side)}", substitution=(old, back))
         self._substitutions.append((old, back))
         return self
@@ -237,7 +242,9 @@ class Derivation:
 
     def back_substitute(self, note: str = "") -> Derivation:
         """Undo every change of variables: the argmin in the original variable."""
-        where = self._where("back_substitute", L.CHANGE_OF_VARIABLES)
+        lemma = next((s.lemma for s in self.steps if s.kind == "change_of_variables"
+                      and s.lemma is not L.CHANGE_OF_VARIABLES), L.CHANGE_OF_VARIABLES)  # Lemma 4i states Lemma 4's too
+        where = self._where("back_substitute", lemma)
         sol = self._need(Solution, "back-substitute", where)
         argmin, variable = sol.argmin, sol.variable
         for old, back in reversed(self._substitutions):
@@ -247,7 +254,7 @@ class Derivation:
             raise DerivationError(f"{where}: the substitutions end in {variable}, not in the problem's "
                                   f"variable {self.start.variable}")
         after = Solution(variable, argmin, sol.value)
-        return self._record("back_substitute", L.CHANGE_OF_VARIABLES, after,
+        return self._record("back_substitute", lemma, after,
                             ["the change of variables is a bijection"], note or "undo the changes of variables")
 
     def _need(self, kind, what, where):
@@ -572,8 +579,17 @@ def _rel(a, b, backend):
     return diff / max(1, scale)
 
 
+def _undo(lemma, factor):
+    """``F`` with ``X = F Z`` (left) or ``X = Z F`` (right) for a change of variables by ``lemma`` through ``factor``:
+    the inverse (Lemmas 4, 4i), the right inverse ``Wᵀ (W Wᵀ)⁻¹`` (Lemma Rw), or ``None``."""
+    if lemma is L.CHANGE_OF_VARIABLES:
+        return GramInvSqrt(*factor.args) if isinstance(factor, GramSqrt) else None
+    return L.right_inverse_of(factor) if getattr(lemma, "reshapes", False) else L.inverse_of(factor)
+
+
 def _ssub(old, factor, side):
-    return f"{old} {factor.label()}" if side == "right" else f"{factor.label()} {old}"
+    label = factor.label() if hasattr(factor, "label") else str(factor)
+    return f"{old} {label}" if side == "right" else f"{label} {old}"
 
 
 def identity_chain(name: str, title: str, expr: Expr, context: Context, statement: str = "") -> Derivation:

@@ -6,7 +6,10 @@ applies (``Lemma.applies``: an ordered list of offers, each a step with its para
 and a researcher's own lemmas join them (``derive(..., lemmas=[...])``). The registered ones offer
 
 * the partners that can be polar-substituted (matrices known to have full rank; Lemma 6a),
-* the Gram roots that can be absorbed by a change of variables (either side; Lemma 4),
+* the Gram roots that can be absorbed by a change of variables (either side; Lemma 4), and an invertible
+  whitening beside the variable that the objective lacks, moved into it (an SPD power or a data matrix's Gram
+  root; Lemma 4i), the restriction to the row space of a wide partner of full row rank (Lemma Rw), a scalar of
+  known sign taken out of a norm (Lemma Hn),
 * the isometry and transposition rewrites of every norm family whose norm allows them (Lemmas 2, T, 2u,
   Tn, and 2r for the RMS→RMS norm, with its aspect scale), the adjoint move onto the variable (Lemma 3),
   the polar factor written through its partner (Lemma 6b), the chain rule that names the available
@@ -21,8 +24,8 @@ uses only the available symbols (the factor gradients, not the never-formed loss
 priority is ``steps so far + an estimate of the steps left`` (A*-style with an admissible-in-spirit count
 of the obstacles still in the state: factors around the variable, unavailable symbols, polar factors,
 pending substitutions). Every failure is a :class:`SearchFailed`: its first line says why the most
-promising branch (fewest obstacles left) stopped, then where the last branches stopped, each state
-printed simplified (``C_A C_A⁻¹`` cancelled).
+promising branch (fewest obstacles left) stopped, the next what to do there (:mod:`derivations.engine.diagnosis`),
+then where the last branches stopped, each state printed simplified (``C_A C_A⁻¹`` cancelled).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from derivations.engine.derivation import (
     Solution,
     StepCheckFailed,
 )
+from derivations.engine.diagnosis import diagnose
 from derivations.engine.norms import unscaled
 from derivations.vocabulary.algebra import rewrite_adjacent
 from derivations.vocabulary.nodes import (
@@ -60,11 +64,13 @@ from derivations.vocabulary.nodes import (
 
 
 class SearchFailed(DerivationError):
-    """No derivation reached the goal; the message lists what was tried and where each branch stopped."""
+    """No derivation reached the goal; the message lists what was tried and where each branch stopped, and, where the
+    diagnosis finds it, what to do (``hint``: the nearest missing move and the lemma or docs page that provides it)."""
 
-    def __init__(self, message: str, report: list):
+    def __init__(self, message: str, report: list, hint: str | None = None):
         super().__init__(message)
         self.report = report
+        self.hint = hint  # the nearest missing move, where the diagnosis finds one (also in the message)
 
 
 @dataclass
@@ -73,6 +79,7 @@ class Move:
 
     label: str
     run: Callable[..., Any] = field(repr=False)  # applied as run(derivation)
+    key: str = ""  # the key of the lemma that offered it (empty: the solve step, the back-substitution)
 
 
 def _fork(der: Derivation) -> Derivation:
@@ -93,7 +100,7 @@ def default_available(problem: Problem, context: Context) -> set:
     symbols = set().union(*(p.free_symbols for p in (problem.objective, problem.constraint, problem.budget)))
     defined_from = (set().union(*(d.free_symbols for d in context.definitions.values())) if context.definitions
                     else set())
-    partners = {s for s in defined_from if isinstance(s, FactMatrix)}
+    partners = {s for s in defined_from if isinstance(s, FactMatrix) or not isinstance(s, MatrixSymbol)}  # and scalars
     return (symbols | set(context.definitions) | partners) - (defined_from - partners) - {problem.variable}
 
 
@@ -106,6 +113,7 @@ class Searcher:
         self.problem, self.context = problem, context
         self.lemmas = search_lemmas(lemmas)
         self.best: tuple | None = None  # (rank, path, state, why) of the most promising branch that stopped
+        self.best_state: Derivation | None = None  # its derivation, which the diagnosis reads (engine.diagnosis)
         self.name, self.title, self.statement = name, title, statement
         self.available = set(available) if available is not None else default_available(problem, context)
         self.gradients = dict(context.definitions if gradients is None else gradients)
@@ -157,7 +165,7 @@ class Searcher:
                 self.notes.add(f"Lemma {lemma.number} ({lemma.title}): its applies.offers failed: "
                                f"{type(exc).__name__}: {exc}")
                 continue
-            out += [Move(offer.label or f"Lemma {lemma.number} ({lemma.title})", _runner(lemma, offer))
+            out += [Move(offer.label or f"Lemma {lemma.number} ({lemma.title})", _runner(lemma, offer), lemma.key)
                     for offer in offers]
         return out
 
@@ -227,7 +235,7 @@ class Searcher:
                 heapq.heappush(frontier, (len(child.steps) + 2 * h, h, next(counter), child, (*path, move)))
             if not children:
                 self._stopped(der, path, "dead end", stops)
-        raise SearchFailed(self._failure_message(), self.report)
+        raise SearchFailed(self._failure_message(), self.report, self.hint())
 
     def _expand(self, der: Derivation, seen: set) -> tuple[list, list]:
         """``([(move, child)], [why each other move stopped])``: the new states one move away."""
@@ -267,6 +275,7 @@ class Searcher:
         rank = (self.estimate(der), -len(path))
         if self.best is None or rank < self.best[0]:
             self.best = (rank, _path(path), state, why)
+            self.best_state = der
 
     def _failure_message(self) -> str:
         """First line: why the most promising branch stopped; then the last branches and the notes."""
@@ -275,13 +284,23 @@ class Searcher:
             (h, _), path, state, why = self.best
             head += (f": the most promising branch (after [{path}], {h} obstacles left) stopped at {state}: "
                      f"{why}")
-        lines = [head, (f"  searched for a solution in {self.problem.variable} using only "
+        hint = self.hint()
+        lines = [head, *([f"  what to do: {hint}"] if hint else [])]
+        lines += [(f"  searched for a solution in {self.problem.variable} using only "
                         f"{sorted(map(str, self.available))} ({self.expanded} states expanded). "
                         f"Where the {min(6, len(self.report))} last of {len(self.report)} branches stopped:")]
         for p, why in self.report[-6:]:
             lines.append(f"  after [{p}]: {why}")
         lines += [f"  note: {note}" for note in sorted(self.notes)]
         return "\n".join(lines)
+
+    def hint(self) -> str | None:
+        """The nearest missing move from where the most promising branch stopped (:func:`diagnose`)."""
+        if self.best_state is None:
+            return None
+        der = self.best_state
+        offered = {move.key for move in self.moves(der)} if isinstance(der.state, Problem) else set()
+        return diagnose(der.state, offered, self.available, self.gradients)
 
     @staticmethod
     def _key(state):
@@ -432,8 +451,9 @@ def derive(problem: Problem, context: Context, *, name: str = "derived", title: 
         the path of lemmas).
 
     Raises:
-        SearchFailed: no branch reached the goal (the first line says why the most promising one stopped;
-            the message then lists where the last branches stopped), or the search could not start.
+        SearchFailed: no branch reached the goal (the first line says why the most promising one stopped, the
+            line ``what to do:`` the nearest missing move and the lemma or docs page that provides it, also in
+            ``hint``; the message then lists where the last branches stopped), or the search could not start.
     """
     for arg, value, kind in (("problem", problem, Problem), ("context", context, Context)):
         if not isinstance(value, kind):

@@ -16,8 +16,11 @@ from derivations.lemmas import (
     counting,
     descent,
     gram,
+    homogeneity,
+    invertible_change,
     isometry,
     msign,
+    range_restriction,
     ring,
     spd_powers,
     spectral,
@@ -83,6 +86,8 @@ from derivations.lemmas.descent import (
     operator_ball_certificate,
     singular_values,
 )
+from derivations.lemmas.homogeneity import HOMOGENEITY
+from derivations.lemmas.invertible_change import WHITENING_CHANGE, inverse_of
 from derivations.lemmas.isometry import (
     ORTHONORMAL_INVARIANCE,
     RMS_ISOMETRY,
@@ -115,6 +120,7 @@ from derivations.lemmas.msign import (
     _polar_form_ids,
     _polar_form_rewrite,
 )
+from derivations.lemmas.range_restriction import RANGE_RESTRICTION, right_inverse_of
 from derivations.lemmas.ring import (
     RING,
     SYLVESTER_EQUATION,
@@ -150,7 +156,7 @@ from derivations.vocabulary.nodes import GramInvSqrt, NuclearNorm  # noqa: F401 
 
 #: the family modules, in reading order
 FAMILY_MODULES = (descent, isometry, adjoint, whitening, msign, chain_rule, ring, blocks, spectral, counting, gram,
-                  spd_powers)
+                  spd_powers, invertible_change, homogeneity, range_restriction)
 
 
 def collect(modules=FAMILY_MODULES) -> tuple:

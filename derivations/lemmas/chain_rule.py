@@ -11,7 +11,7 @@ from sympy.matrices.expressions import MatMul, MatrixSymbol, Transpose
 
 from derivations.lemmas.base import _SMALL, Applies, Case, Lemma, NotApplicable, Offer, _fresh, _k, _m, _n, _tall
 from derivations.lemmas.statement import Clause, Statement
-from derivations.vocabulary.algebra import product, replace_free, rewrite_adjacent, transpose
+from derivations.vocabulary.algebra import map_bottom_up, product, replace_free, rewrite_adjacent, transpose
 from derivations.vocabulary.evaluate import InstanceSampler, _size, evaluate, free_symbols
 from derivations.vocabulary.nodes import FULL_COLUMN_RANK, FULL_ROW_RANK, FactMatrix, dimension
 
@@ -28,15 +28,35 @@ def _chain_rule_rewrite(expr, *, gradients, reverse=False, **_):
             if out != before:
                 used.append(f"{name} = {definition}")
             continue
-        _coeff, mats = definition.as_coeff_matrices() if isinstance(definition, MatMul) else (1, [definition])
+        coeff, mats = definition.as_coeff_matrices() if isinstance(definition, MatMul) else (S.One, [definition])
         for pattern, replacement in ((list(mats), [name]),
                                      ([transpose(m) for m in reversed(mats)], [transpose(name)])):
-            out, hits = rewrite_adjacent(out, pattern, replacement)
+            out, hits = (rewrite_adjacent(out, pattern, replacement) if coeff == 1
+                         else _rewrite_scaled(out, pattern, replacement, coeff))
             if hits:
                 used.append(f"{name} = {definition}")
     if not used:
         raise NotApplicable("no product of the loss gradient and a partner to name as a factor gradient")
     return out, [f"{u} (chain rule through M)" for u in dict.fromkeys(used)]
+
+
+def _rewrite_scaled(expr, pattern: list, replacement: list, coeff) -> tuple:
+    """``k P`` inside a product becomes ``(k / c) G`` for the definition ``G = c P`` (a scalar ``c``, as for
+    ``M = τ W_Q W_Kᵀ``): each run ``P`` replaced, the product's coefficient divided by ``c`` once per run."""
+    count = 0
+
+    def visit(e):
+        nonlocal count
+        if not isinstance(e, MatMul):
+            return e
+        k, mats = e.as_coeff_matrices()
+        new, hits = rewrite_adjacent(product(*mats), pattern, replacement)
+        if not hits:
+            return e
+        count += hits
+        return product(k / coeff**hits, new)
+
+    return map_bottom_up(expr, visit), count
 
 
 def _loss_gradient(gradients, loss_gradient=None):
@@ -252,42 +272,43 @@ def _chain_instance(env, rng, backend, dims, *, gradients, loss_gradient=None, *
 
 # ---- any number of partners: M = F_1 ⋯ F_k ---------------------------------------------------
 def product_chain(definition, loss_gradient):
-    """``(factors, slot, transposed)`` of one definition read as a chain rule through ``M = F_1 ⋯ F_k``.
+    """``(factors, slot, transposed, coeff)`` of one definition read as a chain rule through ``M = F_1 ⋯ F_k``.
 
     ``G = P_1 ⋯ P_a G_M Q_1 ⋯ Q_b`` is the gradient of ``L(L X R)`` in ``X`` with ``L = (P_1 ⋯ P_a)ᵀ``,
     ``R = (Q_1 ⋯ Q_b)ᵀ``; ``G = P G_Mᵀ Q`` that of ``L(Q Xᵀ P)``. ``factors`` lists ``M``'s factors with
-    ``None`` at the variable's place ``slot``; ``transposed``: ``X`` enters ``M`` as ``Xᵀ``.
+    ``None`` at the variable's place ``slot``; ``transposed``: ``X`` enters ``M`` as ``Xᵀ``; ``coeff``: the scalar
+    ``c`` of ``M = c F_1 ⋯ F_k`` (``G = c P G_M Q``, a temperature ``τ``).
     """
     coeff, mats = definition.as_coeff_matrices() if isinstance(definition, MatMul) else (S.One, [definition])
     hits = [i for i, m in enumerate(mats) if m in (loss_gradient, transpose(loss_gradient))]
-    if coeff != 1 or len(hits) != 1:
+    if coeff == 0 or len(hits) != 1:
         raise NotApplicable(f"{definition} is not a product of partners with the loss gradient {loss_gradient} "
                             f"once")
     i = hits[0]
     before, after = list(mats[:i]), list(mats[i + 1:])
     if mats[i] == loss_gradient:
         left, right = [transpose(m) for m in reversed(before)], [transpose(m) for m in reversed(after)]
-        return [*left, None, *right], len(left), False
-    return [*after, None, *before], len(after), True
+        return [*left, None, *right], len(left), False, coeff
+    return [*after, None, *before], len(after), True, coeff
 
 
 def chain_factors(gradients, loss_gradient):
-    """``(factors, slots)``: ``M``'s factors in order (a partner, or ``None`` where only a variable stands) and,
+    """``(factors, slots, coeff)``: ``M``'s factors in order (a partner, or ``None`` where only a variable stands) and,
     per factor gradient, ``(index, transposed)`` of the factor it differentiates; every definition must read
     as the same product (:func:`product_chain`)."""
     chains = {name: product_chain(d, loss_gradient) for name, d in gradients.items()}
-    lengths = {len(c) for c, _, _ in chains.values()}
-    if len(lengths) != 1:
+    lengths, coeffs = {len(c) for c, *_ in chains.values()}, {c for *_, c in chains.values()}
+    if len(lengths) != 1 or len(coeffs) != 1:
         raise NotApplicable(f"the factor gradients do not come from one product: {dict(gradients)} name "
-                            f"products of {sorted(lengths)} factors")
+                            f"products of {sorted(lengths)} factors with the scalars {sorted(map(str, coeffs))}")
     factors: list = [None] * lengths.pop()
-    for name, (chain, _, _) in chains.items():
+    for name, (chain, *_) in chains.items():
         for j, f in enumerate(chain):
             if f is not None and factors[j] is not None and factors[j] != f:
                 raise NotApplicable(f"the factor gradients do not come from one product: factor {j + 1} is both "
                                     f"{factors[j]} and {f} ({name} = {gradients[name]})")
             factors[j] = factors[j] if f is None else f
-    return factors, {name: (slot, t) for name, (_, slot, t) in chains.items()}
+    return factors, {name: (slot, t) for name, (_, slot, t, _) in chains.items()}, coeffs.pop()
 
 
 @cache
@@ -316,8 +337,10 @@ def _general_instance(env, rng, backend, dims, s, gradients):
     in their own shapes where missing), a factor only a variable stands for sampled in the variable's shape;
     ``G_M`` and every factor gradient by differentiating the random loss (``jax.grad`` in float64, complex
     steps in mpmath), never from the definitions."""
-    factors, slots = chain_factors(gradients, s)
+    factors, slots, coeff = chain_factors(gradients, s)
     out = dict(env)
+    out.update(InstanceSampler(dims).sample(rng, free_symbols(coeff) - set(out), backend))
+    scale = evaluate(coeff, out, backend, dims)
     values = []
     for j, f in enumerate(factors):
         if f is not None:
@@ -326,6 +349,8 @@ def _general_instance(env, rng, backend, dims, s, gradients):
         name, t = next((g, t) for g, (slot, t) in slots.items() if slot == j)
         shape = tuple(_size(x, dims) for x in name.shape)
         values.append(backend.asarray(rng.standard_normal(shape[::-1] if t else shape)))
+    if coeff != 1:  # M = c F_1 ⋯ F_k: differentiate with c F_1 in the first place, then ∂/∂F_1 = c ∂/∂(c F_1)
+        values[0] = values[0] * scale
     m_shape = tuple(_size(x, dims) for x in s.shape)
     c, b = rng.uniform(0.5, 1.5, m_shape) * rng.choice([-1.0, 1.0], m_shape), rng.uniform(-1.0, 1.0, m_shape)
     if backend.name == "float64":
@@ -347,6 +372,8 @@ def _general_instance(env, rng, backend, dims, s, gradients):
         grad_m = _complex_step(lambda x: loss([x]), m)
         grad_fs = [_complex_step(lambda x, j=j: loss([*values[:j], x, *values[j + 1:]]), values[j])
                    if any(slot == j for slot, _ in slots.values()) else None for j in range(len(values))]
+    if coeff != 1 and grad_fs[0] is not None:
+        grad_fs[0] = grad_fs[0] * scale
     out[s] = grad_m
     for name, (slot, t) in slots.items():
         out[name] = grad_fs[slot].T if t else grad_fs[slot]

@@ -1,6 +1,6 @@
 """The trusted kernel: is a derivation step an instance of the statement of the lemma it cites?
 
-This module is the kernel: 553 lines, 42 functions and methods, none of cyclomatic complexity over 15
+This module is the kernel: 564 lines, 43 functions and methods, none of cyclomatic complexity over 15
 (``tests/lemmas/test_kernel_complexity.py`` holds both). The engine asks :func:`step_instance` once per step; it
 dispatches on the kind of step to one small verdict helper each.
 
@@ -128,12 +128,18 @@ class InstanceChecker:
         return False
 
     def _products(self, b, a) -> bool:
-        """Products with one coefficient whose factors align left to right (:class:`_Alignment`)."""
+        """Products whose factors align left to right (:class:`_Alignment`). With two coefficients, their ratio (a
+        scalar commutes with every factor) is carried by one factor of the side with the larger coefficient, so that
+        a clause instance may take it along (``τ G_M W_K → G_Q`` for ``G_Q = τ G_M W_K``)."""
         bc, bm = matrix_factors(b)
         ac, am = matrix_factors(a)
-        if bc != ac:
+        if bc == ac:
+            return _Alignment(self, bm, am).aligned(0, 0)
+        if bc == 0 or ac == 0 or min(len(bm), len(am)) < 2:  # one factor: a clause instance (explains) or nothing
             return False
-        return _Alignment(self, bm, am).aligned(0, 0)
+        if ac == 1:
+            return any(_Alignment(self, _carried(bm, i, bc), am).aligned(0, 0) for i in range(len(bm)))
+        return any(_Alignment(self, bm, _carried(am, i, ac / bc)).aligned(0, 0) for i in range(len(am)))
 
     def _sums(self, b, a, combine=None) -> bool:
         """Sums (or scalar products, ``combine=Mul``) whose terms outside the common ones are one clause instance
@@ -152,6 +158,11 @@ class InstanceChecker:
             return False
         return any(all(self.explains(x, y) for x, y in zip(rest_b, order, strict=True))
                    for order in permutations(rest_a))
+
+
+def _carried(mats: list, i: int, coeff) -> list:
+    """``mats`` with the scalar ``coeff`` multiplied into the factor at ``i`` (the product's value unchanged)."""
+    return [*mats[:i], product(coeff, mats[i]), *mats[i + 1:]]
 
 
 def _unshared(bt: list, at: list) -> tuple[list, list, list]:

@@ -234,14 +234,23 @@ def readme_lemma():
     return ns
 
 
+#: the registered homogeneity of norms (Lemma Hn) taken out of a search: a researcher's lemma under its key replaces it
+WITHOUT_HN = replace(L.HOMOGENEITY, applies=L.Applies(lambda view: []))
+
+
 def test_readme_lemma_joins_the_search_and_is_cited(readme_lemma):
     code = _readme_lemma_block()
     assert re.findall(r"^from derivations(\.\w+)+ import", code, re.MULTILINE) == []  # public API only
     rule, lemma = readme_lemma["rule"], readme_lemma["HOMOGENEITY"]
     assert str(rule.formula) == "(-epsilon/s)*msign(G)"
-    assert rule.steps[0].lemma is lemma and [s.lemma.number for s in rule.steps] == ["H", "1"]
-    with pytest.raises(SearchFailed) as info:  # without it: no registered lemma takes the scale out of the norm
-        derive(readme_lemma["problem"], Context(check_dims=[{m: 5, n: 3}]), name="scaled_muon")
+    ctx = Context(check_dims=[{m: 5, n: 3}])
+    own = derive(readme_lemma["problem"], ctx, lemmas=[lemma, WITHOUT_HN], name="scaled_muon")
+    assert own.steps[0].lemma is lemma and [s.lemma.number for s in own.steps] == ["H", "1"]
+    assert own.formula == rule.formula
+    registered = derive(readme_lemma["problem"], ctx, name="scaled_muon")  # Lemma Hn, registered, does it too
+    assert [s.lemma.number for s in registered.steps] == ["Hn", "1"] and registered.formula == rule.formula
+    with pytest.raises(SearchFailed) as info:  # without either: no lemma takes the scale out of the norm
+        derive(readme_lemma["problem"], ctx, lemmas=[WITHOUT_HN], name="scaled_muon")
     first = str(info.value).splitlines()[0]
     assert first.startswith("derive: no derivation of scaled_muon found: the most promising branch")
     assert "solve: the constraint bounds s*dW, not the variable dW itself" in first
@@ -285,10 +294,10 @@ def test_a_lemma_whose_code_raises_never_escapes_derive(readme_lemma):
         return next(iter(())), []
     bad = Lemma(key="broken", number="X", title="Broken", statement="", rewrite=broken)
     ns = readme_lemma
-    rule = derive(ns["problem"], Context(check_dims=[{m: 5, n: 3}]), lemmas=[bad, ns["HOMOGENEITY"]])
+    rule = derive(ns["problem"], Context(check_dims=[{m: 5, n: 3}]), lemmas=[bad, ns["HOMOGENEITY"], WITHOUT_HN])
     assert [s.lemma.number for s in rule.steps] == ["H", "1"]
     with pytest.raises(SearchFailed) as info:
-        derive(ns["problem"], Context(check_dims=[{m: 5, n: 3}]), lemmas=[bad])
+        derive(ns["problem"], Context(check_dims=[{m: 5, n: 3}]), lemmas=[bad, WITHOUT_HN])
     assert "Lemma X (Broken): StopIteration" in str(info.value)
 
 
