@@ -10,7 +10,7 @@ All the matrices are polynomials in ``X``, so they commute, and by induction ``M
 ``x_{k+1} = f_k(x_k) = q_k(x_k)^p x_k`` and ``y_N = Π_k q_k(x_k)``, so that ``y_N^p x = x_N``: whenever
 every ``x_k`` and every ``q_k(x_k)`` is positive, ``y_N x^{1/p} = x_N^{1/p}``, and a band
 ``x_N ∈ [1 − δ, 1 + δ]`` bounds the root's relative error by ``max |x_N^{1/p} − 1|``. The classical
-factor is Newton's, ``q(x) = ((p + 1) − x)/p`` (Higham, Functions of Matrices, 2008, §7.3; the coupled
+factor is Newton's, ``q(x) = ((p + 1) − x)/p`` (Higham, Functions of Matrices, 2008, chapter 7; the coupled
 form: Guo & Higham 2006; Shampoo computes its inverse roots this way: Anil et al. 2020), whose map
 ``x ((p + 1) − x)^p / p^p`` fixes 1 with zero slope. A searched schedule
 (:mod:`coeffsearch.inverse_root_search`) picks each ``q_k`` for the interval the previous steps left.
@@ -131,7 +131,7 @@ def newton_factor(p: int) -> tuple[str, str]:
 def classical(p: int, steps: int, lower: str = "1e-3", name: str = "newton") -> RootSchedule:
     """The coupled Newton iteration for ``X^{-1/p}``: Newton's factor at every step."""
     return RootSchedule(name, p, (str(lower), "1"), (newton_factor(p),) * steps,
-                        f"coupled Newton iteration for the inverse {p}-th root (Higham 2008, §7.3; "
+                        f"coupled Newton iteration for the inverse {p}-th root (Higham 2008, chapter 7; "
                         f"Guo & Higham 2006), {steps} steps")
 
 
