@@ -39,7 +39,7 @@ def best_factor(p: int, a: float, b: float, degree: int) -> tuple[str, ...]:
     best, best_value = newton, _objective(newton, p, xs)
     for stretch in (1.0, 1.5, 2.0):
         res = scipy.optimize.minimize(_objective, newton * stretch, args=(p, xs), method="Nelder-Mead",
-                                      options={"xatol": 1e-15, "fatol": 1e-17, "maxiter": 20000, "maxfev": 40000})
+                                      options={"xatol": 1e-15, "fatol": 1e-17, "maxiter": 4000, "maxfev": 4000})
         if np.isfinite(res.fun) and res.fun < best_value:
             best, best_value = res.x, res.fun
     if best is newton:

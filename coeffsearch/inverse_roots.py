@@ -22,12 +22,24 @@ exactly for the interval arithmetic of :mod:`coeffsearch.inverse_root_certify`).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 
 import mpmath
 
 from foundation.polynomial import MAX_SCHEDULE_STEPS, MAX_STEP_COEFFICIENTS, ScheduleError, check_name
+
+#: a coefficient or an interval end: an ASCII decimal, its exponent below 1000 (an exponent of a billion digits
+#: would make its exact rational huge) and at most :data:`MAX_DIGITS` characters
+DECIMAL = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d{1,3})?", re.ASCII)
+MAX_DIGITS = 100
+
+
+def is_decimal(text) -> bool:
+    """``text`` is a :data:`DECIMAL` of at most :data:`MAX_DIGITS` characters."""
+    return isinstance(text, str) and len(text) <= MAX_DIGITS and DECIMAL.fullmatch(text) is not None
+
 
 #: the kind tag of an inverse-root schedule document
 KIND = "inverse-root"
@@ -68,10 +80,12 @@ class RootSchedule:
                 raise ScheduleError(f"{self.name}: step {i + 1} has {len(step)} coefficients; 1 to "
                                     f"{MAX_STEP_COEFFICIENTS} allowed")
             for c in step:
-                try:
-                    Fraction(str(c))
-                except (ValueError, ZeroDivisionError):
-                    raise ScheduleError(f"{self.name}: step {i + 1}: {c!r} is not a decimal number") from None
+                if not is_decimal(c):
+                    raise ScheduleError(f"{self.name}: step {i + 1}: {ascii(c)[:80]} is not a decimal number of at "
+                                        f"most {MAX_DIGITS} characters with an exponent below 1000")
+        if not all(is_decimal(v) for v in self.interval):
+            raise ScheduleError(f"{self.name}: the interval {ascii(list(self.interval))[:120]} must be two decimal "
+                                f"numbers")
         lo, hi = (Fraction(str(v)) for v in self.interval)
         if not 0 < lo < hi:
             raise ScheduleError(f"{self.name}: need 0 < l < u, got interval {list(self.interval)}")

@@ -92,11 +92,11 @@ def test_planted_sign_change_fails_positivity():
         certify(RootSchedule("mine", 2, ("1e-3", "1"), tuple(steps)))
 
 
-def test_greedy_search_beats_newton_step_for_step():
-    searched = greedy(4, "1e-2", 1)
-    newton = classical(4, 1, "1e-2")
-    a, b = (float(certify(s)["worst_error"]) for s in (searched, newton))
-    assert a < 0.9 * b and searched.steps != newton.steps
+def test_greedy_search_reproduces_the_registered_schedule_and_beats_newton():
+    searched = greedy(4, "1e-3", 6)
+    assert searched.steps == inverse_root_registry.get("newton_schulz", 4).steps  # every digit
+    first, newton = (float(certify(replace(s, steps=s.steps[:1]))["worst_error"]) for s in (searched, classical(4, 1)))
+    assert first < 0.99 * newton
 
 
 def test_matmul_count():
@@ -161,17 +161,21 @@ def test_cli_options_that_do_not_apply_to_an_inverse_root_file(tmp_path):
                  ["validate", str(path), "--dtype", "float16"]):
         r = run(*argv)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, argv
-    path.write_text(json.dumps({"kind": "inverse-root", "p": 2, "interval": ["0", "1"], "steps": [["1.5", "-0.5"]]}))
-    r = run("certify", str(path))
-    assert r.returncode == 2 and "need 0 < l < u" in r.stderr
+    for doc, needle in (({"interval": ["0", "1"]}, "need 0 < l < u"),
+                        ({"steps": [["1.5", "-1e-999999999"]]}, "not a decimal number"),
+                        ({"p": 2.0}, "p must be an integer"), ({"name": "a\nb"}, "name")):
+        path.write_text(json.dumps({"kind": "inverse-root", "p": 2, "interval": ["1e-2", "1"],
+                                    "steps": [["1.5", "-0.5"]], **doc}))
+        r = run("certify", str(path))
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and needle in r.stderr, (doc, r.stderr)
 
 
 def test_cli_search_writes_a_file_that_certifies(tmp_path):
     out = tmp_path / "found.json"
-    r = run("inverse-root-search", "--p", "2", "--lower", "1e-1", "--steps", "2", "--json", "--out", str(out))
+    r = run("inverse-root-search", "--p", "2", "--lower", "1e-1", "--steps", "1", "--json", "--out", str(out))
     assert r.returncode == 0 and r.stdout == ""
     doc = json.loads(out.read_text())
-    assert doc["kind"] == "inverse-root" and float(doc["certified"]["root_error"]) < 0.05
+    assert doc["kind"] == "inverse-root" and float(doc["certified"]["root_error"]) < 0.4
     r = run("certify", str(out))
     assert r.returncode == 0 and "certified root error" in r.stdout
     r = run("validate", str(out), "--dtype", "float32", "--batch", "1")
