@@ -15,14 +15,11 @@ so ``|y_N x^{1/p} − 1| = |x_N^{1/p} − 1| ≤ max`` over the band, the certif
 positivity makes the identity an enclosure of the ``Y`` factor on all of ``[l, u]`` at once. A factor
 that reaches 0 is refused: the ``Y`` factor would change sign, whatever the band says.
 
-:func:`recheck` recomputes every field of a certificate and refuses the first difference (a changed
-coefficient changes the images), and a certificate named after a registered schedule must state its
-coefficients.
+:func:`coeffsearch.inverse_root_recheck.recheck` recomputes a certificate and proves its printed bounds again.
 """
 
 from __future__ import annotations
 
-import json
 from fractions import Fraction
 from functools import cache
 
@@ -34,7 +31,6 @@ from mpmath import iv
 from coeffsearch import inverse_root_registry
 from coeffsearch.certify import CertificateError, decimal_down, decimal_up, iv_precision
 from coeffsearch.inverse_roots import RootSchedule
-from foundation.polynomial import ScheduleError
 
 DEFAULT_PREC = 200  # bits
 #: the certificate's kind tag
@@ -46,7 +42,8 @@ METHOD = ("outward-rounded interval arithmetic (mpmath iv) over endpoints and cr
           "y^p x = x_N with every x_k and q_k(x_k) proven positive")
 
 
-def _exact(x) -> mpmath.mpf:
+def exact(x) -> mpmath.mpf:
+    """``x`` as an mpf, exactly (at the interval precision plus 10 bits: an iv end point needs no rounding)."""
     with mpmath.workprec(iv.prec + 10):
         return +mpmath.mpf(x)
 
@@ -56,7 +53,8 @@ def _from_arb(x) -> mpmath.mpf:
     return mpmath.mp.make_mpf(mpmath.libmp.from_man_exp(man, exp))
 
 
-def _rational_poly(coeffs) -> flint.fmpq_poly:
+def rational_poly(coeffs) -> flint.fmpq_poly:
+    """The polynomial with the decimal ``coeffs`` (ascending) as exact rationals."""
     fractions = [Fraction(str(c)) for c in coeffs]
     return flint.fmpq_poly([flint.fmpq(c.numerator, c.denominator) for c in fractions])
 
@@ -77,40 +75,64 @@ def _real_roots(coeffs: tuple, prec: int) -> tuple:
     return tuple((_from_arb(r.real.lower()), _from_arb(r.real.upper())) for r, _ in roots if r.imag.contains(0))
 
 
-def _critical(poly: flint.fmpq_poly, prec: int) -> list:
+def critical_points(poly: flint.fmpq_poly, prec: int) -> list:
     """Interval enclosures of the real roots of ``poly'``."""
     d = poly.derivative()
     coeffs = tuple((int(c.p), int(c.q)) for c in d.coeffs())
     return [iv.mpf([lo, hi]) for lo, hi in _real_roots(coeffs, prec)]
 
 
-class _Step:
+class Step:
     """One factor ``q`` with its interval coefficients and the critical points of ``q`` and ``x q^p``."""
 
     def __init__(self, text, p, prec):
         self.text, self.p = tuple(text), p
         self.coeffs = [iv.mpf(c) for c in self.text]
-        q = _rational_poly(self.text)
-        self.q_critical = _critical(q, prec)
-        self.f_critical = _critical(q ** p * flint.fmpq_poly([0, 1]), prec)
+        q = rational_poly(self.text)
+        self.q_critical = critical_points(q, prec)
+        self.f_critical = critical_points(q ** p * flint.fmpq_poly([0, 1]), prec)
 
-    def q(self, x):
-        acc = self.coeffs[-1]
-        for c in reversed(self.coeffs[:-1]):
+        self.slopes = [j * c for j, c in enumerate(self.coeffs) if j] or [iv.mpf(0)]
+
+    @staticmethod
+    def _horner(coeffs, x):
+        acc = coeffs[-1]
+        for c in reversed(coeffs[:-1]):
             acc = acc * x + c
         return acc
+
+    def q(self, x):
+        return self._horner(self.coeffs, x)
+
+    def dq(self, x):
+        return self._horner(self.slopes, x)
 
     def f(self, x):
         return self.q(x) ** self.p * x
 
+    def df(self, x):
+        """``f'(x) = q^{p−1} (q + p x q')``."""
+        q = self.q(x)
+        return q ** (self.p - 1) * (q + self.p * x * self.dq(x))
 
-def _hull(fn, critical, lo, hi):
+
+def _over_box(fn, dfn, box):
+    """Enclosure of ``fn`` over a critical point's box: the direct evaluation intersected with the mean-value
+    form ``fn(m) + dfn(box)(box − m)`` (both enclose it; FLINT's boxes are about 2^-53 wide, where the direct
+    evaluation alone would lose that width to the image)."""
+    m = exact((exact(box.a) + exact(box.b)) / 2)
+    direct, mean_value = fn(box), fn(iv.mpf(m)) + dfn(box) * (box - m)
+    return max(exact(direct.a), exact(mean_value.a)), min(exact(direct.b), exact(mean_value.b))
+
+
+def _hull(fn, dfn, critical, lo, hi):
     """Proven enclosure ``(min, max)`` of ``fn`` over ``[lo, hi]`` (endpoints and the critical points inside)."""
-    values = [fn(iv.mpf(lo)), fn(iv.mpf(hi))]
+    ends = [fn(iv.mpf(lo)), fn(iv.mpf(hi))]
+    values = [(exact(v.a), exact(v.b)) for v in ends]
     for x in critical:
         if x.b >= lo and x.a <= hi:
-            values.append(fn(iv.mpf([max(_exact(x.a), lo), min(_exact(x.b), hi)])))
-    return min(_exact(v.a) for v in values), max(_exact(v.b) for v in values)
+            values.append(_over_box(fn, dfn, iv.mpf([max(exact(x.a), lo), min(exact(x.b), hi)])))
+    return min(v[0] for v in values), max(v[1] for v in values)
 
 
 def propagate(steps, lo, hi):
@@ -118,8 +140,8 @@ def propagate(steps, lo, hi):
     factor or image is not certainly positive."""
     rows = []
     for step in steps:
-        factor = _hull(step.q, step.q_critical, lo, hi)
-        out = _hull(step.f, step.f_critical, lo, hi)
+        factor = _hull(step.q, step.dq, step.q_critical, lo, hi)
+        out = _hull(step.f, step.df, step.f_critical, lo, hi)
         rows.append({"input": (lo, hi), "factor": factor, "output": out})
         if factor[0] <= 0 or out[0] <= 0:
             break
@@ -159,9 +181,9 @@ def certify(schedule: RootSchedule, prec: int = DEFAULT_PREC, digits: int = 20) 
       (['0.999997', '1.0'], '1.15868e-6')
     """
     with iv_precision(prec), mpmath.workprec(prec):
-        steps = [_Step(s, schedule.p, prec) for s in schedule.steps]
-        lower = _exact(iv.mpf(schedule.interval[0]).a)
-        upper = _exact(iv.mpf(schedule.interval[1]).b)
+        steps = [Step(s, schedule.p, prec) for s in schedule.steps]
+        lower = exact(iv.mpf(schedule.interval[0]).a)
+        upper = exact(iv.mpf(schedule.interval[1]).b)
         rows = propagate(steps, lower, upper)
         if not _positive(rows, len(steps)):
             bad = rows[-1]
@@ -171,9 +193,9 @@ def certify(schedule: RootSchedule, prec: int = DEFAULT_PREC, digits: int = 20) 
                                    f"{mpmath.nstr(bad['input'][1], 8)}], not proven positive: the Y factor "
                                    f"could change sign")
         a, b = rows[-1]["output"]
-        worst = max(_exact(abs(1 - iv.mpf(a)).b), _exact(abs(iv.mpf(b) - 1).b))
+        worst = max(exact(abs(1 - iv.mpf(a)).b), exact(abs(iv.mpf(b) - 1).b))
         roots = [iv.exp(iv.log(iv.mpf(v)) / schedule.p) for v in (a, b)]
-        root_error = max(_exact(abs(1 - roots[0]).b), _exact(abs(roots[1] - 1).b))
+        root_error = max(exact(abs(1 - roots[0]).b), exact(abs(roots[1] - 1).b))
         u_max = _u_max(steps, lower)
 
         def fmt(pair):
@@ -217,16 +239,17 @@ def schema_problem(data) -> str | None:
     return f"field {where}: {error.message[:200]}"
 
 
-def _differences(old, new, where=""):
+def differences(old, new, where=""):
+    """Paths at which two JSON values differ, every leaf compared exactly: ``[(path, old, new)]``."""
     if isinstance(old, dict) and isinstance(new, dict):
         return [d for k in sorted(set(old) | set(new))
-                for d in _differences(old.get(k), new.get(k), f"{where}/{k}" if where else k)]
+                for d in differences(old.get(k), new.get(k), f"{where}/{k}" if where else k)]
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        return [d for i, (a, b) in enumerate(zip(old, new, strict=True)) for d in _differences(a, b, f"{where}/{i}")]
+        return [d for i, (a, b) in enumerate(zip(old, new, strict=True)) for d in differences(a, b, f"{where}/{i}")]
     return [] if old == new else [(where, old, new)]
 
 
-def _check_name(schedule: RootSchedule):
+def check_registered_name(schedule: RootSchedule):
     """A certificate named after a registered inverse-root schedule must state that schedule's coefficients."""
     try:
         published = inverse_root_registry.get(schedule.name, schedule.p)
@@ -235,21 +258,3 @@ def _check_name(schedule: RootSchedule):
     if published.steps != schedule.steps or published.interval != schedule.interval:
         raise CertificateError(f"field 'name': {schedule.name!r} (p = {schedule.p}) is a registered schedule with "
                                f"other coefficients or another interval than the stated ones")
-
-
-def recheck(data: dict, source: str = "certificate") -> dict:
-    """Recompute the certificate ``data`` states and refuse the first field that differs (fail closed):
-    :class:`CertificateError` in one line; a malformed certificate raises :class:`ScheduleError`."""
-    problem = schema_problem(data)
-    if problem is not None:
-        raise ScheduleError(f"{source}: {problem}")
-    schedule = RootSchedule.from_dict({**data, "kind": "inverse-root", "steps": data["schedule"]}, source)
-    _check_name(schedule)
-    fresh = certify(schedule, data["precision_bits"], data["digits"])
-    diffs = _differences(data, fresh)
-    if diffs:
-        where, old, new = diffs[0]
-        more = f" ({len(diffs) - 1} more difference(s))" if len(diffs) > 1 else ""
-        raise CertificateError(f"field '{where}': stated {json.dumps(old)} but the recomputation gives "
-                               f"{json.dumps(new)}{more}")
-    return fresh

@@ -12,7 +12,8 @@ import json
 
 from coeffsearch import registry
 from coeffsearch.certify import CertificateError
-from coeffsearch.inverse_root_certify import CERT_KIND, _check_name, certify, recheck
+from coeffsearch.inverse_root_certify import CERT_KIND, certify, check_registered_name
+from coeffsearch.inverse_root_recheck import recheck
 from coeffsearch.inverse_root_search import greedy
 from coeffsearch.inverse_root_validate import allowed, validate_mp, validate_runtime
 from coeffsearch.inverse_roots import KIND, MAX_P, RootSchedule
@@ -96,13 +97,14 @@ def cmd_certify(a: argparse.Namespace, data: dict) -> tuple[int, object]:
     try:
         if data["kind"] == CERT_KIND:
             fresh = recheck(data, a.schedule)
-            print(f"certificate {a.schedule}: re-checked, every stated field equals its recomputation; root error "
-                  f"<= {fresh['root_error']}, band {fresh['band']}")
+            print(f"certificate {a.schedule}: re-checked, every stated field equals its recomputation and every "
+                  f"printed bound contains its independent enclosure; root error <= {fresh['root_error']}, band "
+                  f"{fresh['band']}")
             return 0, {"certificate": a.schedule, "verdict": "re-checked", "band": fresh["band"],
                        "root_error": fresh["root_error"]}
         if a.recheck:
             raise UsageError(f"argument --recheck: {a.schedule} is an inverse-root schedule, not a certificate")
-        _check_name(schedule)
+        check_registered_name(schedule)
         cert = certify(schedule)
     except ScheduleError as exc:
         raise UsageError(str(exc)) from None
@@ -119,7 +121,7 @@ def cmd_validate(a: argparse.Namespace, data: dict) -> tuple[int, object]:
         raise UsageError("arguments --gram, --certificate, --at, --lower: not for an inverse-root schedule")
     schedule = _schedule_of(a.schedule, data)
     try:
-        _check_name(schedule)
+        check_registered_name(schedule)
         cert = certify(schedule)
     except CertificateError as exc:
         print(f"{a.schedule}: FAILED: {exc}")

@@ -17,7 +17,8 @@ import numpy as np
 import scipy.optimize
 from mpmath import iv
 
-from coeffsearch.inverse_root_certify import DEFAULT_PREC, _Step, iv_precision, propagate
+from coeffsearch.certify import iv_precision
+from coeffsearch.inverse_root_certify import DEFAULT_PREC, Step, propagate
 from coeffsearch.inverse_roots import RootSchedule, newton_factor
 
 GRID = 4001  # points of the geometric grid the objective is measured on
@@ -57,7 +58,7 @@ def greedy(p: int, lower: str, steps: int, degree: int = 1, name: str = "searche
             lo, hi = (float(lower), 1.0) if a is None else (float(a), float(b))
             step = best_factor(p, lo, hi, degree) if hi > lo else tuple(newton_factor(p)) + ("0",) * (degree - 1)
             chosen.append(step)
-            rows = propagate([_Step(s, p, DEFAULT_PREC) for s in chosen], *_start(lower))
+            rows = propagate([Step(s, p, DEFAULT_PREC) for s in chosen], *_start(lower))
             if len(rows) < len(chosen) or rows[-1]["output"][0] <= 0:
                 raise ValueError(f"step {len(chosen)}: the searched factor is not positive on its interval")
             a, b = rows[-1]["output"]

@@ -9,7 +9,8 @@ import pytest
 
 from coeffsearch import inverse_root_registry
 from coeffsearch.certify import CertificateError
-from coeffsearch.inverse_root_certify import certify, recheck
+from coeffsearch.inverse_root_certify import certify
+from coeffsearch.inverse_root_recheck import check_bounds, recheck
 from coeffsearch.inverse_root_search import greedy
 from coeffsearch.inverse_root_validate import allowed, validate_mp, validate_runtime
 from coeffsearch.inverse_roots import RootSchedule, classical, scalar_trajectory, step_matmuls
@@ -78,6 +79,23 @@ def test_planted_wrong_digit_in_a_certificate_is_refused(shipped):
         recheck(cert)
 
 
+@pytest.mark.parametrize("field,value", [
+    (("band", 1), "1.0000000064015644162"),           # the upper end one unit of the 20th digit too low
+    (("root_error",), "3.200782203020936e-9"),         # the root error cut in its 17th digit
+    (("steps", 3, "factor", 0), "0.69"),               # a factor's lower bound above its enclosure
+    (("u_max",), "1.04"),                              # past the last eigenvalue that keeps the factors positive
+])
+def test_independent_check_refuses_each_planted_bound(field, value, shipped):
+    """:func:`check_bounds` proves each printed bound again: a bound moved to the wrong side fails."""
+    cert = json.loads(json.dumps(shipped[("newton_schulz", 2)]))
+    assert check_bounds(cert) == []
+    target = cert
+    for key in field[:-1]:
+        target = target[key]
+    target[field[-1]] = value
+    assert len(check_bounds(cert)) == 1
+
+
 def test_planted_coefficients_under_a_registered_name_are_refused(shipped):
     cert = json.loads(json.dumps(shipped[("newton_schulz", 2)]))
     cert["schedule"][0][1] = "-3.4901358632211644"
@@ -93,8 +111,12 @@ def test_planted_sign_change_fails_positivity():
 
 
 def test_greedy_search_reproduces_the_registered_schedule_and_beats_newton():
+    """The search's output is the registered schedule (here, every digit; elsewhere the floats' last digits may
+    move with the platform's arithmetic, so the check allows 1e-12 relative)."""
     searched = greedy(4, "1e-3", 6)
-    assert searched.steps == inverse_root_registry.get("newton_schulz", 4).steps  # every digit
+    registered = inverse_root_registry.get("newton_schulz", 4).steps
+    assert all(abs(float(a) - float(b)) <= 1e-12 * abs(float(b))
+               for s, r in zip(searched.steps, registered, strict=True) for a, b in zip(s, r, strict=True))
     first, newton = (float(certify(replace(s, steps=s.steps[:1]))["worst_error"]) for s in (searched, classical(4, 1)))
     assert first < 0.99 * newton
 
