@@ -2,7 +2,7 @@
 
 A rule says ``root="newton_schulz"`` and gets the certified schedule for its ``p``; ``"newton"`` is the
 classical coupled Newton iteration. Each registered schedule has a shipped certificate,
-``coeffsearch/certificates/inverse-root-<name>-p<p>.json`` (:func:`certificate_path`), which the tests
+``coeffsearch/certificates/inverse_roots/<name>-p<p>.json`` (:func:`certificate_path`), which the tests
 re-check.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from coeffsearch.inverse_roots import RootSchedule, classical
 
-CERTIFICATES = Path(__file__).resolve().parent / "certificates"
+CERTIFICATES = Path(__file__).resolve().parent / "certificates" / "inverse_roots"
 _REGISTRY: dict[tuple[str, int], RootSchedule] = {}
 #: the name a rule gets when it names no schedule
 DEFAULT = "newton_schulz"
@@ -43,7 +43,7 @@ def entries() -> list[tuple[str, int]]:
 
 def certificate_path(name: str, p: int) -> Path:
     """Where the shipped certificate of ``(name, p)`` lies."""
-    return CERTIFICATES / f"inverse-root-{name}-p{p}.json"
+    return CERTIFICATES / f"{name}-p{p}.json"
 
 
 for _p, _steps in ((2, 12), (4, 11)):
