@@ -55,8 +55,10 @@ def cmd_search(a: argparse.Namespace) -> tuple[int, object]:
 
 
 def read_document(spec: str) -> dict | None:
-    """The parsed file ``spec`` when it is an inverse-root schedule or certificate, else None (not a file, or
-    another kind: the msign commands read it)."""
+    """The parsed file ``spec`` when it is an inverse-root schedule or certificate, else None (a registered msign
+    name, which a file of that name does not shadow; not a file; or another kind: the msign commands read it)."""
+    if spec in registry.names():
+        return None
     try:
         raw = read_regular_file(spec, registry.MAX_FILE_BYTES, "schedule file")
         data = parse_json(raw, spec)
