@@ -1,4 +1,5 @@
-"""Command line: ``python -m coeffsearch {minimax,band,certify,validate,validate-model,compare,restarts,sources} …``."""
+"""Command line: ``python -m coeffsearch {minimax,band,certify,validate,validate-model,compare,restarts,sources,
+inverse-root-search} …``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 import mpmath
 
 from coeffsearch import (
+    inverse_root_cli,
     provenance,
     registry,
     restart_certificate,
@@ -143,7 +145,7 @@ def parser() -> OneLineParser:
 
     c = sub.add_parser("certify", help="rigorous per-step images by interval arithmetic, or re-check a certificate")
     c.add_argument("schedule", help=f"a registered name ({', '.join(registry.names())}), a schedule JSON, "
-                                    "or a certificate JSON to re-check")
+                                    "or a certificate JSON to re-check (an inverse-root schedule or certificate too)")
     c.add_argument("--steps", type=_steps, help=f"use this many steps, 1 to {MAX_SCHEDULE_STEPS} (a one-polynomial "
                                                 "schedule repeats)")
     c.add_argument("--lower", type=_positive, help="default: the schedule's design l, else 1e-3")
@@ -221,6 +223,8 @@ def parser() -> OneLineParser:
     k.add_argument("--upper", type=_positive, default="1")
     k.add_argument("--plot", metavar="PNG", help="write the plot as PNG to exactly this path (must end in .png)")
     _output_options(k)
+
+    inverse_root_cli.add_search_parser(sub, _positive, _output_options)
 
     s = sub.add_parser("sources", help="each registered schedule's cited source, its digits as printed and a stated "
                                        "property, checked (exact digits; exit 1 when one differs)")
@@ -345,6 +349,9 @@ def cmd_certify(a: argparse.Namespace) -> tuple[int, object]:
     if a.recheck and (a.lower or a.upper or a.steps):
         raise UsageError("argument --recheck: re-checks a certificate as stated; --lower, --upper and --steps do "
                          "not apply")
+    inverse_root = inverse_root_cli.read_document(a.schedule)
+    if inverse_root is not None:
+        return inverse_root_cli.cmd_certify(a, inverse_root)
     restart_cert = restart_certificate.read_certificate(a.schedule)
     if restart_cert is not None:
         return recheck_restarts(a.schedule, restart_cert)
@@ -433,6 +440,9 @@ def cmd_restarts(a: argparse.Namespace) -> tuple[int, object]:
 
 
 def cmd_validate(a: argparse.Namespace) -> tuple[int, object]:
+    inverse_root = inverse_root_cli.read_document(a.schedule)
+    if inverse_root is not None:
+        return inverse_root_cli.cmd_validate(a, inverse_root)
     try:
         shape = parse_shape(a.shape)
         check_size(shape, a.batch * (len(validate_gram.SPECTRA) if a.gram else 1))
@@ -542,7 +552,8 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"argument --out: {args.out!a} is a directory")
         handler = {"minimax": cmd_minimax, "band": cmd_band, "certify": cmd_certify,
                    "validate": cmd_validate, "compare": cmd_compare, "restarts": cmd_restarts,
-                   "sources": cmd_sources, "validate-model": cmd_validate_model}[args.command]
+                   "sources": cmd_sources, "validate-model": cmd_validate_model,
+                   "inverse-root-search": inverse_root_cli.cmd_search}[args.command]
         report = io.StringIO()
         with contextlib.redirect_stdout(report):
             status, document = handler(args)

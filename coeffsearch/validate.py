@@ -118,21 +118,21 @@ def test_matrices(rng, shape, lower, count: int = 3):
 
 
 def jax_routines():
-    """``(jax, newton_schulz, gram_newton_schulz)`` with float64 enabled, imported on first use: the
+    """``(jax, newton_schulz, gram_newton_schulz, inverse_root)`` with float64 enabled, imported on first use: the
     coeffsearch command line imports without JAX, and only validation runs the routines."""
     import jax  # lazy: coeffsearch imports without JAX; only validation runs the routines
 
-    from foundation.compute import gram_newton_schulz, jax_msign  # lazy: imports JAX (as above)
+    from foundation.compute import gram_newton_schulz, jax_inverse_root, jax_msign  # lazy: imports JAX (as above)
 
     jax.config.update("jax_enable_x64", True)
-    return jax, jax_msign.newton_schulz, gram_newton_schulz.gram_newton_schulz
+    return jax, jax_msign.newton_schulz, gram_newton_schulz.gram_newton_schulz, jax_inverse_root.inverse_root
 
 
 def validate(steps, dtypes=DTYPES, shape=(256, 512), lower: float = 1e-3, batch: int = 3, seed: int = 0,
              progress=None):
     """Observed vs certified bands per dtype (float steps are run; the certificate uses the decimals);
     ``progress``: a bar updated once per dtype."""
-    jax, newton_schulz, _ = jax_routines()
+    jax, newton_schulz, _, _ = jax_routines()
     jnp = jax.numpy
     rng = np.random.default_rng(seed)
     mats = test_matrices(rng, shape, lower, batch)

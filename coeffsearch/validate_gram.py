@@ -172,14 +172,14 @@ def measure(ys, x: np.ndarray, lower: float) -> tuple:
 
 @cache
 def _jitted_gram():
-    jax, _, gram = jax_routines()
+    jax, _, gram, _ = jax_routines()
     return jax.jit(gram)
 
 
 def run_dtype(batch: np.ndarray, dtype: str, steps, positions) -> list:
     """``[(reference, [output, transposed output of the transpose])]`` per matrix of ``batch``, in ``dtype``:
     the Gram matrix ``XXᵀ`` and ``XᵀX`` (the reference: the input as the dtype holds it, in float64)."""
-    jax, _, _ = jax_routines()
+    jax, _, _, _ = jax_routines()
     jnp = jax.numpy
     dt = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}[dtype]
     schedule = jnp.asarray([[float(c) for c in s] for s in steps], jnp.float64)

@@ -193,7 +193,7 @@ def model_batch(rng, kind: str, shape, count: int, lower: float, worst: float | 
 # ---- runs ------------------------------------------------------------------------------------------------
 @cache
 def _jitted(method: str):
-    jax, newton_schulz, gram = jax_routines()
+    jax, newton_schulz, gram, _ = jax_routines()
     if method == "gram":
         return jax.jit(gram)
     return jax.jit(newton_schulz)
@@ -202,7 +202,7 @@ def _jitted(method: str):
 def run(batch: np.ndarray, dtype: str, method: str, steps, positions) -> list:
     """``[(reference, [output, transposed output of the transpose])]`` per matrix, run in ``dtype``; the
     reference is the input as the dtype holds it (subnormals flushed, as XLA on the CPU does)."""
-    jax, _, _ = jax_routines()
+    jax, _, _, _ = jax_routines()
     jnp = jax.numpy
     dt = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}[dtype]
     schedule = jnp.asarray([[float(c) for c in s] for s in steps], jnp.float64)

@@ -62,6 +62,13 @@ from foundation.compute.torch_input_checks import (
     require_tensor,
     validate_inputs,
 )
+from foundation.compute.torch_inverse_root import (
+    check_root_input,
+    inverse_root,
+    inverse_root_eigh,
+    matrix_power,
+    root_scale,
+)
 from foundation.compute.torch_lapack_calls import lapack_guard, per_matrix_on_cpu
 from foundation.compute.torch_layout_checks import _same_shapes, check_joint_pair, check_ov_heads, check_qk_heads
 from foundation.compute.torch_msign import _newton_schulz_oriented, msign_svd, newton_schulz, schedule_array
@@ -101,6 +108,8 @@ __all__ = [
     "msign_svd", "schedule_array", "newton_schulz", "_newton_schulz_oriented", "restart_flags",
     "gram_newton_schulz", "gram_newton_schulz_oriented", "default_restarts", "gram_chosen", "certified_restarts",
     "msign_choice", "gram_flags", "spectral_sign", "spectral_sign_stacked",
+    # inverse p-th roots of SPD matrices: the coupled Newton–Schulz iteration and the eigh reference
+    "check_root_input", "root_scale", "matrix_power", "inverse_root", "inverse_root_eigh",
     # results and arguments
     "output_status", "nan_unless", "raise_if_not_finite", "check_scalar", "check_shapes", "check_group",
     "check_schedule_length", "check_schedule", "check_restarts", "require_tensor", "validate_inputs",

@@ -39,6 +39,8 @@ CASES = [
     pytest.param("coeffsearch", ["restarts", "muon", "--dtype", "float16", "--restarts", "1"], 0, id="restarts"),
     pytest.param("coeffsearch", ["sources", "muon"], 0, id="sources"),
     pytest.param("coeffsearch", ["compare", "muon"], 0, id="compare"),
+    pytest.param("coeffsearch", ["inverse-root-search", "--p", "2", "--lower", "0.1", "--steps", "1"], 0,
+                 id="inverse-root-search"),
     pytest.param("coeffsearch", ["validate", "muon", "--shape", "8x16", "--dtype", "float32", "--batch", "1"], 0,
                  id="validate", marks=e2e),
     pytest.param("coeffsearch", ["validate", "muon", "--gram", "--shape", "8x16", "--dtype", "float32",
