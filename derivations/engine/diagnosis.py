@@ -17,7 +17,6 @@ from sympy.matrices.expressions import MatMul, MatPow, MatrixSymbol
 
 from derivations import lemmas as L
 from derivations.engine import norms
-from derivations.lemmas.spd_powers import SPDPower
 from derivations.vocabulary.nodes import (
     FULL_COLUMN_RANK,
     FULL_ROW_RANK,
@@ -27,6 +26,7 @@ from derivations.vocabulary.nodes import (
     MatrixScalar,
     facts_of,
 )
+from derivations.vocabulary.spd_power import SPDPower
 
 EXTENDING = "docs/extending.rst"
 
@@ -47,7 +47,7 @@ def _power(state) -> str | None:
         for node in part.atoms(MatPow):
             if not node.exp.is_Integer:
                 return (f"a matrix power {node} with p = {node.exp} is not in the vocabulary: write it as "
-                        f"SPDPower({node.base}, {node.exp}) (derivations.lemmas.spd_powers) for an SPD {node.base}, "
+                        f"SPDPower({node.base}, {node.exp}) for an SPD {node.base}, "
                         f"or add a node ({EXTENDING}, 'A vocabulary node')")
     return None
 
@@ -58,8 +58,8 @@ def _family(state) -> str | None:
         return None
     norm = next((a for a in (con.args if isinstance(con, Mul) else (con,)) if isinstance(a, MatrixScalar)), None)
     if norm is not None and norms.family_of(norm) is None:
-        return (f"the norm family of {norm} ({type(norm).__name__}) is not registered: register it as a NormFamily "
-                f"in derivations.engine.norms.FAMILIES ({EXTENDING}, 'A norm family')")
+        return (f"the norm family of {norm} ({type(norm).__name__}) is not registered: register it with "
+                f"register_family(NormFamily(...)) ({EXTENDING}, 'A norm family')")
     if norm is not None:
         scale = con / norm
         return (f"the scale {scale} of the constraint is not known to be positive: declare its symbols with "

@@ -299,8 +299,11 @@ class Searcher:
         if self.best_state is None:
             return None
         der = self.best_state
-        offered = {move.key for move in self.moves(der)} if isinstance(der.state, Problem) else set()
-        return diagnose(der.state, offered, self.available, self.gradients)
+        try:
+            offered = {move.key for move in self.moves(der)} if isinstance(der.state, Problem) else set()
+            return diagnose(der.state, offered, self.available, self.gradients)
+        except Exception:  # noqa: BLE001 (a hint is advice: a failure to find one never hides the search's report)
+            return None
 
     @staticmethod
     def _key(state):

@@ -25,7 +25,6 @@ from derivations.lemmas.base import (
     _n,
     _tall,
 )
-from derivations.lemmas.spd_powers import SPDPower
 from derivations.lemmas.statement import Clause, Statement, known
 from derivations.lemmas.whitening import _cov_statement
 from derivations.vocabulary.algebra import product, replace_free, rewrite_adjacent
@@ -40,6 +39,7 @@ from derivations.vocabulary.nodes import (
     OpNorm,
     facts_of,
 )
+from derivations.vocabulary.spd_power import SPDPower
 
 #: the exponent pattern of an SPD power in the statement (any nonzero rational in an instance)
 _Q = Symbol("q")

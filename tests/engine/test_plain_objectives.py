@@ -22,6 +22,7 @@ from derivations import (
     FULL_ROW_RANK,
     SPD,
     Applies,
+    Clause,
     Context,
     Derivation,
     EmittedFunction,
@@ -32,6 +33,8 @@ from derivations import (
     Problem,
     RuleModule,
     SearchFailed,
+    SPDPower,
+    Statement,
     StepCheckFailed,
     derive,
     dimension,
@@ -44,8 +47,6 @@ from derivations import lemmas as L
 from derivations.cli import render
 from derivations.lemmas.homogeneity import NORM_NODES
 from derivations.lemmas.kernel import step_instance
-from derivations.lemmas.spd_powers import SPDPower
-from derivations.lemmas.statement import Clause, Statement
 from derivations.vocabulary.nodes import GramInvSqrt
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
