@@ -1,8 +1,8 @@
 """Benchmark: one full optimizer update, Compositional Muon against ``optax.contrib.muon``.
 
     python -m benchmarks.step [--repeats N] [--shapes gpt2,llama3] [--dtype float32|bfloat16]
-                              [--rows attention,full,train] [--msign auto|newton_schulz|gram_newton_schulz]
-                              [--small] [--layers N]
+                              [--rows attention,full,train,small] [--msign auto|newton_schulz|gram_newton_schulz]
+                              [--small] [--layers N] [--json]
 
 Times the first step's compilation, then ``jit(update)`` (momentum included) of the optimizers, interleaved
 in one run. Attention rows: the four attention matrices of one layer, GPT-2-small (``d = 768``, 12 heads
@@ -26,12 +26,19 @@ model of both updates (:func:`flop_model`, :func:`layer_flop_model`), the floor 
 reach if every flop ran at the same rate. Training rows (``train``): the first training step as a training
 loop compiles it, one program of the model's forward pass, its gradient, the update and the new params
 (:func:`train_step`, full layers of :func:`block_forward`, inputs :data:`TRAIN_BATCH`), CM against
-``optax.contrib.muon``: compile time first, then the steady-state step. The last line is ``cm/muon median step
-time ratio: R``, the largest Compositional Muon / ``optax.contrib.muon`` ratio over every row printed.
+``optax.contrib.muon``: compile time first, then the steady-state step. Small-width rows (``small``,
+:mod:`benchmarks.step_small`): two-layer plain JAX and flax models at widths 128 and 256, the first step
+(compile and first run) and the steady-state step of CM, its Muon path, ``optax.contrib.muon`` and
+``optax.adamw``, with the ratios to the last two and the kernels XLA compiles. The last line is ``cm/muon median
+step time ratio: R``, the largest Compositional Muon / ``optax.contrib.muon`` ratio over every row printed;
+``--json`` prints one JSON document instead (every row's ratios, the small rows' records in full).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import statistics
 import sys
 import time
@@ -43,16 +50,18 @@ import optax
 from threadpoolctl import threadpool_info
 
 from benchmarks.interleave import MAX_REPEATS, MAX_THREADS, interleaved, paired_ratio
+from benchmarks.models import attention_pairs, full_layer, layer, mlp_shapes, stacked_model
+from benchmarks.step_small import print_small, small_records
 from foundation.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
 from foundation.compute.jax_spectral_sign import default_restarts, gram_chosen
 from foundation.compute.lapack_threads import lapack_threads
-from numerics.optimizer import MSIGN_METHODS, OVPair, QKPair, compositional_muon, resolve_schedule
+from numerics.optimizer import MSIGN_METHODS, compositional_muon, resolve_schedule
 
 SHAPES = {"gpt2": (768, 12, 12, 64), "llama3": (4096, 32, 8, 128)}
 #: the gated MLP's width f per shape: Llama-3-8B's 14336; GPT-2-small's (ungated) MLP width 4d = 3072
 MLP_WIDTH = {"gpt2": 3072, "llama3": 14336}
 SMALL_FACTOR = 8  # --small: d, d_h and f divided by this, head counts kept
-ROWS = ("attention", "full", "train")
+ROWS = ("attention", "full", "train", "small")
 MAX_LAYERS = 96  # --layers: at most this many (GPT-3's 96 layers)
 GRAM_CHOICES = tuple(m for m in MSIGN_METHODS if m != "svd")  # the methods the flop model counts
 
@@ -63,36 +72,6 @@ def dims(name, small=False):
     f = MLP_WIDTH[name]
     k = SMALL_FACTOR if small else 1
     return d // k, heads, kv, hd // k, f // k
-
-
-def layer(rng, d, heads, kv_heads, head_dim, dtype):
-    shapes = {"wq": (d, heads * head_dim), "wk": (d, kv_heads * head_dim), "wo": (d, heads * head_dim),
-              "wv": (kv_heads * head_dim, d)}
-    return {k: jnp.asarray(rng.standard_normal(s) / np.sqrt(d), dtype) for k, s in shapes.items()}
-
-
-def mlp_shapes(d, f):
-    """The gated MLP's matrices: ``W_gate, W_up`` (``d × f``) and ``W_down`` (``f × d``)."""
-    return {"w_gate": (d, f), "w_up": (d, f), "w_down": (f, d)}
-
-
-def full_layer(rng, d, heads, kv_heads, head_dim, f, dtype):
-    """:func:`layer` plus the gated MLP of width ``f``."""
-    params = layer(rng, d, heads, kv_heads, head_dim, dtype)
-    params.update({k: jnp.asarray(rng.standard_normal(s) / np.sqrt(s[0]), dtype) for k, s in mlp_shapes(d, f).items()})
-    return params
-
-
-def stacked_model(make, layers):
-    """``make()`` (one layer's params) for one layer, else ``{"layer0": make(), …}``: ``layers`` separate layers."""
-    return make() if layers == 1 else {f"layer{i}": make() for i in range(layers)}
-
-
-def attention_pairs(heads, kv_heads, layers):
-    """The pairing function of :func:`stacked_model`'s params: each layer's QK and OV pair."""
-    prefixes = [""] if layers == 1 else [f"layer{i}/" for i in range(layers)]
-    return lambda params: [p for x in prefixes for p in (QKPair(f"{x}wq", f"{x}wk", heads, kv_heads),
-                                                         OVPair(f"{x}wo", f"{x}wv", heads, kv_heads))]
 
 
 def ns_flops(m, n, steps, degree):
@@ -360,7 +339,10 @@ def main(argv=None) -> int:
     p.add_argument("--rows", default="attention,full,train",
                    help="comma-separated: attention (the four attention matrices), full (attention + gated MLP, "
                         "CM and the project's Muon path), train (the first training step of full layers: forward, "
-                        "backward and update); default all three")
+                        "backward and update), small (two-layer plain JAX and flax models at widths 128 and 256 "
+                        "against optax.contrib.muon and optax.adamw; --shapes, --small and --layers do not apply); "
+                        "default attention,full,train")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else")
     p.add_argument("--msign", choices=GRAM_CHOICES, default="auto",
                    help="how the project's optimizers compute msign (default auto: Gram Newton-Schulz where the "
                         "flop model says it is cheaper)")
@@ -380,25 +362,48 @@ def main(argv=None) -> int:
         return usage_error("benchmarks.step", exc)
     if args.lapack_threads:
         lapack_threads(args.lapack_threads)
+    if args.json:
+        with contextlib.redirect_stdout(io.StringIO()):  # the tables: --json prints one document and nothing else
+            found = run_rows(rows, names, args)
+        print(json.dumps(found, indent=1))
+    else:
+        run_rows(rows, names, args)
+    return 0
+
+
+def run_rows(rows, names, args) -> dict:
+    """Print the rows named in ``rows``; what they measured, as the ``--json`` document."""
     dtype = jnp.dtype(args.dtype)
     schedule = resolve_schedule("polar-express-5", 5)
     steps, degree = len(schedule), max(len(c) for c in schedule)
+    doc: dict = {"dtype": args.dtype, "repeats": args.repeats, "msign": args.msign, "rows": {}}
     cm_ratios = attention_rows(names, args, dtype, steps, degree) if "attention" in rows else []
+    if "attention" in rows:
+        doc["rows"]["attention"] = dict(zip(names, cm_ratios, strict=True))
     if "full" in rows:
         full = full_rows(names, args, dtype, steps, degree)
         cm_ratios += full["cm"]
+        doc["rows"]["full"] = {label: dict(zip(names, r, strict=True)) for label, r in full.items()}
         print(f"full layer, largest over the shapes: cm/optax {max(full['cm']):.3f}, muon-path/optax "
               f"{max(full['muon-path']):.3f}")
     if "train" in rows:
         train = train_rows(names, args, dtype)
         cm_ratios += [ratio for _, ratio in train]
+        doc["rows"]["train"] = {n: {"compile_ratio": c, "step_ratio": r}
+                                for n, (c, r) in zip(names, train, strict=True)}
         print(f"first training step, largest over the shapes: cm/optax compile time ratio "
               f"{max(c for c, _ in train):.2f}, step time ratio {max(r for _, r in train):.3f}")
+    if "small" in rows:
+        records = small_records(args.repeats, dtype, args.msign, quiet=args.json)
+        print_small(records, args.msign)
+        cm_ratios += [r["step_vs_muon"] for r in records if r["optimizer"] == "cm"]
+        doc["rows"]["small"] = records
     blas = ", ".join(f"{i['prefix']} {i['num_threads']}" for i in threadpool_info() if i["user_api"] == "blas")
-    print(f"device: {jax.devices()[0].device_kind}, dtype {args.dtype}, {args.repeats} interleaved repeats; "
-          f"BLAS/LAPACK threads: {blas or 'none loaded'}")
+    doc.update(device=jax.devices()[0].device_kind, blas=blas or "none loaded", cm_muon_ratio=max(cm_ratios))
+    print(f"device: {doc['device']}, dtype {args.dtype}, {args.repeats} interleaved repeats; "
+          f"BLAS/LAPACK threads: {doc['blas']}")
     print(f"cm/muon median step time ratio: {max(cm_ratios):.3f}")
-    return 0
+    return doc
 
 
 if __name__ == "__main__":
