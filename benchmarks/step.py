@@ -1,7 +1,7 @@
 """Benchmark: one full optimizer update, Compositional Muon against ``optax.contrib.muon``.
 
     python -m benchmarks.step [--repeats N] [--shapes gpt2,llama3] [--dtype float32|bfloat16]
-                              [--rows attention,full,train,small] [--msign auto|newton_schulz|gram_newton_schulz]
+                              [--rows attention,full,train,small,rules] [--msign auto|newton_schulz|gram_newton_schulz]
                               [--small] [--layers N] [--json]
 
 Times the first step's compilation, then ``jit(update)`` (momentum included) of the optimizers, interleaved
@@ -29,7 +29,9 @@ loop compiles it, one program of the model's forward pass, its gradient, the upd
 ``optax.contrib.muon``: compile time first, then the steady-state step. Small-width rows (``small``,
 :mod:`benchmarks.step_small`): two-layer plain JAX and flax models at widths 128 and 256, the first step
 (compile and first run) and the steady-state step of CM, its Muon path, ``optax.contrib.muon`` and
-``optax.adamw``, with the ratios to the last two and the kernels XLA compiles. The last line is ``cm/muon median
+``optax.adamw``, with the ratios to the last two and the kernels XLA compiles. Rule rows (``rules``,
+:mod:`benchmarks.step_rules`): each attention rule alone against Newton–Schulz on its two matrices, beside its flop
+floor (:func:`rule_flop_model`). The last line is ``cm/muon median
 step time ratio: R``, the largest Compositional Muon / ``optax.contrib.muon`` ratio over every row printed;
 ``--json`` prints one JSON document instead (every row's ratios, the small rows' records in full).
 """
@@ -51,6 +53,7 @@ from threadpoolctl import threadpool_info
 
 from benchmarks.interleave import MAX_REPEATS, MAX_THREADS, interleaved, paired_ratio
 from benchmarks.models import attention_pairs, full_layer, layer, mlp_shapes, stacked_model
+from benchmarks.step_rules import measure_rules
 from benchmarks.step_small import print_small, small_records
 from foundation.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
 from foundation.compute.jax_spectral_sign import default_restarts, gram_chosen
@@ -61,7 +64,7 @@ SHAPES = {"gpt2": (768, 12, 12, 64), "llama3": (4096, 32, 8, 128)}
 #: the gated MLP's width f per shape: Llama-3-8B's 14336; GPT-2-small's (ungated) MLP width 4d = 3072
 MLP_WIDTH = {"gpt2": 3072, "llama3": 14336}
 SMALL_FACTOR = 8  # --small: d, d_h and f divided by this, head counts kept
-ROWS = ("attention", "full", "train", "small")
+ROWS = ("attention", "full", "train", "small", "rules")
 MAX_LAYERS = 96  # --layers: at most this many (GPT-3's 96 layers)
 GRAM_CHOICES = tuple(m for m in MSIGN_METHODS if m != "svd")  # the methods the flop model counts
 
@@ -107,8 +110,9 @@ def eigh_flops(n):
     return 9 * n ** 3
 
 
-def flop_model(d, heads, kv_heads, head_dim, steps, degree, msign="newton_schulz"):
-    """``(cm, muon)`` flops of one update on a layer's four attention matrices (Gram roots by eigh).
+def rule_flop_model(d, heads, kv_heads, head_dim, steps, degree, msign="newton_schulz"):
+    """``{"qk": (cm, muon), "ov": (cm, muon)}``: the flops of each attention rule and of Muon on the same two
+    matrices (Gram roots by eigh).
 
     CM: half-split QK (per query head: its key head's Gram root, whitened sign of ``d_h × d``; per key
     head: the stacked group's Gram root) and hybrid OV (per value head: Gram root; one global sign of
@@ -124,8 +128,15 @@ def flop_model(d, heads, kv_heads, head_dim, steps, degree, msign="newton_schulz
     qk = heads * (root(d) + 2 * whiten + head_sign) + kv_heads * (root(g * d) + 2 * whiten + head_sign)
     ov = (kv_heads * root(d) + heads * 2 * whiten + sign_flops(d, heads * dh, steps, degree, msign)
           + kv_heads * (root(g * d) + 2 * whiten + head_sign))
-    muon = (2 * ns_flops(d, heads * dh, steps, degree) + 2 * ns_flops(d, kv_heads * dh, steps, degree))
-    return qk + ov, muon
+    muon = ns_flops(d, heads * dh, steps, degree) + ns_flops(d, kv_heads * dh, steps, degree)  # per pair
+    return {"qk": (qk, muon), "ov": (ov, muon)}
+
+
+def flop_model(d, heads, kv_heads, head_dim, steps, degree, msign="newton_schulz"):
+    """``(cm, muon)`` flops of one update on a layer's four attention matrices: the sums over the rules of
+    :func:`rule_flop_model`."""
+    rules = rule_flop_model(d, heads, kv_heads, head_dim, steps, degree, msign).values()
+    return sum(cm for cm, _ in rules), sum(muon for _, muon in rules)
 
 
 def layer_flop_model(d, heads, kv_heads, head_dim, f, steps, degree, msign="auto"):
@@ -329,6 +340,31 @@ def train_rows(names, args, dtype) -> list:
     return found_ratios
 
 
+def rule_rows(names, args, dtype, steps, degree) -> dict:
+    """Print the rule rows (:mod:`benchmarks.step_rules`); ``{shape: {rule: {...}}}`` for ``--json``."""
+    print(f"each attention rule alone against optax.contrib.muon's Newton-Schulz on the same two matrices; "
+          f"msign={args.msign}{SMALL_NOTE if args.small else ''}")
+    print(f"{'shape':<8} {'rule':<4} {'cm comp s':>9} {'muon comp s':>11} {'comp ratio':>10} {'cm kern':>7} "
+          f"{'muon kern':>9} {'cm ms':>9} {'muon ms':>9} {'ratio':>6} {'floor':>6} {'ratio/floor':>11}")
+    schedule = resolve_schedule("polar-express-5", 5)
+    out = {}
+    for name in names:
+        d, h, kv, hd, _ = dims(name, args.small)
+        found = measure_rules(d, h, kv, hd, dtype, args.msign, schedule, args.repeats, quiet=args.json)
+        flops = rule_flop_model(d, h, kv, hd, steps, degree, args.msign)
+        out[name] = {}
+        for rule, row in found.items():
+            (c_cm, k_cm, t_cm), (c_mu, k_mu, t_mu) = row["cm"], row["muon"]
+            floor = flops[rule][0] / flops[rule][1]
+            out[name][rule] = {"cm_compile_s": c_cm, "muon_compile_s": c_mu, "cm_kernels": k_cm,
+                               "muon_kernels": k_mu, "cm_s": t_cm, "muon_s": t_mu, "ratio": row["ratio"],
+                               "flop_floor": floor}
+            print(f"{name:<8} {rule:<4} {c_cm:>9.2f} {c_mu:>11.2f} {c_cm / c_mu:>10.2f} {k_cm:>7} {k_mu:>9} "
+                  f"{1e3 * t_cm:>9.1f} {1e3 * t_mu:>9.1f} {row['ratio']:>6.3f} {floor:>6.3f} "
+                  f"{row['ratio'] / floor:>11.2f}", flush=True)
+    return out
+
+
 def main(argv=None) -> int:
     if stdout_closed("benchmarks.step"):
         return 2
@@ -340,7 +376,8 @@ def main(argv=None) -> int:
                    help="comma-separated: attention (the four attention matrices), full (attention + gated MLP, "
                         "CM and the project's Muon path), train (the first training step of full layers: forward, "
                         "backward and update), small (two-layer plain JAX and flax models at widths 128 and 256 "
-                        "against optax.contrib.muon and optax.adamw; --shapes, --small and --layers do not apply); "
+                        "against optax.contrib.muon and optax.adamw; --shapes, --small and --layers do not apply), "
+                        "rules (each attention rule alone against Newton-Schulz on its two matrices, its flop floor); "
                         "default attention,full,train")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else")
     p.add_argument("--msign", choices=GRAM_CHOICES, default="auto",
@@ -393,16 +430,19 @@ def run_rows(rows, names, args) -> dict:
                                 for n, (c, r) in zip(names, train, strict=True)}
         print(f"first training step, largest over the shapes: cm/optax compile time ratio "
               f"{max(c for c, _ in train):.2f}, step time ratio {max(r for _, r in train):.3f}")
+    if "rules" in rows:
+        doc["rows"]["rules"] = rule_rows(names, args, dtype, steps, degree)
     if "small" in rows:
         records = small_records(args.repeats, dtype, args.msign, quiet=args.json)
         print_small(records, args.msign)
         cm_ratios += [r["step_vs_muon"] for r in records if r["optimizer"] == "cm"]
         doc["rows"]["small"] = records
     blas = ", ".join(f"{i['prefix']} {i['num_threads']}" for i in threadpool_info() if i["user_api"] == "blas")
-    doc.update(device=jax.devices()[0].device_kind, blas=blas or "none loaded", cm_muon_ratio=max(cm_ratios))
+    doc.update(device=jax.devices()[0].device_kind, blas=blas or "none loaded", cm_muon_ratio=max(cm_ratios or [0.0]))
     print(f"device: {doc['device']}, dtype {args.dtype}, {args.repeats} interleaved repeats; "
           f"BLAS/LAPACK threads: {doc['blas']}")
-    print(f"cm/muon median step time ratio: {max(cm_ratios):.3f}")
+    if cm_ratios:  # the rule rows alone time no whole update
+        print(f"cm/muon median step time ratio: {max(cm_ratios):.3f}")
     return doc
 
 

@@ -68,3 +68,17 @@ def test_json_prints_one_document_with_the_small_rows(monkeypatch, capsys):
     assert step.main(["--rows", "small"]) == 0  # the table
     out = capsys.readouterr().out
     assert "small widths" in out and out.rstrip().endswith("cm/muon median step time ratio: 0.500")
+
+
+def test_rule_rows_time_each_rule_against_newton_schulz_on_its_matrices(monkeypatch):
+    """``--rows rules`` at a tiny grouped-query shape: both rules, compile times, kernels and the paired ratio;
+    the per-rule flop floors sum to :func:`benchmarks.step.flop_model`'s."""
+    from benchmarks import step_rules
+    from numerics.optimizer import resolve_schedule
+    schedule = resolve_schedule("polar-express-5", 5)
+    found = step_rules.measure_rules(32, 2, 1, 16, jnp.float32, "auto", schedule, 1, quiet=True)
+    assert set(found) == {"qk", "ov"}
+    for row in found.values():
+        assert all(c > 0 and k >= 1 and t > 0 for c, k, t in (row["cm"], row["muon"])) and row["ratio"] > 0
+    rules = step.rule_flop_model(32, 2, 1, 16, 5, 3, "auto")
+    assert tuple(map(sum, zip(*rules.values(), strict=True))) == step.flop_model(32, 2, 1, 16, 5, 3, "auto")
