@@ -61,7 +61,9 @@ def flax_available() -> bool:
 def flax_decoder(d, heads, layers, dtype, seed=0):
     """The params of a flax linen decoder of ``layers`` pre-norm blocks of width ``d``: self-attention with
     ``heads`` heads (``nn.MultiHeadDotProductAttention``, no biases), then an MLP ``d → 4d → d`` (``nn.Dense``
-    with biases, gelu), each on a ``nn.RMSNorm`` of its input and added to it."""
+    with biases, gelu), each on a ``nn.RMSNorm`` of its input and added to it. The tree is flax's
+    (``Decoder().init``'s shapes); kernels are ``N(0, 1/fan_in)`` (``fan_in``: the first axis, ``H·d_h`` for
+    ``out``), biases 0, gains 1."""
 
     class Block(nn.Module):
         @nn.compact
@@ -78,5 +80,16 @@ def flax_decoder(d, heads, layers, dtype, seed=0):
                 x = Block()(x)
             return x
 
-    params = Decoder().init(jax.random.key(seed), jnp.zeros((1, 4, d), dtype))
-    return jax.tree.map(lambda x: x.astype(dtype), params)
+    shapes = jax.eval_shape(Decoder().init, jax.random.key(seed), jnp.zeros((1, 4, d), dtype))
+    rng = np.random.default_rng(seed)  # filled here: flax's own init runs op by op, seconds at these sizes
+
+    def fill(path, x):
+        name = jax.tree_util.keystr(path[-1:])
+        if "scale" in name:
+            return jnp.ones(x.shape, dtype)
+        if "bias" in name:
+            return jnp.zeros(x.shape, dtype)
+        fan_in = np.prod(x.shape[:-1]) if "'out'" in jax.tree_util.keystr(path) else x.shape[0]  # (H, d_h, d)
+        return jnp.asarray(rng.standard_normal(x.shape) / np.sqrt(fan_in), dtype)
+
+    return jax.tree_util.tree_map_with_path(fill, shapes)
