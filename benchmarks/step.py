@@ -1,8 +1,8 @@
 """Benchmark: one full optimizer update, Compositional Muon against ``optax.contrib.muon``.
 
     python -m benchmarks.step [--repeats N] [--shapes gpt2,llama3] [--dtype float32|bfloat16]
-                              [--rows attention,full,train] [--msign auto|newton_schulz|gram_newton_schulz]
-                              [--small] [--layers N]
+                              [--rows attention,full,train,small,rules] [--msign auto|newton_schulz|gram_newton_schulz]
+                              [--small] [--layers N] [--json]
 
 Times the first step's compilation, then ``jit(update)`` (momentum included) of the optimizers, interleaved
 in one run. Attention rows: the four attention matrices of one layer, GPT-2-small (``d = 768``, 12 heads
@@ -26,12 +26,21 @@ model of both updates (:func:`flop_model`, :func:`layer_flop_model`), the floor 
 reach if every flop ran at the same rate. Training rows (``train``): the first training step as a training
 loop compiles it, one program of the model's forward pass, its gradient, the update and the new params
 (:func:`train_step`, full layers of :func:`block_forward`, inputs :data:`TRAIN_BATCH`), CM against
-``optax.contrib.muon``: compile time first, then the steady-state step. The last line is ``cm/muon median step
-time ratio: R``, the largest Compositional Muon / ``optax.contrib.muon`` ratio over every row printed.
+``optax.contrib.muon``: compile time first, then the steady-state step. Small-width rows (``small``,
+:mod:`benchmarks.step_small`): two-layer plain JAX and flax models at widths 128 and 256, the first step
+(compile and first run) and the steady-state step of CM, its Muon path, ``optax.contrib.muon`` and
+``optax.adamw``, with the ratios to the last two and the kernels XLA compiles. Rule rows (``rules``,
+:mod:`benchmarks.step_rules`): each attention rule alone against Newton–Schulz on its two matrices, beside its flop
+floor (:func:`rule_flop_model`). The last line is ``cm/muon median
+step time ratio: R``, the largest Compositional Muon / ``optax.contrib.muon`` ratio over every row printed;
+``--json`` prints one JSON document instead (every row's ratios, the small rows' records in full).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import statistics
 import sys
 import time
@@ -43,16 +52,19 @@ import optax
 from threadpoolctl import threadpool_info
 
 from benchmarks.interleave import MAX_REPEATS, MAX_THREADS, interleaved, paired_ratio
+from benchmarks.models import attention_pairs, full_layer, layer, mlp_shapes, stacked_model
+from benchmarks.step_rules import measure_rules
+from benchmarks.step_small import print_small, small_records
 from foundation.commandline import OneLineParser, UsageError, int_option, stdout_closed, usage_error
 from foundation.compute.jax_spectral_sign import default_restarts, gram_chosen
 from foundation.compute.lapack_threads import lapack_threads
-from numerics.optimizer import MSIGN_METHODS, OVPair, QKPair, compositional_muon, resolve_schedule
+from numerics.optimizer import MSIGN_METHODS, compositional_muon, resolve_schedule
 
 SHAPES = {"gpt2": (768, 12, 12, 64), "llama3": (4096, 32, 8, 128)}
 #: the gated MLP's width f per shape: Llama-3-8B's 14336; GPT-2-small's (ungated) MLP width 4d = 3072
 MLP_WIDTH = {"gpt2": 3072, "llama3": 14336}
 SMALL_FACTOR = 8  # --small: d, d_h and f divided by this, head counts kept
-ROWS = ("attention", "full", "train")
+ROWS = ("attention", "full", "train", "small", "rules")
 MAX_LAYERS = 96  # --layers: at most this many (GPT-3's 96 layers)
 GRAM_CHOICES = tuple(m for m in MSIGN_METHODS if m != "svd")  # the methods the flop model counts
 
@@ -63,36 +75,6 @@ def dims(name, small=False):
     f = MLP_WIDTH[name]
     k = SMALL_FACTOR if small else 1
     return d // k, heads, kv, hd // k, f // k
-
-
-def layer(rng, d, heads, kv_heads, head_dim, dtype):
-    shapes = {"wq": (d, heads * head_dim), "wk": (d, kv_heads * head_dim), "wo": (d, heads * head_dim),
-              "wv": (kv_heads * head_dim, d)}
-    return {k: jnp.asarray(rng.standard_normal(s) / np.sqrt(d), dtype) for k, s in shapes.items()}
-
-
-def mlp_shapes(d, f):
-    """The gated MLP's matrices: ``W_gate, W_up`` (``d × f``) and ``W_down`` (``f × d``)."""
-    return {"w_gate": (d, f), "w_up": (d, f), "w_down": (f, d)}
-
-
-def full_layer(rng, d, heads, kv_heads, head_dim, f, dtype):
-    """:func:`layer` plus the gated MLP of width ``f``."""
-    params = layer(rng, d, heads, kv_heads, head_dim, dtype)
-    params.update({k: jnp.asarray(rng.standard_normal(s) / np.sqrt(s[0]), dtype) for k, s in mlp_shapes(d, f).items()})
-    return params
-
-
-def stacked_model(make, layers):
-    """``make()`` (one layer's params) for one layer, else ``{"layer0": make(), …}``: ``layers`` separate layers."""
-    return make() if layers == 1 else {f"layer{i}": make() for i in range(layers)}
-
-
-def attention_pairs(heads, kv_heads, layers):
-    """The pairing function of :func:`stacked_model`'s params: each layer's QK and OV pair."""
-    prefixes = [""] if layers == 1 else [f"layer{i}/" for i in range(layers)]
-    return lambda params: [p for x in prefixes for p in (QKPair(f"{x}wq", f"{x}wk", heads, kv_heads),
-                                                         OVPair(f"{x}wo", f"{x}wv", heads, kv_heads))]
 
 
 def ns_flops(m, n, steps, degree):
@@ -128,8 +110,9 @@ def eigh_flops(n):
     return 9 * n ** 3
 
 
-def flop_model(d, heads, kv_heads, head_dim, steps, degree, msign="newton_schulz"):
-    """``(cm, muon)`` flops of one update on a layer's four attention matrices (Gram roots by eigh).
+def rule_flop_model(d, heads, kv_heads, head_dim, steps, degree, msign="newton_schulz"):
+    """``{"qk": (cm, muon), "ov": (cm, muon)}``: the flops of each attention rule and of Muon on the same two
+    matrices (Gram roots by eigh).
 
     CM: half-split QK (per query head: its key head's Gram root, whitened sign of ``d_h × d``; per key
     head: the stacked group's Gram root) and hybrid OV (per value head: Gram root; one global sign of
@@ -145,8 +128,15 @@ def flop_model(d, heads, kv_heads, head_dim, steps, degree, msign="newton_schulz
     qk = heads * (root(d) + 2 * whiten + head_sign) + kv_heads * (root(g * d) + 2 * whiten + head_sign)
     ov = (kv_heads * root(d) + heads * 2 * whiten + sign_flops(d, heads * dh, steps, degree, msign)
           + kv_heads * (root(g * d) + 2 * whiten + head_sign))
-    muon = (2 * ns_flops(d, heads * dh, steps, degree) + 2 * ns_flops(d, kv_heads * dh, steps, degree))
-    return qk + ov, muon
+    muon = ns_flops(d, heads * dh, steps, degree) + ns_flops(d, kv_heads * dh, steps, degree)  # per pair
+    return {"qk": (qk, muon), "ov": (ov, muon)}
+
+
+def flop_model(d, heads, kv_heads, head_dim, steps, degree, msign="newton_schulz"):
+    """``(cm, muon)`` flops of one update on a layer's four attention matrices: the sums over the rules of
+    :func:`rule_flop_model`."""
+    rules = rule_flop_model(d, heads, kv_heads, head_dim, steps, degree, msign).values()
+    return sum(cm for cm, _ in rules), sum(muon for _, muon in rules)
 
 
 def layer_flop_model(d, heads, kv_heads, head_dim, f, steps, degree, msign="auto"):
@@ -350,6 +340,31 @@ def train_rows(names, args, dtype) -> list:
     return found_ratios
 
 
+def rule_rows(names, args, dtype, steps, degree) -> dict:
+    """Print the rule rows (:mod:`benchmarks.step_rules`); ``{shape: {rule: {...}}}`` for ``--json``."""
+    print(f"each attention rule alone against optax.contrib.muon's Newton-Schulz on the same two matrices; "
+          f"msign={args.msign}{SMALL_NOTE if args.small else ''}")
+    print(f"{'shape':<8} {'rule':<4} {'cm comp s':>9} {'muon comp s':>11} {'comp ratio':>10} {'cm kern':>7} "
+          f"{'muon kern':>9} {'cm ms':>9} {'muon ms':>9} {'ratio':>6} {'floor':>6} {'ratio/floor':>11}")
+    schedule = resolve_schedule("polar-express-5", 5)
+    out = {}
+    for name in names:
+        d, h, kv, hd, _ = dims(name, args.small)
+        found = measure_rules(d, h, kv, hd, dtype, args.msign, schedule, args.repeats, quiet=args.json)
+        flops = rule_flop_model(d, h, kv, hd, steps, degree, args.msign)
+        out[name] = {}
+        for rule, row in found.items():
+            (c_cm, k_cm, t_cm), (c_mu, k_mu, t_mu) = row["cm"], row["muon"]
+            floor = flops[rule][0] / flops[rule][1]
+            out[name][rule] = {"cm_compile_s": c_cm, "muon_compile_s": c_mu, "cm_kernels": k_cm,
+                               "muon_kernels": k_mu, "cm_s": t_cm, "muon_s": t_mu, "ratio": row["ratio"],
+                               "flop_floor": floor}
+            print(f"{name:<8} {rule:<4} {c_cm:>9.2f} {c_mu:>11.2f} {c_cm / c_mu:>10.2f} {k_cm:>7} {k_mu:>9} "
+                  f"{1e3 * t_cm:>9.1f} {1e3 * t_mu:>9.1f} {row['ratio']:>6.3f} {floor:>6.3f} "
+                  f"{row['ratio'] / floor:>11.2f}", flush=True)
+    return out
+
+
 def main(argv=None) -> int:
     if stdout_closed("benchmarks.step"):
         return 2
@@ -360,7 +375,11 @@ def main(argv=None) -> int:
     p.add_argument("--rows", default="attention,full,train",
                    help="comma-separated: attention (the four attention matrices), full (attention + gated MLP, "
                         "CM and the project's Muon path), train (the first training step of full layers: forward, "
-                        "backward and update); default all three")
+                        "backward and update), small (two-layer plain JAX and flax models at widths 128 and 256 "
+                        "against optax.contrib.muon and optax.adamw; --shapes, --small and --layers do not apply), "
+                        "rules (each attention rule alone against Newton-Schulz on its two matrices, its flop floor); "
+                        "default attention,full,train")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else")
     p.add_argument("--msign", choices=GRAM_CHOICES, default="auto",
                    help="how the project's optimizers compute msign (default auto: Gram Newton-Schulz where the "
                         "flop model says it is cheaper)")
@@ -380,25 +399,51 @@ def main(argv=None) -> int:
         return usage_error("benchmarks.step", exc)
     if args.lapack_threads:
         lapack_threads(args.lapack_threads)
+    if args.json:
+        with contextlib.redirect_stdout(io.StringIO()):  # the tables: --json prints one document and nothing else
+            found = run_rows(rows, names, args)
+        print(json.dumps(found, indent=1))
+    else:
+        run_rows(rows, names, args)
+    return 0
+
+
+def run_rows(rows, names, args) -> dict:
+    """Print the rows named in ``rows``; what they measured, as the ``--json`` document."""
     dtype = jnp.dtype(args.dtype)
     schedule = resolve_schedule("polar-express-5", 5)
     steps, degree = len(schedule), max(len(c) for c in schedule)
+    doc: dict = {"dtype": args.dtype, "repeats": args.repeats, "msign": args.msign, "rows": {}}
     cm_ratios = attention_rows(names, args, dtype, steps, degree) if "attention" in rows else []
+    if "attention" in rows:
+        doc["rows"]["attention"] = dict(zip(names, cm_ratios, strict=True))
     if "full" in rows:
         full = full_rows(names, args, dtype, steps, degree)
         cm_ratios += full["cm"]
+        doc["rows"]["full"] = {label: dict(zip(names, r, strict=True)) for label, r in full.items()}
         print(f"full layer, largest over the shapes: cm/optax {max(full['cm']):.3f}, muon-path/optax "
               f"{max(full['muon-path']):.3f}")
     if "train" in rows:
         train = train_rows(names, args, dtype)
         cm_ratios += [ratio for _, ratio in train]
+        doc["rows"]["train"] = {n: {"compile_ratio": c, "step_ratio": r}
+                                for n, (c, r) in zip(names, train, strict=True)}
         print(f"first training step, largest over the shapes: cm/optax compile time ratio "
               f"{max(c for c, _ in train):.2f}, step time ratio {max(r for _, r in train):.3f}")
+    if "rules" in rows:
+        doc["rows"]["rules"] = rule_rows(names, args, dtype, steps, degree)
+    if "small" in rows:
+        records = small_records(args.repeats, dtype, args.msign, quiet=args.json)
+        print_small(records, args.msign)
+        cm_ratios += [r["step_vs_muon"] for r in records if r["optimizer"] == "cm"]
+        doc["rows"]["small"] = records
     blas = ", ".join(f"{i['prefix']} {i['num_threads']}" for i in threadpool_info() if i["user_api"] == "blas")
-    print(f"device: {jax.devices()[0].device_kind}, dtype {args.dtype}, {args.repeats} interleaved repeats; "
-          f"BLAS/LAPACK threads: {blas or 'none loaded'}")
-    print(f"cm/muon median step time ratio: {max(cm_ratios):.3f}")
-    return 0
+    doc.update(device=jax.devices()[0].device_kind, blas=blas or "none loaded", cm_muon_ratio=max(cm_ratios or [0.0]))
+    print(f"device: {doc['device']}, dtype {args.dtype}, {args.repeats} interleaved repeats; "
+          f"BLAS/LAPACK threads: {doc['blas']}")
+    if cm_ratios:  # the rule rows alone time no whole update
+        print(f"cm/muon median step time ratio: {max(cm_ratios):.3f}")
+    return doc
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from tests.project.test_commandline import ROOT, module_files
 #: the module that adds ``--json`` -> the command that runs it (a rule module's name for the rule command line)
 COMMANDS = {"coeffsearch.__main__": "coeffsearch", "derivations.cli": "damped",
             "derivations.crosscheck.cli": "derivations.crosscheck.cli", "paramcount.count": "paramcount.count",
-            "benchmarks.torch_step": "benchmarks.torch_step"}
+            "benchmarks.torch_step": "benchmarks.torch_step", "benchmarks.step": "benchmarks.step"}
 CROSSCHECK = "derivations.crosscheck.cli"
 e2e = pytest.mark.e2e
 #: (command, argv without --json, exit status); the coeffsearch cases are named by their subcommand
@@ -55,6 +55,8 @@ CASES = [
     pytest.param(CROSSCHECK, ["halfsplit.query", "-(eps/2)*msign(G_Q*C_K^-1)*C_K^-1"], 0, id="crosscheck-derivation",
                  marks=e2e),
     pytest.param("damped", ["--check", "--trials", "1"], 0, id="rule-check", marks=e2e),
+    pytest.param("benchmarks.step", ["--rows", "rules", "--shapes", "gpt2", "--small", "--repeats", "1"], 0,
+                 id="step-rules", marks=e2e),
     pytest.param("benchmarks.torch_step", ["--small", "--repeats", "1"], 0, id="torch-step",
                  marks=pytest.mark.skipif(not torch_installed(), reason="torch is not installed")),
 ]
