@@ -62,7 +62,7 @@ def flax_decoder(d, heads, layers, dtype, seed=0):
     """The params of a flax linen decoder of ``layers`` pre-norm blocks of width ``d``: self-attention with
     ``heads`` heads (``nn.MultiHeadDotProductAttention``, no biases), then an MLP ``d → 4d → d`` (``nn.Dense``
     with biases, gelu), each on a ``nn.RMSNorm`` of its input and added to it. The tree is flax's
-    (``Decoder().init``'s shapes); kernels are ``N(0, 1/fan_in)`` (``fan_in``: the first axis, ``H·d_h`` for
+    (``Decoder().init``'s shapes); flax kernels are ``N(0, 1/fan_in)`` (``fan_in``: the first axis, ``H·d_h`` for
     ``out``), biases 0, gains 1."""
 
     class Block(nn.Module):

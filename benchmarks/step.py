@@ -29,7 +29,7 @@ loop compiles it, one program of the model's forward pass, its gradient, the upd
 ``optax.contrib.muon``: compile time first, then the steady-state step. Small-width rows (``small``,
 :mod:`benchmarks.step_small`): two-layer plain JAX and flax models at widths 128 and 256, the first step
 (compile and first run) and the steady-state step of CM, its Muon path, ``optax.contrib.muon`` and
-``optax.adamw``, with the ratios to the last two and the kernels XLA compiles. Rule rows (``rules``,
+``optax.adamw``, with the ratios to the last two and the routines XLA compiles. Rule rows (``rules``,
 :mod:`benchmarks.step_rules`): each attention rule alone against Newton–Schulz on its two matrices, beside its flop
 floor (:func:`rule_flop_model`). The last line is ``cm/muon median
 step time ratio: R``, the largest Compositional Muon / ``optax.contrib.muon`` ratio over every row printed;
@@ -344,8 +344,8 @@ def rule_rows(names, args, dtype, steps, degree) -> dict:
     """Print the rule rows (:mod:`benchmarks.step_rules`); ``{shape: {rule: {...}}}`` for ``--json``."""
     print(f"each attention rule alone against optax.contrib.muon's Newton-Schulz on the same two matrices; "
           f"msign={args.msign}{SMALL_NOTE if args.small else ''}")
-    print(f"{'shape':<8} {'rule':<4} {'cm comp s':>9} {'muon comp s':>11} {'comp ratio':>10} {'cm kern':>7} "
-          f"{'muon kern':>9} {'cm ms':>9} {'muon ms':>9} {'ratio':>6} {'floor':>6} {'ratio/floor':>11}")
+    print(f"{'shape':<8} {'rule':<4} {'cm comp s':>9} {'muon comp s':>11} {'comp ratio':>10} {'cm rout':>7} "
+          f"{'muon rout':>9} {'cm ms':>9} {'muon ms':>9} {'ratio':>6} {'floor':>6} {'ratio/floor':>11}")
     schedule = resolve_schedule("polar-express-5", 5)
     out = {}
     for name in names:
@@ -356,8 +356,8 @@ def rule_rows(names, args, dtype, steps, degree) -> dict:
         for rule, row in found.items():
             (c_cm, k_cm, t_cm), (c_mu, k_mu, t_mu) = row["cm"], row["muon"]
             floor = flops[rule][0] / flops[rule][1]
-            out[name][rule] = {"cm_compile_s": c_cm, "muon_compile_s": c_mu, "cm_kernels": k_cm,
-                               "muon_kernels": k_mu, "cm_s": t_cm, "muon_s": t_mu, "ratio": row["ratio"],
+            out[name][rule] = {"cm_compile_s": c_cm, "muon_compile_s": c_mu, "cm_routines": k_cm,
+                               "muon_routines": k_mu, "cm_s": t_cm, "muon_s": t_mu, "ratio": row["ratio"],
                                "flop_floor": floor}
             print(f"{name:<8} {rule:<4} {c_cm:>9.2f} {c_mu:>11.2f} {c_cm / c_mu:>10.2f} {k_cm:>7} {k_mu:>9} "
                   f"{1e3 * t_cm:>9.1f} {1e3 * t_mu:>9.1f} {row['ratio']:>6.3f} {floor:>6.3f} "

@@ -5,8 +5,8 @@ For each shape (``--shapes``, ``--small``): the half-split QK rule on ``(W_Q, W_
 ``(W_O, W_V)`` as the optimizer calls them (:func:`~numerics.optimizer.rules.qk_direction`,
 :func:`~numerics.optimizer.rules.ov_direction`, ``ε = 2``, damping ``1e-2``, ``--msign``), and
 ``optax.contrib.muon``'s Newton–Schulz on the same two matrices (the same 5-step Polar Express schedule): the
-first call's compile time (JAX's caches cleared), the kernels XLA compiles
-(:func:`benchmarks.step_small.compiled_kernels`), the median time per call over interleaved rounds, the paired
+first call's compile time (JAX's caches cleared), the routines XLA compiles
+(:func:`benchmarks.step_small.compiled_routines`), the median time per call over interleaved rounds, the paired
 ratio to Muon, and the flop ratio of :func:`benchmarks.step.rule_flop_model` (the floor the time ratio would reach
 if every flop ran at the same rate). No momentum, non-finite guard or Muon path: what is left is the rules.
 """
@@ -23,7 +23,7 @@ from optax.contrib._muon import orthogonalize_via_newton_schulz
 
 from benchmarks.interleave import interleaved, paired_ratio
 from benchmarks.models import layer
-from benchmarks.step_small import compiled_kernels
+from benchmarks.step_small import compiled_routines
 from numerics.optimizer import DirectionOptions, OVPair, QKPair, plan_pairs
 from numerics.optimizer.rules import ov_direction, qk_direction
 
@@ -47,7 +47,7 @@ def rule_programs(params, grads, heads, kv_heads, msign, schedule) -> dict:
 
 
 def measure_rules(d, heads, kv_heads, head_dim, dtype, msign, schedule, repeats, quiet=False) -> dict:
-    """``{rule: {"cm": (compile s, kernels, median s), "muon": (…), "ratio": paired cm/muon}}``."""
+    """``{rule: {"cm": (compile s, routines, median s), "muon": (…), "ratio": paired cm/muon}}``."""
     rng = np.random.default_rng(0)
     params = layer(rng, d, heads, kv_heads, head_dim, dtype)
     grads = jax.tree.map(lambda x: jnp.asarray(rng.standard_normal(x.shape), dtype), params)
@@ -58,7 +58,7 @@ def measure_rules(d, heads, kv_heads, head_dim, dtype, msign, schedule, repeats,
             jax.clear_caches()
             start = time.perf_counter()
             compiled[label] = jax.jit(fn).lower(*args).compile()
-            row[label] = [time.perf_counter() - start, compiled_kernels(compiled[label])]
+            row[label] = [time.perf_counter() - start, compiled_routines(compiled[label])]
         calls = {k: (lambda fn=compiled[k], args=programs[k][1]: fn(*args)) for k in programs}
         times = interleaved(calls, repeats, warmup=1, quiet=quiet)
         found[rule] = {k: (*row[k], statistics.median(times[k])) for k in programs}

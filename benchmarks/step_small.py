@@ -12,7 +12,7 @@ instead of handing them to AdamW.
 First step: ``jax.jit(update)`` called once from scratch (tracing, lowering, XLA's compile and the first run), wall
 clock, :data:`FIRST_STEP_ROUNDS` rounds with the optimizers interleaved, the fastest kept. Steady state: the
 compiled update, interleaved rounds (:mod:`benchmarks.interleave`); each ratio is the median over rounds of the
-two times within a round. ``kernels``: the distinct routines XLA compiles for the update (:func:`compiled_kernels`).
+two times within a round. ``routines``: the distinct routines XLA compiles for the update (:func:`compiled_routines`).
 """
 
 from __future__ import annotations
@@ -67,10 +67,10 @@ def optimizers(pairs, dimension_numbers, msign):
             "adamw": optax.adamw(0.02)}
 
 
-def compiled_kernels(compiled) -> int:
+def compiled_routines(compiled) -> int:
     """The distinct fused computations of a compiled program (``jax.stages.Compiled``): fusions whose bodies
     differ only in names count once, as XLA's CPU compiler emits one routine for them. Within a few of the count
-    ``TF_CPP_VMODULE=cpu_compiler=3`` prints (``Adding N kernels to the JIT compiler``); XLA's compile time
+    XLA's CPU compiler logs with ``TF_CPP_VMODULE=cpu_compiler=3``; XLA's compile time
     follows it."""
     text = compiled.as_text()
     bodies: dict = {}
@@ -95,8 +95,8 @@ def first_step(fn, args):
 
 
 def measure_row(params, pairs, dimension_numbers, msign, repeats, quiet=False):
-    """``{optimizer: {"first_s", "step_s", "kernels", "steady": [s per round]}}``: the fastest of
-    :data:`FIRST_STEP_ROUNDS` first steps, the median steady-state step and :func:`compiled_kernels`."""
+    """``{optimizer: {"first_s", "step_s", "routines", "steady": [s per round]}}``: the fastest of
+    :data:`FIRST_STEP_ROUNDS` first steps, the median steady-state step and :func:`compiled_routines`."""
     grads = jax.tree.map(lambda x: jnp.asarray(np.random.default_rng(1).standard_normal(x.shape), x.dtype), params)
     opts = optimizers(pairs, dimension_numbers, msign)
     args = {k: (grads, opt.init(params), params) for k, opt in opts.items()}
@@ -108,11 +108,11 @@ def measure_row(params, pairs, dimension_numbers, msign, repeats, quiet=False):
             first[k].append(seconds)
     steady = interleaved({k: (lambda k=k: compiled[k](*args[k])) for k in opts}, repeats, warmup=1, quiet=quiet)
     return {k: {"first_s": min(first[k]), "step_s": statistics.median(steady[k]), "steady": steady[k],
-                "kernels": compiled_kernels(compiled[k])} for k in opts}
+                "routines": compiled_routines(compiled[k])} for k in opts}
 
 
 def small_records(repeats, dtype, msign, quiet=False):
-    """One record per model, width and optimizer: first-step and steady-state seconds, kernels, and the
+    """One record per model, width and optimizer: first-step and steady-state seconds, routines, and the
     ratios to ``muon`` and ``adamw`` (first step: fastest against fastest; steady state: paired, per round)."""
     jax.block_until_ready(jax.jit(lambda x: x + 1)(jnp.zeros(4)))  # the process's first compile is not a row's
     records = []
@@ -122,7 +122,7 @@ def small_records(repeats, dtype, msign, quiet=False):
             for k, r in found.items():
                 records.append({
                     "model": model, "width": width, "heads": width // HEAD_DIM, "layers": LAYERS, "optimizer": k,
-                    "first_step_s": r["first_s"], "step_s": r["step_s"], "kernels": r["kernels"],
+                    "first_step_s": r["first_s"], "step_s": r["step_s"], "routines": r["routines"],
                     "first_vs_muon": r["first_s"] / found["muon"]["first_s"],
                     "first_vs_adamw": r["first_s"] / found["adamw"]["first_s"],
                     "step_vs_muon": paired_ratio(r["steady"], found["muon"]["steady"]),
@@ -135,10 +135,10 @@ def print_small(records, msign, note=""):
     print(f"small widths: {LAYERS} layers, heads of {HEAD_DIM}, plain JAX (gated MLP 4d) and flax linen (MLP 4d); "
           f"cm and muon-path with OPTAX_PARITY, msign={msign}{note}")
     print(f"{'model':<5} {'d':>4} {'H':>2} {'optimizer':<10} {'first s':>7} {'/muon':>6} {'/adamw':>6} "
-          f"{'step ms':>8} {'/muon':>6} {'/adamw':>6} {'kernels':>7}")
+          f"{'step ms':>8} {'/muon':>6} {'/adamw':>6} {'routines':>8}")
     for r in records:
         print(f"{r['model']:<5} {r['width']:>4} {r['heads']:>2} {r['optimizer']:<10} {r['first_step_s']:>7.2f} "
               f"{r['first_vs_muon']:>6.2f} {r['first_vs_adamw']:>6.2f} {1e3 * r['step_s']:>8.2f} "
-              f"{r['step_vs_muon']:>6.3f} {r['step_vs_adamw']:>6.3f} {r['kernels']:>7}", flush=True)
+              f"{r['step_vs_muon']:>6.3f} {r['step_vs_adamw']:>6.3f} {r['routines']:>8}", flush=True)
     if not flax_available():
         print("flax is not installed (pip install .[frameworks]): its rows are left out")

@@ -13,6 +13,7 @@ import types
 import numpy as np
 
 import coeffsearch
+from coeffsearch import inverse_root_registry
 from derivations.engine.derivation import DerivationError, StepCheckFailed
 from derivations.engine.latex import document_latex
 from derivations.engine.rule import RuleModule
@@ -103,13 +104,14 @@ def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
         if msign != "newton_schulz":
             command += f" --msign {msign}"
         sched = coeffsearch.resolve(schedule_name)
+        roots = root_schedules()
         if target == "torch":
             from derivations.printing.torch_printer import emit_torch  # lazy: imports torch, an optional dependency
             return emit_torch(rule.title, command, functions, sched, msign, rule.scalars, adapters_of(rule),
-                              standalone)
+                              standalone, roots)
         extra_source, extra_names = rule.jax_extra() if rule.jax_extra else ("", ())
         return emit_jax(rule.title, command, functions, sched, msign, rule.scalars, extra_source, extra_names,
-                        standalone)
+                        standalone, roots)
     if target == "numpy":
         return emit_numpy(rule.title, command, functions, rule.scalars, standalone)
     ders = rule.derivations()
@@ -117,6 +119,12 @@ def render(rule: RuleModule, target: str, msign: str = "newton_schulz",
     if target == "latex":
         return document_latex(rule.title, ders, lemmas)
     return "\n".join(derivation_text(d) for d in ders) + "\n" + lemma_text(lemmas)
+
+
+def root_schedules() -> dict:
+    """``{q: steps}``: the certified inverse-root schedules that ``root="newton_schulz"`` runs, by root ``q``."""
+    return {q: inverse_root_registry.get(name, q).as_floats()
+            for name, q in inverse_root_registry.entries() if name == inverse_root_registry.DEFAULT}
 
 
 def verified_functions(rule: RuleModule) -> list:

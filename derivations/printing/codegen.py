@@ -255,6 +255,9 @@ class MatrixCodePrinter(Interpreter):
         """How failures name this printer (its class name)."""
         return type(self).__name__
 
+    #: the static options of the function being printed (``root``: a node may print a call that reads it)
+    static_options: frozenset = frozenset()
+
     def __init__(self, arguments: dict, scalars: dict):
         super().__init__()
         self.arguments = arguments  # matrix name → code name

@@ -148,13 +148,14 @@ NO_MSIGN_DOC = """Arguments after * : damping (λ >= 0), check_finite (raise if 
 
 def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedule: Schedule,
              msign_default: str, scalars: dict, extra_source: str = "", extra_names: tuple = (),
-             standalone: bool = False) -> str:
+             standalone: bool = False, root_schedules: dict | None = None) -> str:
     """The module text (deterministic byte for byte).
 
     ``schedule`` is the default Newton–Schulz schedule, a :class:`~foundation.schedule.Schedule`: validated
     where it was made (its coefficients finite float64 numbers), so it is taken as it is here. The routines the
     printed code calls are imported from :mod:`foundation.compute.jax_runtime`, or with ``standalone`` inlined:
     those it reaches and the constants they read (:func:`~derivations.printing.codegen.routine_parts`).
+    ``root_schedules``: the certified inverse-root schedules by root ``q`` (:func:`root_schedule_constant`).
     """
     if not isinstance(schedule, Schedule):
         raise TypeError(f"schedule must be a foundation.schedule.Schedule (validated where it is made), "
@@ -168,11 +169,24 @@ def emit_jax(title: str, command: str, functions: list[EmittedFunction], schedul
            "NS_SCHEDULE = (\n" + "".join(f"    {step!r},\n" for step in schedule.as_floats()) + ")\n"]
     printed = [render_functions(list(function_specs(fn, scalars, msign_default))) for fn in functions]
     printed += ["\n" + extra_source] if extra_source else []
+    own += root_schedule_constant("\n".join(printed), root_schedules)
     imported, constants, routines = routine_parts("\n".join(own + printed), jax_runtime, standalone, CONSTANT_NOTES)
     parts = [head, "import functools\n\nimport jax\nimport jax.numpy as jnp\n" + ("\n" + imported if imported else ""),
-             own[0], *([constants] if constants else []), own[1], *(["\n" + routines + "\n"] if routines else []),
+             own[0], *([constants] if constants else []), *own[1:], *(["\n" + routines + "\n"] if routines else []),
              *printed]
     return check_resolved("\n".join(parts).rstrip() + "\n", "the emitted JAX module")
+
+
+def root_schedule_constant(printed: str, root_schedules: dict | None) -> list[str]:
+    """``INVERSE_ROOT_SCHEDULES = {q: steps, …}`` where the printed code reads it (an inverse root ``X^{-1/q}`` in a
+    function with the ``root`` option): the certified schedules of :mod:`coeffsearch.inverse_root_registry`, one
+    tuple of ascending factor coefficients per step, which ``root="newton_schulz"`` runs."""
+    if "INVERSE_ROOT_SCHEDULES" not in printed:
+        return []
+    if not root_schedules:
+        raise ValueError("the printed code takes inverse roots by Newton–Schulz but no certified schedule was given")
+    rows = "".join(f"    {q}: {tuple(tuple(s) for s in steps)!r},\n" for q, steps in sorted(root_schedules.items()))
+    return ["INVERSE_ROOT_SCHEDULES = {\n" + rows + "}\n"]
 
 
 def module_docstring(title: str, command: str, functions: list[EmittedFunction], schedule: Schedule,

@@ -278,6 +278,7 @@ def compute(fn: EmittedFunction, scalars: dict, printer_type: type[ScaledPrinter
     msign, else with scaled argument groups (:func:`scaling_lines`)."""
     args = fn.argument_names
     printer = printer_type({a: a for a in args}, {**scalars, **fn.extra_scalars})
+    printer.static_options = frozenset(fn.options)  # a node may print a call that reads an option (``root``)
     outputs = [(out, der.formula) for out, der in fn.outputs]
     uses_msign = any(formula.has(Msign) for _, formula in outputs)
     if uses_msign:

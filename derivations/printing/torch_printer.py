@@ -29,6 +29,7 @@ from derivations.printing.jax_printer import (
     module_docstring,
     public_keywords,
     public_spec,
+    root_schedule_constant,
 )
 from derivations.printing.layout import adapter_source
 from derivations.printing.split_mode import Computation, compute
@@ -119,7 +120,8 @@ NO_MSIGN_DOC = """Arguments after * : damping (λ >= 0), check_finite (raise if 
 
 
 def emit_torch(title: str, command: str, functions: list[EmittedFunction], schedule: Schedule,
-               msign_default: str, scalars: dict, adapters=(), standalone: bool = False) -> str:
+               msign_default: str, scalars: dict, adapters=(), standalone: bool = False,
+               root_schedules: dict | None = None) -> str:
     """The module text (deterministic byte for byte): the functions of the JAX module, in PyTorch.
 
     ``schedule`` is the default Newton–Schulz schedule (a validated :class:`~foundation.schedule.Schedule`);
@@ -140,10 +142,12 @@ def emit_torch(title: str, command: str, functions: list[EmittedFunction], sched
            "NS_SCHEDULE = (\n" + "".join(f"    {step!r},\n" for step in schedule.as_floats()) + ")\n"]
     printed = [render_functions(list(function_specs(fn, scalars, msign_default))) for fn in functions]
     printed += ["\n" + extra_source] if extra_source else []
+    own += root_schedule_constant("\n".join(printed), root_schedules)
     imported, constants, routines = routine_parts("\n".join(own + printed), torch_runtime, standalone,
                                                   CONSTANT_NOTES)
     parts = [head, "import torch\n" + ("\n" + imported if imported else ""), own[0],
-             *([constants] if constants else []), own[1], *(["\n" + routines + "\n"] if routines else []), *printed]
+             *([constants] if constants else []), *own[1:], *(["\n" + routines + "\n"] if routines else []),
+             *printed]
     return check_resolved("\n".join(parts).rstrip() + "\n", "the emitted PyTorch module")
 
 

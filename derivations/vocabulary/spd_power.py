@@ -1,5 +1,5 @@
 """``X^p``: a rational power of a symmetric positive definite matrix, one vocabulary node with a rule for every
-interpreter (the float64 and mpmath evaluators, text, LaTeX, NumPy and JAX code).
+interpreter (the float64 and mpmath evaluators, text, LaTeX, NumPy, JAX and PyTorch code).
 
 The lemmas about it (B1–B7: powers of one base add, the inverse of a power, a symmetric split, …) are in
 :mod:`derivations.lemmas.spd_powers`.
@@ -7,33 +7,10 @@ The lemmas about it (B1–B7: powers of one base add, the inverse of a power, a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sympy import Basic, Rational, sympify
 from sympy.core.sympify import _sympify
 
 from derivations.vocabulary.nodes import SPD, SYMMETRIC, _Derived
-
-
-@dataclass(frozen=True)
-class _Target:
-    """How one printer spells the eigendecomposition of :meth:`SPDPower._numpycode`."""
-
-    module: str
-    compute: str  # {a} -> the symmetrized input in the compute dtype
-    eigh: str  # {a} -> eigenvalues (ascending) and eigenvectors
-    at_least: str  # {x}, {e} -> the floor, at least the dtype's smallest normal number
-    back: str  # {a}, then {x} -> the result in the output dtype
-
-
-_TARGETS = {
-    "_numpycode": _Target("np", "({a})", "np.linalg.eigh({a})", "np.maximum({x}, np.finfo({e}.dtype).tiny)",
-                          "{{x}}.astype(np.float64)"),
-    "_jaxcode": _Target("jnp", "{a}.astype(compute_dtype({a}.dtype))", "per_matrix_on_cpu(jnp.linalg.eigh, {a})",
-                        "jnp.maximum({x}, jnp.finfo({e}.dtype).tiny)", "{{x}}.astype({a}.dtype)"),
-    "_torchcode": _Target("torch", "{a}.to(compute_dtype({a}.dtype))", "torch.linalg.eigh({a})",
-                          "({x}).clamp_min(torch.finfo({e}.dtype).tiny)", "{{x}}.to({a}.dtype)"),
-}
 
 
 class SPDPower(_Derived):
@@ -49,15 +26,22 @@ class SPDPower(_Derived):
             raise ValueError(f"SPDPower takes a square matrix expression, got {arg!r}")
         return Basic.__new__(cls, arg, sympify(exponent))
 
-    arg = property(lambda self: self.args[0])
-    exponent = property(lambda self: self.args[1])
+    @property
+    def arg(self) -> Basic:
+        """``X``, the base."""
+        return self.args[0]
 
     @property
-    def shape(self):
+    def exponent(self) -> Basic:
+        """``p``, a rational number."""
+        return self.args[1]
+
+    @property
+    def shape(self) -> tuple:
         return self.arg.shape
 
     @property
-    def facts(self):
+    def facts(self) -> frozenset:
         return frozenset({SYMMETRIC, SPD})
 
     def _eval_transpose(self):
@@ -76,30 +60,41 @@ class SPDPower(_Derived):
         """``V diag(x)^p Vᵀ`` from one eigendecomposition per distinct ``X`` (shared by its powers).
 
         Eigenvalues are floored at ``n·eps·max(x)`` (as :mod:`numerics.optimizer.gauge_balance` does), so a
-        rank-deficient factor gives finite powers. JAX and PyTorch compute in at least float32 and return the
-        input's dtype; JAX runs the eigh one matrix at a time on the CPU (``per_matrix_on_cpu``: batched LAPACK
-        calls at once can deadlock jaxlib's pool).
+        rank-deficient factor gives finite powers.
         """
-        target = _TARGETS[printer.printmethod]
         key = ("spd_eigh", self.arg)
         if key not in printer.temps:
             a = printer._print(self.arg)
             printer.counter += 1
             n = printer.counter
             sym, e, v = f"sym_{n}", f"e_{n}", f"v_{n}"
-            xp = target.module
-            printer.lines.append(f"{sym} = {target.compute.format(a=a)}")
-            printer.lines.append(f"{sym} = 0.5 * ({sym} + {xp}.swapaxes({sym}, -1, -2))")
-            printer.lines.append(f"{e}, {v} = {target.eigh.format(a=sym)}")
-            floor = f"{e}.shape[-1] * {xp}.finfo({e}.dtype).eps * {e}[..., -1:]"
-            printer.lines.append(f"{e} = {xp}.maximum({e}, {target.at_least.format(x=floor, e=e)})")
-            printer.temps[key] = (e, v, target.back.format(a=a))
-        e, v, back = printer.temps[key]
-        powered = f"(({v} * {e}[..., None, :] ** {float(self.exponent)!r}) @ {target.module}.swapaxes({v}, -1, -2))"
-        return back.format(x=powered)
+            printer.lines.append(f"{sym} = ({a})")
+            printer.lines.append(f"{sym} = 0.5 * ({sym} + np.swapaxes({sym}, -1, -2))")
+            printer.lines.append(f"{e}, {v} = np.linalg.eigh({sym})")
+            printer.lines.append(f"{e} = np.maximum({e}, np.maximum({e}.shape[-1] * np.finfo({e}.dtype).eps"
+                                 f" * {e}[..., -1:], np.finfo({e}.dtype).tiny))")
+            printer.temps[key] = (e, v)
+        e, v = printer.temps[key]
+        return f"(({v} * {e}[..., None, :] ** {float(self.exponent)!r}) @ np.swapaxes({v}, -1, -2)).astype(np.float64)"
 
-    _jaxcode = _numpycode
-    _torchcode = _numpycode
+    def _jaxcode(self, printer):
+        """The runtime's ``spd_power`` (JAX and PyTorch): by eigh, or, for an inverse root ``X^{-1/q}`` in a function
+        with the static option ``root``, by the option's choice (``"newton_schulz"``: the certified matmul-only
+        iteration whose coefficients the module holds as ``INVERSE_ROOT_SCHEDULES``)."""
+        key = ("spd_power", self)
+        if key not in printer.temps:  # one call per distinct power, however often the formula uses it
+            a, p = printer._print(self.arg), float(self.exponent)
+            q = 1 / -self.exponent if self.exponent < 0 else None
+            if q is not None and q.is_integer and "root" in getattr(printer, "static_options", ()):
+                call = f"spd_power({a}, {p!r}, root, INVERSE_ROOT_SCHEDULES.get({int(q)}))"
+            else:
+                call = f"spd_power({a}, {p!r})"
+            printer.counter += 1
+            printer.temps[key] = f"power_{printer.counter}"
+            printer.lines.append(f"{printer.temps[key]} = {call}")
+        return printer.temps[key]
+
+    _torchcode = _jaxcode
 
     def _sympystr(self, printer):
         return f"({printer._print(self.arg)})^({self.exponent})"

@@ -68,6 +68,7 @@ from foundation.compute.torch_inverse_root import (
     inverse_root_eigh,
     matrix_power,
     root_scale,
+    spd_power,
 )
 from foundation.compute.torch_lapack_calls import lapack_guard, per_matrix_on_cpu
 from foundation.compute.torch_layout_checks import _same_shapes, check_joint_pair, check_ov_heads, check_qk_heads
@@ -109,7 +110,7 @@ __all__ = [
     "gram_newton_schulz", "gram_newton_schulz_oriented", "default_restarts", "gram_chosen", "certified_restarts",
     "msign_choice", "gram_flags", "spectral_sign", "spectral_sign_stacked",
     # inverse p-th roots of SPD matrices: the coupled Newton–Schulz iteration and the eigh reference
-    "check_root_input", "root_scale", "matrix_power", "inverse_root", "inverse_root_eigh",
+    "check_root_input", "root_scale", "matrix_power", "inverse_root", "inverse_root_eigh", "spd_power",
     # results and arguments
     "output_status", "nan_unless", "raise_if_not_finite", "check_scalar", "check_shapes", "check_group",
     "check_schedule_length", "check_schedule", "check_restarts", "require_tensor", "validate_inputs",

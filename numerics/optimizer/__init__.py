@@ -54,7 +54,9 @@ declarations), :mod:`~numerics.optimizer.options` (the typed
 non-finite guard and :func:`checked_jit`),
 :mod:`~numerics.optimizer.batching` (the pairs and Muon matrices of one shape, every layer's, as one stacked
 call), :mod:`~numerics.optimizer.head_axes` (unpaired flax kernels with head axes as whole matrices) and
-:mod:`~numerics.optimizer.alias` (:func:`compositional_muon`).
+:mod:`~numerics.optimizer.alias` (:func:`compositional_muon`). Beside it, :mod:`~numerics.optimizer.whitened`
+(:func:`whitened_descent`): the Shampoo family of ``derivations.shampoo`` on every matrix, with Shampoo's
+accumulated preconditioners.
 """
 
 from __future__ import annotations
@@ -120,8 +122,12 @@ from .transform import (
     rebalance_pairs,
     scale_by_compositional_muon,
 )
+from .whitened import WhitenedState, scale_by_whitened_descent, whitened_descent
 
 __all__ = [
+    "WhitenedState",
+    "scale_by_whitened_descent",
+    "whitened_descent",
     "AUTO_NAMES",
     "LORA_DIRECTIONS",
     "LORA_NAMES",

@@ -128,7 +128,7 @@ def _odd_lemma(rhs):
                  identities=lambda: ([(Msign(product(-1, A)), product(-1, Msign(A)))], InstanceSampler({m: 6, n: 3})))
 
 
-def test_a_user_lemma_with_a_statement_is_matched_by_the_kernel():
+def test_a_user_lemma_with_a_statement_has_its_steps_proven_for_all_sizes():
     lemma = _odd_lemma(product(-1, Msign(A)))
     assert lemma.self_check(np.random.default_rng(0)).passed
     W = MatrixSymbol("W", n, n)
