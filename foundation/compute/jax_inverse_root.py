@@ -116,14 +116,6 @@ def inverse_root_eigh(x, p):
     return jnp.where(ok, out, jnp.nan).astype(x.dtype)
 
 
-def _whole_root(p):
-    """``q`` when ``p = −1/q`` for a whole ``q ≥ 1``, else ``None``."""
-    if p >= 0:
-        return None
-    q = round(-1.0 / p)
-    return q if abs(p + 1.0 / q) <= 1e-12 else None
-
-
 def spd_power(x, p, root="eigh", schedule=None):
     """``X^p`` of symmetric positive definite ``X`` (``..., n, n``) for a real ``p``, in ``x``'s dtype.
 
@@ -133,14 +125,15 @@ def spd_power(x, p, root="eigh", schedule=None):
     ``coeffsearch.inverse_root_registry``); any other ``p``, or no schedule, is refused when traced.
     """
     if root == "newton_schulz":
-        q = _whole_root(p)
-        if q is None or schedule is None:
+        q = round(-1.0 / p) if p < 0 else 0  # p = −1/q for a whole q ≥ 1
+        if q < 1 or abs(p + 1.0 / q) > 1e-12 or schedule is None:
             raise ValueError(f"spd_power: root='newton_schulz' computes X^(-1/q) for a whole q with a certified "
                              f"schedule, not X^({p}); use root='eigh'")
         return inverse_root(x, q, schedule)
     if root != "eigh":
         raise ValueError(f"spd_power: root must be 'eigh' or 'newton_schulz', got {root!r}")
     a = x.astype(compute_dtype(x.dtype))
-    e, v = per_matrix_on_cpu(jnp.linalg.eigh, 0.5 * (a + a.mT))
+    a, ok = lapack_guard(0.5 * (a + a.mT))  # a NaN/Inf matrix never reaches LAPACK: its power is NaN
+    e, v = per_matrix_on_cpu(jnp.linalg.eigh, a)
     e = jnp.maximum(e, jnp.maximum(e.shape[-1] * jnp.finfo(e.dtype).eps * e[..., -1:], jnp.finfo(e.dtype).tiny))
-    return ((v * e[..., None, :] ** p) @ v.mT).astype(x.dtype)
+    return jnp.where(ok, (v * e[..., None, :] ** p) @ v.mT, jnp.nan).astype(x.dtype)

@@ -99,21 +99,13 @@ def inverse_root_eigh(x, p):
     return torch.where(ok, out, torch.full_like(out, float("nan"))).to(x.dtype)
 
 
-def _whole_root(p):
-    """``q`` when ``p = −1/q`` for a whole ``q ≥ 1``, else ``None``."""
-    if p >= 0:
-        return None
-    q = round(-1.0 / p)
-    return q if abs(p + 1.0 / q) <= 1e-12 else None
-
-
 def spd_power(x, p, root="eigh", schedule=None):
     """``X^p`` of symmetric positive definite ``X`` (``..., n, n``) for a real ``p``, in ``x``'s dtype: ``root="eigh"``
     by the eigendecomposition (eigenvalues floored at ``n·eps·λ_max``), ``"newton_schulz"`` for ``p = −1/q`` by
     :func:`inverse_root` with ``schedule``; a NaN or Inf ``X`` gives NaN."""
     if root == "newton_schulz":
-        q = _whole_root(p)
-        if q is None or schedule is None:
+        q = round(-1.0 / p) if p < 0 else 0  # p = −1/q for a whole q ≥ 1
+        if q < 1 or abs(p + 1.0 / q) > 1e-12 or schedule is None:
             raise ValueError(f"spd_power: root='newton_schulz' computes X^(-1/q) for a whole q with a certified "
                              f"schedule, not X^({p}); use root='eigh'")
         if not bool(torch.isfinite(x).all()):
@@ -122,6 +114,8 @@ def spd_power(x, p, root="eigh", schedule=None):
     if root != "eigh":
         raise ValueError(f"spd_power: root must be 'eigh' or 'newton_schulz', got {root!r}")
     a = x.to(compute_dtype(x.dtype))
-    e, v = per_matrix_on_cpu(torch.linalg.eigh, 0.5 * (a + a.mT))
+    a, ok = lapack_guard(0.5 * (a + a.mT))  # a NaN/Inf matrix never reaches LAPACK: its power is NaN
+    e, v = per_matrix_on_cpu(torch.linalg.eigh, a)
     e = torch.maximum(e, (e.shape[-1] * torch.finfo(e.dtype).eps * e[..., -1:]).clamp_min(torch.finfo(e.dtype).tiny))
-    return ((v * e[..., None, :] ** p) @ v.mT).to(x.dtype)
+    out = (v * e[..., None, :] ** p) @ v.mT
+    return torch.where(ok, out, torch.full_like(out, float("nan"))).to(x.dtype)

@@ -244,7 +244,8 @@ def test_readme_lemma_joins_the_search_and_is_cited(readme_lemma):
     rule, lemma = readme_lemma["rule"], readme_lemma["HOMOGENEITY"]
     assert str(rule.formula) == "(-epsilon/s)*msign(G)"
     ctx = Context(check_dims=[{m: 5, n: 3}])
-    own = derive(readme_lemma["problem"], ctx, lemmas=[lemma, WITHOUT_HN], name="scaled_muon")
+    assert lemma.key == L.HOMOGENEITY.key  # under Lemma Hn's key: the researcher's lemma takes its place
+    own = derive(readme_lemma["problem"], ctx, lemmas=[lemma], name="scaled_muon")
     assert own.steps[0].lemma is lemma and [s.lemma.number for s in own.steps] == ["H", "1"]
     assert own.formula == rule.formula
     registered = derive(readme_lemma["problem"], ctx, name="scaled_muon")  # Lemma Hn, registered, does it too
@@ -294,7 +295,7 @@ def test_a_lemma_whose_code_raises_never_escapes_derive(readme_lemma):
         return next(iter(())), []
     bad = Lemma(key="broken", number="X", title="Broken", statement="", rewrite=broken)
     ns = readme_lemma
-    rule = derive(ns["problem"], Context(check_dims=[{m: 5, n: 3}]), lemmas=[bad, ns["HOMOGENEITY"], WITHOUT_HN])
+    rule = derive(ns["problem"], Context(check_dims=[{m: 5, n: 3}]), lemmas=[bad, ns["HOMOGENEITY"]])
     assert [s.lemma.number for s in rule.steps] == ["H", "1"]
     with pytest.raises(SearchFailed) as info:
         derive(ns["problem"], Context(check_dims=[{m: 5, n: 3}]), lemmas=[bad, WITHOUT_HN])
