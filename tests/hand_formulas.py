@@ -11,6 +11,12 @@ def inv_sqrt(a):
     return (v * w[..., None, :] ** -0.5) @ np.swapaxes(v, -1, -2)
 
 
+def spd_power(a, p):
+    """``A^p`` of a symmetric positive definite ``A`` by its eigendecomposition."""
+    w, v = np.linalg.eigh(a)
+    return (v * w[..., None, :] ** p) @ np.swapaxes(v, -1, -2)
+
+
 def msign(a):
     u, s, vt = np.linalg.svd(a, full_matrices=False)
     keep = s > 1e-12 * s[..., :1]

@@ -48,6 +48,7 @@ from derivations.cli import render
 from derivations.lemmas.homogeneity import NORM_NODES
 from derivations.lemmas.kernel import step_instance
 from derivations.vocabulary.nodes import GramInvSqrt
+from tests.hand_formulas import msign, spd_power
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pyproject.toml markers)
 
@@ -57,16 +58,6 @@ RNG_SIZES = ((6, 4, 9), (5, 5, 7))  # (m, n, b): tall, and square with a wide da
 
 
 # ---- independent NumPy references -------------------------------------------------------------
-def _spd_power(s, p):
-    w, v = np.linalg.eigh(s)
-    return (v * w**p) @ v.T
-
-
-def _msign(x):
-    u, _, vt = np.linalg.svd(x, full_matrices=False)
-    return u @ vt
-
-
 def _spd(rng, k):
     a = rng.standard_normal((k, 2 * k))
     return a @ a.T / k + 0.5 * np.eye(k)
@@ -93,8 +84,8 @@ def test_two_sided_shampoo_whitening_derives_and_equals_the_closed_form(shampoo)
     for mm, nn, _ in RNG_SIZES:
         l_, r_, g = _spd(rng, mm), _spd(rng, nn), rng.standard_normal((mm, nn))
         got = evaluate_on(shampoo.formula, {"L": l_, "R": r_, "G": g, "epsilon": 0.3})
-        li, ri = _spd_power(l_, -0.25), _spd_power(r_, -0.25)
-        _close(got, -0.3 * li @ _msign(li @ g @ ri) @ ri)
+        li, ri = spd_power(l_, -0.25), spd_power(r_, -0.25)
+        _close(got, -0.3 * li @ msign(li @ g @ ri) @ ri)
 
 
 def test_one_sided_whitening_derives_and_equals_the_closed_form():
@@ -106,7 +97,7 @@ def test_one_sided_whitening_derives_and_equals_the_closed_form():
     for mm, nn, _ in RNG_SIZES:
         l_, g = _spd(rng, mm), rng.standard_normal((mm, nn))
         got = evaluate_on(der.formula, {"L": l_, "G": g, "epsilon": 0.2})
-        _close(got, -0.2 * _spd_power(l_, -0.5) @ _msign(_spd_power(l_, -0.5) @ g))
+        _close(got, -0.2 * spd_power(l_, -0.5) @ msign(spd_power(l_, -0.5) @ g))
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +110,8 @@ def activation():
 
 
 def _activation_closed_form(x, g, eta):
-    c_inv = _spd_power(x @ x.T, -0.5)
-    return -eta * _msign(g @ c_inv) @ c_inv
+    c_inv = spd_power(x @ x.T, -0.5)
+    return -eta * msign(g @ c_inv) @ c_inv
 
 
 def test_activation_aware_whitening_goes_through_the_polar_factor(activation):
@@ -164,8 +155,8 @@ def test_a_temperature_goes_through_the_chain_rule_and_out_of_the_norm(temperatu
         w_k, g_m, t = rng.standard_normal((dd, nn)), rng.standard_normal((dd, dd)), 1.7
         g_q = t * g_m @ w_k
         got = evaluate_on(temperature.formula, {"W_K": w_k, "G_Q": g_q, "tau": t, "epsilon": 0.4})
-        c_inv = _spd_power(w_k.T @ w_k, -0.5)
-        _close(got, -0.4 / (2 * t) * _msign(g_q @ c_inv) @ c_inv)
+        c_inv = spd_power(w_k.T @ w_k, -0.5)
+        _close(got, -0.4 / (2 * t) * msign(g_q @ c_inv) @ c_inv)
         assert np.linalg.norm(t * got @ w_k.T, 2) == pytest.approx(0.2, rel=1e-10)
 
 
@@ -186,7 +177,7 @@ def test_a_wide_partner_gives_the_minimum_norm_update_in_factor_gradient_form(ml
     for dd, ff, nn in ((3, 7, 4), (4, 9, 4)):
         w, g_m = rng.standard_normal((dd, ff)), rng.standard_normal((dd, nn))
         got = evaluate_on(mlp.formula, {"W_down": w, "G_up": w.T @ g_m, "epsilon": 0.6})
-        want = -0.3 * w.T @ np.linalg.solve(w @ w.T, _msign(g_m))
+        want = -0.3 * w.T @ np.linalg.solve(w @ w.T, msign(g_m))
         _close(got, want)
         # the minimum-norm member: orthogonal to the null space of W_down
         null = np.linalg.svd(w)[2][dd:].T

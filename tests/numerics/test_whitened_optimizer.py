@@ -12,18 +12,9 @@ import optax
 import pytest
 
 from numerics.optimizer import whitened as W
+from tests.hand_formulas import msign, spd_power
 
 DELTA = 1e-3
-
-
-def _power(a, p):
-    w, v = np.linalg.eigh(a)
-    return (v * w ** p) @ v.T
-
-
-def _msign(a):
-    u, _, vt = np.linalg.svd(a, full_matrices=False)
-    return u @ vt
 
 
 def _reference(grads, sides):
@@ -34,10 +25,10 @@ def _reference(grads, sides):
         left, right = left + g @ g.T, right + g.T @ g
     g = grads[-1]
     if sides == "two":
-        lq, rq = _power(left, -0.25), _power(right, -0.25)
-        return lq @ _msign(lq @ g @ rq) @ rq
-    lh = _power(left, -0.5)
-    return lh @ _msign(lh @ g)
+        lq, rq = spd_power(left, -0.25), spd_power(right, -0.25)
+        return lq @ msign(lq @ g @ rq) @ rq
+    lh = spd_power(left, -0.5)
+    return lh @ msign(lh @ g)
 
 
 def _directions(grads, sides, **options):
