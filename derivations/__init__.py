@@ -9,7 +9,7 @@ Public surface:
 * the engine — :class:`Problem`, :class:`Derivation`, :func:`identity_chain`;
 * :func:`derive` — a checked derivation found by best-first search over the lemmas
   (:class:`SearchFailed` says where each branch stopped);
-* norm families — :data:`FAMILIES` (operator, Frobenius, nuclear, max-abs, RMS→RMS), each solved
+* norm families — :data:`FAMILIES` (operator, Frobenius, nuclear, max-abs, RMS→RMS, ℓ1→ℓ2), each solved
   through its dual norm (:mod:`derivations.engine.norms`); :func:`register_family` adds one, :func:`families`
   lists them all;
 * lemma objects — :class:`Lemma` (statement, side conditions, rewrite, self-check), :class:`NotApplicable`;

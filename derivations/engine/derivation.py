@@ -44,7 +44,7 @@ from sympy.matrices.expressions import MatrixSymbol
 from derivations import lemmas as L
 from derivations.engine.duality import duality_certificate_errors
 from derivations.engine.latex import check_text, latex_text, state_latex
-from derivations.engine.norms import family_of, solve_lemma, unscaled
+from derivations.engine.norms import families, family_of, solve_lemma, unscaled
 from derivations.engine.states import CheckResult, Claim, Context, Problem, Solution, Step
 from derivations.engine.step_digest import digest
 from derivations.engine.symbolic import size_label, verify_equal
@@ -228,7 +228,7 @@ class Derivation:
         obj, con = problem.objective, problem.constraint
         if family is None or con.args[0] != z:
             raise DerivationError(f"{where}: Lemma {lemma.number} needs the constraint ‖{z}‖ ≤ β for a norm family "
-                                  f"(operator, Frobenius, nuclear, max-abs, RMS→RMS), got {con} "
+                                  f"({', '.join(f.key for f in families())}), got {con} "
                                   f"(a change of variables or an isometry step is missing)")
         if not isinstance(obj, Inner) or z not in obj.args or obj.args[0].has(z) == obj.args[1].has(z):
             raise DerivationError(f"{where}: Lemma 1 needs the objective ⟨A, {z}⟩ with A free of {z}, got {obj}")

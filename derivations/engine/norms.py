@@ -17,6 +17,7 @@ frobenius  ``‖Z‖_F``                  ``‖A‖_F``                        `
 nuclear    ``‖Z‖_*``                  ``‖A‖_op``                       ``u₁v₁ᵀ`` (top singular pair)
 max_abs    ``max |Z_ij|``             ``Σ |A_ij|``                     ``sign(A)`` (entrywise)
 rms        ``√(n/m) ‖Z‖_op``          ``√(m/n) ‖A‖_*``                 ``√(m/n) msign(A)``
+max_column ``max_j ‖Z e_j‖₂``         ``Σ_j ‖A e_j‖₂``                 ``colunit(A)`` (unit columns)
 ========== ========================== ================================ ==========================
 
 (``A`` is ``m × n``; the RMS→RMS norm is the operator norm between RMS-normalized vectors.) The
@@ -51,10 +52,13 @@ from derivations.vocabulary.nodes import (
 )
 from derivations.vocabulary.norm_nodes import (
     AspectScale,
+    ColumnNormSum,
+    ColumnUnit,
     EntrywiseL1Norm,
     FrobeniusNorm,
     FrobeniusUnit,
     MaxAbsNorm,
+    MaxColumnNorm,
     RmsOpNorm,
     Sign,
     TopSingular,
@@ -109,8 +113,14 @@ RMS = NormFamily("rms", "RMS→RMS operator norm", RmsOpNorm,
                  r" = -\beta \sqrt{m/n}\operatorname{msign}(A),\ \text{value } -\beta\sqrt{m/n}\|A\|_{*}",
                  solve_number="1r")
 
-#: the workbench's norm families, in the order the docs list them (operator, Frobenius, nuclear, max-abs, RMS→RMS)
-FAMILIES = (OPERATOR, FROBENIUS, NUCLEAR, MAX_ABS, RMS)
+MAX_COLUMN = NormFamily("max_column", "ℓ1→ℓ2 operator norm (largest column norm)", MaxColumnNorm, ColumnNormSum,
+                        ColumnUnit,
+                        r"\operatorname*{argmin}_{\|Z\|_{1\to 2} \le \beta} \langle A, Z\rangle"
+                        r" = -\beta \operatorname{colunit}(A),\ \text{value } -\beta\|A\|_{2,1}", solve_number="1c")
+
+#: the workbench's norm families, in the order the docs list them (operator, Frobenius, nuclear, max-abs, RMS→RMS,
+#: ℓ1→ℓ2)
+FAMILIES = (OPERATOR, FROBENIUS, NUCLEAR, MAX_ABS, RMS, MAX_COLUMN)
 #: the families a user added with :func:`register_family`, in the order they were added
 _ADDED: list = []
 
@@ -360,6 +370,7 @@ __all__ = [
     "FAMILIES",
     "FROBENIUS",
     "MAX_ABS",
+    "MAX_COLUMN",
     "NORM_LEMMAS",
     "NORM_TRANSPOSITION",
     "NUCLEAR",

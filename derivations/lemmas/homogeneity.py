@@ -3,8 +3,8 @@
 A scalar inside a norm constraint, such as a temperature ``τ > 0`` in ``‖τ ΔW_Q W_Kᵀ‖_op ≤ ε/2``, comes out as
 ``τ ‖ΔW_Q W_Kᵀ‖_op ≤ ε/2``; the solve step then reads the ball ``‖·‖ ≤ ε/(2τ)``. Every norm is absolutely
 homogeneous; the lemma states it for the norm nodes of the vocabulary (operator, Frobenius, nuclear, max-abs,
-entrywise-1 and RMS→RMS), with ``|c| = c`` for ``c`` known to be positive and ``|c| = −c`` for ``c`` known to be
-negative.
+entrywise-1, RMS→RMS, ℓ1→ℓ2 and its dual ℓ2,1), with ``|c| = c`` for ``c`` known to be positive and ``|c| = −c`` for
+``c`` known to be negative.
 """
 
 from __future__ import annotations
@@ -16,10 +16,17 @@ from derivations.lemmas.statement import Clause, Statement
 from derivations.vocabulary.algebra import product
 from derivations.vocabulary.evaluate import InstanceSampler
 from derivations.vocabulary.nodes import NuclearNorm, OpNorm, dimension, positive_symbol
-from derivations.vocabulary.norm_nodes import EntrywiseL1Norm, FrobeniusNorm, MaxAbsNorm, RmsOpNorm
+from derivations.vocabulary.norm_nodes import (
+    ColumnNormSum,
+    EntrywiseL1Norm,
+    FrobeniusNorm,
+    MaxAbsNorm,
+    MaxColumnNorm,
+    RmsOpNorm,
+)
 
 #: the norm nodes of the vocabulary (the norms and dual norms of the registered norm families)
-NORM_NODES = (OpNorm, FrobeniusNorm, NuclearNorm, MaxAbsNorm, EntrywiseL1Norm, RmsOpNorm)
+NORM_NODES = (OpNorm, FrobeniusNorm, NuclearNorm, MaxAbsNorm, EntrywiseL1Norm, RmsOpNorm, MaxColumnNorm, ColumnNormSum)
 
 _p, _q = dimension("p"), dimension("q")
 _A, _C = MatrixSymbol("A", _p, _q), positive_symbol("c")

@@ -1,6 +1,7 @@
-"""Norm and sharp-map nodes of the vocabulary: ``‖A‖_F``, ``‖A‖_max``, the entrywise ℓ1 norm, the
-aspect scale ``√(m/n)``, the RMS→RMS operator norm, and the sharp maps ``sign(A)``, ``A/‖A‖_F`` and the
-top singular pair ``u₁v₁ᵀ``. Each node carries its evaluation and printing rules and its homogeneity degree
+"""Norm and sharp-map nodes of the vocabulary: ``‖A‖_F``, ``‖A‖_max``, the entrywise ℓ1 norm, the largest
+column norm ``‖A‖_{1→2}`` and its dual ``‖A‖_{2,1}``, the aspect scale ``√(m/n)``, the RMS→RMS operator norm, and
+the sharp maps ``sign(A)``, ``A/‖A‖_F``, ``colunit(A)`` and the top singular pair ``u₁v₁ᵀ``. Each node carries
+its evaluation and printing rules and its homogeneity degree
 (``_degree``, read by :mod:`derivations.printing.scaling`); the norm families
 that solve a ball through its dual norm are in :mod:`derivations.engine.norms`."""
 
@@ -123,6 +124,69 @@ class EntrywiseL1Norm(_MatrixScalar):
     def _numpycode(self, printer):
         m = _module(printer)
         return f"{m}.sum({m}.abs({printer._print(self.args[0])}), {_AXES})"
+
+    _jaxcode = _numpycode
+
+
+def _column_norms(a) -> list:
+    """The 2-norm of every column of a float64 array or an mpmath matrix."""
+    if isinstance(a, mpmath.matrix):
+        return [mpmath.sqrt(mpmath.fsum(a[i, j] ** 2 for i in range(a.rows))) for j in range(a.cols)]
+    return list(np.linalg.norm(np.asarray(a, dtype=np.float64), axis=0))
+
+
+def _column_code(printer, a: str) -> str:
+    """Code of the column 2-norms of ``a``, shape ``(..., 1, n)``."""
+    m = _module(printer)
+    return f"{m}.sqrt({m}.sum({a} ** 2, axis=-2, keepdims=True))"
+
+
+class MaxColumnNorm(_MatrixScalar):
+    """``‖A‖_{1→2} = max_j ‖A e_j‖₂``: the ℓ1 → ℓ2 operator norm (the largest column norm)."""
+
+    is_nonnegative = True
+
+    def _degree(self, scaling):
+        """A norm: ``‖cA‖ = c‖A‖``, the degree of ``A``."""
+        return scaling.degree(self.args[0])
+
+    def _numeric(self, ev):
+        return max(_column_norms(ev(self.args[0])))
+
+    def _sympystr(self, printer):
+        return f"||{printer._print(self.args[0])}||_1->2"
+
+    def _latex(self, printer):
+        return rf"\left\| {printer._print(self.args[0])} \right\|_{{1 \to 2}}"
+
+    def _numpycode(self, printer):
+        a = _bind(printer, printer._print(self.args[0]))
+        return f"{_module(printer)}.max({_column_code(printer, a)}, axis=-1, keepdims=True)"
+
+    _jaxcode = _numpycode
+
+
+class ColumnNormSum(_MatrixScalar):
+    """``‖A‖_{2,1} = Σ_j ‖A e_j‖₂``: the dual of the ℓ1 → ℓ2 operator norm."""
+
+    is_nonnegative = True
+
+    def _degree(self, scaling):
+        """A norm: ``‖cA‖ = c‖A‖``, the degree of ``A``."""
+        return scaling.degree(self.args[0])
+
+    def _numeric(self, ev):
+        return sum(_column_norms(ev(self.args[0])), ev.backend.scalar(0))
+
+    def _sympystr(self, printer):
+        return f"||{printer._print(self.args[0])}||_2,1"
+
+    def _latex(self, printer):
+        return rf"\left\| {printer._print(self.args[0])} \right\|_{{2,1}}"
+
+    def _numpycode(self, printer):
+        a = _bind(printer, printer._print(self.args[0]))
+        return f"{_module(printer)}.sum({_column_code(printer, a)}, axis=-1, keepdims=True)"
 
     _jaxcode = _numpycode
 
@@ -284,3 +348,37 @@ class TopSingular(MatrixFunction):
         return f"({u}[..., :, :1] @ {vt}[..., :1, :]).astype({a}.dtype)"
 
     _jaxcode = _numpycode
+
+
+class ColumnUnit(MatrixFunction):
+    """``colunit(A) = [A e_j / ‖A e_j‖₂]_j`` (a zero column stays zero): the sharp map of the ℓ1 → ℓ2 norm."""
+
+    def _degree(self, scaling):
+        """Degree 0: ``colunit(cA) = colunit(A)`` for ``c > 0``."""
+        return scaling.invariant(self.arg)
+
+    def _numeric(self, ev):
+        a = ev(self.arg)
+        norms = _column_norms(a)
+        if isinstance(a, mpmath.matrix):
+            return mpmath.matrix([[a[i, j] / norms[j] if norms[j] > 0 else 0 * a[i, j] for j in range(a.cols)]
+                                  for i in range(a.rows)])
+        safe = np.where(np.asarray(norms) > 0, norms, 1.0)
+        return a / safe
+
+    def _sympystr(self, printer):
+        return f"colunit({printer._print(self.arg)})"
+
+    def _latex(self, printer):
+        return rf"\operatorname{{colunit}}\left({printer._print(self.arg)}\right)"
+
+    def _numpycode(self, printer):
+        m = _module(printer)
+        a = _bind(printer, printer._print(self.arg))
+        return f"{a} / {m}.maximum({_column_code(printer, a)}, {m}.finfo({a}.dtype).tiny)"
+
+    _jaxcode = _numpycode
+
+    def _torchcode(self, printer):
+        a = _bind(printer, printer._print(self.arg))
+        return f"{a} / torch.sqrt(torch.sum({a} ** 2, dim=-2, keepdim=True)).clamp_min(torch.finfo({a}.dtype).tiny)"
