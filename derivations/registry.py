@@ -90,7 +90,7 @@ def every_lemma() -> list:
       >>> from derivations.registry import every_lemma
       >>> found = every_lemma()
       >>> [lem.number for lem in found if lem.key.startswith("steepest_descent")]
-      ['1f', '1n', '1m', '1r']
+      ['1f', '1n', '1m', '1r', '1c']
       >>> lemmas.duplicate_numbers(found)
       []
     """

@@ -39,6 +39,7 @@ def test_optax_muon_sees_the_flax_attention_kernels_as_matrices():
     assert any(getattr(x, "shape", None) == query.shape for x in labels)
 
 
+@pytest.mark.e2e  # compiles and times four optimizers: a benchmark run, after the suite
 def test_small_rows_record_every_optimizer_and_ratio(monkeypatch):
     """SGD in place of the four optimizers and one width keep this fast; the records carry both baselines'
     ratios (1 against themselves) and the routine count."""
@@ -70,6 +71,7 @@ def test_json_prints_one_document_with_the_small_rows(monkeypatch, capsys):
     assert "small widths" in out and out.rstrip().endswith("cm/muon median step time ratio: 0.500")
 
 
+@pytest.mark.e2e  # compiles and times each attention rule: a benchmark run, after the suite
 def test_rule_rows_time_each_rule_against_newton_schulz_on_its_matrices(monkeypatch):
     """``--rows rules`` at a tiny grouped-query shape: both rules, compile times, routines and the paired ratio;
     the per-rule flop floors sum to :func:`benchmarks.step.flop_model`'s."""
