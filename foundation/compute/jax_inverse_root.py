@@ -119,8 +119,9 @@ def inverse_root_eigh(x, p):
 def spd_power(x, p, root="eigh", schedule=None):
     """``X^p`` of symmetric positive definite ``X`` (``..., n, n``) for a real ``p``, in ``x``'s dtype.
 
-    ``root="eigh"``: ``V diag(λ^p) Vᵀ`` of the symmetrized ``X`` in at least float32, eigenvalues floored at
-    ``n·eps·λ_max`` (a singular ``X`` gives finite powers). ``root="newton_schulz"``: for ``p = −1/q`` the coupled
+    ``root="eigh"``: ``V diag(λ^p) Vᵀ`` of the symmetrized ``X`` in at least float32, after an exact power-of-two
+    scaling (folded back exactly for ``p = ±1/q``), eigenvalues floored at ``n·eps·λ_max`` (a singular ``X`` gives
+    finite powers). ``root="newton_schulz"``: for ``p = −1/q`` the coupled
     iteration :func:`inverse_root` with ``schedule`` (matrix products only; certified ones are in
     ``coeffsearch.inverse_root_registry``); any other ``p``, or no schedule, is refused when traced.
     """
@@ -132,8 +133,16 @@ def spd_power(x, p, root="eigh", schedule=None):
         return inverse_root(x, q, schedule)
     if root != "eigh":
         raise ValueError(f"spd_power: root must be 'eigh' or 'newton_schulz', got {root!r}")
-    a = x.astype(compute_dtype(x.dtype))
+    q = round(1.0 / abs(p)) if p else 0
+    if q >= 1 and abs(abs(p) - 1.0 / q) <= 1e-12:  # p = ±1/q: X = A·2^{-qj}, so X^p = A^p·2^{∓j} exactly
+        a, j = root_scale(x, q)
+        shift, half = (-j if p > 0 else j), None
+    else:  # X = A·2^{-k}: X^p = A^p·2^{-kp}, in two factors that stay in range
+        a, k = pow2_normalize(x)
+        shift, half = None, jnp.exp2(-0.5 * p * k.astype(a.dtype))
     a, ok = lapack_guard(0.5 * (a + a.mT))  # a NaN/Inf matrix never reaches LAPACK: its power is NaN
     e, v = per_matrix_on_cpu(jnp.linalg.eigh, a)
     e = jnp.maximum(e, jnp.maximum(e.shape[-1] * jnp.finfo(e.dtype).eps * e[..., -1:], jnp.finfo(e.dtype).tiny))
-    return jnp.where(ok, (v * e[..., None, :] ** p) @ v.mT, jnp.nan).astype(x.dtype)
+    out = (v * e[..., None, :] ** p) @ v.mT
+    out = pow2_scale(out, shift) if half is None else out * half * half
+    return jnp.where(ok, out, jnp.nan).astype(x.dtype)

@@ -113,9 +113,16 @@ def spd_power(x, p, root="eigh", schedule=None):
         return inverse_root(x, q, schedule)
     if root != "eigh":
         raise ValueError(f"spd_power: root must be 'eigh' or 'newton_schulz', got {root!r}")
-    a = x.to(compute_dtype(x.dtype))
+    q = round(1.0 / abs(p)) if p else 0
+    if q >= 1 and abs(abs(p) - 1.0 / q) <= 1e-12:  # p = ±1/q: X = A·2^{-qj}, so X^p = A^p·2^{∓j} exactly
+        a, j = root_scale(x, q)
+        shift, half = (-j if p > 0 else j), None
+    else:  # X = A·2^{-k}: X^p = A^p·2^{-kp}, in two factors that stay in range
+        a, k = pow2_normalize(x)
+        shift, half = None, torch.exp2(-0.5 * p * k.to(a.dtype))
     a, ok = lapack_guard(0.5 * (a + a.mT))  # a NaN/Inf matrix never reaches LAPACK: its power is NaN
     e, v = per_matrix_on_cpu(torch.linalg.eigh, a)
     e = torch.maximum(e, (e.shape[-1] * torch.finfo(e.dtype).eps * e[..., -1:]).clamp_min(torch.finfo(e.dtype).tiny))
     out = (v * e[..., None, :] ** p) @ v.mT
+    out = pow2_scale(out, shift) if half is None else out * half * half
     return torch.where(ok, out, torch.full_like(out, float("nan"))).to(x.dtype)

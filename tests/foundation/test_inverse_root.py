@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from coeffsearch import inverse_root_registry
+from foundation.compute import jax_inverse_root as J
 from foundation.compute import jax_runtime
 from foundation.compute.jax_inverse_root import inverse_root, inverse_root_eigh, matrix_power, root_scale
 
@@ -116,3 +117,25 @@ def test_torch_mirrors_jax():
     bad[0, 0, 0] = float("inf")
     with pytest.raises(ValueError, match="inverse_root: x contains NaN or Inf"):
         torch_runtime.inverse_root(bad, 2, tuple(map(tuple, SCHEDULES[2])))
+
+
+def _spd_power_errors(power):
+    """Relative errors of ``power`` (``X^p`` for p = −1/4, 1/2, 1/3) at the ends of float32's range, against eigh."""
+    x = spd_batch(shape=(2,), scale_exponents=(0, 1))[0]
+    out = []
+    for scale in (-124, 0, 124):
+        for p in (-0.25, 0.5, 1 / 3):
+            e, v = np.linalg.eigh(x)
+            want = (v * e ** p) @ v.T * 2.0 ** (scale * p)
+            got = np.asarray(power((x * 2.0 ** scale).astype(np.float32), p), np.float64)
+            out.append(float(relative(got, want)))
+    return out
+
+
+def test_spd_power_is_right_at_any_scale(monkeypatch):
+    """``spd_power`` scales by exact powers of two before its eigh; planted: without that, a float32 matrix near the
+    top of the range overflows when it is symmetrized and one near the bottom loses its eigenvalues."""
+    assert max(_spd_power_errors(J.spd_power)) < 1e-5
+    monkeypatch.setattr(J, "root_scale", lambda x, q: (x.astype(jnp.float32), jnp.zeros((1, 1), jnp.int32)))
+    monkeypatch.setattr(J, "pow2_normalize", lambda x: (x.astype(jnp.float32), jnp.zeros((1, 1), jnp.int32)))
+    assert not max(_spd_power_errors(J.spd_power)) < 1e-5  # NaN or a large error
