@@ -42,6 +42,7 @@ from derivations import (
     positive_symbol,
     product,
 )
+from foundation.compute.spectra import random_orthonormal
 
 m, n, b = dimension("m"), dimension("n"), dimension("b")
 eps = positive_symbol("epsilon")
@@ -88,7 +89,7 @@ def derivations():
 
 
 def _spd(rng, k: int, spread: float) -> np.ndarray:
-    q, _ = np.linalg.qr(rng.standard_normal((k, k)))
+    q = random_orthonormal(rng, k, k)
     return (q * np.geomspace(1.0, spread, k)) @ q.T
 
 

@@ -125,16 +125,16 @@ def spd_power(x, p, root="eigh", schedule=None):
     iteration :func:`inverse_root` with ``schedule`` (matrix products only; certified ones are in
     ``coeffsearch.inverse_root_registry``); any other ``p``, or no schedule, is refused when traced.
     """
+    q = round(1.0 / abs(p)) if p else 0
+    reciprocal = q >= 1 and abs(abs(p) - 1.0 / q) <= 1e-12  # p = ±1/q for a whole q ≥ 1
     if root == "newton_schulz":
-        q = round(-1.0 / p) if p < 0 else 0  # p = −1/q for a whole q ≥ 1
-        if q < 1 or abs(p + 1.0 / q) > 1e-12 or schedule is None:
+        if not (reciprocal and p < 0) or schedule is None:
             raise ValueError(f"spd_power: root='newton_schulz' computes X^(-1/q) for a whole q with a certified "
                              f"schedule, not X^({p}); use root='eigh'")
         return inverse_root(x, q, schedule)
     if root != "eigh":
         raise ValueError(f"spd_power: root must be 'eigh' or 'newton_schulz', got {root!r}")
-    q = round(1.0 / abs(p)) if p else 0
-    if q >= 1 and abs(abs(p) - 1.0 / q) <= 1e-12:  # p = ±1/q: X = A·2^{-qj}, so X^p = A^p·2^{∓j} exactly
+    if reciprocal:  # X = A·2^{-qj}, so X^p = A^p·2^{∓j} exactly
         a, j = root_scale(x, q)
         shift, half = (-j if p > 0 else j), None
     else:  # X = A·2^{-k}: X^p = A^p·2^{-kp}, in two factors that stay in range

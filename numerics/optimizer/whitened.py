@@ -72,15 +72,15 @@ def scale_by_whitened_descent(sides: Literal["two", "one"] = "two", *, beta2: fl
     with ``‖L^{1/4} ΔW R^{1/4}‖_op = η`` (``‖L^{1/2} ΔW‖_op = η`` one-sided). Other leaves pass through."""
     _check(sides, root, beta2, precondition_eps, momentum)
 
-    def eye_like(x: jax.Array, side: int) -> jax.Array:
-        if not _is_matrix(x):
-            return jnp.zeros([], jnp.float32)  # a placeholder: only matrices are preconditioned
-        k = x.shape[side]
-        return precondition_eps * jnp.eye(k, dtype=jnp.promote_types(x.dtype, jnp.float32))
+    def eye_like(x: jax.Array, side: int | None) -> jax.Array:
+        """``δI`` on ``side`` of a matrix; a scalar placeholder for the rest (and for no side)."""
+        if side is None or not _is_matrix(x):
+            return jnp.zeros([], jnp.float32)
+        return precondition_eps * jnp.eye(x.shape[side], dtype=jnp.promote_types(x.dtype, jnp.float32))
 
     def init_fn(params):
         left = jax.tree.map(lambda x: eye_like(x, 0), params)
-        right = jax.tree.map(lambda x: eye_like(x, 1) if sides == "two" else jnp.zeros([], jnp.float32), params)
+        right = jax.tree.map(lambda x: eye_like(x, 1 if sides == "two" else None), params)
         return WhitenedState(jnp.zeros([], jnp.int32), left, right, jax.tree.map(jnp.zeros_like, params))
 
     def direction(g, m, lm, rm):
