@@ -52,11 +52,16 @@ def _power(state) -> str | None:
     return None
 
 
-def _family(state) -> str | None:
+def _constraint_norm(state) -> tuple:
+    """``(constraint, norm)``: the constraint with a known positive scale taken out, and its norm node (or ``None``)."""
     con = norms.unscaled(state).constraint
+    return con, next((a for a in (con.args if isinstance(con, Mul) else (con,)) if isinstance(a, MatrixScalar)), None)
+
+
+def _family(state) -> str | None:
+    con, norm = _constraint_norm(state)
     if norms.family_of(con) is not None:
         return None
-    norm = next((a for a in (con.args if isinstance(con, Mul) else (con,)) if isinstance(a, MatrixScalar)), None)
     if norm is not None and norms.family_of(norm) is None:
         return (f"the norm family of {norm} ({type(norm).__name__}) is not registered: register it with "
                 f"register_family(NormFamily(...)) ({EXTENDING}, 'A norm family')")
@@ -78,8 +83,7 @@ def _scalar(state) -> str | None:
 
 
 def _norm_argument(state):
-    con = norms.unscaled(state).constraint
-    norm = next((a for a in (con.args if isinstance(con, Mul) else (con,)) if isinstance(a, MatrixScalar)), None)
+    _, norm = _constraint_norm(state)
     return norm.args[0] if norm is not None and norm.args else None
 
 

@@ -235,7 +235,8 @@ class Searcher:
                 heapq.heappush(frontier, (len(child.steps) + 2 * h, h, next(counter), child, (*path, move)))
             if not children:
                 self._stopped(der, path, "dead end", stops)
-        raise SearchFailed(self._failure_message(), self.report, self.hint())
+        hint = self.hint()  # diagnosed once, for the message and the exception
+        raise SearchFailed(self._failure_message(hint), self.report, hint)
 
     def _expand(self, der: Derivation, seen: set) -> tuple[list, list]:
         """``([(move, child)], [why each other move stopped])``: the new states one move away."""
@@ -277,14 +278,14 @@ class Searcher:
             self.best = (rank, _path(path), state, why)
             self.best_state = der
 
-    def _failure_message(self) -> str:
-        """First line: why the most promising branch stopped; then the last branches and the notes."""
+    def _failure_message(self, hint: str | None) -> str:
+        """First line: why the most promising branch stopped; then what to do (``hint``), the last branches and the
+        notes."""
         head = f"derive: no derivation of {self.name} found"
         if self.best is not None:
             (h, _), path, state, why = self.best
             head += (f": the most promising branch (after [{path}], {h} obstacles left) stopped at {state}: "
                      f"{why}")
-        hint = self.hint()
         lines = [head, *([f"  what to do: {hint}"] if hint else [])]
         lines += [(f"  searched for a solution in {self.problem.variable} using only "
                         f"{sorted(map(str, self.available))} ({self.expanded} states expanded). "
